@@ -1,0 +1,1 @@
+"""The ``trackstore`` command line (installed as ``trackstore.cli``). Thin: parse, call, render."""

@@ -1,0 +1,147 @@
+"""What every command shares: the ``--root`` option, output formats, and error reporting.
+
+Output goes through :func:`emit` only: a rich table for people, ``csv``/``json``/``jsonl``/
+``parquet`` for programs. ``json`` is always an array of objects whose field names are the
+column names of the matching SQL view. rich is imported only when a table is drawn.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import typer
+from typing_extensions import Annotated
+
+RootOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--root",
+        envvar="TRACKSTORE_DIR",
+        help="Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns.",
+        show_default=False,
+    ),
+]
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.", case_sensitive=False)]
+OutputOpt = Annotated[
+    Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of standard output.")
+]
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    width = None
+    if not sys.stdout.isatty():
+        width = int(os.environ.get("COLUMNS", "0") or 0) or 200
+    return Console(stderr=stderr, width=width, soft_wrap=False)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def emit(
+    rows: Sequence[dict] | Any,
+    fmt: Format = Format.table,
+    *,
+    columns: Sequence[str] | None = None,
+    output: Path | None = None,
+    title: str | None = None,
+    total: int | None = None,
+    arrow_table: Any = None,
+) -> None:
+    """Render records in the requested format. ``arrow_table`` (a pyarrow Table) is used as-is
+    for parquet and to keep types; ``total`` notes truncation in the table view."""
+    fmt = Format(fmt)
+    if columns is None:
+        columns = list(rows[0].keys()) if rows else (arrow_table.column_names if arrow_table is not None else [])
+    if fmt is Format.parquet:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = arrow_table if arrow_table is not None else pa.Table.from_pylist(
+            [{c: _jsonable(r.get(c)) if isinstance(r.get(c), (dict, list)) else r.get(c) for c in columns} for r in rows]
+        )
+        if output is None:
+            if sys.stdout.isatty():
+                raise typer.BadParameter("parquet output is binary: pass -o FILE", param_hint="--format")
+            buf = io.BytesIO()
+            pq.write_table(table, buf)
+            sys.stdout.buffer.write(buf.getvalue())
+        else:
+            pq.write_table(table, output)
+        return
+    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
+    try:
+        if fmt is Format.json:
+            json.dump([{c: _jsonable(r.get(c)) for c in columns} for r in rows], out, ensure_ascii=False, indent=1)
+            out.write("\n")
+        elif fmt is Format.jsonl:
+            for r in rows:
+                out.write(json.dumps({c: _jsonable(r.get(c)) for c in columns}, ensure_ascii=False) + "\n")
+        elif fmt is Format.csv:
+            w = csv.writer(out)
+            w.writerow(columns)
+            for r in rows:
+                w.writerow([_cell(r.get(c)) for c in columns])
+        else:
+            if output is not None:
+                from rich.console import Console
+
+                con = Console(file=out, width=200)
+            else:
+                con = console()
+            from rich.table import Table
+
+            t = Table(title=title, show_lines=False, header_style="bold")
+            for c in columns:
+                t.add_column(str(c), overflow="fold")
+            for r in rows:
+                t.add_row(*[_cell(r.get(c)) for c in columns])
+            con.print(t)
+            if total is not None and total > len(rows):
+                con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")
+    finally:
+        if output:
+            out.close()
+
+
+def echo_err(msg: str) -> None:
+    sys.stderr.write(msg.rstrip("\n") + "\n")

@@ -1,0 +1,30 @@
+"""``trackstore demo``: write a realistic simulated GRPO run and show what to do next."""
+
+from __future__ import annotations
+
+import typer
+from typing_extensions import Annotated
+
+from .common import RootOpt, console
+
+
+def demo(
+    root: RootOpt = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps to simulate.")] = 200,
+    project: Annotated[str, typer.Option("--project", help="Project name of the demo run.")] = "demo-grpo",
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same values).")] = 0,
+) -> None:
+    """Log a simulated GRPO run (~100 verl-style metric keys per step) into the store."""
+    from trackstore.demo import simulate_grpo
+
+    run = simulate_grpo(project=project, steps=steps, root=root, seed=seed)
+    con = console()
+    n_keys = len(run._known_keys)
+    con.print(f"[green]wrote[/green] run [bold]{run.project}/{run.id}[/bold] ({steps} steps, {n_keys} metric keys)")
+    con.print(f"  folder: {run.dir}")
+    con.print("next:")
+    root_flag = f" --root {root}" if root else ""
+    con.print(f"  trackstore runs{root_flag}")
+    con.print(f"  trackstore show {run.id[:24]}{root_flag}")
+    con.print(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}")
+    con.print(f"  trackstore sync --to mlflow{root_flag}")

@@ -1,0 +1,78 @@
+"""Entry point of the ``trackstore`` command. Each command lives in its own module.
+
+Errors that users can cause are :class:`trackstore.TrackstoreError` subclasses; they are
+printed as one clear message (no traceback) and mapped to the documented exit codes
+(docs/cli.md). Heavy imports (duckdb, rich tables, target SDKs) happen inside commands only,
+so ``trackstore --help`` answers fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import typer
+from typing_extensions import Annotated
+
+from . import demo_cmd, runs_cmd
+
+app = typer.Typer(
+    name="trackstore",
+    help="Local-first experiment tracking for LLM RL: log to Parquet, query with SQL, "
+    "replay to wandb, MLflow or SwanLab when the network allows.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from trackstore._version import __version__
+
+        typer.echo(f"trackstore {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Local-first experiment tracking for LLM RL."""
+
+
+app.command("runs")(runs_cmd.runs)
+app.command("show")(runs_cmd.show)
+app.command("demo")(demo_cmd.demo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (also used by tests)."""
+    from trackstore.errors import TrackstoreError
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except TrackstoreError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        return 130
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return 2
+        raise
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

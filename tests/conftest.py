@@ -1,0 +1,53 @@
+"""Shared fixtures. Every test gets its own store root and a scrubbed environment.
+
+Hermetic by construction: WANDB_*, MLFLOW_*, SWANLAB_*, TRACKSTORE_* and proxy variables are
+removed, so no test reaches outside 127.0.0.1 or reads a developer's credentials.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRUB_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_")
+SCRUB_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+               "no_proxy")
+
+
+@pytest.fixture(autouse=True)
+def hermetic_env(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRACKSTORE_DISABLE_GIT", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # SDKs write settings under ~; keep them in the sandbox
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    yield
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """A fresh, empty store root for this test."""
+    r = tmp_path / "store"
+    r.mkdir()
+    return r
+
+
+@pytest.fixture(autouse=True)
+def _no_current_run():
+    """Finish whatever run a test left open, so tests never leak state into each other."""
+    yield
+    import trackstore.run as run_mod
+
+    for run in list(run_mod._live_runs):
+        try:
+            run.finish()
+        except Exception:
+            pass
+    run_mod._current = None

@@ -1,0 +1,82 @@
+"""trackstore: the local-first experiment store for LLM RL training.
+
+    import trackstore
+    run = trackstore.init(project="grpo", name="exp1", config={"lr": 1e-6})
+    run.log({"actor/entropy": 0.31}, step=10)
+    run.finish()
+    con = trackstore.connect()        # DuckDB connection with views over every run
+
+``import trackstore`` is cheap: it imports neither pyarrow nor duckdb nor any target SDK.
+pyarrow is imported by the writer thread at its first flush, duckdb by ``connect``/``query``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .errors import (
+    AmbiguousRunError,
+    BundleError,
+    CorruptFileError,
+    InvalidNameError,
+    InvalidValueError,
+    LockHeldError,
+    PartialSyncError,
+    QueryError,
+    RunNotFoundError,
+    StoreError,
+    TargetUnreachableError,
+    TrackstoreError,
+    UsageError,
+    WriteError,
+)
+from .histogram import Histogram
+from .run import Run, current_run, finish, init, log
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .query import connect, query
+
+__all__ = [
+    "__version__",
+    "init",
+    "log",
+    "finish",
+    "current_run",
+    "Run",
+    "Histogram",
+    "connect",
+    "query",
+    "watch",
+    "TrackstoreError",
+    "InvalidNameError",
+    "InvalidValueError",
+    "UsageError",
+    "RunNotFoundError",
+    "AmbiguousRunError",
+    "StoreError",
+    "CorruptFileError",
+    "WriteError",
+    "QueryError",
+    "LockHeldError",
+    "TargetUnreachableError",
+    "PartialSyncError",
+    "BundleError",
+]
+
+_LAZY = {
+    "connect": ("query", "connect"),
+    "query": ("query", "query"),
+    "watch": ("watch", "watch"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Heavy parts (duckdb, torch helpers) load on first use only.
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'trackstore' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(f".{target[0]}", __name__)
+    return getattr(module, target[1])

@@ -1,0 +1,125 @@
+"""Every error trackstore raises on purpose, and the CLI exit code each one maps to.
+
+The hierarchy::
+
+    TrackstoreError                 base class; never raised itself        exit 1
+    ├── InvalidNameError(ValueError)  a project/run/artifact name cannot become a path   exit 2
+    ├── InvalidValueError(ValueError) a logged value or key is not acceptable            exit 2
+    ├── UsageError                  bad command-line input, bad argument combination    exit 2
+    ├── RunNotFoundError            a run reference matches no run                      exit 3
+    ├── AmbiguousRunError           a run reference matches several runs                exit 3
+    ├── StoreError                  the store on disk is damaged or unreadable          exit 4
+    │   └── CorruptFileError        one data file cannot be read (names the file)
+    ├── WriteError                  data could not be written (reported at finish)      exit 4
+    ├── QueryError                  a SQL query failed or was refused                   exit 5
+    ├── LockHeldError               another process holds the lock (sync, gc)           exit 6
+    ├── TargetUnreachableError      a sync target cannot be reached                     exit 7
+    ├── PartialSyncError            some runs synced, some failed                       exit 8
+    └── BundleError                 an export/import bundle is invalid or tampered      exit 9
+
+Messages say what happened and what to do next; the CLI prints them without a traceback.
+The exit codes are documented in docs/cli.md and cron jobs may rely on them.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_STORE = 4
+EXIT_QUERY = 5
+EXIT_LOCKED = 6
+EXIT_UNREACHABLE = 7
+EXIT_PARTIAL = 8
+EXIT_BUNDLE = 9
+
+
+class TrackstoreError(Exception):
+    """Base class of every error trackstore raises on purpose."""
+
+    exit_code: int = EXIT_ERROR
+
+
+class InvalidNameError(TrackstoreError, ValueError):
+    """A name that would become part of a path (project, run id, artifact) is not valid."""
+
+    exit_code = EXIT_USAGE
+
+
+class InvalidValueError(TrackstoreError, ValueError):
+    """A value or key passed to ``log`` (or a sibling) cannot be stored."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(TrackstoreError):
+    """The caller combined arguments that do not make sense together."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunNotFoundError(TrackstoreError, LookupError):
+    """A run reference (id, id prefix or project/name) matched no run."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
+class AmbiguousRunError(TrackstoreError, LookupError):
+    """A run reference matched more than one run; the message lists the candidates."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
+class StoreError(TrackstoreError):
+    """The store on disk cannot be used as it is."""
+
+    exit_code = EXIT_STORE
+
+
+class CorruptFileError(StoreError):
+    """One data file in the store is unreadable. ``path`` names it."""
+
+    def __init__(self, path: str, detail: str = ""):
+        self.path = path
+        msg = f"unreadable data file {path}"
+        if detail:
+            msg += f": {detail}"
+        msg += " (run `trackstore doctor` to find and quarantine damaged files)"
+        super().__init__(msg)
+
+
+class WriteError(TrackstoreError):
+    """Data could not be written to disk even after retries (raised at finish, never in log)."""
+
+    exit_code = EXIT_STORE
+
+
+class QueryError(TrackstoreError):
+    """A SQL query failed, or was refused because it would modify the store."""
+
+    exit_code = EXIT_QUERY
+
+
+class LockHeldError(TrackstoreError):
+    """Another live process holds the lock this operation needs."""
+
+    exit_code = EXIT_LOCKED
+
+
+class TargetUnreachableError(TrackstoreError):
+    """The sync target could not be reached (network down, server not running)."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class PartialSyncError(TrackstoreError):
+    """At least one run failed to sync while others may have succeeded."""
+
+    exit_code = EXIT_PARTIAL
+
+
+class BundleError(TrackstoreError):
+    """An export bundle is malformed, tampered with or conflicts with the store."""
+
+    exit_code = EXIT_BUNDLE

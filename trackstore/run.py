@@ -1,0 +1,542 @@
+"""The run lifecycle: ``trackstore.init`` -> ``Run.log`` ... -> ``Run.finish``.
+
+What a run promises training code:
+
+* ``log`` is cheap (it appends to memory; see :mod:`trackstore.writer`) and raises only for the
+  caller's own mistakes (a non-numeric value, a bad key), before anything is buffered.
+* The run finishes however the process ends: ``finish()``, leaving a ``with`` block (an
+  exception marks it ``failed`` with the error recorded), ``atexit``, an uncaught exception, or
+  SIGTERM (flushed and marked ``failed``). After ``kill -9`` readers report it ``crashed``.
+* ``run.json`` holds the metadata and is rewritten atomically; the automatic summary (last value
+  of each metric) is merged with whatever the user sets on ``run.summary``.
+* ``resume=True`` continues an existing run as a new attempt: steps continue after the largest
+  step on disk, a new writer id guarantees no file is overwritten.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from typing import Any, Iterable, Mapping
+
+from . import meta as _meta
+from .errors import InvalidValueError, UsageError, WriteError
+from .layout import RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
+from .names import validate_run_id
+from .values import FAST_TYPES, json_safe, normalize
+from .writer import DEFAULT_FLUSH_INTERVAL, Writer
+
+_current: "Run | None" = None
+_live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+class Config(dict):
+    """``run.config``: a dict whose changes after init are recorded (with their time) in run.json."""
+
+    def __init__(self, run: "Run", data: Mapping[str, Any]):
+        super().__init__(data)
+        self._run = run
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        value = json_safe(value)
+        super().__setitem__(key, value)
+        self._run._config_changed({key: value})
+
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override]
+        changes = {str(k): json_safe(v) for k, v in dict(other, **kw).items()}
+        super().update(changes)
+        self._run._config_changed(changes)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._run._config_changed({key: None}, deleted=True)
+
+    def __getattr__(self, name: str) -> Any:  # wandb-style config.lr
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Summary(dict):
+    """``run.summary``: user-set values, which override the automatic last-value summary."""
+
+    def __init__(self, run: "Run", data: Mapping[str, Any]):
+        super().__init__(data)
+        self._run = run
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, json_safe(value))
+        self._run._dirty = True
+
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override]
+        super().update({str(k): json_safe(v) for k, v in dict(other, **kw).items()})
+        self._run._dirty = True
+
+
+class Run:
+    """One run being written by this process. Create it with :func:`trackstore.init`."""
+
+    def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int):
+        self.paths = paths
+        self.writer_id = new_writer_id()
+        self._meta = meta
+        self._known_keys: set[str] = set()
+        self._warned_none: set[str] = set()
+        self._step = first_step
+        self._finished = False
+        self._failed_error: str | None = None
+        self._dirty = True
+        self._meta_lock = threading.Lock()
+        self._config_updates: list[dict] = list(meta.get("config_updates", []))
+        self.config = Config(self, meta.get("config") or {})
+        self.summary = Summary(self, meta.get("summary_user") or {})
+        self._auto_summary: dict[str, float] = dict(meta.get("summary_auto") or {})
+        self._histogram_type = _histogram_type()
+        self._writer_info = {
+            "writer_id": self.writer_id,
+            "host": _meta.hostname(),
+            "pid": os.getpid(),
+            "pid_start": _meta.process_start_ticks(os.getpid()),
+            "started_at": _meta.iso(time.time()),
+            "heartbeat_at": _meta.iso(time.time()),
+            "status": "running",
+        }
+        _meta.write_writer_file(paths, self._writer_info, durable=True)
+        self._writer = Writer(paths, self.writer_id, flush_interval=flush_interval, on_tick=self._tick,
+                              tick_interval=min(_meta.HEARTBEAT_INTERVAL_S, max(flush_interval, 0.5)))
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def id(self) -> str:
+        return self.paths.run_id
+
+    run_id = id
+
+    @property
+    def project(self) -> str:
+        return self.paths.project
+
+    @property
+    def name(self) -> str:
+        return self._meta.get("name") or self.id
+
+    @property
+    def dir(self):
+        return self.paths.dir
+
+    @property
+    def root(self):
+        return self.paths.root
+
+    @property
+    def step(self) -> int:
+        """The step the next ``log`` without an explicit step will use."""
+        return self._step
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self._meta.get("tags") or [])
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def __repr__(self) -> str:
+        return f"<trackstore.Run {self.project}/{self.id} name={self.name!r}>"
+
+    # ------------------------------------------------------------------ logging
+    def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
+        """Record metrics at ``step`` (default: the run's counter, like wandb).
+
+        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`;
+        nested dicts flatten with ``/``; ``None`` values are skipped (warned once per key).
+        With ``commit=False`` the step counter does not advance, so the next call without a
+        step lands on the same step. Raises ``ValueError`` (:class:`InvalidValueError`) for a
+        bad key or value, before anything is recorded; never raises for disk trouble.
+        """
+        if self._finished:
+            raise UsageError(f"run {self.id} is finished; start a new run or resume it to log more")
+        if step is None:
+            step = self._step
+        elif type(step) is not int:
+            step = _as_step(step)
+        # Fast path: every key seen before, every value a plain float/int.
+        if not (self._known_keys.issuperset(data) and FAST_TYPES.issuperset(map(type, data.values()))):
+            scalars, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
+            if hists:
+                self._log_histograms(hists, step)
+            data = scalars
+        n = len(data)
+        if n:
+            self._writer.log_metrics(step, time.time(), data.keys(), data.values(), n)
+        if commit:
+            self._step = step + 1
+        elif step > self._step:
+            self._step = step
+
+    def _log_histograms(self, hists: Mapping[str, Any], step: int) -> None:
+        ts = _ts_now()
+        for key, hist in hists.items():
+            self._writer.append("histograms", hist.to_row(key=key, step=step, ts=ts))
+
+    def _append(self, kind: str, row: dict) -> None:
+        """Buffer one record of a non-metric kind (used by samples, traces, artifacts)."""
+        if self._finished:
+            raise UsageError(f"run {self.id} is finished")
+        self._writer.append(kind, row)
+
+    def flush(self) -> bool:
+        """Write everything buffered now (blocking). True if it all reached the disk."""
+        ok = self._writer.flush()
+        self._write_meta(durable=True)
+        return ok
+
+    # ------------------------------------------------------------------ metadata
+    def _config_changed(self, changes: Mapping[str, Any], deleted: bool = False) -> None:
+        now = _meta.iso(time.time())
+        for k, v in changes.items():
+            entry = {"at": now, "key": k, "value": v}
+            if deleted:
+                entry["deleted"] = True
+            self._config_updates.append(entry)
+        self._dirty = True
+
+    def _tick(self) -> None:
+        """Called by the writer thread: heartbeat, and run.json when something changed."""
+        self._writer_info["heartbeat_at"] = _meta.iso(time.time())
+        _meta.write_writer_file(self.paths, self._writer_info)
+        self._write_meta(durable=False)
+
+    def _summary(self) -> dict:
+        self._auto_summary.update(self._writer.last_values)
+        return {**self._auto_summary, **self.summary}
+
+    def _write_meta(self, durable: bool) -> None:
+        with self._meta_lock:
+            on_disk = _meta.read_run_json(self.paths) or {}
+            meta = dict(self._meta)
+            auto = dict(on_disk.get("summary_auto") or {})
+            auto.update(self._auto_summary)
+            auto.update(self._writer.last_values)
+            self._auto_summary = auto
+            user = {**(on_disk.get("summary_user") or {}), **self.summary}
+            meta.update(
+                config=dict(self.config),
+                config_updates=self._config_updates,
+                summary_auto=auto,
+                summary_user=user,
+                summary={**auto, **user},
+                updated_at=_meta.iso(time.time()),
+                heartbeat_at=_meta.iso(time.time()),
+            )
+            if self._writer.max_step is not None:
+                meta["last_step"] = max(self._writer.max_step, on_disk.get("last_step") or -1)
+            _meta.write_run_json(self.paths, meta, durable=durable)
+            self._meta = meta
+            self._dirty = False
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self, exit_code: int | None = None, *, status: str | None = None, error: str | None = None) -> None:
+        """Flush everything and mark the run ended. Idempotent.
+
+        ``status`` defaults to ``finished`` (``failed`` when ``exit_code`` is non-zero or an
+        error was recorded). Raises :class:`WriteError` if data could not be written to disk
+        even after retries (the message says how much); the run is ended either way.
+        """
+        if self._finished:
+            return
+        self._finished = True
+        error = error or self._failed_error
+        if status is None:
+            status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
+        if status not in _meta.STATUSES:
+            raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
+        report = self._writer.close()
+        now = time.time()
+        self._writer_info.update(status=status, ended_at=_meta.iso(now), heartbeat_at=_meta.iso(now))
+        others_alive = any(
+            _meta.writer_alive(w) for w in _meta.read_writer_files(self.paths) if w.get("writer_id") != self.writer_id
+        )
+        try:
+            _meta.write_writer_file(self.paths, self._writer_info, durable=True)
+            if not others_alive or status != "finished":
+                self._meta.update(status=status, ended_at=_meta.iso(now))
+            if exit_code is not None:
+                self._meta["exit_code"] = int(exit_code)
+            if error:
+                self._meta["error"] = error
+            if not report.ok:
+                self._meta["write_errors"] = report.describe()
+            self._write_meta(durable=True)
+        except OSError as exc:
+            report.last_error = report.last_error or str(exc)
+            if report.ok:
+                report.unwritten_rows["run.json"] = 1
+        _live_runs.discard(self)
+        global _current
+        if _current is self:
+            _current = None
+        if not report.ok:
+            raise WriteError(f"run {self.id}: {report.describe()}")
+
+    def _fail(self, error: str) -> None:
+        self._failed_error = error
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
+            self.finish(status="failed", error=err, exit_code=1)
+
+    # ------------------------------------------------------------------ other record kinds
+    # Each kind lives in its own module, imported on first use so `import trackstore` stays cheap.
+    def log_samples(self, rows: Iterable[Any], step: int | None = None, split: str = "val", **kw: Any) -> int:
+        """Record text generations (dicts with input/output/score, or (input, output, score) tuples)."""
+        from .samples import log_samples
+
+        return log_samples(self, rows, step=step, split=split, **kw)
+
+    def trace(self, step: int | None = None, sample_index: int | None = None, rollout_n: int | None = None,
+              name: str = "episode", **attrs: Any):
+        """Open one trajectory (a span tree); use as a context manager. See :mod:`trackstore.trace`."""
+        from .trace import Trace
+
+        return Trace(self, step=step, sample_index=sample_index, rollout_n=rollout_n, name=name, **attrs)
+
+    def log_artifact(self, path: str | os.PathLike, name: str | None = None, type: str = "model",
+                     aliases: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None, **kw: Any):
+        """Snapshot a file or folder into the run's artifacts (content-addressed versions)."""
+        from .artifacts import log_artifact
+
+        return log_artifact(self, path, name=name, type=type, aliases=aliases, metadata=metadata, **kw)
+
+
+def _histogram_type() -> type:
+    from .histogram import Histogram
+
+    return Histogram
+
+
+def _ts_now():
+    """Current time as a timezone-aware datetime, as pyarrow's timestamp[us, UTC] expects."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+def _as_step(step: Any) -> int:
+    if isinstance(step, bool):
+        raise InvalidValueError(f"step must be an integer, got {step!r}")
+    item = getattr(step, "item", None)
+    value = item() if callable(item) else step
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise InvalidValueError(f"step must be an integer, got {type(step).__name__} {step!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------- init and module API
+def init(
+    project: str,
+    name: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    tags: Iterable[str] | None = None,
+    notes: str | None = None,
+    *,
+    root: str | os.PathLike | None = None,
+    run_id: str | None = None,
+    resume: bool = False,
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    group: str | None = None,
+    job_type: str | None = None,
+) -> Run:
+    """Start (or with ``resume=True`` continue) a run and make it the current run.
+
+    ``run_id`` defaults to a new time-sortable id. With ``resume=True`` and an existing
+    ``run_id`` the run continues as a new attempt (config keys given here are merged in); with
+    ``resume=True`` and an unknown id a new run with that id is created. Without ``resume``, an
+    existing ``run_id`` is an error (nothing is overwritten). Names are validated before
+    anything touches the disk.
+    """
+    global _current
+    if run_id is not None:
+        validate_run_id(run_id)
+    paths = run_paths(resolve_root(root), project, run_id or new_run_id())
+    if name is not None and not isinstance(name, str):
+        raise InvalidValueError(f"run name must be a string, got {type(name).__name__}")
+    tag_list = _tags(tags)
+    now = time.time()
+    existing = _meta.read_run_json(paths) if paths.run_file.exists() else None
+    if paths.dir.exists() and existing is None and any(paths.dir.iterdir()):
+        if not resume:
+            raise UsageError(f"{paths.dir} exists but has no readable run.json; run `trackstore doctor`")
+    if existing is not None and not resume:
+        raise UsageError(
+            f"run {paths.run_id} already exists in project {paths.project!r}; pass resume=True to "
+            "continue it, or choose another run_id"
+        )
+    env = _meta.environment_info()
+    if existing is not None:
+        meta = dict(existing)
+        attempts = list(meta.get("attempts") or [])
+        cfg = dict(meta.get("config") or {})
+        cfg.update(json_safe(dict(config or {})))
+        meta.update(status="running", ended_at=None, config=cfg, resumed_at=_meta.iso(now))
+        meta.pop("error", None)
+        meta.pop("exit_code", None)
+        if name is not None:
+            meta["name"] = name
+        if tags is not None:
+            old_tags = list(meta.get("tags") or [])
+            meta["tags"] = old_tags + [t for t in tag_list if t not in old_tags]
+        if notes is not None:
+            meta["notes"] = notes
+        first_step = _max_step_on_disk(paths, meta) + 1
+    else:
+        attempts = []
+        meta = {
+            "format_version": _meta.META_VERSION,
+            "project": paths.project,
+            "run_id": paths.run_id,
+            "name": name or paths.run_id,
+            "status": "running",
+            "created_at": _meta.iso(now),
+            "ended_at": None,
+            **env,
+            "config": json_safe(dict(config or {})),
+            "tags": tag_list,
+            "notes": notes,
+            "group": group,
+            "job_type": job_type,
+            "summary": {},
+        }
+        first_step = 0
+    if group is not None:
+        meta["group"] = group
+    if job_type is not None:
+        meta["job_type"] = job_type
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step)
+    attempts.append({"writer_id": run.writer_id, "host": env["host"], "pid": env["pid"], "started_at": _meta.iso(now),
+                     "command": env["command"]})
+    run._meta["attempts"] = attempts
+    run._write_meta(durable=True)
+    _live_runs.add(run)
+    _install_process_hooks()
+    _current = run
+    return run
+
+
+def _tags(tags: Iterable[str] | None) -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        tags = [tags]
+    out = []
+    for t in tags:
+        if not isinstance(t, str) or not t:
+            raise InvalidValueError(f"tags must be non-empty strings, got {t!r}")
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def _max_step_on_disk(paths: RunPaths, meta: dict) -> int:
+    """Largest step of any metric already stored (from Parquet footers; cheap)."""
+    best = meta.get("last_step")
+    best = -1 if best is None else int(best)
+    parts = paths.parts("metrics")
+    if parts:
+        import pyarrow.parquet as pq
+
+        for p in parts:
+            try:
+                md = pq.ParquetFile(p).metadata
+                idx = md.schema.names.index("step")
+                for rg in range(md.num_row_groups):
+                    st = md.row_group(rg).column(idx).statistics
+                    if st is not None and st.has_min_max:
+                        best = max(best, int(st.max))
+            except Exception:
+                continue  # a damaged part is doctor's business; never block a resume
+    return best
+
+
+def current_run() -> Run | None:
+    """The run started last by :func:`init` in this process and not yet finished."""
+    return _current
+
+
+def log(data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
+    """``trackstore.log(...)``: log to the current run (like ``wandb.log``)."""
+    if _current is None:
+        raise UsageError("no active run: call trackstore.init(project=...) first")
+    _current.log(data, step=step, commit=commit)
+
+
+def finish(exit_code: int | None = None, **kw: Any) -> None:
+    """``trackstore.finish()``: finish the current run (no-op without one)."""
+    if _current is not None:
+        _current.finish(exit_code, **kw)
+
+
+# ---------------------------------------------------------------------- process hooks
+def _finish_all(status: str | None = None, error: str | None = None) -> None:
+    for run in list(_live_runs):
+        try:
+            run.finish(status=status, error=error or run._failed_error)
+        except Exception as exc:  # atexit/signal context: report, never raise
+            sys.stderr.write(f"trackstore: WARNING: {exc}\n")
+
+
+def _install_process_hooks() -> None:
+    """atexit, sys.excepthook and SIGTERM, installed once per process, chaining what exists."""
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(_finish_all)
+
+    previous_hook = sys.excepthook
+
+    def _excepthook(exc_type, exc, tb):
+        err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
+        for run in list(_live_runs):
+            run._fail(err)
+        previous_hook(exc_type, exc, tb)
+
+    sys.excepthook = _excepthook
+
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+        except (ValueError, OSError):
+            return
+
+        def _on_sigterm(signum, frame):
+            _finish_all(status="failed", error="terminated by SIGTERM")
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        try:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass

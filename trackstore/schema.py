@@ -1,0 +1,153 @@
+"""The one module that owns every Arrow schema of the store, and the on-disk format version.
+
+Each record kind (``metrics``, ``samples``, ``spans``, ``histograms``, ``artifacts``) has one
+schema. Every part file carries ``trackstore.schema_version`` and ``trackstore.kind`` in its
+Parquet key-value metadata; a reader refuses files whose version is newer than it knows, and
+schemas evolve only by appending nullable columns (readers use ``union_by_name``), so files
+written by older versions stay readable forever. The spec is ``docs/format.md``.
+
+Two columns are common to every kind and are what sync resumes on:
+
+* ``writer`` — the id of the process that wrote the row (also in the part file's name), and
+* ``seq`` — a per-(writer, kind) sequence number, dense from 0.
+
+``(writer, seq)`` identifies a row for ever: compaction merges files but keeps both columns,
+so sync cursors, which are sets of acknowledged ``(writer, seq)`` ranges, stay valid.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+FORMAT_KEY = b"trackstore.schema_version"
+KIND_KEY = b"trackstore.kind"
+
+TS_TYPE = pa.timestamp("us", tz="UTC")
+
+_COMMON = [
+    pa.field("writer", pa.string(), nullable=False),
+    pa.field("seq", pa.int64(), nullable=False),
+]
+
+METRICS = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=True),
+        pa.field("ts", TS_TYPE, nullable=False),
+        *_COMMON,
+    ]
+)
+
+# Samples: one row per generation. Extra user fields (reward components, ground truth, token
+# counts...) go into ``extra`` as a JSON object so the schema stays fixed whatever users log.
+SAMPLES = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int64(), nullable=False),
+        pa.field("input", pa.string(), nullable=True),
+        pa.field("output", pa.string(), nullable=True),
+        pa.field("score", pa.float64(), nullable=True),
+        pa.field("extra", pa.string(), nullable=True),  # JSON object of the other fields
+        pa.field("ts", TS_TYPE, nullable=False),
+        *_COMMON,
+    ]
+)
+
+# Spans: trajectories as span trees. The root span of a trace has parent_span_id NULL and
+# carries the trace-level fields (step, sample_index, rollout_n, validate, reward).
+SPANS = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("span_id", pa.string(), nullable=False),
+        pa.field("parent_span_id", pa.string(), nullable=True),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=True),
+        pa.field("sample_index", pa.int64(), nullable=True),
+        pa.field("rollout_n", pa.int64(), nullable=True),
+        pa.field("validate", pa.bool_(), nullable=True),
+        pa.field("reward", pa.float64(), nullable=True),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=True),
+        pa.field("status", pa.string(), nullable=False),  # ok | error | unfinished
+        pa.field("error", pa.string(), nullable=True),
+        pa.field("inputs", pa.string(), nullable=True),  # JSON
+        pa.field("outputs", pa.string(), nullable=True),  # JSON
+        pa.field("attributes", pa.string(), nullable=True),  # JSON object
+        pa.field("ts", TS_TYPE, nullable=False),
+        *_COMMON,
+    ]
+)
+
+HISTOGRAMS = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("edges", pa.list_(pa.float64()), nullable=False),
+        pa.field("counts", pa.list_(pa.float64()), nullable=False),
+        pa.field("min", pa.float64(), nullable=True),
+        pa.field("max", pa.float64(), nullable=True),
+        pa.field("mean", pa.float64(), nullable=True),
+        pa.field("std", pa.float64(), nullable=True),
+        pa.field("count", pa.int64(), nullable=False),
+        pa.field("ts", TS_TYPE, nullable=False),
+        *_COMMON,
+    ]
+)
+
+# Artifacts: one row per file of an artifact version (the manifest, queryable).
+ARTIFACTS = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("digest", pa.string(), nullable=False),  # sha256 over the version's files
+        pa.field("path", pa.string(), nullable=False),  # relative to the run folder
+        pa.field("logical_path", pa.string(), nullable=False),  # path inside the artifact
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("aliases", pa.list_(pa.string()), nullable=True),
+        pa.field("metadata", pa.string(), nullable=True),  # JSON object
+        pa.field("step", pa.int64(), nullable=True),
+        pa.field("ts", TS_TYPE, nullable=False),
+        *_COMMON,
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "metrics": METRICS,
+    "samples": SAMPLES,
+    "spans": SPANS,
+    "histograms": HISTOGRAMS,
+    "artifacts": ARTIFACTS,
+}
+
+KINDS = tuple(SCHEMAS)
+
+# Parquet writer settings per kind. Monotonic integers are delta-encoded and floats are
+# byte-stream-split before zstd: together they keep noisy float64 metrics near 9 bytes/point.
+_DELTA = "DELTA_BINARY_PACKED"
+ENCODINGS: dict[str, dict[str, str]] = {
+    "metrics": {"step": _DELTA, "seq": _DELTA, "ts": _DELTA, "value": "BYTE_STREAM_SPLIT"},
+    "samples": {"seq": _DELTA, "ts": _DELTA, "sample_index": _DELTA},
+    "spans": {"seq": _DELTA, "ts": _DELTA},
+    "histograms": {"seq": _DELTA, "ts": _DELTA},
+    "artifacts": {"seq": _DELTA},
+}
+
+
+def with_metadata(schema: pa.Schema, kind: str) -> pa.Schema:
+    return schema.with_metadata({FORMAT_KEY: str(SCHEMA_VERSION).encode(), KIND_KEY: kind.encode()})
+
+
+def file_version(metadata: dict | None) -> int | None:
+    """The schema version recorded in a Parquet file's key-value metadata (None if absent)."""
+    if not metadata or FORMAT_KEY not in metadata:
+        return None
+    try:
+        return int(metadata[FORMAT_KEY])
+    except ValueError:
+        return None
