@@ -1,0 +1,174 @@
+"""Named store locks: one holder at a time across real processes, dead holders taken over safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.helpers import python_child
+from trackstore import locks
+from trackstore.errors import LockHeldError
+from trackstore.meta import iso
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _holder(root, name, extra=""):
+    """A child process that takes the lock, says so, and sleeps until killed."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {REPO!r})
+        from trackstore import locks
+        lk = locks.acquire({str(root)!r}, {name!r})
+        {extra}
+        print("held", flush=True)
+        time.sleep(120)
+    """)
+    child = python_child(code)
+    assert child.stdout.readline().strip() == "held", child.stderr.read()
+    return child
+
+
+def test_second_acquire_names_the_holder(root):
+    child = _holder(root, "sync-x")
+    try:
+        with pytest.raises(LockHeldError, match=f"pid {child.pid}"):
+            locks.acquire(root, "sync-x")
+        st = locks.read_lock(root, "sync-x")
+        assert st is not None and not st.stale and st.data["pid"] == child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_dead_holder_is_taken_over(root):
+    child = _holder(root, "gc")
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert locks.read_lock(root, "gc").stale
+    with locks.acquire(root, "gc") as lk:
+        assert lk.held and json.loads(lk.path.read_text())["pid"] == os.getpid()
+    assert not lk.path.exists()
+
+
+def _fake_remote(root, name, age_s):
+    path = locks.lock_path(root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = iso(time.time() - age_s)
+    path.write_text(json.dumps({"name": name, "host": "some-other-node", "pid": 1, "token": "remote",
+                                "created_at": t, "heartbeat_at": t, "info": {}}))
+    return path
+
+
+def test_remote_holder_judged_by_heartbeat(root):
+    _fake_remote(root, "sync-a", age_s=5)
+    with pytest.raises(LockHeldError, match="some-other-node"):
+        locks.acquire(root, "sync-a")
+    _fake_remote(root, "sync-b", age_s=locks.STALE_AFTER_S + 60)
+    with locks.acquire(root, "sync-b") as lk:
+        assert lk.held
+
+
+def test_unreadable_fresh_lock_counts_as_held(root):
+    path = locks.lock_path(root, "half")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")  # a holder between O_EXCL create and its first write
+    with pytest.raises(LockHeldError, match="holder unknown"):
+        locks.acquire(root, "half")
+    old = time.time() - locks.STALE_AFTER_S - 10
+    os.utime(path, (old, old))
+    with locks.acquire(root, "half"):
+        pass
+
+
+def test_refresh_detects_takeover(root):
+    lk = locks.acquire(root, "sync-t", stale_after=1)
+    data = json.loads(lk.path.read_text())
+    data.update(host="elsewhere", heartbeat_at=iso(time.time() - 100))  # make it look stale
+    lk.path.write_text(json.dumps(data))
+    other = locks.acquire(root, "sync-t", stale_after=1)
+    with pytest.raises(LockHeldError, match="lost lock"):
+        lk.refresh()
+    lk.release()  # not ours any more: must not remove the new holder's file
+    assert other.path.exists() and json.loads(other.path.read_text())["token"] == other.token
+    other.release()
+
+
+def test_wait_and_timeout(root):
+    child = _holder(root, "w")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LockHeldError):
+            locks.acquire(root, "w", wait=True, timeout=0.5)
+        assert time.monotonic() - t0 >= 0.5
+        child.kill()
+        child.wait()
+        with locks.acquire(root, "w", wait=True, timeout=30):
+            pass
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_set_info_runs_visible_to_gc(root):
+    child = _holder(root, "sync-mlflow-1", extra="lk.set_info(runs=['p/r1', 'r2'])")
+    try:
+        named, unnamed = locks.runs_in_use(root)
+        assert named == {"p/r1", "r2"} and unnamed == []
+        assert locks.run_in_use("p", "r1", named) and locks.run_in_use("q", "r2", named)
+        assert not locks.run_in_use("p", "r3", named)
+    finally:
+        child.kill()
+        child.wait()
+    assert locks.runs_in_use(root) == (set(), [])  # a dead holder protects nothing
+
+
+def test_racing_takeover_has_one_winner(root):
+    """Many processes find the same stale lock at once: exactly one ends up holding it."""
+    _fake_remote(root, "race", age_s=locks.STALE_AFTER_S + 60)
+    go = root / "go"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {REPO!r})
+        from trackstore import locks
+        from trackstore.errors import LockHeldError
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.001)
+        try:
+            lk = locks.acquire({str(root)!r}, "race")
+        except LockHeldError:
+            print("lost", flush=True)
+        else:
+            print("won", flush=True)
+            time.sleep(1.0)   # hold it while the others try (they try once, right at "go")
+            lk.release()
+    """)
+    children = [python_child(code) for _ in range(6)]
+    for c in children:
+        assert c.stdout.readline().strip() == "ready"
+    go.write_text("")
+    outs = [c.communicate(timeout=60)[0].strip() for c in children]
+    assert sorted(outs) == ["lost"] * 5 + ["won"], outs
+
+
+def test_bad_names_refused(root):
+    from trackstore.errors import UsageError
+
+    for bad in ("../x", "a/b", "", ".hidden"):
+        with pytest.raises(UsageError):
+            locks.acquire(root, bad)
+
+
+def test_import_stays_cheap():
+    import subprocess
+
+    code = "import sys, trackstore.locks; print('pyarrow' in sys.modules or 'duckdb' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,341 @@
+"""Named, cross-process locks under ``<root>/_locks/``: one sync per target, one maintenance job.
+
+The promise: at most one live process holds a given lock name in a store, on one host or on
+several hosts sharing the store's filesystem, and a lock whose holder died never blocks anyone
+for longer than it takes to notice the death.
+
+Usage (the sync engine, gc, compaction and import all use it)::
+
+    from trackstore import locks
+
+    with locks.acquire(root, "sync-mlflow-1a2b3c4d5e6f") as lock:   # LockHeldError if held
+        lock.set_info(runs=["p/20261202-...-abc"])   # what gc must not delete right now
+        for batch in ...:
+            lock.refresh()        # heartbeat; raises LockHeldError if the lock was taken over
+    # released here, also when the block raises
+
+    locks.acquire(root, "gc", wait=True, timeout=60)   # wait up to 60 s for the holder
+
+API:
+
+* :func:`acquire(root, name, *, wait=False, timeout=None, stale_after=...) <acquire>` returns a
+  held :class:`Lock` (also a context manager). Not waiting, a held lock raises
+  :class:`~trackstore.errors.LockHeldError` whose message names the holder (host, pid, since);
+  waiting, it polls until ``timeout`` seconds (``None`` = for ever) and then raises.
+* :meth:`Lock.refresh` rewrites ``heartbeat_at``; call it at least every ``stale_after / 2``
+  seconds while working (the sync engine does it per batch).
+* :meth:`Lock.set_info` stores extra fields (``runs=[...]``: run ids or ``project/run_id``
+  being worked on); :func:`live_locks` and :func:`runs_in_use` read them back for gc.
+* :meth:`Lock.release` (idempotent) removes the file only if it is still ours.
+
+Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters).
+
+How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
+local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
+heartbeat_at, info}``. A lock file is *stale* when
+
+* its host is this host and its pid is dead or was reused (start time differs) — on the same
+  host the pid decides, so a live but slow holder is never robbed, or
+* it is from another host and its heartbeat is older than ``stale_after`` seconds
+  (default :data:`STALE_AFTER_S`), or
+* it is unreadable (a holder died between create and write) and older than ``stale_after``.
+
+Taking over a stale lock is race-free: every check-and-create and every takeover runs while
+holding ``flock`` on ``<name>.guard`` (released by the kernel if the process dies), and the
+stale file is first renamed to a unique name and re-read, so a fresh lock created by someone
+else in between is recognised (by its token) and put back instead of being deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import meta as _meta
+from .errors import LockHeldError, UsageError
+
+LOCKS_DIR = "_locks"
+LOCK_SUFFIX = ".lock"
+GUARD_SUFFIX = ".guard"
+STALE_AFTER_S = 300.0
+POLL_S = 0.2
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
+
+
+def locks_dir(root: str | os.PathLike) -> Path:
+    return Path(root) / LOCKS_DIR
+
+
+def lock_path(root: str | os.PathLike, name: str) -> Path:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UsageError(f"invalid lock name {name!r}: use letters, digits, '.', '_' and '-' (max 120)")
+    return locks_dir(root) / f"{name}{LOCK_SUFFIX}"
+
+
+@dataclass
+class LockState:
+    """What a lock file says about its holder, and whether that holder is still alive."""
+
+    name: str
+    path: Path
+    data: dict = field(default_factory=dict)
+    stale: bool = False
+
+    @property
+    def info(self) -> dict:
+        return dict(self.data.get("info") or {})
+
+    @property
+    def runs(self) -> list[str] | None:
+        """Run ids the holder declared it is working on (None: it declared nothing)."""
+        runs = self.info.get("runs")
+        return [str(r) for r in runs] if isinstance(runs, list) else None
+
+    def describe(self) -> str:
+        d = self.data
+        if not d:
+            return f"lock {self.name!r} ({self.path}, holder unknown: file unreadable)"
+        return (f"lock {self.name!r} held by pid {d.get('pid')} on {d.get('host')} since {d.get('created_at')} "
+                f"(last heartbeat {d.get('heartbeat_at')}; file {self.path})")
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read() or b"null")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_stale(data: dict | None, path: Path, stale_after: float, now: float | None = None) -> bool:
+    now = time.time() if now is None else now
+    if not data:
+        try:
+            return now - path.stat().st_mtime > stale_after
+        except FileNotFoundError:
+            return True
+    if data.get("host") == _meta.hostname() and isinstance(data.get("pid"), int):
+        return not _meta.pid_alive(data["pid"], data.get("pid_start"))
+    beat = _meta.parse_iso(data.get("heartbeat_at")) or _meta.parse_iso(data.get("created_at"))
+    return beat is None or now - beat > stale_after
+
+
+def read_lock(root: str | os.PathLike, name: str, *, stale_after: float = STALE_AFTER_S) -> LockState | None:
+    """The state of one lock, or None when nobody holds it."""
+    path = lock_path(root, name)
+    if not path.exists():
+        return None
+    data = _read(path)
+    return LockState(name, path, data or {}, _is_stale(data, path, stale_after))
+
+
+def live_locks(root: str | os.PathLike, prefix: str = "", *, stale_after: float = STALE_AFTER_S) -> list[LockState]:
+    """Every lock whose name starts with ``prefix`` and whose holder is alive."""
+    d = locks_dir(root)
+    try:
+        entries = sorted(d.iterdir())
+    except FileNotFoundError:
+        return []
+    out = []
+    for p in entries:
+        if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
+            continue
+        name = p.name[: -len(LOCK_SUFFIX)]
+        data = _read(p)
+        if p.exists() and not _is_stale(data, p, stale_after):
+            out.append(LockState(name, p, data or {}, False))
+    return out
+
+
+def runs_in_use(root: str | os.PathLike, prefix: str = "sync-") -> tuple[set[str], list[LockState]]:
+    """Runs named by live ``prefix*`` locks, and the live locks that named none.
+
+    A run id and its ``project/run_id`` form are both accepted in a lock's ``runs`` field.
+    A live lock without a ``runs`` field means "unknown runs": callers must treat every run
+    as in use (gc then deletes nothing and says why).
+    """
+    named: set[str] = set()
+    unnamed = []
+    for st in live_locks(root, prefix):
+        runs = st.runs
+        if runs is None:
+            unnamed.append(st)
+        else:
+            named.update(runs)
+    return named, unnamed
+
+
+def run_in_use(project: str, run_id: str, named: set[str]) -> bool:
+    return run_id in named or f"{project}/{run_id}" in named
+
+
+@contextmanager
+def _guard(path: Path) -> Iterator[None]:
+    """Serialise check-and-create/takeover of one lock name among processes (kernel flock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    try:
+        fd = os.open(path.with_suffix(GUARD_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # filesystem without flock: O_EXCL plus the token check still protect us
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+class Lock:
+    """A held lock. Use :func:`acquire` to get one."""
+
+    def __init__(self, root: Path, name: str, path: Path, data: dict, stale_after: float):
+        self.root = root
+        self.name = name
+        self.path = path
+        self._data = data
+        self.stale_after = stale_after
+        self.held = True
+
+    @property
+    def token(self) -> str:
+        return self._data["token"]
+
+    @property
+    def info(self) -> dict:
+        return dict(self._data.get("info") or {})
+
+    def _rewrite(self) -> None:
+        from .atomic import write_json_atomic
+
+        with _guard(self.path):
+            current = _read(self.path)
+            if current is None or current.get("token") != self.token:
+                self.held = False
+                holder = read_lock(self.root, self.name)
+                who = holder.describe() if holder else "nobody holds it now"
+                raise LockHeldError(f"lost lock {self.name!r}: it was taken over as stale ({who})")
+            write_json_atomic(self.path, self._data, durable=False)
+
+    def refresh(self) -> None:
+        """Heartbeat: rewrite ``heartbeat_at``. Raises LockHeldError if the lock is no longer ours."""
+        self._data["heartbeat_at"] = _meta.iso(time.time())
+        self._rewrite()
+
+    def set_info(self, **fields: Any) -> None:
+        """Record extra fields for others to read, e.g. ``runs=[...]`` (also refreshes the heartbeat)."""
+        info = dict(self._data.get("info") or {})
+        info.update(fields)
+        self._data["info"] = info
+        self.refresh()
+
+    def release(self) -> None:
+        """Remove the lock file if it is still ours. Idempotent; never raises for I/O trouble."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            with _guard(self.path):
+                current = _read(self.path)
+                if current is not None and current.get("token") == self.token:
+                    self.path.unlink()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<trackstore.locks.Lock {self.name!r} held={self.held}>"
+
+
+def _try_create(path: Path, data: dict) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, json.dumps(data, indent=1).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _take_over(path: Path, judged: dict | None) -> None:
+    """Move a stale lock file aside; put it back if it turns out not to be the one judged stale."""
+    aside = path.with_name(f".{path.name}.stale-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    moved = _read(aside)
+    same = (moved or {}).get("token") == (judged or {}).get("token")
+    if not same and moved is not None:
+        try:
+            os.link(aside, path)  # a fresh lock was created meanwhile: restore it (fails if replaced)
+        except OSError:
+            pass
+    try:
+        aside.unlink()
+    except OSError:
+        pass
+
+
+def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: float | None = None,
+            stale_after: float = STALE_AFTER_S, info: dict | None = None) -> Lock:
+    """Take lock ``name`` in the store at ``root``; see the module docstring."""
+    root = Path(root)
+    path = lock_path(root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        now = time.time()
+        data = {
+            "name": name,
+            "host": _meta.hostname(),
+            "pid": os.getpid(),
+            "pid_start": _meta.process_start_ticks(os.getpid()),
+            "token": secrets.token_hex(8),
+            "created_at": _meta.iso(now),
+            "heartbeat_at": _meta.iso(now),
+            "info": dict(info or {}),
+        }
+        with _guard(path):
+            if _try_create(path, data):
+                return Lock(root, name, path, data, stale_after)
+            current = _read(path)
+            if _is_stale(current, path, stale_after):
+                _take_over(path, current)
+                if _try_create(path, data):
+                    return Lock(root, name, path, data, stale_after)
+                current = _read(path)
+        if not wait or (deadline is not None and time.monotonic() >= deadline):
+            holder = LockState(name, path, current or {}, False)
+            raise LockHeldError(f"{holder.describe()}; wait for it to finish, or retry later")
+        time.sleep(POLL_S)
+
+
+def is_lock_file(path: Path) -> bool:
+    return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
+
+
+__all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
+           "STALE_AFTER_S", "lock_path", "locks_dir"]
