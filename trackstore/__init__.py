@@ -79,4 +79,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     module = importlib.import_module(f".{target[0]}", __name__)
-    return getattr(module, target[1])
+    # Importing submodule `watch`/`query` binds the *module* under that name on this package;
+    # bind the function instead so `trackstore.watch(...)` keeps working on every later call.
+    value = globals()[name] = getattr(module, target[1])
+    return value

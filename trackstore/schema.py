@@ -40,8 +40,12 @@ METRICS = pa.schema(
     ]
 )
 
-# Samples: one row per generation. Extra user fields (reward components, ground truth, token
-# counts...) go into ``extra`` as a JSON object so the schema stays fixed whatever users log.
+# Samples: one row per generation (validation outputs, rollout completions). ``input`` and
+# ``output`` hold text as given; a non-text value (a chat message list, a dict) is stored as JSON
+# text and its column name is listed in ``json_fields``. Every other user field (reward
+# components, ground truth, token counts, group ids...) goes into ``extra``, a JSON object, so
+# the schema stays fixed whatever users log. ``sample_index`` counts per (step, split) across
+# calls unless the row gives its own. Written by trackstore.samples.
 SAMPLES = pa.schema(
     [
         pa.field("step", pa.int64(), nullable=False),
@@ -49,15 +53,21 @@ SAMPLES = pa.schema(
         pa.field("sample_index", pa.int64(), nullable=False),
         pa.field("input", pa.string(), nullable=True),
         pa.field("output", pa.string(), nullable=True),
-        pa.field("score", pa.float64(), nullable=True),
+        pa.field("score", pa.float64(), nullable=True),  # NaN kept; NULL when not given
         pa.field("extra", pa.string(), nullable=True),  # JSON object of the other fields
+        pa.field("json_fields", pa.list_(pa.string()), nullable=True),  # of "input", "output"
         pa.field("ts", TS_TYPE, nullable=False),
         *_COMMON,
     ]
 )
 
 # Spans: trajectories as span trees. The root span of a trace has parent_span_id NULL and
-# carries the trace-level fields (step, sample_index, rollout_n, validate, reward).
+# carries the trace-level ``reward`` and the trace's user attributes; every span of a trace
+# repeats step, sample_index, rollout_n and validate so filters need no join. A span may have
+# two rows: an ``unfinished`` checkpoint (written only while it stays open across a flush, so
+# a killed process leaves a trace of it) and its final row (ok | error). Readers keep one row
+# per (trace_id, span_id): the final one if present, else the checkpoint (see docs/records.md).
+# inputs/outputs/attributes are JSON text (NaN and Infinity allowed). Written by trackstore.trace.
 SPANS = pa.schema(
     [
         pa.field("trace_id", pa.string(), nullable=False),
@@ -92,13 +102,18 @@ HISTOGRAMS = pa.schema(
         pa.field("max", pa.float64(), nullable=True),
         pa.field("mean", pa.float64(), nullable=True),
         pa.field("std", pa.float64(), nullable=True),
-        pa.field("count", pa.int64(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),  # finite values binned
+        pa.field("nan_count", pa.int64(), nullable=True),  # NaN values seen (not binned)
+        pa.field("inf_count", pa.int64(), nullable=True),  # +-inf values seen (not binned)
         pa.field("ts", TS_TYPE, nullable=False),
         *_COMMON,
     ]
 )
 
-# Artifacts: one row per file of an artifact version (the manifest, queryable).
+# Artifacts: one row per file of an artifact version (the manifest, queryable). The files sit
+# at ``path`` (relative to the run folder), copied at log time; ``digest`` identifies the
+# version's content, so logging identical content again reuses the version. Written by
+# trackstore.artifacts, which also keeps ``artifacts/<name>/v<N>/manifest.json`` on disk.
 ARTIFACTS = pa.schema(
     [
         pa.field("name", pa.string(), nullable=False),

@@ -1,0 +1,214 @@
+"""Text generations as records: ``run.log_samples(rows, step=..., split="val")``.
+
+The promise: what was logged is what a reader gets back. Each row becomes one ``samples`` row
+(:data:`trackstore.schema.SAMPLES`) with its step, split, sample index and time:
+
+* a row is a dict with ``input`` and ``output`` (``score`` optional; every other field is kept
+  in ``extra``, a JSON object), or an ``(input, output[, score])`` tuple as verl's validation
+  logger produces; a pandas DataFrame is read as its records;
+* text of any length and language is stored whole; a non-text ``input``/``output`` (a chat
+  message list, a dict) is stored as JSON text and named in ``json_fields``, so
+  :func:`decode_row` gives back the same structure;
+* ``score`` is a float (NaN kept as NaN), ``NULL`` when absent;
+* the whole call is validated before anything is buffered: a bad row raises
+  :class:`~trackstore.errors.InvalidValueError` naming the row, and nothing of that call is
+  stored. Disk trouble never raises here (the writer reports it at ``finish``).
+
+``sample_index`` counts per ``(step, split)`` across calls of this process (a row's own
+``sample_index`` wins), so two calls at one step do not collide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from .errors import InvalidValueError, UsageError
+from .values import json_safe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .run import Run
+
+RESERVED = ("input", "output", "score", "sample_index")
+MAX_SPLIT_CHARS = 128
+
+_counters: "weakref.WeakKeyDictionary[Run, dict[tuple[int, str], int]]" = weakref.WeakKeyDictionary()
+_counters_lock = threading.Lock()
+
+
+# ---------------------------------------------------------------------- text and JSON helpers
+def clean_text(s: str) -> str:
+    """``s`` if it encodes as UTF-8; else lone surrogates become ``\\udcxx`` escapes.
+
+    Arrow strings are UTF-8, and a string that cannot be encoded would fail later in the writer
+    thread, losing the whole part; so the check happens here, on the caller's thread.
+    """
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready copy of ``value``: pydantic models and dataclasses become dicts first."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            value = dump()
+        except Exception:
+            pass
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return json_safe(value)
+
+
+def encode_json(value: Any) -> str:
+    """JSON text for any value (NaN/Infinity written as such; DuckDB's JSON reads them)."""
+    return clean_text(json.dumps(plain(value), ensure_ascii=False, allow_nan=True, separators=(",", ":")))
+
+
+def as_score(value: Any, where: str) -> float | None:
+    """A float (NaN and inf kept) or None; numpy/torch scalars through ``.item()``."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            v = item()
+        except Exception as exc:
+            raise InvalidValueError(f"{where}: score could not be read with .item(): {exc}") from exc
+        if isinstance(v, (bool, int, float)):
+            return float(v)
+    raise InvalidValueError(f"{where}: score must be a number or None, got {type(value).__name__} {value!r:.60}")
+
+
+def _text(value: Any, field: str, json_fields: list[str]) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return clean_text(value)
+    json_fields.append(field)
+    return encode_json(value)
+
+
+# ---------------------------------------------------------------------- the record kind
+def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split: str = "val", **kw: Any) -> int:
+    """Buffer ``rows`` as samples of ``run`` at ``step`` (default: the run's current step).
+
+    ``split`` names the source (``val``, ``train``, ``rollout``...). Returns how many rows were
+    stored. Raises :class:`InvalidValueError` for bad rows and :class:`UsageError` for unknown
+    keyword arguments, before anything is buffered.
+    """
+    if kw:
+        raise UsageError(f"log_samples got unknown arguments: {', '.join(sorted(kw))}")
+    from .run import _as_step, _ts_now
+
+    step = run.step if step is None else (step if type(step) is int else _as_step(step))
+    if not isinstance(split, str) or not split or len(split) > MAX_SPLIT_CHARS or not split.isprintable():
+        raise InvalidValueError(f"split must be a short printable string such as 'val', got {split!r:.60}")
+    rows = _as_rows(rows)
+    built: list[dict] = []
+    for i, row in enumerate(rows):
+        built.append(_build(row, i))
+    if not built:
+        return 0
+    ts = _ts_now()
+    with _counters_lock:
+        counters = _counters.setdefault(run, {})
+        nxt = counters.get((step, split), 0)
+        for r in built:
+            if r["sample_index"] is None:
+                r["sample_index"] = nxt
+                nxt += 1
+            else:
+                nxt = max(nxt, r["sample_index"] + 1)
+            r["step"], r["split"], r["ts"] = step, split, ts
+        counters[(step, split)] = nxt
+    for r in built:
+        run._append("samples", r)
+    return len(built)
+
+
+def _as_rows(rows: Any) -> list:
+    if isinstance(rows, (str, bytes)) or isinstance(rows, Mapping):
+        raise InvalidValueError("log_samples expects a list of rows (dicts or (input, output, score) tuples)")
+    to_dict = getattr(rows, "to_dict", None)
+    if callable(to_dict) and hasattr(rows, "columns"):  # a pandas DataFrame
+        return list(to_dict(orient="records"))
+    try:
+        return list(rows)
+    except TypeError:
+        raise InvalidValueError(f"log_samples expects a list of rows, got {type(rows).__name__}") from None
+
+
+def _build(row: Any, i: int) -> dict:
+    where = f"sample row {i}"
+    json_fields: list[str] = []
+    if isinstance(row, Mapping):
+        missing = [k for k in ("input", "output") if k not in row]
+        if missing:
+            raise InvalidValueError(f"{where} has no {' or '.join(missing)!s} field; rows need input and output")
+        bad = [k for k in row if not isinstance(k, str)]
+        if bad:
+            raise InvalidValueError(f"{where}: field names must be strings, got {bad[0]!r}")
+        index = row.get("sample_index")
+        if index is not None:
+            index = _as_index(index, where)
+        extra = {k: v for k, v in row.items() if k not in RESERVED}
+        out = {
+            "input": _text(row["input"], "input", json_fields),
+            "output": _text(row["output"], "output", json_fields),
+            "score": as_score(row.get("score"), where),
+            "extra": encode_json(extra) if extra else None,
+            "sample_index": index,
+        }
+    elif isinstance(row, (tuple, list)) and len(row) in (2, 3):
+        out = {
+            "input": _text(row[0], "input", json_fields),
+            "output": _text(row[1], "output", json_fields),
+            "score": as_score(row[2], where) if len(row) == 3 else None,
+            "extra": None,
+            "sample_index": None,
+        }
+    else:
+        raise InvalidValueError(
+            f"{where} is a {type(row).__name__}; use a dict with input/output/score or an (input, output, score) tuple"
+        )
+    out["json_fields"] = json_fields or None
+    return out
+
+
+def _as_index(value: Any, where: str) -> int:
+    item = getattr(value, "item", None)
+    v = item() if callable(item) else value
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidValueError(f"{where}: sample_index must be an integer, got {value!r:.60}")
+    return int(v)
+
+
+def decode_row(row: Mapping[str, Any]) -> dict:
+    """A stored sample row as the caller logged it: JSON fields parsed, ``extra`` merged back."""
+    out = dict(row)
+    for f in out.get("json_fields") or ():
+        if out.get(f) is not None:
+            out[f] = json.loads(out[f])
+    extra = out.pop("extra", None)
+    if extra:
+        for k, v in json.loads(extra).items():
+            out.setdefault(k, v)
+    return out
+
