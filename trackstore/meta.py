@@ -1,13 +1,23 @@
 """Run metadata (``run.json``), writer heartbeats, and telling a live run from a crashed one.
 
-A run's recorded status is what its writers last wrote. A writer killed with ``kill -9`` never
-writes again, so readers derive the *effective* status: a run recorded ``running`` is reported
-``crashed`` when none of its writers is alive. A writer is alive when
+Every process writing a run has a heartbeat file ``_writers/<writer_id>.json`` (host, pid,
+process start time, ``heartbeat_at``, status). A run's recorded status is what its writers
+last wrote. A writer killed with ``kill -9`` never writes again, so readers derive the
+*effective* status: a run recorded ``running`` is reported ``crashed`` when none of its
+writers is alive. A writer is alive when
 
-* it is on this host: its pid exists and is the same process (start time matches), or
-* it is on another host: its heartbeat is younger than :data:`STALE_AFTER_S` seconds.
+* it is on the reader's host: its pid exists and is the same process (its start time
+  matches, so a reused pid does not count) and is not a zombie — known at once, or
+* it is on another host: its heartbeat is younger than :data:`STALE_AFTER_S` (120 s).
 
-Heartbeats are rewritten every :data:`HEARTBEAT_INTERVAL_S` seconds by the writer thread.
+The writer thread rewrites the heartbeat every :data:`HEARTBEAT_INTERVAL_S` (10 s), so a
+foreign-host run is reported ``crashed`` between 120 and 130 s after its writer died. The
+bound is twelve heartbeats wide so that a slow shared filesystem or a long flush (a busy NFS
+server) does not make a live run look dead. A writer whose clock runs more than the bound
+behind the reader's is also reported dead; keep hosts NTP-synchronised.
+
+When several writers share a run (ranks, or a resumed attempt), the run ends when the last
+of them ends: :func:`ended_status` combines their final states.
 """
 
 from __future__ import annotations
@@ -167,13 +177,33 @@ def writer_alive(info: dict, now: float | None = None, this_host: str | None = N
     return beat is not None and now - beat < STALE_AFTER_S
 
 
+def ended_status(writers: list[dict]) -> str | None:
+    """The run's status once every writer has ended, or None while one is still alive.
+
+    ``crashed`` writer files are earlier attempts that a resume superseded and do not count,
+    unless nothing else is left. A writer that died while others went on makes the run
+    ``crashed``; otherwise any ``failed`` writer makes it ``failed``, else ``finished``.
+    """
+    if not writers or any(writer_alive(w) for w in writers):
+        return None
+    states = [w.get("status", "running") for w in writers]
+    if "running" in states:  # recorded running but dead: it died without finishing
+        return "crashed"
+    states = [s for s in states if s != "crashed"]
+    if not states:
+        return "crashed"
+    return "failed" if "failed" in states else "finished"
+
+
 def effective_status(meta: dict, writers: list[dict], now: float | None = None) -> str:
     """The status a reader should report: ``crashed`` for a running run with no live writer."""
     status = meta.get("status", "running")
     if status != "running":
         return status
     if writers:
-        return "running" if any(writer_alive(w, now) for w in writers) else "crashed"
+        if any(writer_alive(w, now) for w in writers):
+            return "running"
+        return ended_status(writers) or "crashed"
     return "running" if writer_alive({"status": "running", **meta}, now) else "crashed"
 
 

@@ -23,11 +23,13 @@ import threading
 import time
 import traceback
 import weakref
+from contextlib import contextmanager
 from typing import Any, Iterable, Mapping
 
 from . import meta as _meta
 from .errors import InvalidValueError, UsageError, WriteError
-from .layout import RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
+from .atomic import is_temp_file
+from .layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from .names import validate_run_id
 from .values import FAST_TYPES, json_safe, normalize
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
@@ -93,6 +95,7 @@ class Run:
         self._warned_none: set[str] = set()
         self._step = first_step
         self._finished = False
+        self._done = threading.Event()  # set when finish() has completed (in whatever thread)
         self._failed_error: str | None = None
         self._dirty = True
         self._meta_lock = threading.Lock()
@@ -111,8 +114,9 @@ class Run:
             "status": "running",
         }
         _meta.write_writer_file(paths, self._writer_info, durable=True)
+        self._meta_parts = -1  # writer.parts_written when run.json was last written
         self._writer = Writer(paths, self.writer_id, flush_interval=flush_interval, on_tick=self._tick,
-                              tick_interval=min(_meta.HEARTBEAT_INTERVAL_S, max(flush_interval, 0.5)))
+                              tick_interval=_meta.HEARTBEAT_INTERVAL_S)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -169,15 +173,17 @@ class Run:
             step = self._step
         elif type(step) is not int:
             step = _as_step(step)
-        # Fast path: every key seen before, every value a plain float/int.
-        if not (self._known_keys.issuperset(data) and FAST_TYPES.issuperset(map(type, data.values()))):
-            scalars, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
+        # Fast path: a plain dict, every key seen before, every value a plain float/int. Its copy
+        # (one C call) is what gets buffered, so the caller may reuse and mutate its dict.
+        if (type(data) is dict and self._known_keys.issuperset(data)
+                and FAST_TYPES.issuperset(map(type, data.values()))):
+            values = data.copy()
+        else:
+            values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
             if hists:
                 self._log_histograms(hists, step)
-            data = scalars
-        n = len(data)
-        if n:
-            self._writer.log_metrics(step, time.time(), data.keys(), data.values(), n)
+        if values:
+            self._writer.log_metrics(step, time.time(), values)
         if commit:
             self._step = step + 1
         elif step > self._step:
@@ -196,9 +202,13 @@ class Run:
 
     def flush(self) -> bool:
         """Write everything buffered now (blocking). True if it all reached the disk."""
-        ok = self._writer.flush()
-        self._write_meta(durable=True)
-        return ok
+        with _signals_deferred():
+            ok = self._writer.flush()
+            try:
+                self._write_meta(durable=True)
+            except OSError:
+                ok = False
+            return ok
 
     # ------------------------------------------------------------------ metadata
     def _config_changed(self, changes: Mapping[str, Any], deleted: bool = False) -> None:
@@ -211,10 +221,12 @@ class Run:
         self._dirty = True
 
     def _tick(self) -> None:
-        """Called by the writer thread: heartbeat, and run.json when something changed."""
+        """Called by the writer thread every heartbeat interval: the heartbeat file, and run.json
+        when something changed (new parts, config or summary), so a quiet run costs one tiny write."""
         self._writer_info["heartbeat_at"] = _meta.iso(time.time())
         _meta.write_writer_file(self.paths, self._writer_info)
-        self._write_meta(durable=False)
+        if self._dirty or self._writer.parts_written != self._meta_parts:
+            self._write_meta(durable=False)
 
     def _summary(self) -> dict:
         self._auto_summary.update(self._writer.last_values)
@@ -224,11 +236,18 @@ class Run:
         with self._meta_lock:
             on_disk = _meta.read_run_json(self.paths) or {}
             meta = dict(self._meta)
+            if self._finished and meta.get("status") == "running" and on_disk.get("status") not in (None, "running"):
+                meta.update(status=on_disk["status"], ended_at=on_disk.get("ended_at"))
             auto = dict(on_disk.get("summary_auto") or {})
             auto.update(self._auto_summary)
             auto.update(self._writer.last_values)
             self._auto_summary = auto
             user = {**(on_disk.get("summary_user") or {}), **self.summary}
+            # Several processes may write one run (ranks, resumed attempts): keep every
+            # attempt any of them recorded, and the largest step any of them reached.
+            attempts = {a.get("writer_id"): a for a in on_disk.get("attempts") or []}
+            attempts.update({a.get("writer_id"): a for a in meta.get("attempts") or []})
+            meta["attempts"] = sorted(attempts.values(), key=lambda a: a.get("started_at") or "")
             meta.update(
                 config=dict(self.config),
                 config_updates=self._config_updates,
@@ -238,10 +257,14 @@ class Run:
                 updated_at=_meta.iso(time.time()),
                 heartbeat_at=_meta.iso(time.time()),
             )
-            if self._writer.max_step is not None:
-                meta["last_step"] = max(self._writer.max_step, on_disk.get("last_step") or -1)
+            steps = [s for s in (self._writer.max_step, on_disk.get("last_step"), meta.get("last_step"))
+                     if s is not None]
+            if steps:
+                meta["last_step"] = max(steps)
+            parts = self._writer.parts_written
             _meta.write_run_json(self.paths, meta, durable=durable)
             self._meta = meta
+            self._meta_parts = parts
             self._dirty = False
 
     # ------------------------------------------------------------------ finishing
@@ -251,25 +274,46 @@ class Run:
         ``status`` defaults to ``finished`` (``failed`` when ``exit_code`` is non-zero or an
         error was recorded). Raises :class:`WriteError` if data could not be written to disk
         even after retries (the message says how much); the run is ended either way.
+
+        When other processes are still writing the same run, only this writer's end is
+        recorded; the last writer to finish sets the run's status (see :mod:`trackstore.meta`).
         """
-        if self._finished:
-            return
-        self._finished = True
-        error = error or self._failed_error
-        if status is None:
-            status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
-        if status not in _meta.STATUSES:
-            raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
+        with _signals_deferred():
+            if self._finished:
+                if threading.current_thread() is threading.main_thread():
+                    self._done.wait(60)  # another thread is finishing it: let that complete first
+                return
+            error = error or self._failed_error
+            if status is None:
+                status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
+            if status not in _meta.STATUSES:
+                raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
+            self._finished = True
+            try:
+                report = self._end(status, exit_code, error)
+            finally:
+                self._done.set()
+                _live_runs.discard(self)
+                global _current
+                if _current is self:
+                    _current = None
+        if not report.ok:
+            raise WriteError(f"run {self.id}: {report.describe()}")
+
+    def _end(self, status: str, exit_code: int | None, error: str | None):
         report = self._writer.close()
         now = time.time()
         self._writer_info.update(status=status, ended_at=_meta.iso(now), heartbeat_at=_meta.iso(now))
-        others_alive = any(
-            _meta.writer_alive(w) for w in _meta.read_writer_files(self.paths) if w.get("writer_id") != self.writer_id
-        )
+        if error:
+            self._writer_info["error"] = error
         try:
+            # Our end goes on disk before we look at the others: of two writers finishing at
+            # the same moment, at least one then sees the other ended and sets the run status.
             _meta.write_writer_file(self.paths, self._writer_info, durable=True)
-            if not others_alive or status != "finished":
-                self._meta.update(status=status, ended_at=_meta.iso(now))
+            writers = _meta.read_writer_files(self.paths)
+            if not any(w.get("writer_id") != self.writer_id and _meta.writer_alive(w) for w in writers):
+                final = _meta.ended_status(writers) or status
+                self._meta.update(status=final, ended_at=_meta.iso(now))
             if exit_code is not None:
                 self._meta["exit_code"] = int(exit_code)
             if error:
@@ -281,12 +325,7 @@ class Run:
             report.last_error = report.last_error or str(exc)
             if report.ok:
                 report.unwritten_rows["run.json"] = 1
-        _live_runs.discard(self)
-        global _current
-        if _current is self:
-            _current = None
-        if not report.ok:
-            raise WriteError(f"run {self.id}: {report.describe()}")
+        return report
 
     def _fail(self, error: str) -> None:
         self._failed_error = error
@@ -405,6 +444,7 @@ def init(
             meta["tags"] = old_tags + [t for t in tag_list if t not in old_tags]
         if notes is not None:
             meta["notes"] = notes
+        _close_dead_writers(paths, now)
         first_step = _max_step_on_disk(paths, meta) + 1
     else:
         attempts = []
@@ -455,6 +495,51 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
     return out
 
 
+def _close_dead_writers(paths: RunPaths, now: float) -> None:
+    """On resume: mark writers that died without finishing as ``crashed`` (a superseded attempt,
+    see :func:`trackstore.meta.ended_status`) and delete the temp files they left mid-write.
+
+    Temp files of live writers (other ranks writing this run now) are never touched.
+    """
+    writers = _meta.read_writer_files(paths)
+    alive = {w.get("writer_id") for w in writers if _meta.writer_alive(w)}
+    for w in writers:
+        if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
+            try:
+                _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": _meta.iso(now)}, durable=True)
+            except OSError:
+                pass
+    dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in _KINDS)]
+    for d in dirs:
+        try:
+            entries = list(d.iterdir())
+        except OSError:
+            continue
+        for p in entries:
+            if not is_temp_file(p):
+                continue
+            owner = _temp_owner(p.name)
+            if (owner is None and not alive) or (owner is not None and owner not in alive):
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+
+
+_KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
+
+
+def _temp_owner(name: str) -> str | None:
+    """The writer id in a temp file's name (``.part-<writer>-<seq>.parquet.<hex>.tmp`` or
+    ``.<writer>.json.<hex>.tmp``); None for run.json's, which any writer may be writing."""
+    base = name[1:].rsplit(".", 2)[0]  # drop the leading '.' and '.<hex>.tmp'
+    if base.startswith("part-") and base.endswith(PART_SUFFIX):
+        return base[len("part-"):-len(PART_SUFFIX)].rsplit("-", 1)[0]
+    if base.endswith(".json") and base != RUN_FILE:
+        return base[:-len(".json")]
+    return None
+
+
 def _max_step_on_disk(paths: RunPaths, meta: dict) -> int:
     """Largest step of any metric already stored (from Parquet footers; cheap)."""
     best = meta.get("last_step")
@@ -495,6 +580,31 @@ def finish(exit_code: int | None = None, **kw: Any) -> None:
 
 
 # ---------------------------------------------------------------------- process hooks
+# Signal handlers run in the main thread between two bytecodes, possibly while that thread is
+# itself inside Run.flush/finish (holding the writer's I/O lock). Flushing again from the
+# handler would deadlock, so while the main thread is inside such a section a SIGTERM is only
+# noted, and handled the moment the section ends.
+_busy_depth = 0
+_deferred_signals: list[tuple[int, Any]] = []
+
+
+@contextmanager
+def _signals_deferred():
+    global _busy_depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _busy_depth += 1
+    try:
+        yield
+    finally:
+        _busy_depth -= 1
+        if _busy_depth == 0 and _deferred_signals:
+            signum, frame = _deferred_signals.pop(0)
+            _deferred_signals.clear()
+            _handle_sigterm(signum, frame)
+
+
 def _finish_all(status: str | None = None, error: str | None = None) -> None:
     for run in list(_live_runs):
         try:
@@ -503,9 +613,49 @@ def _finish_all(status: str | None = None, error: str | None = None) -> None:
             sys.stderr.write(f"trackstore: WARNING: {exc}\n")
 
 
+_SIGTERM_ERROR = "terminated by SIGTERM"
+_previous_sigterm: Any = signal.SIG_DFL
+
+
+def _on_sigterm(signum, frame):
+    if _busy_depth:
+        _deferred_signals.append((signum, frame))
+        return
+    _handle_sigterm(signum, frame)
+
+
+def _handle_sigterm(signum, frame):
+    """SIGTERM (scheduler pre-emption, ``kill``, ``timeout``): make every run's data safe.
+
+    With no other handler, the runs are finished as ``failed`` ("terminated by SIGTERM") and
+    the signal is re-raised with its default action, so the process still dies of SIGTERM. If
+    the program had its own handler (a graceful-shutdown flag, torchrun's), that handler owns
+    shutdown: the runs are flushed and the reason is recorded, they stay open for the last
+    ``log`` calls, and ``finish``/``atexit`` later mark them ``failed`` with it.
+    """
+    previous = _previous_sigterm
+    if callable(previous):
+        for run in list(_live_runs):
+            run._fail(_SIGTERM_ERROR)
+            try:
+                run.flush()
+            except Exception as exc:
+                sys.stderr.write(f"trackstore: WARNING: flush on SIGTERM failed: {exc}\n")
+        previous(signum, frame)
+        return
+    _finish_all(status="failed", error=_SIGTERM_ERROR)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def _install_process_hooks() -> None:
-    """atexit, sys.excepthook and SIGTERM, installed once per process, chaining what exists."""
-    global _hooks_installed
+    """atexit, sys.excepthook and SIGTERM, installed once per process, chaining what exists.
+
+    SIGINT needs no handler: it raises KeyboardInterrupt, which the excepthook records and
+    ``atexit`` (or the ``with`` block) turns into a ``failed`` run. A SIGTERM the program
+    ignores (``SIG_IGN``) stays ignored.
+    """
+    global _hooks_installed, _previous_sigterm
     with _hooks_lock:
         if _hooks_installed:
             return
@@ -522,21 +672,13 @@ def _install_process_hooks() -> None:
 
     sys.excepthook = _excepthook
 
-    if threading.current_thread() is threading.main_thread():
-        try:
-            previous = signal.getsignal(signal.SIGTERM)
-        except (ValueError, OSError):
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be installed from the main thread
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous == signal.SIG_IGN:
             return
-
-        def _on_sigterm(signum, frame):
-            _finish_all(status="failed", error="terminated by SIGTERM")
-            if callable(previous):
-                previous(signum, frame)
-            else:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-
-        try:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):
-            pass
+        _previous_sigterm = previous if callable(previous) else signal.SIG_DFL
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        pass

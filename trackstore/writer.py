@@ -1,9 +1,11 @@
-"""The buffered, crash-safe write path: in-memory column buffers and a background flush thread.
+"""The buffered, crash-safe write path: in-memory buffers and a background flush thread.
 
 The promise this module keeps:
 
-* ``log_metrics``/``append`` only append to Python lists under a short lock; they never touch
-  the disk, never import pyarrow and never raise for I/O trouble.
+* ``log_metrics``/``append`` only append one entry to a Python list (a single atomic
+  operation, no lock): they never touch the disk, never import pyarrow and never raise for
+  I/O trouble. Because an append is atomic, a signal handler or another thread that flushes
+  in the middle of a ``log`` call sees either the whole call or none of it.
 * A background thread turns the buffers into Parquet part files every ``flush_interval``
   seconds (or sooner when ``flush_rows`` points are waiting). Each part is written to a temp
   name, fsynced and renamed (:mod:`trackstore.atomic`), so a reader never sees a partial file.
@@ -13,8 +15,11 @@ The promise this module keeps:
   a part file's name is derived from its first seq, so a failed write is retried under the same
   name with the same rows: retries never duplicate.
 * When the disk fails (full, read-only, quota), the built tables stay in memory (up to
-  ``max_pending_bytes``), the writer warns loudly once, keeps retrying, and reports at
-  :meth:`close` what it could not write. Beyond the bound, new rows are counted as dropped.
+  ``max_pending_bytes``), the writer warns loudly once, keeps retrying every flush interval,
+  and reports at :meth:`Writer.close` what it could not write. Beyond the bound, new rows are
+  counted as dropped (and reported), never silently lost.
+* The same thread calls ``on_tick`` (the run's heartbeat) every ``tick_interval`` seconds,
+  independently of the flush interval.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from itertools import chain
+from typing import Any, Callable, Mapping
 
 from .layout import RunPaths, part_file_name
 
 DEFAULT_FLUSH_INTERVAL = 2.0
 DEFAULT_FLUSH_ROWS = 250_000
 DEFAULT_MAX_PENDING_BYTES = 1 << 30  # 1 GiB of built-but-unwritten Arrow data
+DEFAULT_TICK_INTERVAL = 10.0
 
 
 def _warn(msg: str) -> None:
@@ -38,20 +45,6 @@ def _warn(msg: str) -> None:
         sys.stderr.flush()
     except Exception:
         pass
-
-
-@dataclass
-class _MetricBuffer:
-    """Metrics buffered per ``log`` call: the step and time once per call, keys/values flat."""
-
-    steps: list = field(default_factory=list)
-    times: list = field(default_factory=list)
-    counts: list = field(default_factory=list)
-    keys: list = field(default_factory=list)
-    values: list = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 @dataclass
@@ -80,7 +73,11 @@ class WriteReport:
 
 
 class Writer:
-    """Owns one process's buffers and part files for one run. Thread-safe for callers."""
+    """Owns one process's buffers and part files for one run. Thread-safe for callers.
+
+    ``ready`` is set once the background thread has imported pyarrow (about 0.3 s, paid off
+    the training thread); ``flush`` and ``close`` work before that too.
+    """
 
     def __init__(
         self,
@@ -91,9 +88,9 @@ class Writer:
         flush_rows: int = DEFAULT_FLUSH_ROWS,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         on_tick: Callable[[], None] | None = None,
-        tick_interval: float = 10.0,
+        tick_interval: float = DEFAULT_TICK_INTERVAL,
     ):
-        if flush_interval <= 0:
+        if not flush_interval > 0:
             raise ValueError("flush_interval must be > 0 seconds")
         self.paths = paths
         self.writer_id = writer_id
@@ -101,10 +98,13 @@ class Writer:
         self.flush_rows = int(flush_rows)
         self.max_pending_bytes = int(max_pending_bytes)
         self._on_tick = on_tick
-        self._tick_interval = tick_interval
-        self._lock = threading.Lock()
+        self._tick_interval = float(tick_interval)
         self._io_lock = threading.Lock()  # one flush at a time (thread vs. explicit flush)
-        self._metrics = _MetricBuffer()
+        self._count_lock = threading.Lock()  # only for the rare dropped-row counters
+        # One entry per log call: (step, ts, {key: value}). Appended without a lock (atomic);
+        # consumed from the front under _io_lock, so appends racing a flush are never lost.
+        self._metrics: list[tuple[int, float, Mapping[str, Any]]] = []
+        self._buffered = 0  # approximate points waiting (a wake-up hint, not a count)
         self._rows: dict[str, list[dict]] = {}
         self._next_seq: dict[str, int] = {}
         self._pending: list[tuple[str, int, Any]] = []  # (kind, first_seq, pa.Table) not yet on disk
@@ -116,6 +116,7 @@ class Writer:
         self.last_values: dict[str, float] = {}
         self.max_step: int | None = None
         self.parts_written = 0
+        self.ready = threading.Event()
         self._wake = threading.Event()
         self._stop = False
         self._closed = False
@@ -123,115 +124,141 @@ class Writer:
         self._thread.start()
 
     # ------------------------------------------------------------------ called by training code
-    def log_metrics(self, step: int, ts: float, keys: Iterable[str], values: Iterable[float], n: int) -> None:
-        """Buffer ``n`` points logged at one ``step`` and wall time ``ts`` (seconds)."""
-        buf = self._metrics
-        with self._lock:
-            if self._dropping():
-                self._dropped["metrics"] = self._dropped.get("metrics", 0) + n
-                return
-            buf.steps.append(step)
-            buf.times.append(ts)
-            buf.counts.append(n)
-            buf.keys.extend(keys)
-            buf.values.extend(values)
-            full = len(buf.values) >= self.flush_rows
-        if full:
+    def log_metrics(self, step: int, ts: float, values: Mapping[str, Any]) -> None:
+        """Buffer the points of one ``log`` call. ``values`` must be the caller's own copy."""
+        if self._failing and self._pending_bytes >= self.max_pending_bytes:
+            self._count_dropped("metrics", len(values))
+            return
+        self._metrics.append((step, ts, values))
+        self._buffered += len(values)
+        if self._buffered >= self.flush_rows:
+            self._buffered = 0
             self._wake.set()
 
     def append(self, kind: str, row: dict) -> None:
         """Buffer one row of a non-metric kind (samples, spans, histograms, artifacts)."""
-        with self._lock:
-            if self._dropping():
-                self._dropped[kind] = self._dropped.get(kind, 0) + 1
-                return
-            self._rows.setdefault(kind, []).append(row)
+        if self._failing and self._pending_bytes >= self.max_pending_bytes:
+            self._count_dropped(kind, 1)
+            return
+        rows = self._rows.get(kind)
+        if rows is None:
+            rows = self._rows.setdefault(kind, [])
+        rows.append(row)
 
-    def _dropping(self) -> bool:
-        return self._failing and self._pending_bytes >= self.max_pending_bytes
+    def _count_dropped(self, kind: str, n: int) -> None:
+        with self._count_lock:
+            self._dropped[kind] = self._dropped.get(kind, 0) + n
 
     # ------------------------------------------------------------------ flushing
-    def flush(self) -> bool:
-        """Write everything buffered now, in the caller's thread. True if all of it is on disk."""
-        with self._io_lock:
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write everything buffered now, in the caller's thread. True if all of it is on disk.
+
+        ``timeout`` bounds the wait for a flush already running in another thread (e.g. one
+        stuck on a hung network filesystem); on timeout nothing is written and False returned.
+        """
+        if not self._io_lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
             self._take_buffers()
             return self._write_pending()
+        finally:
+            self._io_lock.release()
 
     def _loop(self) -> None:
-        try:  # pay pyarrow's import (which pulls in pandas, ~0.5 s) now, off the training thread
+        try:  # pay pyarrow's import (which may pull in pandas) now, off the training thread
             import pyarrow as pa
 
             pa.array([0.0])
         except Exception:
             pass
-        last_tick = 0.0
+        self.ready.set()
+        now = time.monotonic()
+        next_flush = now + self.flush_interval
+        next_tick = now + self._tick_interval
         while True:
-            self._wake.wait(self.flush_interval)
+            woken = self._wake.wait(max(0.0, min(next_flush, next_tick) - time.monotonic()))
             self._wake.clear()
             if self._stop:
                 return
-            try:
-                self.flush()
-            except Exception as exc:  # never let the thread die: that would stop all flushing
-                self._record_error(f"unexpected flush error: {exc!r}")
             now = time.monotonic()
-            if self._on_tick is not None and now - last_tick >= self._tick_interval:
-                last_tick = now
+            if woken or now >= next_flush:
+                try:
+                    self.flush()
+                except Exception as exc:  # never let the thread die: that would stop all flushing
+                    self._record_error(f"unexpected flush error: {exc!r}")
+                next_flush = time.monotonic() + self.flush_interval
+            if self._on_tick is not None and now >= next_tick:
                 try:
                     self._on_tick()
                 except Exception as exc:
                     self._record_error(f"heartbeat failed: {exc!r}")
+                next_tick = time.monotonic() + self._tick_interval
 
     def _take_buffers(self) -> None:
-        """Move buffered rows into Arrow tables with seq numbers assigned (under the lock)."""
-        with self._lock:
-            metrics, self._metrics = self._metrics, _MetricBuffer()
-            rows, self._rows = self._rows, {}
-        if len(metrics):
-            self._queue("metrics", self._metrics_table, metrics, len(metrics))
-            self.last_values.update(zip(metrics.keys, metrics.values))
-            top = max(metrics.steps)
+        """Move buffered rows into Arrow tables with seq numbers assigned (under ``_io_lock``)."""
+        buf = self._metrics
+        n = len(buf)
+        if n:
+            batch = buf[:n]
+            del buf[:n]  # appends that raced us sit after index n and stay for the next flush
+            self._buffered = 0
+            points = sum(map(len, (v for _s, _t, v in batch)))
+            if points:
+                self._queue("metrics", self._metrics_table, batch, points)
+            for _s, _t, values in batch:
+                self.last_values.update(values)
+            top = max(s for s, _t, _v in batch)
             self.max_step = top if self.max_step is None else max(self.max_step, top)
-        for kind, kind_rows in rows.items():
-            if kind_rows:
-                self._queue(kind, self._rows_table, (kind, kind_rows), len(kind_rows))
+        for kind, rows in list(self._rows.items()):
+            n = len(rows)
+            if n:
+                taken = rows[:n]
+                del rows[:n]
+                self._queue(kind, self._rows_table, (kind, taken), n)
 
     def _queue(self, kind: str, build: Callable, payload: Any, n: int) -> None:
         first = self._next_seq.get(kind, 0)
+        try:
+            table = build(payload, first)
+        except Exception as exc:  # a row pyarrow cannot convert: report it, keep the writer going
+            self._count_dropped(kind, n)
+            self._record_error(f"could not convert {n} {kind} rows: {exc!r}")
+            return
         self._next_seq[kind] = first + n
-        table = build(payload, first)
         self._pending.append((kind, first, table))
         self._pending_bytes += table.nbytes
 
-    def _metrics_table(self, buf: _MetricBuffer, first_seq: int):
+    def _metrics_table(self, batch: list, first_seq: int):
         import pyarrow as pa
 
         from . import schema
 
-        n = len(buf.values)
+        counts = [len(v) for _s, _t, v in batch]
+        n = sum(counts)
+        keys = pa.array(list(chain.from_iterable(v for _s, _t, v in batch)), pa.string())
+        flat = list(chain.from_iterable(v.values() for _s, _t, v in batch))
+        try:
+            values = pa.array(flat, pa.float64())
+        except (OverflowError, TypeError, pa.ArrowInvalid):  # e.g. an int beyond int64: one by one
+            values = pa.array([float(v) for v in flat], pa.float64())
         try:
             import numpy as np
         except ImportError:  # pyarrow does not require numpy; fall back to list arithmetic
             np = None
         if np is not None:
-            counts = np.asarray(buf.counts, dtype=np.int64)
-            steps = pa.array(np.repeat(np.asarray(buf.steps, dtype=np.int64), counts))
-            micros = (np.asarray(buf.times, dtype=np.float64) * 1_000_000).astype(np.int64)
-            times = pa.array(np.repeat(micros, counts))
+            c = np.asarray(counts, dtype=np.int64)
+            steps = pa.array(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c))
+            micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
+            times = pa.array(np.repeat(micros, c))
             seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
         else:
             step_list: list[int] = []
             time_list: list[int] = []
-            for s, t, c in zip(buf.steps, buf.times, buf.counts):
-                step_list += [s] * c
-                time_list += [int(t * 1_000_000)] * c
+            for (s, t, _v), k in zip(batch, counts):
+                step_list += [s] * k
+                time_list += [int(t * 1_000_000)] * k
             steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64())
             seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
-        keys = pa.array(buf.keys, pa.string())
-        try:
-            values = pa.array(buf.values, pa.float64())
-        except (OverflowError, pa.ArrowInvalid):  # e.g. an int beyond int64: convert one by one
-            values = pa.array([float(v) for v in buf.values], pa.float64())
         writer = pa.repeat(pa.scalar(self.writer_id, pa.string()), n)
         cols = [steps, keys, values, times.cast(schema.TS_TYPE), writer, seqs]
         return pa.Table.from_arrays(cols, schema=schema.with_metadata(schema.METRICS, "metrics"))
@@ -252,17 +279,17 @@ class Writer:
             kind, first, table = self._pending[0]
             try:
                 write_part(self.paths.kind_dir(kind) / part_file_name(self.writer_id, first), table, kind)
-            except OSError as exc:
-                self._record_error(f"could not write {kind} part to {self.paths.kind_dir(kind)}: {exc}")
+            except Exception as exc:  # OSError mostly (full, read-only, quota, EFBIG); keep and retry
                 self._failing = True
+                self._record_error(f"could not write {kind} part to {self.paths.kind_dir(kind)}: {exc}")
                 return False
             self._pending.pop(0)
             self._pending_bytes -= table.nbytes
             self.parts_written += 1
         if self._failing:
             self._failing = False
-            _warn(f"writing to {self.paths.dir} works again; all buffered data is now on disk")
             self._warned = False
+            _warn(f"writing to {self.paths.dir} works again; all buffered data is now on disk")
         return True
 
     def _record_error(self, msg: str) -> None:
@@ -273,18 +300,18 @@ class Writer:
                   f"{self.max_pending_bytes >> 20} MiB) and written when the disk recovers.")
 
     # ------------------------------------------------------------------ shutdown
-    def close(self, retries: int = 3, retry_delay: float = 0.2) -> WriteReport:
+    def close(self, retries: int = 3, retry_delay: float = 0.2, timeout: float = 60.0) -> WriteReport:
         """Stop the thread and write everything. Idempotent. Never raises for I/O trouble."""
         if not self._closed:
             self._closed = True
             self._stop = True
             self._wake.set()
             if threading.current_thread() is not self._thread:
-                self._thread.join(timeout=30)
+                self._thread.join(timeout=timeout)
         ok = False
         for attempt in range(max(1, retries)):
             try:
-                ok = self.flush()
+                ok = self.flush(timeout=timeout)
             except Exception as exc:
                 self._record_error(f"flush at close failed: {exc!r}")
                 ok = False
@@ -294,7 +321,21 @@ class Writer:
         report = WriteReport(dropped_rows=dict(self._dropped), last_error=None if ok else self._last_error)
         for kind, _first, table in self._pending:
             report.unwritten_rows[kind] = report.unwritten_rows.get(kind, 0) + table.num_rows
+        for kind, n in self._buffered_counts().items():  # left in the buffers (flush timed out)
+            report.unwritten_rows[kind] = report.unwritten_rows.get(kind, 0) + n
         return report
+
+    def _buffered_counts(self) -> dict[str, int]:
+        out = {kind: len(rows) for kind, rows in self._rows.items() if rows}
+        points = sum(len(v) for _s, _t, v in list(self._metrics))
+        if points:
+            out["metrics"] = points
+        return out
+
+    @property
+    def failing(self) -> bool:
+        """True while the last write attempt failed (data is being held in memory)."""
+        return self._failing
 
     @property
     def next_seq(self) -> dict[str, int]:
