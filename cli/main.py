@@ -13,6 +13,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd
+from . import compact_cmd  # store upkeep (issue 7)
 
 app = typer.Typer(
     name="trackstore",
@@ -45,6 +46,7 @@ def _root(
 app.command("runs")(runs_cmd.runs)
 app.command("show")(runs_cmd.show)
 app.command("demo")(demo_cmd.demo)
+app.command("compact")(compact_cmd.compact)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,364 @@
+"""Compaction: merge a run's many small part files into a few large ones, per record kind.
+
+The promises:
+
+* **Every row survives with its identity.** Rows are merged per writer, keep their ``writer``
+  and ``seq`` columns, and the output is checked against the input (same row count, same
+  ``(writer, seq)`` set) before anything becomes visible. Sync cursors, which are sets of
+  ``(writer, seq)`` ranges, therefore stay exact: a half-synced run compacted in the middle
+  continues with exactly the rows it had not sent.
+* **A reader lists either the old files or the new files, never both and never neither.** The
+  new content of a kind folder (unchanged files hard-linked, merged files written with the
+  usual temp -> fsync -> rename) is built in a hidden sibling folder and swapped with the live
+  folder in one ``renameat2(RENAME_EXCHANGE)`` call. A query that *listed* the old files just
+  before the swap and opens them just after gets "file not found" and can be re-run; it never
+  counts a row twice or misses one. On filesystems without ``RENAME_EXCHANGE`` (some network
+  filesystems) the swap is two renames and the kind folder is absent for the instant between
+  them (a reader then sees that kind as empty, for that instant only); :func:`swap_method`
+  says which one this store gets.
+* **Live writers are never touched.** Runs with a live writer are skipped, and a part file
+  that appears during compaction (a resumed run starting meanwhile) is moved into the new
+  folder after the swap, not lost.
+* **Crash-safe.** A crash at any point leaves a consistent kind folder plus a hidden
+  ``.compact-*`` sibling that :func:`recover` (run by the next compaction and by
+  ``trackstore doctor --fix``) resolves: an unswapped new folder is discarded, a swapped-out
+  old folder is removed once its stragglers are moved, a missing kind folder is restored.
+
+Merged files are named ``part-<writer>-<first_seq>-<last_seq>.parquet``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from . import meta as _meta
+from .atomic import fsync_dir
+from .errors import TrackstoreError
+from .layout import PART_SUFFIX, RunPaths
+from .ranges import RangeSet
+
+STAGING_PREFIX = ".compact-"
+MARKER = ".compact.json"
+DEFAULT_TARGET_BYTES = 256 << 20  # inputs of one merged file, compressed bytes on disk
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def merged_part_name(writer_id: str, first_seq: int, last_seq: int) -> str:
+    return f"part-{writer_id}-{first_seq:012d}-{last_seq:012d}{PART_SUFFIX}"
+
+
+# ---------------------------------------------------------------------------- directory swap
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two directory entries. False when the platform cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: not supported here
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def swap_method(directory: Path) -> str:
+    """``"exchange"`` (atomic) or ``"rename"`` (two renames) for folders under ``directory``."""
+    a = directory / f"{STAGING_PREFIX}probe-{secrets.token_hex(3)}-a"
+    b = directory / f"{STAGING_PREFIX}probe-{secrets.token_hex(3)}-b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    try:
+        return "exchange" if _exchange(a, b) else "rename"
+    finally:
+        a.rmdir()
+        b.rmdir()
+
+
+def _staging_dirs(kind_dir: Path) -> list[Path]:
+    prefix = f"{STAGING_PREFIX}{kind_dir.name}-"
+    try:
+        return sorted(p for p in kind_dir.parent.iterdir() if p.name.startswith(prefix) and p.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def _parts_in(d: Path) -> set[str]:
+    try:
+        return {p.name for p in d.iterdir() if p.name.endswith(PART_SUFFIX) and not p.name.startswith(".")}
+    except FileNotFoundError:
+        return set()
+
+
+def _read_marker(d: Path) -> dict | None:
+    try:
+        return json.loads((d / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def replace_kind_dir(kind_dir: Path, build: Callable[[Path], list[str]]) -> str:
+    """Replace ``kind_dir``'s content with what ``build(staging)`` puts in a fresh folder.
+
+    ``build`` fills the staging folder with the complete new content and returns the names of
+    current files it intends to remove (replaced by merged files); any other current file that
+    is missing from the staging folder after the swap (a part written meanwhile) is moved in.
+    Returns the swap method used. See the module docstring for the guarantees.
+    """
+    kind_dir.parent.mkdir(parents=True, exist_ok=True)
+    recover_kind_dir(kind_dir)
+    kind_dir.mkdir(exist_ok=True)
+    staging = kind_dir.parent / f"{STAGING_PREFIX}{kind_dir.name}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        removed = build(staging)
+        marker = {"removed": sorted(removed), "created": sorted(_parts_in(staging))}
+        (staging / MARKER).write_text(json.dumps(marker))  # last: marks the staging folder complete
+        fsync_dir(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if _exchange(staging, kind_dir):
+        method = "exchange"
+    else:
+        method = "rename"
+        aside = kind_dir.parent / f"{STAGING_PREFIX}{kind_dir.name}-{secrets.token_hex(4)}"
+        os.rename(kind_dir, aside)
+        os.rename(staging, kind_dir)
+        staging = aside
+    fsync_dir(kind_dir.parent)
+    _finish_swap(kind_dir, staging, marker)
+    return method
+
+
+def _finish_swap(kind_dir: Path, old: Path, marker: dict) -> None:
+    """After a swap: move stragglers from the old folder in, remove it, drop the marker."""
+    removed = set(marker.get("removed") or [])
+    present = _parts_in(kind_dir)
+    for name in sorted(_parts_in(old) - present - removed):
+        os.replace(old / name, kind_dir / name)
+    if _parts_in(old) - removed - present - _parts_in(kind_dir):
+        raise OSError(f"could not move new part files out of {old}")
+    shutil.rmtree(old, ignore_errors=True)
+    try:
+        (kind_dir / MARKER).unlink()
+    except FileNotFoundError:
+        pass
+    fsync_dir(kind_dir)
+
+
+def recover_kind_dir(kind_dir: Path) -> list[str]:
+    """Resolve what an interrupted swap left next to ``kind_dir``; returns what was done.
+
+    A staging folder with a marker is new content that may not have been swapped in; one
+    without is old content that was swapped out. Old content is preferred when the kind folder
+    itself is missing (a crash between the two renames of the fallback swap).
+    """
+    done = []
+    dirs = _staging_dirs(kind_dir)
+    if dirs and not kind_dir.exists():
+        old = [d for d in dirs if not (d / MARKER).exists()]
+        pick = (old or dirs)[0]
+        os.rename(pick, kind_dir)
+        dirs.remove(pick)
+        done.append(f"restored {kind_dir} from {pick.name}")
+    for d in dirs:
+        if (d / MARKER).exists():
+            shutil.rmtree(d, ignore_errors=True)
+            done.append(f"discarded unfinished compaction {d}")
+        else:
+            _finish_swap(kind_dir, d, _read_marker(kind_dir) or {"removed": []})
+            done.append(f"finished interrupted compaction of {kind_dir}")
+    if (kind_dir / MARKER).exists():
+        (kind_dir / MARKER).unlink()
+        done.append(f"removed compaction marker in {kind_dir}")
+    return done
+
+
+def recover(paths: RunPaths) -> list[str]:
+    """Resolve interrupted compactions in every kind folder of a run."""
+    from .schema import KINDS
+
+    done = []
+    for kind in KINDS:
+        done += recover_kind_dir(paths.kind_dir(kind))
+    return done
+
+
+# ---------------------------------------------------------------------------- compaction
+@dataclass
+class KindResult:
+    kind: str
+    files_before: int
+    files_after: int
+    rows: int
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass
+class CompactResult:
+    project: str
+    run_id: str
+    kinds: list[KindResult] = field(default_factory=list)
+    skipped: str | None = None
+    swap: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return any(k.files_before != k.files_after for k in self.kinds)
+
+
+def _writer_of(path: Path, kind: str) -> str | None:
+    """The single writer of a part file (None when the file holds several or is unreadable)."""
+    from .reader import read_part
+
+    try:
+        t = read_part(path, kind, columns=["writer"])
+    except Exception:
+        return None
+    import pyarrow.compute as pc
+
+    ws = pc.unique(t.column("writer")).to_pylist()
+    return ws[0] if len(ws) == 1 else None
+
+
+def _plan_groups(parts: list[Path], kind: str, target_bytes: int) -> list[list[Path]]:
+    """Groups of ≥2 files of one writer to merge (consecutive by name, bounded in size).
+
+    Unreadable files belong to no group: compaction leaves them exactly where they are.
+    """
+    by_writer: dict[str, list[Path]] = {}
+    for p in parts:
+        w = _writer_of(p, kind)
+        if w is not None:
+            by_writer.setdefault(w, []).append(p)
+    groups = []
+    for files in by_writer.values():
+        chunk: list[Path] = []
+        size = 0
+        for p in files:  # sorted by name = by first seq (zero-padded)
+            s = p.stat().st_size
+            if chunk and size + s > target_bytes:
+                groups.append(chunk)
+                chunk, size = [], 0
+            chunk.append(p)
+            size += s
+        groups.append(chunk)
+    return [g for g in groups if len(g) >= 2]
+
+
+def _merge(files: list[Path], kind: str):
+    """Read and merge part files of one writer; returns (table, RangeSet of input rows)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .reader import _conform, read_part
+
+    tables = [_conform(read_part(p, kind), kind, None) for p in files]
+    ids = RangeSet()
+    for t in tables:
+        ids.add_table(t)
+    table = pa.concat_tables(tables)
+    if len(ids) != table.num_rows:
+        raise ValueError("duplicate (writer, seq) rows")
+    table = table.take(pc.sort_indices(table, sort_keys=[("seq", "ascending")]))
+    return table, ids
+
+
+def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
+                dry_run: bool = False) -> CompactResult:
+    """Compact one run (every kind, or ``kinds``). Skips runs with a live writer."""
+    from .reader import read_part
+    from .schema import KINDS, SCHEMAS, with_metadata
+    from .writer import write_part
+
+    result = CompactResult(paths.project, paths.run_id)
+    if _meta.any_writer_alive(paths) or _meta.run_status(paths) == "running":
+        result.skipped = "a writer is alive"
+        return result
+    if not dry_run:
+        recover(paths)
+    for kind in (kinds or KINDS):
+        kind_dir = paths.kind_dir(kind)
+        parts = paths.parts(kind)
+        groups = _plan_groups(parts, kind, target_bytes)
+        if not groups:
+            continue
+        before = sum(p.stat().st_size for p in parts)
+        merged_inputs = {p.name for g in groups for p in g}
+        rows = 0
+        if dry_run:
+            kr = KindResult(kind, len(parts), len(parts) - len(merged_inputs) + len(groups), 0, before, before)
+            result.kinds.append(kr)
+            continue
+
+        def build(staging: Path, kind=kind, parts=parts, groups=groups) -> list[str]:
+            nonlocal rows
+            for p in parts:
+                if p.name not in merged_inputs:
+                    try:
+                        os.link(p, staging / p.name)
+                    except OSError:
+                        shutil.copy2(p, staging / p.name)
+            for g in groups:
+                table, ids = _merge(g, kind)
+                table = table.cast(with_metadata(SCHEMAS[kind], kind))
+                writer = ids.writers()[0]
+                seqs = table.column("seq")
+                name = merged_part_name(writer, seqs[0].as_py(), seqs[-1].as_py())
+                write_part(staging / name, table, kind)
+                check = RangeSet()
+                check.add_table(read_part(staging / name, kind, columns=["writer", "seq"]))
+                if check != ids:
+                    raise OSError(f"merged file {name} does not hold exactly the input rows; nothing changed")
+                rows += table.num_rows
+            return sorted(merged_inputs)
+
+        try:
+            result.swap = replace_kind_dir(kind_dir, build)
+        except (ValueError, TrackstoreError) as exc:
+            result.skipped = f"{kind}: {exc}; left unchanged (run `trackstore doctor`)"
+            continue
+        after_parts = paths.parts(kind)
+        result.kinds.append(KindResult(kind, len(parts), len(after_parts), rows, before,
+                                       sum(p.stat().st_size for p in after_parts)))
+    return result
+
+
+def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
+            target_bytes: int = DEFAULT_TARGET_BYTES) -> list[CompactResult]:
+    """Compact several runs under the store's maintenance lock, skipping runs being synced."""
+    from . import locks
+
+    runs = list(runs)
+    held = None if dry_run else locks.acquire(root, "maintenance")
+    try:
+        named, unnamed = locks.runs_in_use(root)
+        out = []
+        for paths in runs:
+            if unnamed or locks.run_in_use(paths.project, paths.run_id, named):
+                who = unnamed[0].describe() if unnamed else "a sync lock names it"
+                out.append(CompactResult(paths.project, paths.run_id, skipped=f"being synced ({who})"))
+                continue
+            out.append(compact_run(paths, dry_run=dry_run, target_bytes=target_bytes))
+        return out
+    finally:
+        if held is not None:
+            held.release()
+
+
+def has_leftovers(kind_dir: Path) -> bool:
+    """True when an interrupted compaction left something for :func:`recover_kind_dir`."""
+    return bool(_staging_dirs(kind_dir)) or (kind_dir / MARKER).exists()
