@@ -1,0 +1,42 @@
+"""Read what a framework integration wrote, straight from the run's Parquet parts (pyarrow only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trackstore import catalog
+from trackstore.layout import RunPaths
+
+
+def only_run(root: Path, project: str | None = None) -> catalog.RunInfo:
+    runs = catalog.list_runs(root, project=project)
+    assert len(runs) == 1, [(r.project, r.run_id, r.name) for r in runs]
+    return runs[0]
+
+
+def rows(info_or_paths, kind: str) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths: RunPaths = getattr(info_or_paths, "paths", info_or_paths)
+    parts = paths.parts(kind)
+    if not parts:
+        return []
+    tables = [pq.read_table(p) for p in parts]
+    out = pa.concat_tables(tables, promote_options="default").to_pylist()
+    return sorted(out, key=lambda r: (r["writer"], r["seq"]))
+
+
+def metrics(info) -> list[tuple[int, str, float]]:
+    return sorted((r["step"], r["key"], r["value"]) for r in rows(info, "metrics"))
+
+
+def spans(info) -> list[dict]:
+    from trackstore.trace import latest_rows
+
+    out = latest_rows(rows(info, "spans"))
+    for r in out:
+        for f in ("inputs", "outputs", "attributes"):
+            r[f] = json.loads(r[f]) if r[f] is not None else None
+    return out
