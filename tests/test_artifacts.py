@@ -1,0 +1,201 @@
+"""Artifacts: snapshots copied at log time, content-addressed versions, manifest rows, I/O trouble contained."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import textwrap
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+import trackstore
+from tests.helpers import python_child
+from trackstore.artifacts import list_versions
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_rows(run) -> list[dict]:
+    return sorted(pq.read_table(run.dir / "artifacts" / "_manifest").to_pylist(), key=lambda r: r["seq"])
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    d = tmp_path / "ckpt" / "step_100"
+    (d / "tokenizer").mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(os.urandom(3 << 20) + b"end")
+    (d / "config.json").write_text(json.dumps({"hidden": 64}))
+    (d / "tokenizer" / "vocab.txt").write_text("a\nb\n模型\n", encoding="utf-8")
+    (d / "empty.bin").write_bytes(b"")
+    return d
+
+
+def test_folder_roundtrip_and_manifest(root, ckpt):
+    run = trackstore.init("p", root=root)
+    run.log({"x": 1.0}, step=99)
+    v = run.log_artifact(ckpt, name="policy", type="model", aliases=["best", "best"], metadata={"acc": 0.5})
+    assert v.new and v.version == 0 and v.step == 100 and v.aliases == ["best"]
+    run.finish()
+    originals = {p.relative_to(ckpt).as_posix(): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+    rows = manifest_rows(run)
+    assert sorted(r["logical_path"] for r in rows) == sorted(originals)
+    for r in rows:
+        stored = (run.dir / r["path"]).read_bytes()
+        assert stored == originals[r["logical_path"]]
+        assert r["sha256"] == sha(stored) and r["size"] == len(stored)
+        assert (r["name"], r["version"], r["type"], r["digest"]) == ("policy", 0, "model", v.digest)
+        assert r["aliases"] == ["best"] and json.loads(r["metadata"]) == {"acc": 0.5} and r["step"] == 100
+    assert rows[0]["path"].startswith("artifacts/policy/v0/files/")
+    (disk,) = list_versions(run.dir)
+    assert (disk.name, disk.version, disk.digest, len(disk.files)) == ("policy", 0, v.digest, len(originals))
+    con = duckdb.connect()
+    total = con.execute("SELECT sum(size), count(*) FROM read_parquet(?)",
+                        [str(run.dir / "artifacts" / "_manifest" / "*.parquet")]).fetchone()
+    assert total == (sum(map(len, originals.values())), len(originals))
+
+
+def test_copy_survives_trainer_overwrite_and_deletion(root, ckpt):
+    run = trackstore.init("p", root=root)
+    f = ckpt / "model.safetensors"
+    before = f.read_bytes()
+    v = run.log_artifact(f, name="policy")
+    with open(f, "r+b") as fh:  # the trainer rewrites the checkpoint in place
+        fh.write(b"X" * 100)
+    stored = v.dir / "files" / "model.safetensors"
+    assert stored.read_bytes() == before
+    f.unlink()  # ...then rotates it away
+    assert stored.read_bytes() == before and sha(before) == v.files[0].sha256
+    run.finish()
+
+
+def test_hardlink_opt_in_shares_the_inode(root, ckpt):
+    run = trackstore.init("p", root=root)
+    f = ckpt / "config.json"
+    v = run.log_artifact(f, name="cfg", type="config", hardlink=True)
+    assert os.stat(v.dir / "files" / "config.json").st_ino == os.stat(f).st_ino
+    run.finish()
+
+
+def test_identical_content_is_one_version(root, ckpt, tmp_path):
+    run = trackstore.init("p", root=root, run_id="r1")
+    v0 = run.log_artifact(ckpt, name="policy")
+    again = run.log_artifact(ckpt, name="policy", aliases=["ignored"])
+    assert again.version == 0 and not again.new and again.digest == v0.digest
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    for p in ckpt.rglob("*"):  # same content at another path: still the same version
+        if p.is_file():
+            dest = copy / p.relative_to(ckpt)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(p.read_bytes())
+    assert run.log_artifact(copy, name="policy").version == 0
+    (ckpt / "config.json").write_text(json.dumps({"hidden": 128}))
+    v1 = run.log_artifact(ckpt, name="policy")
+    assert v1.version == 1 and v1.new and v1.digest != v0.digest
+    run.finish()
+    # a later attempt (resume) of the same run sees what is on disk
+    run2 = trackstore.init("p", root=root, run_id="r1", resume=True)
+    assert run2.log_artifact(ckpt, name="policy").version == 1
+    run2.finish()
+    assert sorted({(r["version"], r["digest"]) for r in manifest_rows(run2)}) == sorted(
+        {(0, v0.digest), (1, v1.digest)})
+    assert len(manifest_rows(run2)) == 2 * len(v0.files)  # no rows for the duplicates
+    assert not [p for p in (run2.dir / "artifacts" / "policy").iterdir() if p.name.startswith(".staging")]
+
+
+def test_large_file_streamed_hash(root, tmp_path):
+    big = tmp_path / "big.bin"
+    chunk = os.urandom(1 << 20)
+    with open(big, "wb") as f:
+        for i in range(20):  # 20 MiB: several 8 MiB hash chunks
+            f.write(chunk[i:] + chunk[:i])
+    run = trackstore.init("p", root=root)
+    v = run.log_artifact(big, type="dataset")
+    run.finish()
+    assert v.name == "big.bin" and v.files[0].size == 20 << 20
+    assert v.files[0].sha256 == sha(big.read_bytes())
+
+
+def test_caller_mistakes_raise(root, tmp_path, ckpt):
+    run = trackstore.init("p", root=root)
+    with pytest.raises(ValueError, match="does not exist"):
+        run.log_artifact(tmp_path / "missing.pt")
+    with pytest.raises(trackstore.InvalidNameError):
+        run.log_artifact(ckpt, name="../escape")
+    with pytest.raises(trackstore.InvalidNameError, match="reserved"):
+        run.log_artifact(ckpt, name="_manifest")
+    with pytest.raises(ValueError, match="metadata"):
+        run.log_artifact(ckpt, name="x", metadata=["not", "a", "dict"])
+    with pytest.raises(ValueError, match="type"):
+        run.log_artifact(ckpt, name="x", type="")
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no files"):
+        run.log_artifact(empty)
+    run.finish()
+    assert not (run.dir / "artifacts").exists() or not list_versions(run.dir)
+
+
+IO_FAIL = textwrap.dedent(
+    """
+    import os, resource, signal, sys, trackstore
+    big = {big!r}
+    run = trackstore.init("p", root={root!r}, run_id="io")
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # writes past the limit fail with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # like a nearly full disk
+    v = run.log_artifact(big, name="ckpt")
+    print("returned", v, flush=True)
+    run.log({{"still_training": 1.0}}, step=1)
+    run.finish()
+    print("finished", flush=True)
+    """
+)
+
+
+def test_io_error_warns_and_returns_none(root, tmp_path):
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(4 << 20))
+    child = python_child(IO_FAIL.format(big=str(big), root=str(root)))
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert "returned None" in out and "finished" in out
+    assert "log_artifact" in err and "NOT stored" in err
+    adir = root / "project=p" / "run=io" / "artifacts" / "ckpt"
+    assert not adir.exists() or not list(adir.iterdir())  # the partial copy was removed
+    meta = json.loads((root / "project=p" / "run=io" / "run.json").read_text())
+    assert meta["status"] == "finished"
+
+
+RACER = textwrap.dedent(
+    """
+    import trackstore
+    run = trackstore.init("p", root={root!r}, run_id="race", resume=True)
+    a = run.log_artifact({src!r}, name="shared")
+    b = run.log_artifact({same!r}, name="shared")
+    print(a.version, b.version, flush=True)
+    run.finish()
+    """
+)
+
+
+def test_two_writers_same_name(root, tmp_path):
+    srcs = []
+    for i in range(2):
+        p = tmp_path / f"w{i}.bin"
+        p.write_bytes(f"writer {i} ".encode() * 1000)
+        srcs.append(p)
+    same = tmp_path / "same.bin"
+    same.write_bytes(b"identical for both")
+    trackstore.init("p", root=root, run_id="race").finish()
+    children = [python_child(RACER.format(root=str(root), src=str(s), same=str(same))) for s in srcs]
+    for c in children:
+        out, err = c.communicate(timeout=120)
+        assert c.returncode == 0, err
+    versions = list_versions(root / "project=p" / "run=race", "shared")
+    assert [v.version for v in versions] == [0, 1, 2]  # two contents + the shared one, each once
+    assert len({v.digest for v in versions}) == 3
