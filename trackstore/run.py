@@ -34,6 +34,7 @@ from .names import validate_run_id
 from .values import FAST_TYPES, json_safe, normalize
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
+_ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
 _current: "Run | None" = None
 _live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
 _hooks_installed = False
@@ -102,7 +103,6 @@ class Run:
         self._config_updates: list[dict] = list(meta.get("config_updates", []))
         self.config = Config(self, meta.get("config") or {})
         self.summary = Summary(self, meta.get("summary_user") or {})
-        self._auto_summary: dict[str, float] = dict(meta.get("summary_auto") or {})
         self._histogram_type = _histogram_type()
         self._writer_info = {
             "writer_id": self.writer_id,
@@ -110,6 +110,7 @@ class Run:
             "pid": os.getpid(),
             "pid_start": _meta.process_start_ticks(os.getpid()),
             "started_at": _meta.iso(time.time()),
+            "command": list(sys.argv),
             "heartbeat_at": _meta.iso(time.time()),
             "status": "running",
         }
@@ -228,24 +229,35 @@ class Run:
         if self._dirty or self._writer.parts_written != self._meta_parts:
             self._write_meta(durable=False)
 
-    def _summary(self) -> dict:
-        self._auto_summary.update(self._writer.last_values)
-        return {**self._auto_summary, **self.summary}
+    def _write_meta(self, durable: bool, writers: list[dict] | None = None) -> None:
+        """Merge this writer's view into run.json (read, merge, atomic rewrite).
 
-    def _write_meta(self, durable: bool) -> None:
+        Several processes may write one run. Each merges what is on disk with its own values,
+        so a concurrent rewrite by another process can at worst delay that process's newest
+        values until its next rewrite. The last writer to finish passes every ``writers`` file
+        (each holds that writer's final summary and step), so the final run.json has them all.
+        """
         with self._meta_lock:
             on_disk = _meta.read_run_json(self.paths) or {}
             meta = dict(self._meta)
             if self._finished and meta.get("status") == "running" and on_disk.get("status") not in (None, "running"):
                 meta.update(status=on_disk["status"], ended_at=on_disk.get("ended_at"))
             auto = dict(on_disk.get("summary_auto") or {})
-            auto.update(self._auto_summary)
+            user = dict(on_disk.get("summary_user") or {})
+            steps = [on_disk.get("last_step"), meta.get("last_step"), self._writer.max_step]
+            for w in sorted(writers or [], key=lambda w: w.get("ended_at") or ""):
+                if w.get("writer_id") != self.writer_id:
+                    auto.update(w.get("summary_auto") or {})
+                    user.update(w.get("summary_user") or {})
+                    steps.append(w.get("last_step"))
             auto.update(self._writer.last_values)
-            self._auto_summary = auto
-            user = {**(on_disk.get("summary_user") or {}), **self.summary}
+            user.update(self.summary)
             # Several processes may write one run (ranks, resumed attempts): keep every
             # attempt any of them recorded, and the largest step any of them reached.
             attempts = {a.get("writer_id"): a for a in on_disk.get("attempts") or []}
+            for w in writers if writers is not None else _meta.read_writer_files(self.paths):
+                if w.get("writer_id") not in attempts:  # a writer whose own run.json update was raced
+                    attempts[w.get("writer_id")] = {k: w.get(k) for k in _ATTEMPT_FIELDS}
             attempts.update({a.get("writer_id"): a for a in meta.get("attempts") or []})
             meta["attempts"] = sorted(attempts.values(), key=lambda a: a.get("started_at") or "")
             meta.update(
@@ -257,8 +269,7 @@ class Run:
                 updated_at=_meta.iso(time.time()),
                 heartbeat_at=_meta.iso(time.time()),
             )
-            steps = [s for s in (self._writer.max_step, on_disk.get("last_step"), meta.get("last_step"))
-                     if s is not None]
+            steps = [s for s in steps if s is not None]
             if steps:
                 meta["last_step"] = max(steps)
             parts = self._writer.parts_written
@@ -306,21 +317,31 @@ class Run:
         self._writer_info.update(status=status, ended_at=_meta.iso(now), heartbeat_at=_meta.iso(now))
         if error:
             self._writer_info["error"] = error
+        if exit_code is not None:
+            self._writer_info["exit_code"] = int(exit_code)
+        if not report.ok:
+            self._writer_info["write_errors"] = report.describe()
+        self._writer_info.update(summary_auto=dict(self._writer.last_values), summary_user=dict(self.summary),
+                                 last_step=self._writer.max_step)
         try:
             # Our end goes on disk before we look at the others: of two writers finishing at
             # the same moment, at least one then sees the other ended and sets the run status.
             _meta.write_writer_file(self.paths, self._writer_info, durable=True)
             writers = _meta.read_writer_files(self.paths)
-            if not any(w.get("writer_id") != self.writer_id and _meta.writer_alive(w) for w in writers):
+            last = not any(w.get("writer_id") != self.writer_id and _meta.writer_alive(w) for w in writers)
+            if last:
                 final = _meta.ended_status(writers) or status
                 self._meta.update(status=final, ended_at=_meta.iso(now))
-            if exit_code is not None:
-                self._meta["exit_code"] = int(exit_code)
-            if error:
-                self._meta["error"] = error
-            if not report.ok:
-                self._meta["write_errors"] = report.describe()
-            self._write_meta(durable=True)
+                errors = [w["error"] for w in writers if w.get("error") and w.get("status") == "failed"]
+                if error or errors:
+                    self._meta["error"] = error or errors[-1]
+                if exit_code is not None:
+                    self._meta["exit_code"] = int(exit_code)
+                if not report.ok:
+                    self._meta["write_errors"] = report.describe()
+                self._write_meta(durable=True, writers=writers)
+            # Otherwise run.json is left to the writers still running: a rewrite now could race
+            # the last one's final merge. Our end, summary and errors are in our writer file.
         except OSError as exc:
             report.last_error = report.last_error or str(exc)
             if report.ok:
@@ -471,8 +492,7 @@ def init(
         meta["job_type"] = job_type
     paths.dir.mkdir(parents=True, exist_ok=True)
     run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step)
-    attempts.append({"writer_id": run.writer_id, "host": env["host"], "pid": env["pid"], "started_at": _meta.iso(now),
-                     "command": env["command"]})
+    attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
     run._meta["attempts"] = attempts
     run._write_meta(durable=True)
     _live_runs.add(run)
