@@ -13,7 +13,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd
-from . import compact_cmd  # store upkeep (issue 7)
+from . import compact_cmd, gc_cmd  # store upkeep (issue 7)
 
 app = typer.Typer(
     name="trackstore",
@@ -47,6 +47,7 @@ app.command("runs")(runs_cmd.runs)
 app.command("show")(runs_cmd.show)
 app.command("demo")(demo_cmd.demo)
 app.command("compact")(compact_cmd.compact)
+app.command("gc")(gc_cmd.gc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,89 @@
+"""``trackstore gc``: delete old runs that are safely synced (rules in trackstore.gc, docs/gc.md).
+
+Exit codes: 0 deleted what the plan said, nothing to delete, or ``--dry-run``; 1 the user
+answered no; 2 bad options, or no terminal to confirm and no ``--yes``; 6 another gc, compact
+or import holds the store's maintenance lock.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from .common import Format, FormatOpt, RootOpt, console, emit
+
+COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes", "reason"]
+
+
+def gc(
+    root: RootOpt = None,
+    older_than: Annotated[Optional[str], typer.Option("--older-than", help="Only runs that ended longer ago than this: 30d, 12h, 0d (any age).")] = None,
+    max_size: Annotated[Optional[str], typer.Option("--max-size", help="Delete oldest eligible runs until the store holds at most this much (e.g. 200G).")] = None,
+    keep_last: Annotated[Optional[int], typer.Option("--keep-last", help="Always keep the N newest runs of each project.")] = None,
+    project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this project.")] = None,
+    status: Annotated[Optional[List[str]], typer.Option("--status", "-s", help="Only runs with this status: finished, failed, crashed (repeatable). Default: all three.")] = None,
+    require_synced_to: Annotated[Optional[str], typer.Option("--require-synced-to", help="Comma-separated targets (e.g. wandb,mlflow) each of which must hold the run fully; replaces the default 'every destination it was synced to'.")] = None,
+    include_unsynced: Annotated[bool, typer.Option("--include-unsynced", help="Also delete runs never synced anywhere.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Ignore sync state entirely (live runs and runs being synced are still kept).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be deleted and how many bytes; delete nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for cron).")] = False,
+    show_kept: Annotated[bool, typer.Option("--show-kept", help="Also list the runs kept, with the reason.")] = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Delete old runs that ended and are fully synced; show the plan and ask first.
+
+    Runs with a live writer and runs a sync is working on are never deleted. A deleted run is
+    first moved atomically into <root>/_trash, so a crash never leaves half a run visible.
+    """
+    from trackstore import gc as G
+    from trackstore.errors import UsageError
+    from trackstore.layout import resolve_root
+    from trackstore.units import format_bytes, parse_duration, parse_size
+
+    policy = G.Policy(
+        older_than_s=parse_duration(older_than) if older_than is not None else None,
+        max_size=parse_size(max_size) if max_size is not None else None,
+        keep_last=keep_last,
+        project=project,
+        statuses=tuple(status) if status else G.TERMINAL,
+        require_synced_to=tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip()),
+        include_unsynced=include_unsynced,
+        force=force,
+    )
+    root_path = resolve_root(root)
+    plan = G.plan(root_path, policy)
+    rows = [c.row(plan.created_at) for c in plan.runs if show_kept or c.delete or fmt is not Format.table]
+    rows = [r for r in rows if r["reason"] != "other project"]
+    con = console(stderr=fmt is not Format.table)
+    if fmt is Format.table:
+        if rows:
+            emit(rows, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS,
+                 title=f"{'would delete' if dry_run else 'to delete'}: {len(plan.delete)} runs, "
+                       f"{format_bytes(plan.freed_bytes)}")
+    else:
+        emit(rows, fmt, columns=["action", *COLUMNS])
+    kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")
+    if kept:
+        con.print("kept: " + ", ".join(f"{n} {why}" for why, n in sorted(kept.items())))
+    if not plan.delete:
+        con.print("nothing to delete")
+        if not dry_run:
+            G.execute(root_path, plan)  # still finishes deletions a crash interrupted
+        return
+    if dry_run:
+        con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes} bytes); nothing deleted")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("gc needs confirmation and there is no terminal to ask: pass --yes (e.g. from cron), "
+                             "or --dry-run to only see the plan; nothing deleted")
+        if not typer.confirm(f"Delete {len(plan.delete)} runs ({format_bytes(plan.freed_bytes)})?", default=False):
+            con.print("nothing deleted")
+            raise typer.Exit(1)
+    result = G.execute(root_path, plan)
+    for c in result.skipped:
+        con.print(f"[yellow]kept[/yellow] {c.project}/{c.run_id}: {c.reason}")
+    con.print(f"deleted {len(result.deleted)} runs, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")

@@ -1,0 +1,302 @@
+"""gc deletes only what is safe: never live runs, unsynced runs (without the flag) or runs being
+synced; a gc killed mid-deletion leaves a consistent store that the next gc finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.fixtures.stores import make_run, mark_synced, set_ended, store_snapshot
+from tests.helpers import python_child, run_cli
+from trackstore import gc as G
+from trackstore.catalog import list_runs
+from trackstore.errors import LockHeldError, UsageError
+from trackstore.layout import SYNC_DIR
+from trackstore.syncstate import iter_cursors
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAY = 86400
+
+
+def ids(root):
+    return {r.run_id for r in list_runs(root)}
+
+
+def synced_run(root, project="p", days=40, **kw):
+    p = make_run(root, project, ended_days_ago=days, **kw)
+    mark_synced(root, p)
+    return p
+
+
+def test_default_deletes_only_old_fully_synced_runs(root):
+    old_synced = synced_run(root)
+    new_synced = synced_run(root, days=1)
+    old_unsynced = make_run(root, ended_days_ago=40)
+    old_partial = make_run(root, ended_days_ago=40)
+    mark_synced(root, old_partial, fraction=0.5)
+    plan, result = G.gc(root, G.Policy(older_than_s=30 * DAY))
+    assert [c.run_id for c in result.deleted] == [old_synced.run_id]
+    assert ids(root) == {new_synced.run_id, old_unsynced.run_id, old_partial.run_id}
+    reasons = {c.run_id: c.reason for c in plan.keep}
+    assert "never synced" in reasons[old_unsynced.run_id]
+    assert "rows pending" in reasons[old_partial.run_id]
+    assert "newer than" in reasons[new_synced.run_id]
+    assert result.freed_bytes > 0 and not old_synced.dir.exists()
+    # the deleted run's cursor is archived, not live sync state any more
+    assert list(iter_cursors(root, run_id=old_synced.run_id)) == []
+    assert list((root / SYNC_DIR / G.ARCHIVE_DIR).rglob(f"run={old_synced.run_id}.json"))
+
+
+def test_unsynced_and_force_widen_explicitly(root):
+    unsynced = make_run(root, ended_days_ago=40)
+    partial = make_run(root, ended_days_ago=40)
+    mark_synced(root, partial, fraction=0.5)
+    _, res = G.gc(root, G.Policy(older_than_s=0, include_unsynced=True))
+    assert [c.run_id for c in res.deleted] == [unsynced.run_id]
+    _, res = G.gc(root, G.Policy(older_than_s=0, force=True))
+    assert [c.run_id for c in res.deleted] == [partial.run_id]
+
+
+def test_require_synced_to(root):
+    only_mlflow = synced_run(root)
+    both = synced_run(root)
+    mark_synced(root, both, target="wandb", destination="ent/proj")
+    plan = G.plan(root, G.Policy(older_than_s=0, require_synced_to=("wandb", "mlflow")))
+    assert [c.run_id for c in plan.delete] == [both.run_id]
+    assert "wandb" in {c.run_id: c.reason for c in plan.keep}[only_mlflow.run_id]
+
+
+def test_status_running_final_status_not_pushed(root):
+    """A cursor with every row but an older status (run failed after the last sync) is not complete."""
+    p = make_run(root, ended_days_ago=40, status="failed")
+    c = mark_synced(root, p)
+    c.synced_status = "running"
+    from trackstore.syncstate import save_cursor
+
+    save_cursor(root, c)
+    plan = G.plan(root, G.Policy(older_than_s=0))
+    assert not plan.delete and "final status" in plan.keep[0].reason
+
+
+def test_never_deletes_a_live_run(root):
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {REPO!r})
+        import trackstore
+        run = trackstore.init("p", root={str(root)!r})
+        run.log({{"x": 1}}); run.flush()
+        print(run.id, flush=True)
+        time.sleep(120)
+    """)
+    child = python_child(code)
+    try:
+        live_id = child.stdout.readline().strip()
+        plan, res = G.gc(root, G.Policy(older_than_s=0, force=True, include_unsynced=True))
+        assert res.deleted == [] and "live" in plan.keep[0].reason
+        assert live_id in ids(root)
+        with pytest.raises(UsageError):
+            G.plan(root, G.Policy(older_than_s=0, statuses=("running",)))
+    finally:
+        child.kill()
+        child.wait()
+    # once its writer is dead the run is crashed, and eligible like any other ended run
+    _, res = G.gc(root, G.Policy(older_than_s=0, force=True))
+    assert [c.run_id for c in res.deleted] == [live_id]
+
+
+def _sync_lock_holder(root, runs):
+    info = "" if runs is None else f", info={{'runs': {runs!r}}}"
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {REPO!r})
+        from trackstore import locks
+        lk = locks.acquire({str(root)!r}, "sync-mlflow-abc"{info})
+        print("held", flush=True)
+        time.sleep(120)
+    """)
+    child = python_child(code)
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_run_being_synced_is_not_deleted(root):
+    busy = synced_run(root)
+    idle = synced_run(root)
+    child = _sync_lock_holder(root, [f"p/{busy.run_id}"])
+    try:
+        plan, res = G.gc(root, G.Policy(older_than_s=0))
+        assert [c.run_id for c in res.deleted] == [idle.run_id]
+        assert busy.dir.exists() and "being synced" in plan.keep[0].reason
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_sync_lock_without_runs_blocks_everything(root):
+    synced_run(root)
+    child = _sync_lock_holder(root, None)
+    try:
+        plan, res = G.gc(root, G.Policy(older_than_s=0))
+        assert res.deleted == [] and "did not say which runs" in plan.keep[0].reason
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_lock_taken_after_plan_is_respected(root):
+    p = synced_run(root)
+    plan = G.plan(root, G.Policy(older_than_s=0))
+    assert plan.delete
+    child = _sync_lock_holder(root, [p.run_id])
+    try:
+        res = G.execute(root, plan)
+        assert res.deleted == [] and res.skipped and p.dir.exists()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_gc_and_compaction_exclude_each_other(root):
+    synced_run(root)
+    from trackstore import locks
+
+    with locks.acquire(root, "maintenance"):
+        with pytest.raises(LockHeldError):
+            G.gc(root, G.Policy(older_than_s=0))
+
+
+def test_older_than_uses_end_time_and_keep_last(root):
+    a = synced_run(root, days=50)
+    b = synced_run(root, days=45)
+    c = synced_run(root, days=2)
+    other = synced_run(root, "q", days=50)
+    assert [x.run_id for x in G.plan(root, G.Policy(older_than_s=30 * DAY)).delete] == [a.run_id, b.run_id, other.run_id]
+    keep2 = G.plan(root, G.Policy(older_than_s=0, keep_last=2))
+    assert [x.run_id for x in keep2.delete] == [a.run_id]  # p keeps b, c; q keeps its only run
+    assert [x.run_id for x in G.plan(root, G.Policy(older_than_s=0, project="q")).delete] == [other.run_id]
+    assert c.run_id not in {x.run_id for x in G.plan(root, G.Policy(older_than_s=3 * DAY)).delete}
+
+
+def test_max_size_deletes_oldest_first(root):
+    runs = [synced_run(root, days=d) for d in (50, 40, 30, 20)]
+    total = G.plan(root, G.Policy(older_than_s=0)).store_bytes
+    each = total // 4
+    plan = G.plan(root, G.Policy(max_size=total - each))  # room for three of four
+    assert [c.run_id for c in plan.delete] == [runs[0].run_id]
+    plan = G.plan(root, G.Policy(max_size=each + each // 2))
+    assert [c.run_id for c in plan.delete] == [r.run_id for r in runs[:3]]
+    assert not G.plan(root, G.Policy(max_size=total)).delete
+
+
+def test_sigkill_between_rename_and_removal_leaves_consistent_store(root):
+    victim = synced_run(root)
+    survivor = make_run(root)
+    before = store_snapshot(root)
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {REPO!r})
+        from trackstore import gc as G
+        G._remove_tree = lambda path: os.kill(os.getpid(), 9)   # die right after the rename
+        G.gc({str(root)!r}, G.Policy(older_than_s=0))
+    """)
+    child = python_child(code)
+    child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    # the store lists and queries consistently: the victim is wholly gone, the survivor intact
+    assert ids(root) == {survivor.run_id}
+    after = store_snapshot(root)
+    assert after == {k: v for k, v in before.items() if k[1] == survivor.run_id}
+    assert G.trash_entries(root)
+    # the next gc (even one with nothing to delete) finishes the job
+    out = run_cli("gc", "--older-than", "30d", "--yes", root=root)
+    assert out.returncode == 0, out.stderr
+    assert G.trash_entries(root) == []
+    assert list(iter_cursors(root, run_id=victim.run_id)) == []
+
+
+def test_sigkill_during_removal(root):
+    """Killed while rmtree is halfway through the run folder: nothing half-deleted is listed."""
+    victim = synced_run(root, chunks=30)
+    survivor = make_run(root)
+    before = store_snapshot(root)
+    code = textwrap.dedent(f"""
+        import os, shutil, sys
+        sys.path.insert(0, {REPO!r})
+        from trackstore import gc as G
+        removed = []
+        def slow_remove(path):
+            for dirpath, _d, files in os.walk(path):
+                for f in files:
+                    os.unlink(os.path.join(dirpath, f))
+                    removed.append(f)
+                    if len(removed) == 10:
+                        os.kill(os.getpid(), 9)
+        G._remove_tree = slow_remove
+        G.gc({str(root)!r}, G.Policy(older_than_s=0))
+    """)
+    child = python_child(code)
+    child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    assert ids(root) == {survivor.run_id} and not victim.dir.exists()
+    assert store_snapshot(root) == {k: v for k, v in before.items() if k[1] == survivor.run_id}
+    assert G.clean_trash(root) == 1 and G.trash_entries(root) == []
+
+
+def test_cli_dry_run_and_confirmation(root):
+    p = synced_run(root)
+    dry = run_cli("gc", "--older-than", "30d", "--dry-run", root=root)
+    assert dry.returncode == 0, dry.stderr
+    assert p.run_id in dry.stdout and "would free" in dry.stdout and p.dir.exists()
+    js = run_cli("gc", "--older-than", "30d", "--dry-run", "--format", "json", root=root)
+    rows = json.loads(js.stdout)
+    assert rows[0]["action"] == "delete" and rows[0]["bytes"] > 0
+    refused = run_cli("gc", "--older-than", "30d", root=root)  # stdin is not a terminal
+    assert refused.returncode == 2 and "--yes" in refused.stderr and p.dir.exists()
+    no_args = run_cli("gc", root=root)
+    assert no_args.returncode == 2 and "--older-than" in no_args.stderr
+    bad = run_cli("gc", "--older-than", "30 days", root=root)
+    assert bad.returncode == 2
+    done = run_cli("gc", "--older-than", "30d", "--yes", root=root)
+    assert done.returncode == 0 and "freed" in done.stdout and not p.dir.exists()
+
+
+def _in_pty(args, answer: bytes):
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    answered = False
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not answered and b"[y/N]" in out:
+            os.write(master, answer)
+            answered = True
+    proc.wait(timeout=60)
+    os.close(master)
+    import re
+
+    return proc.returncode, re.sub(r"\x1b\[[0-9;]*m", "", out.decode(errors="replace"))
+
+
+def test_cli_asks_on_a_terminal(root):
+    p = synced_run(root)
+    code, out = _in_pty(["gc", "--older-than", "1d", "--root", str(root)], b"n\n")
+    assert code == 1 and "nothing deleted" in out and p.dir.exists()
+    code, out = _in_pty(["gc", "--older-than", "1d", "--root", str(root)], b"y\n")
+    assert code == 0 and "deleted 1 runs" in out and not p.dir.exists()

@@ -1,0 +1,366 @@
+"""Garbage collection: delete old runs that are safely elsewhere, and never anything else.
+
+The promises:
+
+* **Never a live run.** A run with a live writer (pid alive on this host, fresh heartbeat from
+  another) is never deleted, whatever the flags; liveness is checked again right before each
+  deletion.
+* **Never a run a sync is working on.** Runs named in a live ``sync-*`` lock
+  (:mod:`trackstore.locks`) are skipped; a live sync lock that names no runs makes gc delete
+  nothing at all. gc itself holds the store's ``maintenance`` lock, so it never races
+  compaction, an import or another gc.
+* **By default, only what was synced.** A run is eligible when it ended (finished, failed or
+  crashed), its end is older than ``older_than``, and it is fully synced — every stored row
+  acknowledged and its final status pushed — to *every destination it was ever synced to*.
+  A run with no sync state at all is "unsynced" and kept. ``require_synced_to=["wandb", ...]``
+  replaces "every destination" with "at least one fully synced destination of each named
+  target". ``include_unsynced`` also allows runs never synced anywhere; ``force`` ignores sync
+  state entirely (still never live or locked runs).
+* **No half-deleted run is ever visible.** A run folder is first renamed, in one atomic
+  ``rename(2)``, to ``<root>/_trash/<token>/project=<p>/run=<id>`` (outside every query glob),
+  then removed. A crash in between leaves it in the trash, which the next gc or
+  ``trackstore doctor --fix`` finishes removing (:func:`clean_trash`).
+* **Sync cursors are archived, not dropped.** A deleted run's cursors move to
+  ``<root>/_sync/_gc/`` (invisible to sync and the ``sync_state`` view). Importing the same
+  run again from a bundle restores them, so it is never uploaded twice.
+
+Selection, precisely: the filters (``project``, ``statuses``, ``older_than``, ``keep_last`` per
+project — the newest N runs of each project are kept —, sync state, locks) define the
+candidates. Without ``max_size`` every candidate is deleted; with it, candidates are deleted
+oldest first only until the runs in the store total at most ``max_size`` bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from . import locks as _locks
+from . import meta as _meta
+from .catalog import RunInfo, list_runs, load_run
+from .errors import UsageError
+from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
+from .syncstate import TERMINAL, Cursor, cursor_path, is_fully_synced, iter_cursors, pending_counts
+
+ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
+
+
+@dataclass
+class Policy:
+    """What gc may delete. See the module docstring for the exact rules."""
+
+    older_than_s: float | None = None
+    max_size: int | None = None
+    keep_last: int | None = None
+    project: str | None = None
+    statuses: tuple[str, ...] = TERMINAL
+    require_synced_to: tuple[str, ...] = ()
+    include_unsynced: bool = False
+    force: bool = False
+
+    def check(self) -> None:
+        if self.older_than_s is None and self.max_size is None and self.keep_last is None:
+            raise UsageError("say what to delete: --older-than 30d, --max-size 200G and/or --keep-last N")
+        bad = [s for s in self.statuses if s not in TERMINAL]
+        if bad:
+            raise UsageError(f"gc deletes only ended runs; --status must be one of {', '.join(TERMINAL)} "
+                             f"(got {', '.join(bad)}). Live runs are never deleted.")
+        if self.keep_last is not None and self.keep_last < 0:
+            raise UsageError("--keep-last must be >= 0")
+
+
+@dataclass
+class Candidate:
+    """One run and gc's decision about it."""
+
+    info: RunInfo
+    bytes: int
+    ended_ts: float
+    delete: bool = False
+    reason: str = ""
+
+    @property
+    def project(self) -> str:
+        return self.info.project
+
+    @property
+    def run_id(self) -> str:
+        return self.info.run_id
+
+    def row(self, now: float | None = None) -> dict:
+        now = time.time() if now is None else now
+        return {"action": "delete" if self.delete else "keep", "project": self.project, "run_id": self.run_id,
+                "name": self.info.name, "status": self.info.status, "ended_at": _meta.iso(self.ended_ts),
+                "age_days": round((now - self.ended_ts) / 86400, 2), "bytes": self.bytes, "reason": self.reason}
+
+
+@dataclass
+class Plan:
+    runs: list[Candidate] = field(default_factory=list)
+    store_bytes: int = 0
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def delete(self) -> list[Candidate]:
+        return [c for c in self.runs if c.delete]
+
+    @property
+    def keep(self) -> list[Candidate]:
+        return [c for c in self.runs if not c.delete]
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(c.bytes for c in self.delete)
+
+
+@dataclass
+class Result:
+    deleted: list[Candidate] = field(default_factory=list)
+    skipped: list[Candidate] = field(default_factory=list)  # changed between plan and deletion
+    freed_bytes: int = 0
+    trash_cleaned: int = 0
+
+
+# ---------------------------------------------------------------------------- facts about runs
+def tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def end_time(info: RunInfo) -> float:
+    """When the run ended: ``ended_at``, else (crashed) its last sign of life."""
+    m = info.meta
+    for key in ("ended_at",):
+        t = _meta.parse_iso(m.get(key))
+        if t is not None:
+            return t
+    times = [_meta.parse_iso(w.get("heartbeat_at")) for w in info.writers]
+    times += [_meta.parse_iso(m.get("heartbeat_at")), _meta.parse_iso(m.get("updated_at")),
+              _meta.parse_iso(m.get("created_at"))]
+    times = [t for t in times if t is not None]
+    if times:
+        return max(times)
+    try:
+        return info.paths.run_file.stat().st_mtime
+    except OSError:
+        return time.time()
+
+
+def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
+    """None when sync state allows deleting the run, else why it must be kept."""
+    if policy.force:
+        return None
+    cursors = list(iter_cursors(root, project=info.project, run_id=info.run_id))
+    if not cursors:
+        if policy.include_unsynced and not policy.require_synced_to:
+            return None
+        return "never synced (sync it first, or pass --include-unsynced)"
+    complete = {id(c): is_fully_synced(info.paths, c, info.status) for c in cursors}
+    if policy.require_synced_to:
+        missing = [t for t in policy.require_synced_to if not any(c.target == t and complete[id(c)] for c in cursors)]
+        if missing:
+            return f"not fully synced to {', '.join(missing)} (required by --require-synced-to)"
+        return None
+    for c in cursors:
+        if not complete[id(c)]:
+            return f"not fully synced to {c.target} {c.destination}: {_behind(info, c)} (use --force to delete anyway)"
+    return None
+
+
+def _behind(info: RunInfo, c: Cursor) -> str:
+    if c.in_doubt:
+        return "a batch is in doubt"
+    pending = {k: n for k, n in pending_counts(info.paths, c).items() if n}
+    if pending:
+        return ", ".join(f"{n} {k} rows pending" for k, n in pending.items())
+    return f"final status {info.status!r} not pushed yet"
+
+
+# ---------------------------------------------------------------------------- planning
+def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -> Plan:
+    """Decide, without changing anything, which runs gc deletes and why the others stay."""
+    policy.check()
+    root = resolve_root(root)
+    now = time.time() if now is None else now
+    runs = list_runs(root)
+    result = Plan(created_at=now)
+    named, unnamed = _locks.runs_in_use(root)
+    newest_first: dict[str, list[RunInfo]] = {}
+    for info in runs:
+        newest_first.setdefault(info.project, []).append(info)
+    protected: set[tuple[str, str]] = set()
+    if policy.keep_last is not None:
+        for proj, infos in newest_first.items():
+            for info in sorted(infos, key=lambda r: (r.meta.get("created_at") or "", r.run_id), reverse=True)[:policy.keep_last]:
+                protected.add((proj, info.run_id))
+    for info in runs:
+        c = Candidate(info, tree_bytes(info.paths.dir), end_time(info))
+        result.store_bytes += c.bytes
+        if policy.project is not None and info.project != policy.project:
+            c.reason = "other project"
+        elif info.status == "running" or _meta.any_writer_alive(info.paths):
+            c.reason = "live: a writer is running"
+        elif info.status not in policy.statuses:
+            c.reason = f"status {info.status} not selected"
+        elif policy.older_than_s is not None and now - c.ended_ts < policy.older_than_s:
+            c.reason = f"ended {(now - c.ended_ts) / 86400:.1f} days ago (newer than --older-than)"
+        elif (info.project, info.run_id) in protected:
+            c.reason = f"one of the {policy.keep_last} newest runs of its project (--keep-last)"
+        elif unnamed:
+            c.reason = f"a sync is running and did not say which runs ({unnamed[0].describe()})"
+        elif _locks.run_in_use(info.project, info.run_id, named):
+            c.reason = "being synced right now"
+        else:
+            verdict = sync_verdict(root, info, policy)
+            if verdict:
+                c.reason = verdict
+            else:
+                c.delete = True
+                c.reason = "eligible"
+        result.runs.append(c)
+    if policy.max_size is not None:
+        total = result.store_bytes
+        for c in sorted(result.delete, key=lambda c: (c.ended_ts, c.run_id)):
+            if total <= policy.max_size:
+                c.delete = False
+                c.reason = "store within --max-size"
+            else:
+                total -= c.bytes
+    return result
+
+
+# ---------------------------------------------------------------------------- deleting
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        shutil.rmtree(path)  # report what could not be removed
+
+
+def archive_cursors(root: Path, project: str, run_id: str) -> int:
+    """Move a run's cursors to ``_sync/_gc/`` (idempotent); returns how many moved."""
+    moved = 0
+    for c in list(iter_cursors(root, project=project, run_id=run_id)):
+        src = cursor_path(root, c.target, c.destination, project, run_id)
+        rel = src.relative_to(Path(root) / SYNC_DIR)
+        dst = Path(root) / SYNC_DIR / ARCHIVE_DIR / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        desc = src.parent.parent / "destination.json"
+        if desc.exists() and not (dst.parent.parent / "destination.json").exists():
+            shutil.copy2(desc, dst.parent.parent / "destination.json")
+        os.replace(src, dst)
+        moved += 1
+    return moved
+
+
+def restore_cursors(root: Path, project: str, run_id: str) -> int:
+    """Bring back archived cursors of a run that reappears (e.g. re-imported); never overwrites."""
+    base = Path(root) / SYNC_DIR / ARCHIVE_DIR
+    restored = 0
+    if not base.is_dir():
+        return 0
+    for dest in sorted(base.iterdir()):
+        src = dest / f"{PROJECT_PREFIX}{project}" / f"{RUN_PREFIX}{run_id}.json"
+        if not src.is_file():
+            continue
+        dst = Path(root) / SYNC_DIR / dest.name / src.parent.name / src.name
+        if dst.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if (dest / "destination.json").exists() and not (dst.parent.parent / "destination.json").exists():
+            shutil.copy2(dest / "destination.json", dst.parent.parent / "destination.json")
+        os.replace(src, dst)
+        restored += 1
+    return restored
+
+
+def trash_entries(root: Path) -> list[Path]:
+    try:
+        return sorted(p for p in (Path(root) / TRASH_DIR).iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def clean_trash(root: str | Path | None) -> int:
+    """Finish deletions a crash interrupted: archive cursors of trashed runs, remove the trash."""
+    root = resolve_root(root)
+    n = 0
+    for entry in trash_entries(root):
+        for pdir in entry.glob(f"{PROJECT_PREFIX}*"):
+            for rdir in pdir.glob(f"{RUN_PREFIX}*"):
+                project, run_id = pdir.name[len(PROJECT_PREFIX):], rdir.name[len(RUN_PREFIX):]
+                if not RunPaths(root, project, run_id).dir.exists():
+                    archive_cursors(root, project, run_id)
+        _remove_tree(entry)
+        n += 1
+    return n
+
+
+def move_to_trash(root: Path, paths: RunPaths) -> Path:
+    """Atomically take a run folder out of the store (one rename into ``_trash``)."""
+    token = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+    dest = Path(root) / TRASH_DIR / token / f"{PROJECT_PREFIX}{paths.project}"
+    dest.mkdir(parents=True)
+    target = dest / f"{RUN_PREFIX}{paths.run_id}"
+    os.rename(paths.dir, target)
+    from .atomic import fsync_dir
+
+    fsync_dir(paths.dir.parent)
+    return dest.parent
+
+
+def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Candidate], None] | None = None) -> Result:
+    """Delete the runs the plan selected, re-checking each one at the last moment."""
+    root = resolve_root(root)
+    result = Result()
+    with _locks.acquire(root, "maintenance") as lock:
+        result.trash_cleaned = clean_trash(root)
+        for c in the_plan.delete:
+            named, unnamed = _locks.runs_in_use(root)
+            fresh = load_run(c.info.paths) if c.info.paths.run_file.exists() else None
+            if (fresh is None or fresh.status not in TERMINAL or _meta.any_writer_alive(c.info.paths)
+                    or unnamed or _locks.run_in_use(c.project, c.run_id, named)):
+                c.reason = "changed since the plan (live, being synced or gone): kept"
+                c.delete = False
+                result.skipped.append(c)
+                continue
+            entry = move_to_trash(root, c.info.paths)
+            archive_cursors(root, c.project, c.run_id)
+            _remove_tree(entry)
+            try:
+                c.info.paths.dir.parent.rmdir()  # the project folder, when it became empty
+            except OSError:
+                pass
+            result.deleted.append(c)
+            result.freed_bytes += c.bytes
+            lock.refresh()
+            if on_deleted is not None:
+                on_deleted(c)
+    return result
+
+
+def gc(root: str | Path | None, policy: Policy, *, dry_run: bool = False) -> tuple[Plan, Result | None]:
+    """Plan and (unless ``dry_run``) execute in one call, for scripts."""
+    p = plan(root, policy)
+    return p, (None if dry_run else execute(root, p))
+
+
+def describe_kept(candidates: Iterable[Candidate]) -> dict[str, int]:
+    """How many runs were kept for each kind of reason (reason text up to the first ':' or '(')."""
+    out: dict[str, int] = {}
+    for c in candidates:
+        key = c.reason.split(" (")[0].split(":")[0]
+        if c.reason.startswith("ended "):
+            key = "newer than --older-than"
+        out[key] = out.get(key, 0) + 1
+    return out
