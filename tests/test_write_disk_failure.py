@@ -1,0 +1,145 @@
+"""A failing disk (here: RLIMIT_FSIZE, as a quota or a full disk behaves) never raises into the
+training loop: data stays in memory, one loud warning, everything written once the disk
+recovers; at finish, what could not be written is reported with a WriteError."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pyarrow.parquet as pq
+
+from trackstore.catalog import list_runs
+from trackstore.layout import RunPaths
+
+PRELUDE = textwrap.dedent(
+    """
+    import json, resource, signal, sys, time, trackstore
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    SOFT, HARD = resource.getrlimit(resource.RLIMIT_FSIZE)
+
+    def disk_fails():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, HARD))  # no file may grow by one byte
+
+    def disk_recovers():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (HARD, HARD))
+
+    def wait(pred, timeout=30):
+        end = time.monotonic() + timeout
+        while not pred() and time.monotonic() < end:
+            time.sleep(0.02)
+        return pred()
+
+    def log_steps(run, first, n):
+        for step in range(first, first + n):
+            run.log({f"k{i:02d}": step * 100 + i for i in range(50)}, step=step)
+
+    run = trackstore.init("disk", root=sys.argv[1], run_id="r1", flush_interval=0.05)
+    log_steps(run, 0, 10)
+    assert run.flush()
+    """
+)
+
+RECOVERS = PRELUDE + textwrap.dedent(
+    """
+    disk_fails()
+    log_steps(run, 10, 400)
+    failing = wait(lambda: run._writer.failing)
+    time.sleep(0.3)  # several retries while the disk is still failing
+    log_steps(run, 410, 90)
+    print(json.dumps({"failing": failing}), flush=True)
+    sys.stdin.readline()  # the parent looks at the disk while nothing can be written
+    disk_recovers()
+    assert wait(lambda: not run._writer.failing)
+    log_steps(run, 500, 100)
+    run.finish()
+    print(json.dumps({"done": True}), flush=True)
+    """
+)
+
+STILL_FAILING = PRELUDE + textwrap.dedent(
+    """
+    disk_fails()
+    log_steps(run, 10, 200)
+    try:
+        run.finish()
+    except trackstore.WriteError as exc:
+        print(json.dumps({"error": str(exc), "type": type(exc).__name__}), flush=True)
+    """
+)
+
+OVER_BOUND = PRELUDE + textwrap.dedent(
+    """
+    disk_fails()
+    log_steps(run, 10, 100)
+    wait(lambda: run._writer.failing)
+    time.sleep(0.2)
+    run._writer.max_pending_bytes = 1  # the memory bound, now reached by what is held
+    log_steps(run, 110, 100)  # beyond the bound: counted as dropped, still never raises
+    disk_recovers()
+    try:
+        run.finish()
+    except trackstore.WriteError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+    """
+)
+
+
+def child(code, root):
+    return subprocess.Popen([sys.executable, "-c", code, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def rows(paths):
+    return pq.read_table(paths.kind_dir("metrics")).to_pydict()
+
+
+def test_disk_failure_keeps_data_in_memory_until_it_recovers(root):
+    paths = RunPaths(root, "disk", "r1")
+    p = child(RECOVERS, root)
+    line = p.stdout.readline()
+    assert json.loads(line or "{}") == {"failing": True}, p.stderr.read() if not line else line
+    # While failing: only the part flushed before, no half-written or temp file left behind.
+    assert len(paths.parts("metrics")) == 1
+    assert sorted(f.name for f in paths.kind_dir("metrics").iterdir() if f.name.startswith(".")) == []
+    assert len(rows(paths)["seq"]) == 10 * 50
+    out, err = p.communicate("go\n", timeout=120)
+    assert p.returncode == 0, err
+    assert json.loads(out) == {"done": True}
+    # One loud warning for the failure (not one per retry), one notice for the recovery.
+    assert err.count("trackstore: WARNING") == 2, err
+    assert err.count("Training continues") == 1 and "File too large" in err
+    assert err.count("works again") == 1
+    got = rows(paths)
+    assert len(got["seq"]) == 600 * 50 and sorted(got["seq"]) == list(range(600 * 50))
+    assert {(s, k, v) for s, k, v in zip(got["step"], got["key"], got["value"])} == {
+        (s, f"k{i:02d}", s * 100.0 + i) for s in range(600) for i in range(50)}
+    [info] = list_runs(root)
+    assert info.status == "finished" and info.meta["last_step"] == 599
+    assert "write_errors" not in info.meta
+
+
+def test_finish_with_disk_still_failing_raises_write_error(root):
+    p = child(STILL_FAILING, root)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    result = json.loads(out)
+    assert result["type"] == "WriteError"
+    assert "10000 metrics rows not written" in result["error"], result
+    assert "File too large" in result["error"]
+    assert err.count("Training continues") == 1
+    paths = RunPaths(root, "disk", "r1")
+    assert len(rows(paths)["seq"]) == 10 * 50  # what was flushed before the failure is intact
+
+
+def test_memory_bound_reports_dropped_rows(root):
+    p = child(OVER_BOUND, root)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    msg = json.loads(out)["error"]
+    assert "5000 metrics rows dropped (memory bound reached)" in msg, msg
+    # Everything up to the bound was kept and written once the disk came back.
+    got = rows(RunPaths(root, "disk", "r1"))
+    assert len(got["seq"]) == 110 * 50 and sorted(set(got["step"])) == list(range(110))
