@@ -12,7 +12,7 @@ import sys
 import typer
 from typing_extensions import Annotated
 
-from . import demo_cmd, runs_cmd
+from . import demo_cmd, runs_cmd, sync_cmd
 from . import compact_cmd, gc_cmd  # store upkeep (issue 7)
 
 app = typer.Typer(
@@ -48,6 +48,8 @@ app.command("show")(runs_cmd.show)
 app.command("demo")(demo_cmd.demo)
 app.command("compact")(compact_cmd.compact)
 app.command("gc")(gc_cmd.gc)
+app.command("sync")(sync_cmd.sync)
+app.command("status")(sync_cmd.status)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     from trackstore.errors import TrackstoreError
 
     try:
-        app(args=argv, standalone_mode=False)
+        # with standalone_mode=False, click returns the code of a typer.Exit instead of raising
+        code = app(args=argv, standalone_mode=False)
     except TrackstoreError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return 2
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,6 +52,15 @@ def redact_url(value: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
+_SECRET_ARG = re.compile(r"(?i)((?:api[_-]?key|token|secret|password|passwd)\s*[=:]\s*)[^\s&,'\"]+")
+
+
+def redact_text(text: str) -> str:
+    """Remove credentials from free text (error messages that quote URLs or headers)."""
+    return _SECRET_ARG.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
 def destination_id(target: str, destination: str) -> str:
     """A path-safe, stable folder name for one destination."""
     digest = hashlib.sha256(f"{target}\0{destination}".encode()).hexdigest()[:12]

@@ -1,0 +1,276 @@
+"""``trackstore sync --to TARGET`` and ``trackstore status``.
+
+Exit codes (docs/sync.md; cron reads them): 0 everything selected is synced (or, with
+``--if-online``, the target is unreachable), 2 usage error, 6 another sync of this target holds
+the lock, 7 the target is unreachable, 8 some runs failed while others synced.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from .common import Format, RootOpt, console, echo_err, emit
+
+TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
+                                        "(or one registered by a plugin).")]
+
+
+class _CronProgress:
+    """Plain lines for logs and cron mail (no TTY): one line per run, retries as they happen."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
+        self.out = sys.stderr if quiet else sys.stdout
+
+    def run_started(self, run, total):
+        if not self.quiet:
+            print(f"sync {run.project}/{run.run_id}: {total} rows pending", file=self.out, flush=True)
+
+    def advanced(self, n):
+        pass
+
+    def run_ended(self, result):
+        if self.quiet and result.ok:
+            return
+        if result.up_to_date and result.ok:
+            return
+        sent = ", ".join(f"{k} {v}" for k, v in result.sent.items() if v) or "nothing new"
+        state = "ok" if result.ok else f"FAILED: {result.error}"
+        print(f"sync {result.project}/{result.run_id}: {state} ({sent}; {result.retries} retries)", file=self.out,
+              flush=True)
+
+    def message(self, text):
+        print(text, file=self.out, flush=True)
+
+
+class _RichProgress:
+    """A progress bar per run (points sent, rate, ETA) on a terminal."""
+
+    def __init__(self):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
+                                   TimeRemainingColumn)
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                            console=console(stderr=True), transient=False)
+        self.task = None
+        self.started = 0.0
+        self.done = 0
+
+    def __enter__(self):
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.stop()
+
+    def run_started(self, run, total):
+        self.started, self.done = time.monotonic(), 0
+        self.task = self.bar.add_task(f"{run.project}/{run.run_id[:24]}", total=max(total, 1), rate="")
+
+    def advanced(self, n):
+        self.done += n
+        rate = self.done / max(time.monotonic() - self.started, 1e-6)
+        self.bar.update(self.task, advance=n, rate=f"{rate:,.0f} rows/s")
+
+    def run_ended(self, result):
+        if self.task is not None:
+            t = self.bar.tasks[-1]
+            self.bar.update(self.task, completed=t.total)
+            self.task = None
+        if not result.ok:
+            self.bar.console.print(f"[red]{result.project}/{result.run_id}: {result.error}[/red]")
+
+    def message(self, text):
+        self.bar.console.print(f"[yellow]{text}[/yellow]")
+
+
+def sync(
+    to: TargetOpt,
+    runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to sync (id, prefix or project/name). "
+                                                        "Default: every run with pending data.")] = None,
+    root: RootOpt = None,
+    project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this local project.")] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Also re-check runs that look up to date "
+                                           "(re-pushes metadata and final status).")] = False,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this duration (7d, 12h).")] = None,
+    finished_only: Annotated[bool, typer.Option("--finished-only", help="Skip runs that are still running.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Send nothing; list what would be sent and what the "
+                                          "target cannot hold.")] = False,
+    watch: Annotated[Optional[float], typer.Option("--watch", help="Keep syncing every SECONDS (for live runs; "
+                                                   "Ctrl-C to stop).", min=1)] = None,
+    if_online: Annotated[bool, typer.Option("--if-online", help="Exit 0 quietly when the target is unreachable "
+                                            "(for cron).")] = False,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries per request on transient errors.")] = 5,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Per-request timeout in seconds.")] = 30.0,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Rows per request (capped by the "
+                                                      "target's own limit).")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="Read back what the target holds and compare counts.")] = False,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Summary format: table or json.")] = Format.table,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for another sync of this target to finish instead of "
+                                       "exiting with code 6.")] = False,
+    uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
+                                               "a sqlite store under the trackstore root); wandb base URL.")] = None,
+    entity: Annotated[Optional[str], typer.Option("--entity", help="wandb entity / SwanLab workspace.")] = None,
+    remote_project: Annotated[Optional[str], typer.Option("--remote-project", help="wandb/SwanLab project to write to "
+                                                          "(default: the trackstore project).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="SwanLab API host (self-hosted SwanLab).")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="wandb/SwanLab client mode: online (default), "
+                                                "offline or local.")] = None,
+    logdir: Annotated[Optional[str], typer.Option("--logdir", help="Where offline/local modes write.")] = None,
+    proxy: Annotated[Optional[str], typer.Option("--proxy", help="HTTP(S) proxy URL (default: the standard proxy "
+                                                 "variables). Never printed.")] = None,
+) -> None:
+    """Replay stored runs to a tracking platform: original steps and timestamps, exactly once, resumable."""
+    from trackstore.errors import TargetUnreachableError, UsageError
+    from trackstore.layout import resolve_root
+    from trackstore.sync import SyncOptions, TargetOptions, make_adapter
+    from trackstore.sync import sync as do_sync
+    from trackstore.units import parse_duration
+
+    if fmt not in (Format.table, Format.json):
+        raise UsageError("--format must be table or json for sync")
+    root_path = resolve_root(root)
+    opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since) if since else None,
+                       finished_only=finished_only, include_synced=all_runs, dry_run=dry_run,
+                       max_retries=max_retries, batch_size=batch_size, verify=verify)
+    options = TargetOptions(uri=uri or host, project=remote_project, entity=entity, mode=mode, logdir=logdir,
+                            proxy=proxy, timeout=timeout, store_root=str(root_path))
+    if proxy:
+        import os
+
+        os.environ["HTTP_PROXY"] = os.environ["HTTPS_PROXY"] = proxy
+        os.environ["http_proxy"] = os.environ["https_proxy"] = proxy
+    interactive = sys.stderr.isatty() and fmt is Format.table
+    while True:
+        if not dry_run:
+            adapter = make_adapter(to, options)
+            try:
+                adapter.check_online()
+            except TargetUnreachableError as exc:
+                if if_online:
+                    raise typer.Exit(0)
+                if watch is None:
+                    raise
+                echo_err(f"{exc}; retrying in {watch:.0f}s")
+                time.sleep(watch)
+                continue
+            finally:
+                adapter.close()
+        if interactive:
+            with _RichProgress() as progress:
+                report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
+        else:
+            report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
+                             wait_lock=wait)
+        _render(report, fmt)
+        if watch is None:
+            break
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            break
+    raise typer.Exit(_exit_code(report, if_online))
+
+
+def _exit_code(report, if_online: bool) -> int:
+    from trackstore.errors import EXIT_OK, EXIT_PARTIAL, EXIT_UNREACHABLE
+
+    if report.ok:
+        return EXIT_OK
+    if report.unreachable and not any(r.ok and not r.up_to_date for r in report.runs):
+        return EXIT_OK if if_online else EXIT_UNREACHABLE
+    return EXIT_PARTIAL
+
+
+def _render(report, fmt: Format) -> None:
+    rows = [r.row() for r in report.runs]
+    if fmt is Format.json:
+        import json
+
+        out = {"target": report.target, "destination": report.destination, "dry_run": report.dry_run,
+               "ok": report.ok, "runs": [{**r.row(), "pending": r.pending, "sent": r.sent, "skipped_by_reason": r.skipped,
+                                          "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
+                                          "verified": r.verified, "verify_ok": r.verify_ok} for r in report.runs]}
+        print(json.dumps(out, indent=1, ensure_ascii=False))
+        return
+    if report.dry_run:
+        plan = []
+        for r in report.runs:
+            plan.append({"project": r.project, "run_id": r.run_id, "status": r.status,
+                         **{k: v for k, v in r.pending.items()},
+                         "cannot hold": "; ".join(f"{reason}: {n}" if n else reason for reason, n in r.skipped.items()),
+                         "notes": "; ".join(r.notes)})
+        emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}")
+        return
+    if not rows:
+        print(f"nothing to sync to {report.target} {report.destination}")
+        return
+    changed = [r for r in report.runs if not r.up_to_date or not r.ok]
+    if not changed:
+        print(f"{len(rows)} runs already up to date at {report.target} {report.destination}")
+        return
+    emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}")
+    skipped = {}
+    for r in report.runs:
+        for reason, n in r.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+    for reason, n in skipped.items():
+        print(f"not representable at {report.target}: {reason}" + (f" ({n} rows)" if n else ""))
+    notes = sorted({n for r in report.runs for n in r.notes})
+    for n in notes[:20]:
+        print(f"note: {n}")
+    if len(notes) > 20:
+        print(f"note: ... and {len(notes) - 20} more (see --format json)")
+
+
+def status(
+    root: RootOpt = None,
+    to: Annotated[Optional[str], typer.Option("--to", "-t", help="Only this target.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+) -> None:
+    """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
+    from trackstore.catalog import list_runs
+    from trackstore.layout import resolve_root
+    from trackstore.syncstate import iter_cursors, pending_counts
+
+    root_path = resolve_root(root)
+    infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
+    rows = []
+    seen = set()
+    for c in iter_cursors(root_path, target=to):
+        info = infos.get((c.project, c.run_id))
+        if info is None:
+            continue
+        seen.add((c.project, c.run_id))
+        pending = pending_counts(info.paths, c)
+        rows.append({"target": c.target, "destination": c.destination, "project": c.project, "run_id": c.run_id,
+                     "status": info.status, "pending_metrics": pending.get("metrics", 0),
+                     "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                     "bytes": _run_bytes(info.paths.dir), "synced_status": c.synced_status,
+                     "last_sync_at": c.last_sync_at, "last_error": c.last_error})
+    for key, info in infos.items():
+        if key not in seen:
+            pending = pending_counts(info.paths, None)
+            rows.append({"target": to or "-", "destination": "(never synced)", "project": info.project,
+                         "run_id": info.run_id, "status": info.status, "pending_metrics": pending.get("metrics", 0),
+                         "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                         "bytes": _run_bytes(info.paths.dir), "synced_status": None, "last_sync_at": None,
+                         "last_error": None})
+    emit(rows, fmt, title="sync status")
+
+
+def _run_bytes(path) -> int:
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total

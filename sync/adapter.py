@@ -1,0 +1,141 @@
+"""The one interface every sync target implements, and the errors adapters raise.
+
+The engine (:mod:`trackstore.sync.engine`) owns everything that is the same for every target:
+which rows are pending, batching, the cursor, retries with backoff, locking, progress and the
+summary. An adapter only maps records onto its target's API. Its contract, method by method:
+
+``destination()``
+    A stable, credential-free description of where data goes (``http://host:5000``,
+    ``entity/project``). Cursors are kept per destination.
+``check_online()``
+    Raise :class:`~trackstore.errors.TargetUnreachableError` when the target cannot be reached
+    (used by ``--if-online``). Cheap; no side effects.
+``open_run(run, cursor)``
+    Find the remote run by a *deterministic* identity derived from the trackstore run id, or
+    create it; record what is needed to find it again in ``cursor.remote``. Calling it any
+    number of times yields the same remote run: a run is never created twice.
+``sync_metadata(run, cursor)``
+    Push config, tags, notes, name. Idempotent (compare and skip, or last-write-wins).
+    Returns notes for the summary (e.g. "param x truncated").
+``send(kind, rows, cursor)``
+    Deliver one batch (a pyarrow Table of one kind, in replay order, already sized by
+    :meth:`batch_size`). Return a :class:`SendResult` counting rows the target cannot hold
+    (they are reported, never silently dropped). Raise :class:`RetryableError` for transient
+    trouble (timeouts, 429, 5xx, connection resets) and :class:`PermanentError` for what
+    retrying cannot fix (auth, a deleted remote run, a rejected value). ``send`` must be safe
+    to call again with the same rows after :meth:`reconcile` (see below).
+``reconcile(kind, rows, cursor)``
+    The batch ``rows`` was sent but its acknowledgement was never recorded (the process was
+    killed, or the connection cut after the server received it). Ask the target what it
+    holds and return the subset of ``rows`` it does *not* hold yet. This is what makes replay
+    exactly-once instead of at-least-once.
+``finish_run(run, cursor, status)``
+    Push the summary and the terminal status (``finished``/``failed``/``crashed``) with the
+    original end time where the target allows. Idempotent.
+``verify(run, cursor)``
+    Read back what the target holds, as ``{kind: rows}`` counts (for ``--verify`` and tests).
+``unsupported(kind, rows)``
+    What the target cannot represent in ``rows``, as ``{reason: count}``, without sending
+    anything (``--dry-run`` lists it).
+``close()``
+    Release clients and background threads. Always called.
+
+Adapters import their SDK lazily (inside methods or ``__init__``), never at module import,
+so ``trackstore sync --help`` and the core stay fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trackstore.errors import TrackstoreError
+
+
+class RetryableError(TrackstoreError):
+    """Transient failure: the engine retries with exponential backoff and jitter."""
+
+
+class PermanentError(TrackstoreError):
+    """Retrying cannot help (auth, deleted remote object, rejected value): stop this run."""
+
+
+@dataclass
+class SendResult:
+    """What happened to one batch. ``skipped`` counts rows the target cannot hold, by reason."""
+
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    @property
+    def skipped_rows(self) -> int:
+        return sum(self.skipped.values())
+
+
+@dataclass
+class TargetOptions:
+    """Settings common to all targets, from CLI flags (adapters read their own env vars)."""
+
+    uri: str | None = None          # MLflow tracking URI / wandb base URL / SwanLab host
+    project: str | None = None      # override the remote project (wandb/SwanLab)
+    entity: str | None = None       # wandb entity / SwanLab workspace
+    mode: str | None = None         # offline/local modes of wandb and SwanLab
+    logdir: str | None = None       # where offline modes write
+    proxy: str | None = None
+    timeout: float = 30.0
+    store_root: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Adapter:
+    """Base class of sync targets. See the module docstring for each method's contract."""
+
+    name: ClassVar[str] = ""
+    #: record kinds this target can hold; rows of other kinds are reported as unsupported
+    kinds: ClassVar[tuple[str, ...]] = ("metrics",)
+    #: rows per ``send`` call, per kind (the engine never sends more)
+    batch_sizes: ClassVar[dict[str, int]] = {"metrics": 1000}
+    #: kinds whose batches must not split a group of rows sharing this column (e.g. a trace)
+    group_columns: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, options: TargetOptions):
+        self.options = options
+
+    def batch_size(self, kind: str, requested: int | None = None) -> int:
+        limit = self.batch_sizes.get(kind, 500)
+        return max(1, min(limit, requested)) if requested else limit
+
+    def destination(self) -> str:
+        raise NotImplementedError
+
+    def check_online(self) -> None:
+        raise NotImplementedError
+
+    def open_run(self, run, cursor) -> None:
+        raise NotImplementedError
+
+    def sync_metadata(self, run, cursor) -> list[str]:
+        return []
+
+    def send(self, kind: str, rows, cursor) -> SendResult:
+        raise NotImplementedError
+
+    def reconcile(self, kind: str, rows, cursor):
+        raise NotImplementedError
+
+    def finish_run(self, run, cursor, status: str) -> None:
+        raise NotImplementedError
+
+    def verify(self, run, cursor) -> dict[str, int]:
+        raise NotImplementedError
+
+    def unsupported(self, kind: str, rows) -> dict[str, int]:
+        if kind not in self.kinds:
+            return {f"{self.name} cannot hold {kind}": rows.num_rows} if rows.num_rows else {}
+        return {}
+
+    def close(self) -> None:
+        pass

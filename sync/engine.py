@@ -1,0 +1,352 @@
+"""The replay engine: the same exactly-once protocol for every target.
+
+For each run, in order:
+
+1. ``adapter.open_run`` finds or creates the remote run (deterministic identity).
+2. If the cursor holds an *in-doubt* batch (sent, acknowledgement not recorded: the previous
+   sync was killed or its connection cut mid-request), ``adapter.reconcile`` asks the target
+   which of its rows it already holds, and only the rest is sent.
+3. ``adapter.sync_metadata`` pushes config, tags and notes (idempotent).
+4. For each record kind, the rows not yet acknowledged are read in replay order
+   (:func:`trackstore.reader.read_kind`) and sent in batches. Before each batch the cursor
+   records it as in doubt; after the target acknowledges it the rows join the cursor's
+   acknowledged set. Both writes are atomic, so at every instant the cursor is either before
+   the batch (in doubt) or after it: a crash anywhere is repaired by step 2 on the next run.
+5. When the run has ended, ``adapter.finish_run`` pushes summary and final status.
+
+Transient errors are retried with exponential backoff and full jitter; permanent errors stop
+that run with a precise message while the other runs continue. The engine never deletes or
+changes anything a writer owns: syncing a live run from a login node is safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from trackstore import syncstate
+from trackstore.catalog import RunInfo, list_runs, resolve_runs
+from trackstore.errors import TargetUnreachableError, TrackstoreError
+from trackstore.layout import resolve_root
+from trackstore.meta import iso
+from trackstore.reader import read_kind
+from trackstore.syncstate import Cursor, load_cursor, redact_text, save_cursor
+
+from .adapter import Adapter, PermanentError, RetryableError, SendResult
+
+KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
+TERMINAL = ("finished", "failed", "crashed")
+
+
+@dataclass
+class SyncOptions:
+    runs: list[str] = field(default_factory=list)
+    project: str | None = None
+    since_s: float | None = None          # only runs created within this many seconds
+    finished_only: bool = False
+    include_synced: bool = False          # --all: re-check runs that look up to date
+    dry_run: bool = False
+    max_retries: int = 5
+    batch_size: int | None = None
+    verify: bool = False
+    backoff_base: float = 0.5
+    backoff_max: float = 30.0
+    seed: int | None = None               # jitter seed (tests)
+
+
+@dataclass
+class RunResult:
+    project: str
+    run_id: str
+    name: str
+    status: str
+    sent: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    retries: int = 0
+    reconciled: int = 0
+    error: str | None = None
+    error_kind: str | None = None         # "permanent" | "unreachable" | "error"
+    notes: list[str] = field(default_factory=list)
+    verified: dict[str, int] | None = None
+    verify_ok: bool | None = None
+    up_to_date: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.verify_ok is not False
+
+    def row(self) -> dict:
+        return {
+            "project": self.project, "run_id": self.run_id, "name": self.name, "status": self.status,
+            "metrics": self.sent.get("metrics", 0), "samples": self.sent.get("samples", 0),
+            "spans": self.sent.get("spans", 0), "histograms": self.sent.get("histograms", 0),
+            "artifacts": self.sent.get("artifacts", 0), "retries": self.retries,
+            "skipped": sum(self.skipped.values()),
+            "result": "up to date" if self.up_to_date and self.ok else ("ok" if self.ok else f"FAILED: {self.error}"),
+        }
+
+
+@dataclass
+class SyncReport:
+    target: str
+    destination: str
+    runs: list[RunResult] = field(default_factory=list)
+    dry_run: bool = False
+    unreachable: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs) and not self.unreachable
+
+
+class Progress:
+    """Events the engine emits; the CLI renders them (rich bars on a TTY, plain lines otherwise)."""
+
+    def run_started(self, run: RunInfo, total: int) -> None: ...
+    def advanced(self, n: int) -> None: ...
+    def run_ended(self, result: RunResult) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
+    if opts.runs:
+        runs = resolve_runs(opts.runs, root)
+    else:
+        runs = list_runs(root, project=opts.project)
+    if opts.project:
+        runs = [r for r in runs if r.project == opts.project]
+    if opts.finished_only:
+        runs = [r for r in runs if r.status in TERMINAL]
+    if opts.since_s is not None:
+        from trackstore.meta import parse_iso
+
+        cutoff = time.time() - opts.since_s
+        runs = [r for r in runs if (parse_iso(r.meta.get("created_at")) or 0) >= cutoff]
+    return runs
+
+
+class Engine:
+    """Replays runs of one store to one adapter. One instance per ``trackstore sync`` call."""
+
+    def __init__(self, root, adapter: Adapter, opts: SyncOptions, progress: Progress | None = None,
+                 on_batch: Callable[[], None] | None = None):
+        self.root = resolve_root(root)
+        self.adapter = adapter
+        self.opts = opts
+        self.progress = progress or Progress()
+        self.on_batch = on_batch  # e.g. refresh the lock's heartbeat
+        self.target = adapter.name
+        self.destination = adapter.destination()
+        self._rng = random.Random(opts.seed)
+
+    # ------------------------------------------------------------------ public
+    def sync(self, runs: Iterable[RunInfo]) -> SyncReport:
+        report = SyncReport(self.target, self.destination, dry_run=self.opts.dry_run)
+        for info in runs:
+            if report.unreachable:
+                # the network is down: do not hammer it once per remaining run
+                res = RunResult(info.project, info.run_id, info.name, info.status, error="not attempted: target unreachable",
+                                error_kind="unreachable")
+                report.runs.append(res)
+                continue
+            res = self.dry_run_one(info) if self.opts.dry_run else self.sync_one(info)
+            if res.error_kind == "unreachable":
+                report.unreachable = True
+            report.runs.append(res)
+        return report
+
+    def pending_tables(self, info: RunInfo, cursor: Cursor) -> dict:
+        return {kind: read_kind(info.paths, kind, exclude=cursor.acked.get(kind), skip_corrupt=True)
+                for kind in KIND_ORDER}
+
+    def dry_run_one(self, info: RunInfo) -> RunResult:
+        cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
+        res = RunResult(info.project, info.run_id, info.name, info.status)
+        for kind, table in self.pending_tables(info, cursor).items():
+            res.pending[kind] = table.num_rows
+            for reason, n in self.adapter.unsupported(kind, table).items():
+                res.skipped[reason] = res.skipped.get(reason, 0) + n
+        if cursor.in_doubt:
+            res.notes.append(f"one {cursor.in_doubt.get('kind')} batch is in doubt and will be reconciled first")
+        if info.status != cursor.synced_status and info.status in TERMINAL:
+            res.notes.append(f"final status {info.status!r} will be pushed")
+        res.up_to_date = not any(res.pending.values()) and not res.notes
+        return res
+
+    def sync_one(self, info: RunInfo) -> RunResult:
+        cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
+        res = RunResult(info.project, info.run_id, info.name, info.status)
+        try:
+            tables = self.pending_tables(info, cursor)
+            res.pending = {k: t.num_rows for k, t in tables.items()}
+            needs_status = info.status != cursor.synced_status and (info.status in TERMINAL or cursor.synced_status)
+            if (not any(res.pending.values()) and not cursor.in_doubt and not needs_status
+                    and cursor.remote and not self.opts.include_synced and not self.opts.verify):
+                res.up_to_date = True
+                return res
+            total = sum(res.pending.values())
+            self.progress.run_started(info, total)
+            self._call(res, lambda: self.adapter.open_run(info, cursor))
+            save_cursor(self.root, cursor)
+            if cursor.in_doubt:
+                kind = cursor.in_doubt["kind"]
+                self._reconcile(info, cursor, res)
+                # the reconciled rows are acknowledged now: they are no longer pending
+                tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
+            res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
+            for kind in KIND_ORDER:
+                table = tables[kind]
+                if table.num_rows:
+                    self._send_kind(kind, table, cursor, res)
+            if needs_status or (self.opts.include_synced and info.status in TERMINAL):
+                self._call(res, lambda: self.adapter.finish_run(info, cursor, info.status))
+                cursor.synced_status = info.status
+            if self.opts.verify:
+                res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
+                res.verify_ok = self._verify_ok(info, cursor, res.verified)
+            cursor.last_sync_at = iso(time.time())
+            cursor.last_error = None
+            cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
+            save_cursor(self.root, cursor)
+        except PermanentError as exc:
+            self._fail(cursor, res, str(exc), "permanent")
+        except (RetryableError, TargetUnreachableError) as exc:
+            self._fail(cursor, res, f"gave up after {res.retries} retries: {exc}", "unreachable")
+        except TrackstoreError as exc:
+            self._fail(cursor, res, str(exc), "error")
+        finally:
+            self.progress.run_ended(res)
+        return res
+
+    # ------------------------------------------------------------------ internals
+    def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
+        acked = cursor.acked_set(kind)
+        for batch in self._batches(kind, table):
+            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": _batch_id(kind, batch),
+                               "since": iso(time.time())}
+            save_cursor(self.root, cursor)
+            result: SendResult = self._call(res, lambda b=batch: self.adapter.send(kind, b, cursor))
+            acked.add_table(batch)
+            self._count(res, kind, batch.num_rows, result)
+            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+            cursor.in_doubt = None
+            save_cursor(self.root, cursor)
+            self.progress.advanced(batch.num_rows)
+            if self.on_batch is not None:
+                self.on_batch()
+
+    def _reconcile(self, info: RunInfo, cursor: Cursor, res: RunResult) -> None:
+        doubt = cursor.in_doubt
+        kind = doubt["kind"]
+        rows = read_kind(info.paths, kind, skip_corrupt=True)
+        ids = syncstate.RangeSet.from_json(doubt.get("rows"))
+        batch = rows.filter(ids.mask(rows))
+        missing = self._call(res, lambda: self.adapter.reconcile(kind, batch, cursor))
+        res.reconciled += batch.num_rows - missing.num_rows
+        if missing.num_rows:
+            result = self._call(res, lambda: self.adapter.send(kind, missing, cursor))
+            self._count(res, kind, missing.num_rows, result)
+            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+        cursor.acked_set(kind).add_table(batch)
+        cursor.in_doubt = None
+        res.notes.append(f"reconciled an interrupted {kind} batch: {batch.num_rows - missing.num_rows} of "
+                         f"{batch.num_rows} rows were already at the target")
+        save_cursor(self.root, cursor)
+
+    def _batches(self, kind: str, table):
+        size = self.adapter.batch_size(kind, self.opts.batch_size)
+        group = self.adapter.group_columns.get(kind)
+        n = table.num_rows
+        if not group:
+            for start in range(0, n, size):
+                yield table.slice(start, size)
+            return
+        # keep rows sharing `group` (e.g. one trace's spans) in one batch, in first-seen order
+        import pyarrow as pa
+
+        values = table.column(group).to_pylist()
+        order: dict = {}
+        for i, v in enumerate(values):
+            order.setdefault(v, []).append(i)
+        chunk: list[int] = []
+        for idx in order.values():
+            if chunk and len(chunk) + len(idx) > size:
+                yield table.take(pa.array(chunk))
+                chunk = []
+            chunk.extend(idx)
+        if chunk:
+            yield table.take(pa.array(chunk))
+
+    def _call(self, res: RunResult, fn: Callable):
+        """Call ``fn`` with retries for RetryableError / connection trouble; backoff with full jitter."""
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except PermanentError:
+                raise
+            except (RetryableError, ConnectionError, TimeoutError) as exc:
+                attempt += 1
+                res.retries += 1
+                if attempt > self.opts.max_retries:
+                    if isinstance(exc, RetryableError):
+                        raise
+                    raise RetryableError(redact_text(str(exc))) from exc
+                delay = min(self.opts.backoff_max, self.opts.backoff_base * 2 ** (attempt - 1))
+                delay = self._rng.uniform(0, delay)
+                self.progress.message(f"{res.project}/{res.run_id}: {redact_text(str(exc))[:200]}; retry "
+                                      f"{attempt}/{self.opts.max_retries} in {delay:.1f}s")
+                time.sleep(delay)
+
+    def _count(self, res: RunResult, kind: str, n: int, result: SendResult) -> None:
+        res.sent[kind] = res.sent.get(kind, 0) + n - result.skipped_rows
+        for reason, k in result.skipped.items():
+            res.skipped[reason] = res.skipped.get(reason, 0) + k
+
+    def _verify_ok(self, info: RunInfo, cursor: Cursor, remote: dict[str, int] | None) -> bool:
+        if remote is None:
+            return False
+        ok = True
+        for kind, count in remote.items():
+            local = read_kind(info.paths, kind, skip_corrupt=True).num_rows - cursor.skipped.get(kind, 0)
+            if count != local:
+                ok = False
+        return ok
+
+    def _fail(self, cursor: Cursor, res: RunResult, message: str, kind: str) -> None:
+        message = redact_text(message)
+        res.error = message
+        res.error_kind = kind
+        cursor.last_error = message
+        cursor.last_error_at = iso(time.time())
+        try:
+            save_cursor(self.root, cursor)
+        except OSError:
+            pass
+
+
+def _ids(table) -> syncstate.RangeSet:
+    r = syncstate.RangeSet()
+    r.add_table(table)
+    return r
+
+
+def _not_in(acked, table):
+    import pyarrow.compute as pc
+
+    if not acked:
+        import pyarrow as pa
+
+        return pa.array([True] * table.num_rows)
+    return pc.invert(acked.mask(table))
+
+
+def _batch_id(kind: str, batch) -> str:
+    h = hashlib.sha256(kind.encode())
+    h.update(repr(_ids(batch).to_json()).encode())
+    return h.hexdigest()[:16]

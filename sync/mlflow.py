@@ -1,0 +1,484 @@
+"""MLflow target: ``trackstore sync --to mlflow [--uri URI]``.
+
+Where: ``--uri``, else ``$MLFLOW_TRACKING_URI``, else an embedded sqlite store under the
+trackstore root (``<root>/_mlflow/mlflow.db``, artifacts in ``<root>/_mlflow/artifacts``), so
+the demo and air-gapped users need no server.
+
+Mapping (docs/sync.md has the full table):
+
+* project -> experiment (created if missing; a deleted one is a permanent error).
+* run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
+  name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
+  original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
+* config -> params, flattened with ``.``; values longer than MLflow's 6000 characters are
+  truncated (noted); params are write-once, so re-sync compares and skips; the whole config is
+  also logged as ``trackstore/config.json``.
+* metrics -> ``log_batch`` with the original step and timestamp (ms), at most 999 points plus
+  one batch-marker tag per request. Keys MLflow rejects are mapped by :func:`mlflow_key` and
+  the mapping is reported.
+* samples / histograms -> JSON artifacts in MLflow's table layout, one file per
+  (split, step, batch), under ``trackstore/samples/`` and ``trackstore/histograms/``; their
+  names derive from the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
+* spans -> MLflow traces (one per trajectory) with original start/end times, linked to the run,
+  tagged ``trackstore.trace_id``, ``step`` and ``sample_index``; searched before creation.
+* artifacts -> ``log_artifact`` under ``trackstore/artifacts/<name>/v<version>/``.
+
+Exactly once for metrics: every ``log_batch`` carries the tag ``trackstore.batch.metrics`` =
+the batch id, stored by the server after the batch's metrics in the same request. An in-doubt
+batch whose id is the run's tag is complete; otherwise the metric history of the batch's keys
+is read back and only absent points are resent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+from trackstore.errors import TargetUnreachableError
+from trackstore.meta import parse_iso
+from trackstore.syncstate import redact_text, redact_url
+
+from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+
+RUN_TAG = "trackstore.run_id"
+PROJECT_TAG = "trackstore.project"
+BATCH_TAG = "trackstore.batch.{kind}"
+MAX_KEY = 250
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
+
+_BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
+
+
+def mlflow_key(key: str) -> str:
+    """The one documented rule mapping a trackstore key to a key MLflow accepts.
+
+    ``@`` becomes ``_at_`` (as verl's MLflow logger does), other characters outside
+    ``[/ \\w . - : space]`` become ``_``, repeated or edge slashes collapse, ``.``/``..``
+    path segments become ``_``, and keys longer than 250 characters are cut and suffixed with
+    a short hash so distinct keys stay distinct.
+    """
+    k = _BAD_KEY_CHARS.sub("_", key.replace("@", "_at_"))
+    k = re.sub(r"/+", "/", k).strip("/")
+    k = "/".join("_" if seg in (".", "..", "") else seg for seg in k.split("/")) or "_"
+    if posixpath.normpath(k) != k:
+        k = k.replace(".", "_")
+    if len(k) > MAX_KEY:
+        digest = hashlib.sha1(key.encode()).hexdigest()[:8]
+        k = f"{k[:MAX_KEY - 9]}~{digest}"
+    return k
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict) and v:
+                out.update(_flatten(v, key))
+            else:
+                out[key] = v
+    return out
+
+
+def _param_value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+
+
+def _ms(iso_value: str | None) -> int | None:
+    t = parse_iso(iso_value)
+    return None if t is None else int(t * 1000)
+
+
+def _is_local_uri(uri: str) -> bool:
+    return uri.startswith(("sqlite:", "file:")) or "://" not in uri
+
+
+class MlflowAdapter(Adapter):
+    name = "mlflow"
+    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
+    batch_sizes = {"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20}
+    group_columns = {"spans": "trace_id"}
+
+    def __init__(self, options: TargetOptions):
+        super().__init__(options)
+        uri = options.uri or os.environ.get("MLFLOW_TRACKING_URI")
+        self._embedded = uri is None
+        if uri is None:
+            base = Path(options.store_root or ".") / "_mlflow"
+            uri = f"sqlite:///{base / 'mlflow.db'}"
+        self.uri = uri
+        self._client = None
+        self._experiments: dict[str, str] = {}
+        self._run_dir = Path(".")
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def client(self):
+        if self._client is None:
+            # Our engine retries with backoff; MLflow's own retry loop (7 tries, ~2 minutes)
+            # would hide cuts and stall cron jobs. Timeouts come from --timeout.
+            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+            os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
+            if self._embedded:
+                (Path(self.options.store_root or ".") / "_mlflow").mkdir(parents=True, exist_ok=True)
+            import logging
+
+            for name in ("mlflow", "alembic"):  # keep cron output to what trackstore says
+                logging.getLogger(name).setLevel(logging.WARNING)
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def destination(self) -> str:
+        return redact_url(self.uri)
+
+    def _wrap(self, exc: Exception, what: str) -> Exception:
+        """Classify an MLflow/requests error as retryable or permanent, without secrets."""
+        msg = redact_text(f"{what}: {exc}")
+        code = getattr(exc, "error_code", None)
+        status = None
+        get_status = getattr(exc, "get_http_status_code", None)
+        if callable(get_status):
+            try:
+                status = int(get_status())
+            except Exception:
+                status = None
+        text = str(exc)
+        transient_text = ("failed with exception", "Connection", "connection", "timed out", "Timeout",
+                          "Max retries exceeded", "RemoteDisconnected", "database is locked", "BadStatusLine")
+        if code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or status in (429, 500, 502, 503, 504):
+            return RetryableError(msg)
+        if any(t in text for t in transient_text) or isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+            return RetryableError(msg)
+        if code == "INTERNAL_ERROR" and status is None:
+            return RetryableError(msg)
+        return PermanentError(msg)
+
+    def _do(self, what: str, fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except (RetryableError, PermanentError):
+            raise
+        except Exception as exc:
+            raise self._wrap(exc, what) from exc
+
+    def check_online(self) -> None:
+        if _is_local_uri(self.uri):
+            return
+        import urllib.error
+        import urllib.request
+
+        url = self.uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=min(self.options.timeout, 10)) as resp:
+                if resp.status >= 500:
+                    raise TargetUnreachableError(f"MLflow at {self.destination()} answered HTTP {resp.status}")
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500:
+                raise TargetUnreachableError(f"MLflow at {self.destination()} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise TargetUnreachableError(
+                f"MLflow at {self.destination()} is unreachable: {redact_text(str(getattr(exc, 'reason', exc)))}"
+            ) from None
+
+    # ------------------------------------------------------------------ runs
+    def _experiment_id(self, project: str) -> str:
+        if project in self._experiments:
+            return self._experiments[project]
+        exp = self._do("get experiment", self.client.get_experiment_by_name, project)
+        if exp is None:
+            kwargs = {}
+            if _is_local_uri(self.uri):
+                art = Path(self.options.store_root or ".") / "_mlflow" / "artifacts"
+                if not self._embedded and self.uri.startswith("sqlite:"):
+                    art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
+                kwargs["artifact_location"] = art.absolute().as_uri()
+            try:
+                exp_id = self.client.create_experiment(project, **kwargs)
+            except Exception as exc:
+                if "RESOURCE_ALREADY_EXISTS" in str(exc) or "already exists" in str(exc):
+                    exp = self._do("get experiment", self.client.get_experiment_by_name, project)
+                    if exp is None:  # exists but deleted: names stay reserved
+                        raise PermanentError(self._deleted_msg(project)) from None
+                    exp_id = exp.experiment_id
+                else:
+                    raise self._wrap(exc, f"create experiment {project!r}") from exc
+        else:
+            if exp.lifecycle_stage == "deleted":
+                raise PermanentError(self._deleted_msg(project))
+            exp_id = exp.experiment_id
+        self._experiments[project] = exp_id
+        return exp_id
+
+    def _deleted_msg(self, project: str) -> str:
+        return (f"MLflow experiment {project!r} at {self.destination()} is deleted; restore it "
+                f"(`mlflow experiments restore`) or remove it for good (`mlflow gc`), then sync again")
+
+    def open_run(self, run, cursor) -> None:
+        from mlflow.entities import ViewType
+
+        self._run_dir = run.paths.dir
+        exp_id = self._experiment_id(run.project)
+        remote_id = cursor.remote.get("run_id")
+        if remote_id:
+            try:
+                r = self.client.get_run(remote_id)
+            except Exception as exc:
+                err = self._wrap(exc, "get run")
+                if isinstance(err, RetryableError):
+                    raise err from exc
+                r = None
+            if r is not None and r.info.lifecycle_stage == "deleted":
+                raise PermanentError(f"MLflow run {remote_id} for {run.project}/{run.run_id} was deleted at "
+                                     f"{self.destination()}; restore it (`mlflow runs restore --run-id {remote_id}`)")
+            if r is not None:
+                cursor.remote["experiment_id"] = exp_id
+                return
+        found = self._do("search runs", self.client.search_runs, [exp_id],
+                         filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", run_view_type=ViewType.ALL,
+                         max_results=5)
+        if found:
+            r = found[0]
+            if r.info.lifecycle_stage == "deleted":
+                raise PermanentError(f"MLflow run {r.info.run_id} for {run.project}/{run.run_id} was deleted at "
+                                     f"{self.destination()}; restore it (`mlflow runs restore --run-id {r.info.run_id}`)")
+            cursor.remote.update(run_id=r.info.run_id, experiment_id=exp_id)
+            return
+        meta = run.meta
+        tags = {RUN_TAG: run.run_id, PROJECT_TAG: run.project, "mlflow.runName": run.name}
+        created = self._do("create run", self.client.create_run, exp_id, start_time=_ms(meta.get("created_at")),
+                           tags=tags, run_name=run.name)
+        cursor.remote.update(run_id=created.info.run_id, experiment_id=exp_id)
+
+    def sync_metadata(self, run, cursor) -> list[str]:
+        from mlflow.entities import Param, RunTag
+
+        notes: list[str] = []
+        rid = cursor.remote["run_id"]
+        current = self._do("get run", self.client.get_run, rid)
+        have_params = current.data.params
+        have_tags = current.data.tags
+        meta = run.meta
+        params = []
+        for key, value in _flatten(meta.get("config") or {}).items():
+            k = mlflow_key(key)
+            v = _param_value(value)
+            if len(v) > MAX_PARAM_VALUE:
+                v = v[:MAX_PARAM_VALUE - 14] + "...[truncated]"
+                notes.append(f"param {key!r} truncated to {MAX_PARAM_VALUE} characters (full config in trackstore/config.json)")
+            if k in have_params:
+                if have_params[k] != v:
+                    notes.append(f"param {k!r} changed locally but MLflow params are write-once; kept {have_params[k][:40]!r}")
+                continue
+            if k != key:
+                notes.append(f"config key {key!r} sent to MLflow as param {k!r}")
+            params.append(Param(k, v))
+        wanted = {
+            "mlflow.runName": run.name,
+            "mlflow.user": meta.get("user") or "",
+            "mlflow.source.name": " ".join(meta.get("command") or [])[:MAX_TAG_VALUE],
+            "trackstore.host": meta.get("host") or "",
+            "trackstore.tags": json.dumps(list(meta.get("tags") or []), ensure_ascii=False),
+        }
+        if meta.get("notes"):
+            wanted["mlflow.note.content"] = str(meta["notes"])[:MAX_TAG_VALUE]
+        if (meta.get("git") or {}).get("commit"):
+            wanted["mlflow.source.git.commit"] = meta["git"]["commit"]
+        for opt in ("group", "job_type"):
+            if meta.get(opt):
+                wanted[f"trackstore.{opt}"] = str(meta[opt])
+        for t in meta.get("tags") or []:
+            wanted[mlflow_key(t)] = "true"
+        tags = [RunTag(k, v) for k, v in wanted.items() if have_tags.get(k) != v]
+        for i in range(0, len(params), 100):
+            self._do("log params", self.client.log_batch, rid, params=params[i:i + 100])
+        if tags:
+            self._do("set tags", self.client.log_batch, rid, tags=tags)
+        config_json = json.dumps(meta.get("config") or {}, sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(config_json.encode()).hexdigest()[:16]
+        if have_tags.get("trackstore.config_digest") != digest:
+            self._do("log config", self.client.log_dict, rid, json.loads(config_json), "trackstore/config.json")
+            self._do("set tag", self.client.set_tag, rid, "trackstore.config_digest", digest)
+        return notes
+
+    # ------------------------------------------------------------------ records
+    def send(self, kind: str, rows, cursor) -> SendResult:
+        rid = cursor.remote["run_id"]
+        if kind == "metrics":
+            return self._send_metrics(rid, rows, cursor)
+        if kind in ("samples", "histograms"):
+            return self._send_table_files(rid, kind, rows)
+        if kind == "artifacts":
+            return self._send_artifacts(rid, rows, cursor)
+        if kind == "spans":
+            from .mlflow_traces import send_traces
+
+            return send_traces(self, rows, cursor)
+        result = SendResult()
+        result.skip(f"mlflow cannot hold {kind}", rows.num_rows)
+        return result
+
+    def _send_metrics(self, rid: str, rows, cursor) -> SendResult:
+        from mlflow.entities import Metric, RunTag
+
+        result = SendResult()
+        keys = rows.column("key").to_pylist()
+        values = rows.column("value").to_pylist()
+        steps = rows.column("step").to_pylist()
+        ts = rows.column("ts").cast("int64").to_pylist()  # microseconds
+        mapping = cursor.remote.setdefault("key_map", {})
+        metrics = []
+        for k, v, s, t in zip(keys, values, steps, ts):
+            mk = mapping.get(k)
+            if mk is None:
+                mk = mapping[k] = mlflow_key(k)
+            if v is None:
+                result.skip("metric value is null", 1)
+                continue
+            metrics.append(Metric(mk, v, t // 1000, s))
+        from .engine import _batch_id
+
+        tag = RunTag(BATCH_TAG.format(kind="metrics"), _batch_id("metrics", rows))
+        self._do("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
+        return result
+
+    def _table_file(self, kind: str, rows) -> dict[str, dict]:
+        """Group rows into deterministic artifact files: {artifact_path: table_json}."""
+        files: dict[str, dict] = {}
+        cols = [c for c in rows.column_names if c not in ("writer",)]
+        data = rows.to_pylist()
+        for r in data:
+            if kind == "samples":
+                folder = f"trackstore/samples/{mlflow_key(str(r.get('split') or 'val'))}"
+            else:
+                folder = f"trackstore/histograms/{mlflow_key(str(r.get('key')))}"
+            group = (folder, r.get("step"))
+            files.setdefault(group, {"first": r, "rows": []})["rows"].append(r)
+        out = {}
+        for (folder, step), g in files.items():
+            first = g["first"]
+            name = f"{folder}/step_{int(step or 0):09d}_{first['writer']}_{first['seq']:012d}.json"
+            out[name] = {"columns": cols, "data": [[_json_cell(r.get(c)) for c in cols] for r in g["rows"]]}
+        return out
+
+    def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
+        for path, table in self._table_file(kind, rows).items():
+            self._do(f"log {kind}", self.client.log_dict, rid, table, path)
+        return SendResult()
+
+    def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
+        result = SendResult()
+        run_dir = self._run_dir
+        for r in rows.to_pylist():
+            local = run_dir / r["path"]
+            if not local.is_file():
+                result.skip("artifact file missing from the store", 1)
+                continue
+            art_dir = f"trackstore/artifacts/{mlflow_key(r['name'])}/v{r['version']}"
+            sub = posixpath.dirname(r["logical_path"])
+            if sub:
+                art_dir = f"{art_dir}/{sub}"
+            self._do("log artifact", self.client.log_artifact, rid, str(local), art_dir)
+        return result
+
+    def reconcile(self, kind: str, rows, cursor):
+        """Return the rows of an in-doubt batch that MLflow does not hold yet."""
+        import pyarrow as pa
+
+        rid = cursor.remote["run_id"]
+        if kind != "metrics":
+            # artifact files and traces are addressed by name / trace tag: resending them is a
+            # no-op overwrite (files) or skipped after a search (traces)
+            return rows
+        from .engine import _batch_id
+
+        run = self._do("get run", self.client.get_run, rid)
+        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == _batch_id("metrics", rows):
+            return rows.slice(0, 0)
+        mapping = cursor.remote.get("key_map") or {}
+        keys = rows.column("key").to_pylist()
+        have: dict[str, set] = {}
+        for k in set(keys):
+            mk = mapping.get(k) or mlflow_key(k)
+            hist = self._do("get metric history", self.client.get_metric_history, rid, mk)
+            have[k] = {(m.step, m.timestamp, _norm(m.value)) for m in hist}
+        steps = rows.column("step").to_pylist()
+        values = rows.column("value").to_pylist()
+        ts = rows.column("ts").cast("int64").to_pylist()
+        keep = [(s, t // 1000, _norm(v)) not in have[k] for k, v, s, t in zip(keys, values, steps, ts)]
+        return rows.filter(pa.array(keep))
+
+    def finish_run(self, run, cursor, status: str) -> None:
+        from mlflow.entities import RunTag
+
+        rid = cursor.remote["run_id"]
+        user_summary = run.meta.get("summary_user") or {}
+        tags = [RunTag(f"trackstore.summary.{mlflow_key(k)}"[:MAX_KEY], _param_value(v)[:MAX_TAG_VALUE])
+                for k, v in user_summary.items()]
+        tags.append(RunTag("trackstore.status", status))
+        if run.meta.get("exit_code") is not None:
+            tags.append(RunTag("trackstore.exit_code", str(run.meta["exit_code"])))
+        if run.meta.get("error"):
+            tags.append(RunTag("trackstore.error", str(run.meta["error"])[:MAX_TAG_VALUE]))
+        for i in range(0, len(tags), 100):
+            self._do("set summary tags", self.client.log_batch, rid, tags=tags[i:i + 100])
+        if status == "running":
+            self._do("reopen run", self.client.update_run, rid, status="RUNNING")
+            return
+        end = _ms(run.meta.get("ended_at") or run.meta.get("updated_at"))
+        self._do("end run", self.client.set_terminated, rid, status=MLFLOW_STATUS[status], end_time=end)
+
+    def verify(self, run, cursor) -> dict[str, int]:
+        rid = cursor.remote["run_id"]
+        mapping = cursor.remote.get("key_map") or {}
+        total = 0
+        for mk in set(mapping.values()):
+            total += len(self._do("get metric history", self.client.get_metric_history, rid, mk))
+        return {"metrics": total}
+
+    def unsupported(self, kind: str, rows) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if kind == "metrics" and rows.num_rows:
+            import pyarrow.compute as pc
+
+            nulls = rows.column("value").null_count
+            if nulls:
+                out["metric value is null"] = nulls
+            infs = pc.sum(pc.is_inf(rows.column("value")).cast("int64")).as_py() or 0
+            if infs:
+                out["infinite values are stored by MLflow as +/-1.8e308 (kept, lossy)"] = infs
+            renamed = {k for k in pc.unique(rows.column("key")).to_pylist() if mlflow_key(k) != k}
+            if renamed:
+                out[f"{len(renamed)} metric keys renamed for MLflow (see docs/sync.md)"] = 0
+        return out
+
+
+def _norm(v):
+    if v is None:
+        return None
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if abs(v) >= 1.7976931348623157e308:
+            return "inf" if v > 0 else "-inf"
+    return float(v)
+
+
+def _json_cell(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return v
+

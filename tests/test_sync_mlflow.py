@@ -1,0 +1,259 @@
+"""trackstore sync --to mlflow against real MLflow stores (embedded sqlite, and the file store,
+which does not deduplicate re-sent points, so exactly-once is ours to prove there)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import trackstore
+from tests.helpers import run_cli
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+
+def make_run(root, *, steps=30, keys=5, project="proj", name="exp", finish=True, samples=False, extra=None):
+    run = trackstore.init(project, name=name, config={"lr": 0.001, "model": {"layers": 2, "name": "tiny"}},
+                          tags=["t1"], notes="hello", root=root)
+    for s in range(steps):
+        run.log({f"k{i}": s * 10 + i + 0.5 for i in range(keys)} | (extra or {}), step=s)
+    if samples:
+        run.log_samples([{"input": "q", "output": "a", "score": 1.0}], step=1)
+    if finish:
+        run.finish()
+    else:
+        run.flush()
+    return run
+
+
+def client_for(uri):
+    return MlflowClient(tracking_uri=uri)
+
+
+def remote_run(client, project, run_id):
+    exp = client.get_experiment_by_name(project)
+    found = client.search_runs([exp.experiment_id], filter_string=f"tags.`trackstore.run_id` = '{run_id}'")
+    assert len(found) == 1, f"expected exactly one remote run, found {len(found)}"
+    return found[0]
+
+
+def points(client, rid, keys):
+    out = []
+    for k in keys:
+        out += [(k, m.step, m.timestamp, m.value) for m in client.get_metric_history(rid, k)]
+    return sorted(out)
+
+
+def local_points(run):
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(run.dir / "metrics").to_pylist()
+    return sorted((r["key"], r["step"], int(r["ts"].timestamp() * 1000), r["value"]) for r in t)
+
+
+@pytest.fixture(params=["sqlite", "filestore"])
+def mlflow_uri(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    return (tmp_path / "mlruns").as_uri()
+
+
+def test_full_roundtrip(root, mlflow_uri):
+    run = make_run(root, samples=True)
+    res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_uri, root=root)
+    assert res.returncode == 0, res.stderr + res.stdout
+    c = client_for(mlflow_uri)
+    r = remote_run(c, "proj", run.id)
+    assert points(c, r.info.run_id, [f"k{i}" for i in range(5)]) == local_points(run)
+    assert r.data.params["lr"] == "0.001" and r.data.params["model.layers"] == "2"
+    assert r.data.tags["mlflow.note.content"] == "hello" and r.data.tags["t1"] == "true"
+    assert r.data.tags["mlflow.runName"] == "exp"
+    meta = json.loads((run.dir / "run.json").read_text())
+    created = int(trackstore.meta.parse_iso(meta["created_at"]) * 1000)
+    ended = int(trackstore.meta.parse_iso(meta["ended_at"]) * 1000)
+    assert r.info.start_time == created and r.info.end_time == ended
+    assert r.info.status == "FINISHED"
+    files = [f.path for f in c.list_artifacts(r.info.run_id, "trackstore/samples/val")]
+    assert len(files) == 1
+    # second sync: nothing new, nothing sent, still one remote run
+    res2 = run_cli("sync", "--to", "mlflow", "--uri", mlflow_uri, "--format", "json", root=root)
+    assert res2.returncode == 0, res2.stderr
+    summary = json.loads(res2.stdout)
+    assert summary["runs"][0]["result"] == "up to date"
+    assert points(c, r.info.run_id, [f"k{i}" for i in range(5)]) == local_points(run)
+
+
+def test_incremental_live_run(root, mlflow_uri):
+    run = trackstore.init("proj", root=root)
+    for s in range(10):
+        run.log({"loss": 1.0 / (s + 1)}, step=s)
+    run.flush()
+    assert run_cli("sync", "--to", "mlflow", "--uri", mlflow_uri, root=root).returncode == 0
+    c = client_for(mlflow_uri)
+    r = remote_run(c, "proj", run.id)
+    assert r.info.status == "RUNNING"
+    assert len(c.get_metric_history(r.info.run_id, "loss")) == 10
+    for s in range(10, 25):
+        run.log({"loss": 1.0 / (s + 1)}, step=s)
+    run.finish()
+    res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_uri, "--format", "json", root=root)
+    assert res.returncode == 0
+    assert json.loads(res.stdout)["runs"][0]["metrics"] == 15
+    r = remote_run(c, "proj", run.id)
+    assert points(c, r.info.run_id, ["loss"]) == local_points(run)
+    assert r.info.status == "FINISHED"
+
+
+def test_status_mapping_and_key_mapping(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    ok = make_run(root, steps=2, keys=1, name="ok", extra={"val/acc@1": 0.5, "weird key!": 2.0})
+    with pytest.raises(RuntimeError):
+        with trackstore.init("proj", name="bad", root=root) as bad:
+            bad.log({"x": 1.0})
+            raise RuntimeError("boom")
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    assert res.returncode == 0, res.stderr
+    c = client_for(uri)
+    r_ok = remote_run(c, "proj", ok.id)
+    assert [m.value for m in c.get_metric_history(r_ok.info.run_id, "val/acc_at_1")] == [0.5, 0.5]
+    assert len(c.get_metric_history(r_ok.info.run_id, "weird key_")) == 2
+    r_bad = remote_run(c, "proj", bad.id)
+    assert r_bad.info.status == "FAILED" and "boom" in r_bad.data.tags["trackstore.error"]
+
+
+def test_dry_run_sends_nothing(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = make_run(root, steps=3, keys=2)
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--dry-run", "--format", "json", root=root)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["dry_run"] and plan["runs"][0]["pending"]["metrics"] == 6
+    assert not (tmp_path / "m.db").exists() or client_for(uri).get_experiment_by_name("proj") is None
+    assert run.id in res.stdout
+
+
+def test_embedded_default_and_no_noise(root):
+    run = make_run(root, steps=3, keys=1)
+    res = run_cli("sync", "--to", "mlflow", root=root)
+    assert res.returncode == 0, res.stderr
+    assert (root / "_mlflow" / "mlflow.db").exists()
+    c = client_for(f"sqlite:///{root / '_mlflow' / 'mlflow.db'}")
+    assert len(c.get_metric_history(remote_run(c, "proj", run.id).info.run_id, "k0")) == 3
+    assert "INFO" not in res.stderr
+
+
+def test_deleted_experiment_is_permanent_and_others_continue(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    a = make_run(root, project="gone", steps=2, keys=1)
+    b = make_run(root, project="alive", steps=2, keys=1)
+    c = client_for(uri)
+    c.delete_experiment(c.create_experiment("gone"))
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root)
+    assert res.returncode == 8, res.stdout + res.stderr
+    by_run = {r["run_id"]: r for r in json.loads(res.stdout)["runs"]}
+    assert "deleted" in by_run[a.id]["error"] and "restore" in by_run[a.id]["error"]
+    assert by_run[b.id]["error"] is None
+    assert len(c.get_metric_history(remote_run(c, "alive", b.id).info.run_id, "k0")) == 2
+
+
+SYNC_CHILD = """
+import sys
+from trackstore.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigkill_mid_sync_then_resume_is_exact(root, tmp_path, monkeypatch):
+    """Kill the sync process at random moments (seeded) several times; the end state is exact.
+
+    Uses MLflow's file store, which stores every re-sent point again: without the in-doubt
+    batch reconciliation this test sees duplicates."""
+    import random
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    run = make_run(root, steps=400, keys=5)
+    rng = random.Random(7)
+    args = [sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size", "20",
+            "--root", str(root)]
+    kills = 0
+    for _ in range(6):
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+        time.sleep(2.0 + rng.random() * 2.0)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+    assert kills >= 1
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root, timeout=300)
+    assert res.returncode == 0, res.stderr
+    c = client_for(uri)
+    got = points(c, remote_run(c, "proj", run.id).info.run_id, [f"k{i}" for i in range(5)])
+    want = local_points(run)
+    assert len(got) == len(want) and got == want
+
+
+def test_nan_values_roundtrip(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = trackstore.init("proj", root=root)
+    run.log({"x": float("nan")}, step=0)
+    run.log({"x": 1.5}, step=1)
+    run.finish()
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+    c = client_for(uri)
+    hist = sorted(c.get_metric_history(remote_run(c, "proj", run.id).info.run_id, "x"), key=lambda m: m.step)
+    assert math.isnan(hist[0].value) and hist[1].value == 1.5
+
+
+def test_lock_held_exits_6(root, tmp_path):
+    from trackstore import locks
+
+    make_run(root, steps=2, keys=1)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    with locks.acquire(root, "sync-mlflow"):
+        res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    assert res.returncode == 6, res.stderr
+    assert "lock" in res.stderr.lower()
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+
+
+def test_stale_lock_from_killed_sync_is_taken_over(root, tmp_path):
+    make_run(root, steps=2, keys=1)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    code = ("import sys, time; from trackstore import locks; l = locks.acquire(sys.argv[1], 'sync-mlflow'); "
+            "print('held', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 6
+    p.kill()
+    p.wait()
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+
+
+def test_unknown_target_is_usage_error(root):
+    res = run_cli("sync", "--to", "nosuch", root=root)
+    assert res.returncode == 2 and "unknown sync target" in res.stderr
+
+
+def test_status_shows_pending(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = make_run(root, steps=4, keys=2, finish=False)
+    res = run_cli("status", "--format", "json", root=root)
+    rows = json.loads(res.stdout)
+    assert rows[0]["destination"] == "(never synced)" and rows[0]["pending_metrics"] == 8
+    run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    run.log({"k0": 1.0}, step=99)
+    run.flush()
+    rows = json.loads(run_cli("status", "--format", "json", root=root).stdout)
+    assert rows[0]["target"] == "mlflow" and rows[0]["pending_metrics"] == 1
+    assert Path(uri[len("sqlite:///"):]).exists()
