@@ -1,0 +1,104 @@
+"""PyTorch Lightning integration: ``Trainer(logger=TrackstoreLogger(project="p"))``.
+
+A :class:`lightning.pytorch.loggers.Logger` (``pytorch_lightning``'s when only that package is
+installed). Promises:
+
+* Only global rank 0 writes (``rank_zero_only`` on every write, ``experiment`` is a dummy on
+  other ranks), so a multi-GPU job makes one run, not one per rank.
+* ``save()`` is cheap. Lightning calls it after *every* ``log_metrics``; trackstore's writer
+  already buffers in memory and flushes on its own timer (and at finish, exit or SIGTERM), so
+  there is nothing to do on the training thread.
+* ``log_hyperparams`` (from ``save_hyperparameters()``) merges into the run config;
+  ``log_metrics`` stores each value at Lightning's ``step``; ``finalize("success")`` finishes
+  the run, ``finalize("failed")`` marks it failed.
+* ``save_dir`` is ``None``, so checkpoints stay under the Trainer's ``default_root_dir`` and
+  never land inside the store; ``log_dir`` is the run folder; ``name`` is the run name and
+  ``version`` the run id.
+"""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from typing import Any, Iterable, Mapping
+
+try:
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.loggers.logger import rank_zero_experiment
+except ImportError:  # the standalone pytorch_lightning package
+    from pytorch_lightning.loggers import Logger
+    from pytorch_lightning.loggers.logger import rank_zero_experiment
+    from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+_STATUS = {"success": "finished", "finished": "finished", "failed": "failed"}
+
+
+class TrackstoreLogger(Logger):
+    """Log a Lightning run to trackstore. The run starts at the first write on rank 0.
+
+    ``project`` (default ``$TRACKSTORE_PROJECT`` or ``"lightning"``), ``name``, ``config``,
+    ``tags`` and ``root`` are passed to :func:`trackstore.init`; ``run_id`` with
+    ``resume=True`` continues an existing run as a new attempt.
+    """
+
+    def __init__(self, project: str | None = None, name: str | None = None, *, config: Mapping[str, Any] | None = None,
+                 tags: Iterable[str] | None = None, root: str | os.PathLike | None = None, run_id: str | None = None,
+                 resume: bool = False):
+        super().__init__()
+        self._project = project or os.environ.get("TRACKSTORE_PROJECT") or "lightning"
+        self._name = name
+        self._config = dict(config or {})
+        self._tags = list(tags) if tags is not None else ["lightning"]
+        self._root = root
+        self._run_id = run_id
+        self._resume = resume
+        self._run: Any = None
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """The :class:`trackstore.Run` (started on first access)."""
+        if self._run is None:
+            import trackstore
+
+            self._run = trackstore.init(project=self._project, name=self._name, config=self._config,
+                                        tags=self._tags, root=self._root, run_id=self._run_id, resume=self._resume)
+            self._run_id = self._run.id
+        return self._run
+
+    @property
+    def name(self) -> str:
+        return self._name or (self._run.name if self._run is not None else self._project)
+
+    @property
+    def version(self) -> str:
+        return self._run_id or (self.experiment.id if rank_zero_only.rank == 0 else "")
+
+    @property
+    def save_dir(self) -> None:
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        return str(self._run.dir) if self._run is not None else None
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        if isinstance(params, Namespace):
+            params = vars(params)
+        self.experiment.config.update({str(k): v for k, v in dict(params or {}).items()})
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        self.experiment.log(dict(metrics), step=step)
+
+    def save(self) -> None:
+        """Nothing to do: trackstore's writer flushes on its own timer (see the module docstring)."""
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._run is None or self._run.finished:
+            return
+        self._run.finish(status=_STATUS.get(status, "finished"),
+                         error=None if status != "failed" else "Lightning reported the fit as failed")
