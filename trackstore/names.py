@@ -18,11 +18,15 @@ MAX_NAME_BYTES = 200  # filesystem components are limited to 255 bytes; "project
 MAX_RUN_ID_CHARS = 64
 MAX_KEY_CHARS = 1000
 
+# Control characters break terminals, log files and CSV output: the C0 and C1 ranges, DEL,
+# the Unicode line and paragraph separators, and the bidirectional overrides that make a name
+# display as something else ("trojan source").
+_CONTROL_CHARS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 # '/' and '\\' split paths; '=' and '%' confuse hive-partition parsers (which split on '=' and
-# percent-decode values); control characters break terminals and log files.
-_FORBIDDEN_IN_NAME = re.compile(r"[/\\=%\x00-\x1f\x7f]")
+# percent-decode values).
+_FORBIDDEN_IN_NAME = re.compile(f"[/\\\\=%{_CONTROL_CHARS}]")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(f"[{_CONTROL_CHARS}]")
 
 
 def validate_project(name: object) -> str:
@@ -47,8 +51,8 @@ def _validate_component(name: object, what: str) -> str:
     bad = _FORBIDDEN_IN_NAME.search(name)
     if bad:
         raise InvalidNameError(
-            f"{what} {name!r} contains {bad.group()!r}; path separators, '=', '%' and control "
-            "characters are not allowed"
+            f"{what} {name!r} contains {bad.group()!r} (U+{ord(bad.group()):04X}); path separators, "
+            "'=', '%' and control characters are not allowed"
         )
     if len(name) > MAX_NAME_CHARS or len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise InvalidNameError(
@@ -86,6 +90,7 @@ def validate_key(key: object) -> str:
         raise InvalidValueError("metric key must not be empty")
     if len(key) > MAX_KEY_CHARS:
         raise InvalidValueError(f"metric key {key[:40]!r}... is longer than {MAX_KEY_CHARS} characters")
-    if _CONTROL.search(key):
-        raise InvalidValueError(f"metric key {key!r} contains control characters")
+    bad = _CONTROL.search(key)
+    if bad:
+        raise InvalidValueError(f"metric key {key!r} contains a control character (U+{ord(bad.group()):04X})")
     return key

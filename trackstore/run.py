@@ -438,6 +438,8 @@ def init(
     paths = run_paths(resolve_root(root), project, run_id or new_run_id())
     if name is not None and not isinstance(name, str):
         raise InvalidValueError(f"run name must be a string, got {type(name).__name__}")
+    if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
+        raise InvalidValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
     tag_list = _tags(tags)
     now = time.time()
     existing = _meta.read_run_json(paths) if paths.run_file.exists() else None

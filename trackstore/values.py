@@ -69,10 +69,13 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if not isinstance(k, str):
             raise InvalidValueError(f"metric key must be a string, got {type(k).__name__} {k!r}")
         full = f"{prefix}/{k}" if prefix else k
-        if isinstance(v, Mapping):
-            out.update(flatten(v, full))
-        else:
-            out[full] = v
+        items = flatten(v, full).items() if isinstance(v, Mapping) else ((full, v),)
+        for fk, fv in items:
+            if fk in out:
+                raise InvalidValueError(
+                    f"metric key {fk!r} is given twice (a nested dict and a '/' key flatten to the same name)"
+                )
+            out[fk] = fv
     return out
 
 
