@@ -1,0 +1,468 @@
+"""SQL over the whole store: DuckDB views over every run, and read-only query execution.
+
+::
+
+    import trackstore
+    con = trackstore.connect()                      # duckdb connection with the views below
+    con.sql("SELECT * FROM latest WHERE key = 'critic/score/mean'").df()
+    table = trackstore.query("SELECT ... WHERE run_id = $run", {"run": "2026..."})  # pyarrow Table
+
+Views (``docs/sql.md`` has every column): ``runs``, ``metrics``, ``samples``, ``spans``,
+``histograms``, ``artifacts``, ``sync_state``, plus helpers ``latest`` (most recently logged
+value of each key in each run) and ``metric_summary`` (per run and key: count, step range,
+first/last/min/max/mean). :func:`wide` turns one run's metrics into one column per key.
+
+The promises this module keeps:
+
+* Record views read the store's hive layout directly (``project=``/``run=`` folders become the
+  ``project`` and ``run_id`` columns) with ``union_by_name``, so runs written by older schema
+  versions read with NULLs in the columns they lack, and every view always has every column of
+  :mod:`trackstore.schema`, even when no file of that kind exists yet.
+* Live runs are visible: a view globs ``*.parquet`` at every query, so each part a writer has
+  flushed (renamed into place) is seen by the next query. Temp files (``.name.xxxx.tmp``) never
+  match, and ``_trash``/``_quarantine``/``_sync`` are outside the globbed tree.
+* A damaged part file (truncated, garbage, missing footer) never turns every query into an
+  obscure error. :func:`connect` checks each part's Parquet framing once (cached by path, size
+  and mtime) and by default skips a bad file with a warning naming it (``on_corrupt="error"``
+  raises :class:`~trackstore.errors.CorruptFileError` instead). A file damaged inside its data
+  pages is caught at query time: the error names the file and points to ``trackstore doctor``.
+* ``runs`` comes from ``run.json`` through :func:`trackstore.catalog.list_runs`, so its
+  ``status`` is the *effective* one (a run whose writer died is ``crashed``).
+* Read-only: with ``read_only=True`` (the default) the connection is in memory, may read files
+  only under the store root, and its configuration is locked; :func:`run_sql` (used by
+  :func:`query` and ``trackstore sql``) additionally refuses every statement that is not a
+  query (COPY, ATTACH, CREATE, INSERT, INSTALL/LOAD, SET, ...) with a
+  :class:`~trackstore.errors.QueryError`. User values are bound parameters (``$name``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from . import schema as _schema
+from .errors import CorruptFileError, QueryError
+from .layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs, resolve_root
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+    import pyarrow as pa
+
+RECORD_KINDS = _schema.KINDS  # metrics, samples, spans, histograms, artifacts
+VIEWS = ("runs", *RECORD_KINDS, "sync_state", "latest", "metric_summary")
+
+_KIND_GLOB = {k: f"{k}/*{PART_SUFFIX}" for k in RECORD_KINDS}
+_KIND_GLOB["artifacts"] = f"artifacts/_manifest/*{PART_SUFFIX}"
+
+SYNC_STATE_COLUMNS = (
+    ("target", "string"), ("destination", "string"), ("project", "string"), ("run_id", "string"),
+    ("kind", "string"), ("acked_rows", "int64"), ("pending_rows", "int64"), ("skipped_rows", "int64"),
+    ("remote_id", "string"), ("synced_status", "string"), ("last_sync_at", "ts"), ("last_error", "string"),
+)
+
+# Statement types a read-only query may use. DESCRIBE, SHOW and SUMMARIZE parse as SELECT.
+_ALLOWED_STATEMENTS = ("SELECT", "EXPLAIN")
+_ALLOWED_PRAGMAS = re.compile(r"^\s*PRAGMA\s+(table_info|show|show_tables|show_tables_expanded|version)\b",
+                              re.IGNORECASE)
+
+
+class SkippedFileWarning(UserWarning):
+    """A damaged part file was left out of the views (the message names it)."""
+
+
+# ---------------------------------------------------------------------- part file checks
+_frame_cache: dict[tuple[str, int, int], str | None] = {}
+
+
+def check_part(path: str | os.PathLike) -> str | None:
+    """Why ``path`` is not a complete Parquet file, or None when its framing is sound.
+
+    Cheap (two small reads): magic bytes at both ends and a footer length that fits the file.
+    That catches truncation, garbage and half-copied files; damage inside data pages is caught
+    when DuckDB reads them. Results are cached by (path, size, mtime).
+    """
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror or exc}"
+    key = (p, st.st_size, st.st_mtime_ns)
+    if key in _frame_cache:
+        return _frame_cache[key]
+    problem: str | None = None
+    try:
+        with open(p, "rb") as f:
+            if st.st_size < 12:
+                problem = f"too small to be a Parquet file ({st.st_size} bytes)"
+            else:
+                head = f.read(4)
+                f.seek(-8, os.SEEK_END)
+                tail = f.read(8)
+                footer_len = int.from_bytes(tail[:4], "little")
+                if head != b"PAR1":
+                    problem = "not a Parquet file (bad magic bytes at the start)"
+                elif tail[4:] != b"PAR1":
+                    problem = "truncated or incomplete (no Parquet footer at the end)"
+                elif footer_len <= 0 or footer_len > st.st_size - 12:
+                    problem = f"footer length {footer_len} does not fit a {st.st_size}-byte file"
+    except OSError as exc:
+        problem = f"cannot read: {exc.strerror or exc}"
+    if len(_frame_cache) > 200_000:
+        _frame_cache.clear()
+    _frame_cache[key] = problem
+    return problem
+
+
+def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None
+               ) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Every complete-looking part file per kind, and the damaged ones with the reason.
+
+    Only ``project=*/run=*`` folders are visited (so never ``_trash``, ``_quarantine`` or
+    ``_sync``) and only names ending in ``.parquet`` that do not start with a dot. ``only``
+    limits the scan to some ``(project, run_id)`` pairs.
+    """
+    root_path = resolve_root(root)
+    good: dict[str, list[str]] = {k: [] for k in RECORD_KINDS}
+    bad: dict[str, str] = {}
+    for project, run_id, rdir in iter_run_dirs(root_path):
+        if only is not None and (project, run_id) not in only:
+            continue
+        for kind in RECORD_KINDS:
+            d = rdir / _KIND_GLOB[kind].rsplit("/", 1)[0]
+            try:
+                entries = os.scandir(d)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with entries:
+                for e in entries:
+                    if not e.name.endswith(PART_SUFFIX) or e.name.startswith("."):
+                        continue
+                    problem = check_part(e.path)
+                    if problem is None:
+                        good[kind].append(e.path)
+                    else:
+                        bad[e.path] = problem
+    return good, bad
+
+
+# ---------------------------------------------------------------------- connecting
+def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on_corrupt: str = "warn",
+            sync_state: bool = True, runs: Iterable[Any] | None = None) -> "duckdb.DuckDBPyConnection":
+    """An in-memory DuckDB connection with views over every run of the store at ``root``.
+
+    ``runs`` (RunInfo objects or ``(project, run_id)`` pairs) limits every view to those runs,
+    which makes per-run questions (plot, show, compare) independent of the store's size.
+
+    ``on_corrupt`` is ``"warn"`` (skip damaged part files, warning with
+    :class:`SkippedFileWarning` naming each) or ``"error"`` (raise
+    :class:`~trackstore.errors.CorruptFileError` for the first one). With ``read_only=True``
+    the connection can read only files under the root and cannot change its configuration
+    (no ATTACH, COPY TO elsewhere, INSTALL or LOAD). ``sync_state=False`` leaves the
+    ``sync_state`` view empty, which saves reading every part's ``(writer, seq)`` columns.
+    """
+    if on_corrupt not in ("warn", "error"):
+        raise ValueError("on_corrupt must be 'warn' or 'error'")
+    import duckdb
+
+    root_path = resolve_root(root)
+    only = None if runs is None else {(r.project, r.run_id) if hasattr(r, "run_id") else tuple(r) for r in runs}
+    good, bad = scan_parts(root_path, only)
+    for path, problem in sorted(bad.items()):
+        if on_corrupt == "error":
+            raise CorruptFileError(path, problem)
+        warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` to "
+                      "quarantine it)", SkippedFileWarning, stacklevel=2)
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET preserve_insertion_order = false")
+        con.execute("SET parquet_metadata_cache = true")
+        _create_runs_view(con, root_path, only)
+        bad_kinds = {_kind_of(p) for p in bad}
+        for kind in RECORD_KINDS:
+            _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only)
+        _create_sync_state_view(con, root_path if sync_state else None)
+        _create_helper_views(con)
+        if read_only:
+            allowed = str(root_path).replace("'", "''")
+            con.execute(f"SET allowed_directories = ['{allowed}']")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
+def _kind_of(path: str) -> str:
+    parts = Path(path).parts
+    if len(parts) >= 3 and parts[-2] == "_manifest":
+        return "artifacts"
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal (used only for paths in view definitions; user values are bound)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def quote_ident(name: str) -> str:
+    """A SQL identifier, quoted: any metric key can become a column name safely."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def _register(con, name: str, table) -> None:
+    tmp = f"__arrow_{name}"
+    con.register(tmp, table)
+    try:
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM {tmp}")
+    finally:
+        con.unregister(tmp)
+
+
+def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: bool,
+                      only: set[tuple[str, str]] | None) -> None:
+    """``<kind>`` view: globs (live) when every file is sound, else the explicit list of sound files."""
+    import pyarrow as pa
+
+    empty = f"_empty_{kind}"
+    sch = _schema.SCHEMAS[kind]
+    hive = [pa.field("project", pa.string()), pa.field("run", pa.string())]
+    _register(con, empty, pa.schema([*hive, *sch]).empty_table())
+    if only is None:
+        globs = [f"{root}/{PROJECT_PREFIX}*/{RUN_PREFIX}*/{_KIND_GLOB[kind]}"]
+    else:
+        globs = [f"{root}/{PROJECT_PREFIX}{p}/{RUN_PREFIX}{r}/{_KIND_GLOB[kind]}" for p, r in sorted(only)]
+    literal = str(root) + "".join(f"{p}{r}" for p, r in (only or ()))
+    if has_bad or _GLOB_CHARS.search(literal):
+        sources = sorted(files)  # skip damaged files, or names a glob would misread: list files instead
+    else:
+        sources = globs  # re-globbed at every query: parts flushed later are seen
+    if sources:
+        listed = "[" + ", ".join(sql_string(f) for f in sources) + "]"
+        body = (f"FROM {empty} UNION ALL BY NAME FROM read_parquet({listed}, hive_partitioning = true, "
+                "union_by_name = true, allow_empty = true, hive_types = {'project': 'VARCHAR', 'run': 'VARCHAR'})")
+    else:
+        body = f"FROM {empty}"
+    # read_parquet of an empty glob yields a placeholder column named "empty": never ours
+    con.execute(f"CREATE VIEW _raw_{kind} AS SELECT project, run AS run_id, "
+                f"COLUMNS(lambda c: c NOT IN ('project', 'run', 'empty')) FROM ({body})")
+    if kind == "spans":
+        # A span may have an 'unfinished' checkpoint row and a final row: keep the final one
+        # (else the latest checkpoint), per run and (trace_id, span_id).
+        con.execute("CREATE VIEW spans AS SELECT * FROM _raw_spans QUALIFY row_number() OVER ("
+                    "PARTITION BY project, run_id, trace_id, span_id "
+                    "ORDER BY (status <> 'unfinished') DESC, seq DESC, writer DESC) = 1")
+    else:
+        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _raw_{kind}")
+
+
+def _ts(value: str | None):
+    if not value:
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, allow_nan=True)
+
+
+def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None) -> "pa.Table":
+    """The ``runs`` view's rows as a pyarrow Table (config/summary as JSON text)."""
+    import pyarrow as pa
+
+    from .catalog import list_runs
+
+    rows = [info.row() for info in list_runs(root)
+            if only is None or (info.project, info.run_id) in only]
+    ts = _schema.TS_TYPE
+    fields = [
+        ("project", pa.string()), ("run_id", pa.string()), ("name", pa.string()), ("status", pa.string()),
+        ("created_at", ts), ("ended_at", ts), ("updated_at", ts), ("last_step", pa.int64()),
+        ("host", pa.string()), ("user", pa.string()), ("tags", pa.list_(pa.string())), ("notes", pa.string()),
+        ("group", pa.string()), ("job_type", pa.string()), ("config", pa.string()), ("summary", pa.string()),
+        ("exit_code", pa.int64()), ("error", pa.string()),
+    ]
+    cols: dict[str, list] = {name: [] for name, _ in fields}
+    for r in rows:
+        for name, typ in fields:
+            v = r.get(name)
+            if typ == ts:
+                v = _ts(v)
+            elif name in ("config", "summary"):
+                v = _json(v if v is not None else {})
+            elif name == "tags":
+                v = [str(t) for t in (v or [])]
+            elif typ == pa.int64():
+                v = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            elif v is not None and not isinstance(v, str):
+                v = str(v)
+            cols[name].append(v)
+    return pa.table({name: pa.array(cols[name], typ) for name, typ in fields})
+
+
+def _create_runs_view(con, root: Path, only: set[tuple[str, str]] | None) -> None:
+    _register(con, "_runs_data", runs_table(root, only))
+    con.execute("CREATE VIEW runs AS SELECT * REPLACE (config::JSON AS config, summary::JSON AS summary) "
+                "FROM _runs_data")
+
+
+def _create_sync_state_view(con, root: Path | None) -> None:
+    import pyarrow as pa
+
+    rows: list[dict] = []
+    if root is not None:
+        from .syncstate import sync_state_rows
+
+        rows = sync_state_rows(root)
+    types = {"string": pa.string(), "int64": pa.int64(), "ts": _schema.TS_TYPE}
+    arrays = {}
+    for name, typ in SYNC_STATE_COLUMNS:
+        vals = [r.get(name) for r in rows]
+        if typ == "ts":
+            vals = [_ts(v) for v in vals]
+        arrays[name] = pa.array(vals, types[typ])
+    _register(con, "_sync_state_data", pa.table(arrays))
+    con.execute("CREATE VIEW sync_state AS SELECT * FROM _sync_state_data")
+
+
+def _create_helper_views(con) -> None:
+    # latest: the most recently logged value of each key (largest ts, like wandb's summary),
+    # with the step it was logged at. One ordering column keeps this a single fast pass.
+    con.execute(
+        "CREATE VIEW latest AS SELECT project, run_id, key, arg_max(step, ts) AS step, "
+        "arg_max(value, ts) AS value, max(ts) AS ts FROM metrics GROUP BY project, run_id, key")
+    con.execute(
+        "CREATE VIEW metric_summary AS SELECT project, run_id, key, count(*) AS points, "
+        "min(step) AS first_step, max(step) AS last_step, arg_min(value, ts) AS first, "
+        "arg_max(value, ts) AS last, min(value) FILTER (WHERE NOT isnan(value)) AS min, "
+        "max(value) FILTER (WHERE NOT isnan(value)) AS max, "
+        "avg(value) FILTER (WHERE isfinite(value)) AS mean, max(ts) AS last_ts "
+        "FROM metrics GROUP BY project, run_id, key")
+
+
+# ---------------------------------------------------------------------- executing
+def check_read_only(sql: str) -> None:
+    """Raise :class:`QueryError` unless ``sql`` is one read-only statement (a query)."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {_clean(exc)}") from None
+    if not statements:
+        raise QueryError("empty query")
+    if len(statements) > 1:
+        raise QueryError(f"one statement at a time, got {len(statements)} (remove the ';'-separated extras)")
+    st = statements[0]
+    kind = st.type.name
+    if kind in _ALLOWED_STATEMENTS:
+        return
+    if kind == "PRAGMA" and _ALLOWED_PRAGMAS.match(st.query):
+        return
+    raise QueryError(f"refused: {kind} statements are not allowed; trackstore SQL is read-only "
+                     "(SELECT, WITH, EXPLAIN, DESCRIBE, SHOW, SUMMARIZE, PRAGMA table_info)")
+
+
+def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> "pa.Table":
+    """Run one read-only statement on a :func:`connect` connection; the result as a pyarrow Table.
+
+    Errors (syntax, unknown column, a damaged file met while reading) are :class:`QueryError`
+    (or :class:`CorruptFileError` naming the file), never a raw DuckDB traceback.
+    """
+    import duckdb
+
+    check_read_only(sql)
+    try:
+        if params:
+            rel = con.sql(sql, params=dict(params) if isinstance(params, Mapping) else list(params))
+        else:
+            rel = con.sql(sql)
+        if rel is None:  # PRAGMA and friends that return nothing
+            import pyarrow as pa
+
+            return pa.table({})
+        return rel.to_arrow_table()
+    except duckdb.Error as exc:
+        raise _translate(exc) from None
+
+
+_GLOB_CHARS = re.compile(r"[*?\[\]{}]")
+_PATH_IN_ERROR = re.compile(r"""["']?(/[^"'\s]*?\.parquet)["']?""")
+
+
+def _clean(exc: BaseException) -> str:
+    return str(exc).strip().replace("\n\n", "\n")
+
+
+def _translate(exc: BaseException) -> Exception:
+    msg = _clean(exc)
+    m = _PATH_IN_ERROR.search(msg)
+    if m and type(exc).__name__ in ("IOException", "InvalidInputException", "InternalException",
+                                    "SerializationException", "ConversionException"):
+        return CorruptFileError(m.group(1), msg.splitlines()[0])
+    return QueryError(f"SQL error: {msg}")
+
+
+def query(sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None,
+          root: str | os.PathLike | None = None, *, on_corrupt: str = "warn") -> "pa.Table":
+    """Run one read-only SQL query over the store and return a pyarrow Table.
+
+    ``params`` binds ``$name`` (a mapping) or ``?`` (a sequence) placeholders. For pandas or
+    polars: ``query(...).to_pandas()``, ``polars.from_arrow(query(...))``, or keep a
+    connection and use DuckDB's own ``connect().sql(q, params=...).df()`` / ``.pl()``.
+    """
+    con = connect(root, on_corrupt=on_corrupt, sync_state=mentions_sync_state(sql))
+    try:
+        return run_sql(con, sql, params)
+    finally:
+        con.close()
+
+
+def mentions_sync_state(sql: str) -> bool:
+    """Whether a query can reference the ``sync_state`` view (so it must be filled)."""
+    return "sync_state" in sql.lower()
+
+
+# ---------------------------------------------------------------------- wide tables
+def wide(run_id: str, keys: Iterable[str] | None = None, root: str | os.PathLike | None = None, *,
+         con=None) -> "pa.Table":
+    """One run's metrics as a wide table: a ``step`` column plus one column per key.
+
+    ``keys`` limits and orders the columns (default: every key of the run, sorted). When a key
+    was logged more than once at a step, the most recent value wins. Keys are quoted as
+    identifiers and bound as values, so any key name is safe.
+    """
+    own = con is None
+    if own:
+        con = connect(root, sync_state=False)
+    try:
+        if keys is None:
+            keys = [r[0] for r in con.execute(
+                "SELECT DISTINCT key FROM metrics WHERE run_id = $run ORDER BY key", {"run": run_id}).fetchall()]
+        keys = list(keys)
+        params: dict[str, Any] = {"run": run_id}
+        cols = []
+        for i, k in enumerate(keys):
+            params[f"k{i}"] = k
+            cols.append(f"arg_max(value, ts) FILTER (WHERE key = $k{i}) AS {quote_ident(k)}")
+        select = ", ".join(["step", *cols])
+        sql = f"SELECT {select} FROM metrics WHERE run_id = $run GROUP BY step ORDER BY step"
+        return run_sql(con, sql, params)
+    finally:
+        if own:
+            con.close()
+
+
+def warn_to_stderr(w: warnings.WarningMessage) -> None:
+    """Print a caught :class:`SkippedFileWarning` the way the CLI shows warnings."""
+    sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
