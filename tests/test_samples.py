@@ -134,12 +134,13 @@ def test_extra_is_valid_json_object(root):
 def test_config_updates_are_recorded_with_time(root):
     run = trackstore.init("p", root=root, config={"lr": 1e-3})
     run.config["lr"] = 5e-4
-    run.config.update({"batch": 64})
+    run.config.update({"batch": 64, "tmp": 1})
+    del run.config["tmp"]
     run.flush()
     meta = json.loads((run.dir / "run.json").read_text())
     assert meta["config"] == {"lr": 5e-4, "batch": 64}
-    updates = [(u["key"], u["value"]) for u in meta["config_updates"]]
-    assert updates == [("lr", 5e-4), ("batch", 64)]
+    updates = [(u["key"], u["value"], u.get("deleted", False)) for u in meta["config_updates"]]
+    assert updates == [("lr", 5e-4, False), ("batch", 64, False), ("tmp", 1, False), ("tmp", None, True)]
     assert all("T" in u["at"] for u in meta["config_updates"])
     run.finish()
 
