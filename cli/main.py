@@ -13,7 +13,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd, sync_cmd
-from . import compact_cmd, gc_cmd  # store upkeep (issue 7)
+from . import bundle_cmd, compact_cmd, gc_cmd  # store upkeep (issue 7)
 
 app = typer.Typer(
     name="trackstore",
@@ -46,10 +46,12 @@ def _root(
 app.command("runs")(runs_cmd.runs)
 app.command("show")(runs_cmd.show)
 app.command("demo")(demo_cmd.demo)
-app.command("compact")(compact_cmd.compact)
-app.command("gc")(gc_cmd.gc)
 app.command("sync")(sync_cmd.sync)
 app.command("status")(sync_cmd.status)
+app.command("compact")(compact_cmd.compact)
+app.command("gc")(gc_cmd.gc)
+app.command("export")(bundle_cmd.export)
+app.command("import")(bundle_cmd.import_)
 
 
 def main(argv: list[str] | None = None) -> int:

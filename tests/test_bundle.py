@@ -1,0 +1,321 @@
+"""Bundles: round trip between two stores, tamper and tar-slip refusal with nothing written,
+idempotent and incremental imports, compacted runs, receipts that let the air-gapped gc work."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+
+import pytest
+
+import trackstore
+from tests.fixtures.stores import make_run, mark_synced, store_snapshot
+from tests.helpers import run_cli
+from trackstore import bundle as B
+from trackstore import compact as C
+from trackstore import gc as G
+from trackstore.catalog import list_runs
+from trackstore.errors import BundleError
+from trackstore.syncstate import iter_cursors, pending_counts
+
+
+@pytest.fixture
+def two(tmp_path):
+    a, b = tmp_path / "cluster", tmp_path / "online"
+    a.mkdir()
+    b.mkdir()
+    return a, b
+
+
+def tree(root):
+    """Every file under a store (path -> sha256), minus lock bookkeeping."""
+    out = {}
+    for dirpath, _d, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            rel = os.path.relpath(p, root)
+            if rel.startswith("_locks"):
+                continue
+            out[rel] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def duck(root, q):
+    import duckdb
+
+    con = duckdb.connect()
+    glob = str(root / "project=*" / "run=*" / "metrics" / "*.parquet")
+    return con.execute(q.replace("METRICS", f"read_parquet('{glob}', hive_partitioning=true)")).fetchall()
+
+
+Q = "SELECT project, run, key, step, value, ts, writer, seq FROM METRICS ORDER BY ALL"
+
+
+@pytest.mark.parametrize("compress", [None, "zstd", "gzip"])
+def test_round_trip_gives_identical_queries(two, tmp_path, compress):
+    a, b = two
+    p1 = make_run(a, "p", chunks=3)
+    make_run(a, "q", chunks=2, status="failed")
+    out = tmp_path / "bundle.tar"
+    res = B.export_runs(a, list_runs(a), out, compress=compress)
+    m = res.manifest
+    assert m["source_host"] and m["schema_version"] == 1 and len(m["runs"]) == 2
+    run1 = next(r for r in m["runs"] if r["run_id"] == p1.run_id)
+    assert run1["rows"]["metrics"] == 30 and run1["rows"]["samples"] == 3 and run1["schema_versions"] == [1]
+    assert all(len(f["sha256"]) == 64 and f["size"] >= 0 for f in m["files"])
+    imp = B.import_bundle(b, out)
+    assert sorted(r.action for r in imp.runs) == ["added", "added"]
+    assert store_snapshot(b) == store_snapshot(a)
+    assert duck(b, Q) == duck(a, Q)
+    assert [(r.run_id, r.status, r.meta["config"]) for r in list_runs(b)] == \
+           [(r.run_id, r.status, r.meta["config"]) for r in list_runs(a)]
+    assert not (b / B.IMPORT_DIR).exists()
+
+
+def test_import_twice_changes_nothing(two, tmp_path):
+    a, b = two
+    make_run(a)
+    out = tmp_path / "b.tar"
+    B.export_runs(a, list_runs(a), out)
+    B.import_bundle(b, out)
+    before = tree(b)
+    again = B.import_bundle(b, out)
+    assert [r.action for r in again.runs] == ["unchanged"]
+    assert tree(b) == before
+
+
+def test_growing_run_adds_only_new_parts(two, tmp_path):
+    a, b = two
+    run = trackstore.init("p", root=a)
+    for i in range(3):
+        run.log({"x": i}, step=i)
+        run.flush()
+    B.export_runs(a, list_runs(a), tmp_path / "1.tar")
+    B.import_bundle(b, tmp_path / "1.tar")
+    assert len(list_runs(b)[0].paths.parts("metrics")) == 3
+    for i in range(3, 5):
+        run.log({"x": i}, step=i)
+        run.flush()
+    run.finish()
+    B.export_runs(a, list_runs(a), tmp_path / "2.tar")
+    res = B.import_bundle(b, tmp_path / "2.tar")
+    (r,) = res.runs
+    assert r.action == "updated" and r.rows_added == {"metrics": 2} and r.files_replaced == 0
+    assert store_snapshot(b) == store_snapshot(a)
+    assert list_runs(b)[0].meta["status"] == "finished"  # the newer run.json won
+
+
+def test_compacted_source_replaces_small_parts_without_duplicates(two, tmp_path):
+    a, b = two
+    p = make_run(a, chunks=4)
+    B.export_runs(a, list_runs(a), tmp_path / "small.tar")
+    B.import_bundle(b, tmp_path / "small.tar")
+    C.compact(a, [p])
+    B.export_runs(a, list_runs(a), tmp_path / "big.tar")
+    res = B.import_bundle(b, tmp_path / "big.tar")
+    assert res.runs[0].files_replaced == 8  # 4 metrics + 4 samples parts superseded
+    assert store_snapshot(b) == store_snapshot(a)
+    assert duck(b, "SELECT count(*) FROM METRICS") == [(40,)]
+    # and the other way round: small parts arriving where the compacted file is are skipped
+    before = tree(b)
+    again = B.import_bundle(b, tmp_path / "small.tar")
+    assert again.runs[0].files_added == 0 and tree(b) == before
+
+
+@pytest.mark.parametrize("compress,limit", [(None, 8192), ("zstd", 1024)])
+def test_split_volumes(two, tmp_path, compress, limit):
+    a, b = two
+    make_run(a, chunks=10)
+    res = B.export_runs(a, list_runs(a), tmp_path / "b.tar", split_bytes=limit, compress=compress)
+    assert len(res.paths) > 1 and all(p.stat().st_size <= limit for p in res.paths)
+    assert res.paths[0].name == "b.tar.000"
+    B.import_bundle(b, tmp_path / "b.tar")
+    assert store_snapshot(b) == store_snapshot(a)
+
+
+# ---------------------------------------------------------------------------- hostile bundles
+def _rewrite(src, dst, edit):
+    """Copy a bundle member by member; ``edit(info, data)`` returns replacements (or None to drop)."""
+    with tarfile.open(src) as tin, tarfile.open(dst, "w", format=tarfile.PAX_FORMAT) as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read() if m.isreg() else b""
+            for info, payload in edit(m, data):
+                tout.addfile(info, io.BytesIO(payload) if payload is not None else None)
+
+
+def _member(name, data=b"x", **kw):
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    for k, v in kw.items():
+        setattr(ti, k, v)
+    return ti, data
+
+
+def _with_extra(first_only):
+    def edit(m, data):
+        out = []
+        if m.name.endswith("run.json") and first_only:
+            out.extend(first_only())
+        out.append((m, data))
+        return out
+    return edit
+
+
+HOSTILE = {
+    "dotdot": lambda: [_member("trackstore-bundle/runs/project=p/run=r/../../../../evil.txt")],
+    "absolute": lambda: [_member("/tmp/trackstore-evil-abs.txt")],
+    "outside": lambda: [_member("elsewhere/evil.txt")],
+    "symlink": lambda: [(_member("trackstore-bundle/runs/project=p/run=r/metrics/link.parquet", b"",
+                                 type=tarfile.SYMTYPE, linkname="/etc/passwd")[0], None)],
+    "hardlink": lambda: [(_member("trackstore-bundle/runs/project=p/run=r/metrics/h.parquet", b"",
+                                  type=tarfile.LNKTYPE, linkname="/etc/passwd")[0], None)],
+    "device": lambda: [(_member("trackstore-bundle/runs/project=p/run=r/dev", b"", type=tarfile.CHRTYPE,
+                                devmajor=1, devminor=3)[0], None)],
+    "bad-name": lambda: [_member("trackstore-bundle/runs/project=p/run=a%2f..%2fb/x")],
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HOSTILE))
+def test_hostile_entries_rejected_with_nothing_written(two, tmp_path, attack):
+    a, b = two
+    make_run(a)
+    good = tmp_path / "good.tar"
+    B.export_runs(a, list_runs(a), good)
+    bad = tmp_path / "bad.tar"
+    _rewrite(good, bad, _with_extra(HOSTILE[attack]))
+    existing = make_run(b, "mine")
+    before = tree(b)
+    with pytest.raises(BundleError, match="refusing bundle"):
+        B.import_bundle(b, bad)
+    assert tree(b) == before and not (b / B.IMPORT_DIR).exists()
+    assert not os.path.exists("/tmp/trackstore-evil-abs.txt") and not (tmp_path / "evil.txt").exists()
+    assert [r.run_id for r in list_runs(b)] == [existing.run_id]
+    cli = run_cli("import", str(bad), root=b)
+    assert cli.returncode == 9 and "refusing bundle" in cli.stderr
+
+
+def test_tampered_checksum_rejected(two, tmp_path):
+    a, b = two
+    make_run(a)
+    good = tmp_path / "good.tar"
+    B.export_runs(a, list_runs(a), good)
+
+    def flip(m, data):
+        if m.name.endswith(".parquet") and "metrics" in m.name and not flip.done:
+            flip.done = True
+            data = data[:-20] + bytes(20)
+            m.size = len(data)
+        return [(m, data)]
+    flip.done = False
+    bad = tmp_path / "bad.tar"
+    _rewrite(good, bad, flip)
+    with pytest.raises(BundleError, match="checksum"):
+        B.import_bundle(b, bad)
+    assert list_runs(b) == [] and tree(b) == {}
+
+
+def test_truncated_and_missing_manifest_rejected(two, tmp_path):
+    a, b = two
+    make_run(a)
+    good = tmp_path / "good.tar"
+    B.export_runs(a, list_runs(a), good, compress="zstd")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(BundleError):
+        B.import_bundle(b, cut)
+    nomani = tmp_path / "nomani.tar"
+    plain = tmp_path / "plain.tar"
+    B.export_runs(a, list_runs(a), plain)
+    _rewrite(plain, nomani, lambda m, d: [] if m.name.endswith("manifest.json") else [(m, d)])
+    with pytest.raises(BundleError, match="manifest"):
+        B.import_bundle(b, nomani)
+    assert list_runs(b) == []
+
+
+def test_existing_run_with_different_content_is_refused(two, tmp_path):
+    a, b = two
+    p = make_run(a)
+    out = tmp_path / "b.tar"
+    B.export_runs(a, list_runs(a), out)
+    B.import_bundle(b, out)
+    local = list_runs(b)[0].paths
+    victim = local.parts("metrics")[0]
+    victim.write_bytes(local.parts("metrics")[1].read_bytes())  # same name, other bytes
+    meta = json.loads(local.run_file.read_text())
+    before = tree(b)
+    with pytest.raises(BundleError, match="different content"):
+        B.import_bundle(b, out)
+    assert tree(b) == before
+    meta["created_at"] = "2001-01-01T00:00:00+00:00"
+    local.run_file.write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match="different run"):
+        B.import_bundle(b, out)
+    assert p.run_id in {r.run_id for r in list_runs(b)}
+
+
+# ---------------------------------------------------------------------------- receipts
+def test_receipt_carries_sync_state_back_and_unlocks_gc(two, tmp_path):
+    cluster, online = two
+    p = make_run(cluster, ended_days_ago=40)
+    B.export_runs(cluster, list_runs(cluster), tmp_path / "runs.tar")
+    B.import_bundle(online, tmp_path / "runs.tar")
+    online_run = list_runs(online)[0].paths
+    mark_synced(online, online_run, fraction=0.5)  # first, partial sync on the connected side
+    B.export_receipt(online, tmp_path / "r1.tar")
+    res = B.import_bundle(cluster, tmp_path / "r1.tar", expect="receipt")
+    assert res.cursors_merged == 1
+    (c,) = iter_cursors(cluster)
+    assert pending_counts(p, c)["metrics"] == 20  # 40 rows, half acknowledged
+    assert not G.plan(cluster, G.Policy(older_than_s=0)).delete  # still half unsynced
+    mark_synced(online, online_run)  # the rest is uploaded
+    out = run_cli("export", "--receipt", "-o", str(tmp_path / "r2.tar"), root=online)
+    assert out.returncode == 0, out.stderr
+    cli = run_cli("import", "--receipt", str(tmp_path / "r2.tar"), root=cluster)
+    assert cli.returncode == 0, cli.stderr
+    (c,) = iter_cursors(cluster)
+    assert not any(pending_counts(p, c).values()) and c.synced_status == "finished"
+    plan = G.plan(cluster, G.Policy(older_than_s=30 * 86400))
+    assert [x.run_id for x in plan.delete] == [p.run_id]
+    # merging an older receipt again loses nothing (union of acknowledged rows)
+    B.import_bundle(cluster, tmp_path / "r1.tar")
+    (c,) = iter_cursors(cluster)
+    assert not any(pending_counts(p, c).values())
+
+
+def test_receipt_and_runs_flags_must_match(two, tmp_path):
+    a, b = two
+    make_run(a)
+    B.export_runs(a, list_runs(a), tmp_path / "runs.tar")
+    with pytest.raises(BundleError, match="not a 'receipt'"):
+        B.import_bundle(b, tmp_path / "runs.tar", expect="receipt")
+
+
+def test_reimported_gc_deleted_run_gets_its_cursor_back(two, tmp_path):
+    """A run gc deleted and that comes back later keeps its sync state: no second upload."""
+    a, _ = two
+    p = make_run(a)
+    mark_synced(a, p)
+    B.export_runs(a, list_runs(a), tmp_path / "b.tar")
+    G.gc(a, G.Policy(older_than_s=0))
+    assert list_runs(a) == [] and list(iter_cursors(a)) == []
+    B.import_bundle(a, tmp_path / "b.tar")
+    (c,) = iter_cursors(a)
+    assert not any(pending_counts(p, c).values())
+
+
+def test_cli_export_import(two, tmp_path):
+    a, b = two
+    p = make_run(a, "proj")
+    make_run(a, "other")
+    out = run_cli("export", "--project", "proj", "--compress", "--split", "1M", "-o", str(tmp_path / "x.tar"), root=a)
+    assert out.returncode == 0, out.stderr
+    assert "1 runs" in out.stdout
+    none = run_cli("export", "-o", str(tmp_path / "y.tar"), root=a)
+    assert none.returncode == 2
+    imp = run_cli("import", str(tmp_path / "x.tar"), "--format", "json", root=b)
+    assert imp.returncode == 0, imp.stderr
+    assert json.loads(imp.stdout)[0]["run_id"] == p.run_id
+    assert [r.run_id for r in list_runs(b)] == [p.run_id]
