@@ -19,7 +19,7 @@ def _imported_after(code: str) -> set[str]:
 
 
 def test_importing_the_integration_modules_imports_no_framework():
-    assert _imported_after("import trackstore.integrations.verl") == set()
+    assert _imported_after("import trackstore.integrations.verl, trackstore.compat.wandb") == set()
 
 
 def test_verl_install_without_verl_imports_nothing():
