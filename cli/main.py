@@ -13,6 +13,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd, sync_cmd
+from . import run_cmd  # wandb scripts under the drop-in (issue 8)
 from . import bundle_cmd, compact_cmd, gc_cmd  # store upkeep (issue 7)
 
 app = typer.Typer(
@@ -48,6 +49,7 @@ app.command("show")(runs_cmd.show)
 app.command("demo")(demo_cmd.demo)
 app.command("sync")(sync_cmd.sync)
 app.command("status")(sync_cmd.status)
+app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run_cmd.run)
 app.command("compact")(compact_cmd.compact)
 app.command("gc")(gc_cmd.gc)
 app.command("export")(bundle_cmd.export)
