@@ -46,7 +46,7 @@ def read_parts(paths: RunPaths, kind: str) -> list[dict]:
 
 SAMPLER = textwrap.dedent(
     """
-    import trackstore
+    import time, trackstore
     run = trackstore.init("crash", root={root!r}, run_id="samples", flush_interval=0.05)
     print("started", flush=True)
     step = 0
@@ -54,6 +54,7 @@ SAMPLER = textwrap.dedent(
         run.log_samples([{{"input": f"prompt {{step}}/{{i}} 问题" * 50, "output": {{"answer": step * 10 + i}},
                           "score": i / 4, "ground_truth": str(i)}} for i in range(4)], step=step)
         step += 1
+        time.sleep(0.002)
     """
 )
 
@@ -137,3 +138,45 @@ def test_sigkill_mid_span_keeps_finished_spans_and_marks_open_ones(root):
     assert got == [("episode", "unfinished"), ("assistant_turn", "unfinished"), ("generate", "ok"),
                    ("search", "unfinished")]
     assert [r.status for r in list_runs(root)] == ["crashed"]
+
+
+SIGTERM_TRACER = textwrap.dedent(
+    """
+    import time, trackstore
+    run = trackstore.init("crash", root={root!r}, run_id="term")  # default flush interval: 2 s
+    with run.trace(step=0) as tr:
+        with tr.span("done", kind="llm") as s:
+            s.set_outputs("fine")
+        with tr.span("generate", kind="llm", inputs={{"prompt": "p"}}):
+            print("generating", flush=True)
+            time.sleep(3600)  # pre-empted here, long before any checkpoint or flush
+    """
+)
+
+
+def test_sigterm_mid_span_records_open_spans(root):
+    child = python_child(SIGTERM_TRACER.format(root=str(root)))
+    assert child.stdout.readline().strip() == "generating", child.stderr.read()
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=60)
+    child.stdout.close()
+    child.stderr.close()
+    assert child.returncode == -signal.SIGTERM
+    rows = {r["name"]: r for r in latest_rows(read_parts(RunPaths(root, "crash", "term"), "spans"))}
+    assert {n: r["status"] for n, r in rows.items()} == {"episode": "unfinished", "done": "ok",
+                                                          "generate": "unfinished"}
+    assert json.loads(rows["generate"]["inputs"]) == {"prompt": "p"}
+    assert [r.status for r in list_runs(root)] == ["failed"]
+
+
+def test_finish_with_an_open_span_keeps_it(root):
+    import trackstore
+
+    run = trackstore.init("p", root=root)
+    tr = run.trace(step=0)
+    tr.__enter__()
+    tr.span("left_open", kind="tool").start()
+    run.finish()
+    tr.__exit__(None, None, None)  # leave the context as it was (ending after finish records nothing)
+    rows = {r["name"]: r["status"] for r in latest_rows(read_parts(RunPaths(root, "p", run.id), "spans"))}
+    assert rows == {"episode": "unfinished", "left_open": "unfinished"}

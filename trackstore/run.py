@@ -299,6 +299,9 @@ class Run:
                 status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
             if status not in _meta.STATUSES:
                 raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
+            tracing = sys.modules.get("trackstore.trace")
+            if tracing is not None:  # spans still open now are kept, as 'unfinished'
+                tracing.checkpoint_before_finish(self)
             self._finished = True
             try:
                 report = self._end(status, exit_code, error)

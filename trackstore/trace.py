@@ -202,16 +202,24 @@ class _OpenSpans:
             self.checkpoint(min_age_s=self.interval)
             del run
 
-    def checkpoint(self, min_age_s: float = 0.0) -> int:
-        """Append an ``unfinished`` row for each open span older than ``min_age_s`` not yet written."""
+    def checkpoint(self, min_age_s: float = 0.0, timeout: float = -1) -> int:
+        """Append an ``unfinished`` row for each open span older than ``min_age_s`` not yet written.
+
+        ``timeout`` bounds the wait for the lock (a signal handler may have interrupted a
+        thread that holds it: then nothing is done rather than deadlocking).
+        """
         cutoff = time.time_ns() - int(min_age_s * 1e9)
         n = 0
-        with self.lock:
+        if not self.lock.acquire(timeout=timeout):
+            return 0
+        try:
             for span in list(self.spans.values()):
                 if not span._checkpointed and span.start_ns <= cutoff:
                     span._checkpointed = True
                     if span._write("unfinished"):
                         n += 1
+        finally:
+            self.lock.release()
         return n
 
 
@@ -234,6 +242,17 @@ def checkpoint_open_spans(run: "Run") -> int:
     """
     reg = _open.get(run)
     return reg.checkpoint() if reg is not None else 0
+
+
+def checkpoint_before_finish(run: "Run") -> None:
+    """Called by :meth:`Run.finish` (also on SIGTERM) just before the run closes: spans still
+    open are written as ``unfinished``, so ending a run mid-trajectory loses none of them."""
+    reg = _open.get(run)
+    if reg is not None:
+        try:
+            reg.checkpoint(timeout=0.5)
+        except Exception as exc:  # finishing must go on whatever happens here
+            _warn(f"could not record open spans at finish: {exc!r}")
 
 
 # ---------------------------------------------------------------------- spans
