@@ -14,7 +14,8 @@ from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd, sync_cmd
 from . import run_cmd  # wandb scripts under the drop-in (issue 8)
-from . import bundle_cmd, compact_cmd, gc_cmd  # store upkeep (issue 7)
+from . import bundle_cmd, compact_cmd, doctor_cmd, gc_cmd  # store upkeep (issue 7)
+from . import compare_cmd, plot_cmd, sql_cmd  # SQL, curves, comparisons (issue 4)
 
 app = typer.Typer(
     name="trackstore",
@@ -46,6 +47,9 @@ def _root(
 
 app.command("runs")(runs_cmd.runs)
 app.command("show")(runs_cmd.show)
+app.command("sql")(sql_cmd.sql)
+app.command("plot")(plot_cmd.plot)
+app.command("compare")(compare_cmd.compare)
 app.command("demo")(demo_cmd.demo)
 app.command("sync")(sync_cmd.sync)
 app.command("status")(sync_cmd.status)
@@ -54,6 +58,7 @@ app.command("compact")(compact_cmd.compact)
 app.command("gc")(gc_cmd.gc)
 app.command("export")(bundle_cmd.export)
 app.command("import")(bundle_cmd.import_)
+app.command("doctor")(doctor_cmd.doctor)
 
 
 def main(argv: list[str] | None = None) -> int:

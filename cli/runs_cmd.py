@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+import time
+from datetime import datetime, timezone
 from typing import List, Optional
 
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, console, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, _cell, console, emit
+from .sql_cmd import ParamOpt
 
 LIST_COLUMNS = ["project", "run_id", "name", "status", "last_step", "updated_at"]
 
@@ -20,33 +24,116 @@ def runs(
         Optional[List[str]],
         typer.Option("--status", "-s", help="Only runs with this status (running, finished, failed, crashed); repeatable."),
     ] = None,
+    tag: Annotated[Optional[List[str]], typer.Option("--tag", "-t", help="Only runs carrying this tag; repeatable (all must match).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this age (30m, 12h, 7d, 2w) or since this date (2026-11-30).")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", "-w", help="SQL condition over the runs view, e.g. \"config->>'lr' = $lr\" (values via --param).")] = None,
+    params: ParamOpt = None,
+    sort: Annotated[str, typer.Option("--sort", help="Column of the runs view to sort by; prefix '-' for descending (e.g. -updated_at).")] = "created_at",
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most this many runs (0 = all).")] = 0,
     fmt: FormatOpt = Format.table,
     output: OutputOpt = None,
 ) -> None:
-    """List runs with their status (a run whose writer died is shown as crashed)."""
-    from trackstore.catalog import RUN_COLUMNS, list_runs
+    """List runs with their status (a run whose writer died is shown as crashed), filtered and sorted."""
+    from trackstore.catalog import RUN_COLUMNS
 
-    infos = list_runs(root, project=project, status=status or None)
-    rows = [i.row() for i in infos]
+    from .sql_cmd import open_store, parse_params
+
+    sql, values = runs_query(project=project, status=status, tag=tag, since=since, where=where,
+                             params=parse_params(params), sort=sort, limit=limit)
+    from trackstore.query import run_sql
+
+    with open_store(root, sync_state=False) as con:
+        table = run_sql(con, sql, values)
+    rows = table.to_pylist()
+    for r in rows:
+        for col in ("config", "summary"):
+            if isinstance(r.get(col), str):
+                r[col] = json.loads(r[col])
     if fmt is Format.table:
         for r in rows:
             r["last_step"] = r["last_step"] if r["last_step"] is not None else "-"
+            r["updated_at"] = _short_time(r["updated_at"])
         emit(rows, fmt, columns=LIST_COLUMNS, output=output, title=f"{len(rows)} runs")
     else:
         emit(rows, fmt, columns=list(RUN_COLUMNS), output=output)
 
 
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
+_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+RUN_SORT_COLUMNS = ("project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
+                    "host", "user", "group", "job_type", "exit_code")
+
+
+def parse_since(value: str, now: float | None = None) -> datetime:
+    """``7d`` / ``12h`` / ``30m`` / ``2w`` ago, or an ISO date/time, as an aware UTC datetime."""
+    from trackstore.errors import UsageError
+
+    m = _SINCE.match(value)
+    if m:
+        seconds = float(m.group(1)) * _UNIT_S[m.group(2).lower()]
+        return datetime.fromtimestamp((time.time() if now is None else now) - seconds, tz=timezone.utc)
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UsageError(f"--since expects an age like 7d, 12h, 30m, 2w or a date like 2026-11-30, got {value!r}") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def runs_query(*, project=None, status=None, tag=None, since=None, where=None, params=None, sort="created_at",
+               limit=0) -> tuple[str, dict]:
+    """The SELECT over the runs view behind ``trackstore runs`` (every value bound as a parameter)."""
+    from trackstore.errors import UsageError
+    from trackstore.query import quote_ident
+
+    values: dict = dict(params or {})
+    conds = []
+
+    def bind(name: str, value) -> str:
+        key = f"_{name}"
+        values[key] = value
+        return f"${key}"
+
+    if project:
+        conds.append(f"project = {bind('project', project)}")
+    if status:
+        conds.append("status IN (" + ", ".join(bind(f"status{i}", s) for i, s in enumerate(status)) + ")")
+    for i, t in enumerate(tag or []):
+        conds.append(f"list_contains(tags, {bind(f'tag{i}', t)})")
+    if since:
+        conds.append(f"created_at >= {bind('since', parse_since(since))}")
+    if where:
+        conds.append(f"({where})")
+    desc = sort.startswith("-")
+    column = sort.lstrip("-+")
+    if column not in RUN_SORT_COLUMNS:
+        raise UsageError(f"--sort must be one of {', '.join(RUN_SORT_COLUMNS)} (prefix '-' for descending), got {sort!r}")
+    order = f"{quote_ident(column)} {'DESC' if desc else 'ASC'} NULLS LAST, run_id"
+    sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(conds) if conds else "") + f" ORDER BY {order}"
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    return sql, values
+
+
+def _short_time(value) -> str:
+    if value is None:
+        return ""
+    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
+
+
 def show(
     run: Annotated[str, typer.Argument(help="Run id, unique id prefix, or project/name.")],
     root: RootOpt = None,
+    keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Only these metric keys in the overview (repeatable; globs like 'actor/*').")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Show one run: metadata, config and summary."""
+    """Show one run: metadata, config, summary and a metric overview (keys, step range, last/min/max)."""
     from trackstore.catalog import resolve_run
 
     info = resolve_run(run, root)
     row = info.row()
+    overview = _metric_overview(info, root, keys)
     if fmt is not Format.table:
+        row["metrics"] = [{c: m[c] for c in OVERVIEW_COLUMNS} for m in overview]
         emit([row], fmt)
         return
     from rich.table import Table
@@ -76,6 +163,29 @@ def show(
         for k, v in _flat(data).items():
             t.add_row(k, f"{v:.6g}" if isinstance(v, float) else json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v)
         con.print(t)
+    t = Table(title=f"metrics ({len(overview)} keys)", title_justify="left", header_style="bold")
+    for c in ("key", "points", "steps", "last", "min", "max"):
+        t.add_column(c, overflow="fold", justify="left" if c in ("key", "steps") else "right")
+    for m in overview:
+        t.add_row(m["key"], str(m["points"]), f"{m['first_step']}..{m['last_step']}",
+                  *[_cell(m[c]) for c in ("last", "min", "max")])
+    if overview:
+        con.print(t)
+    else:
+        con.print("[dim]no metrics logged yet[/dim]")
+
+
+OVERVIEW_COLUMNS = ("key", "points", "first_step", "last_step", "last", "min", "max", "mean")
+
+
+def _metric_overview(info, root, keys) -> list[dict]:
+    """Per key of one run: points, step range, last/min/max/mean (from the metric_summary view)."""
+    from trackstore.overview import metric_overview
+
+    from .sql_cmd import open_store
+
+    with open_store(root, sync_state=False, runs=[info]) as con:
+        return metric_overview(con, [info], keys).to_pylist()
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

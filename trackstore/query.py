@@ -118,6 +118,19 @@ def check_part(path: str | os.PathLike) -> str | None:
     return problem
 
 
+def find_unreadable(paths: Iterable[str]) -> dict[str, str]:
+    """The files among ``paths`` whose Parquet footer pyarrow cannot parse (the slow, exact check)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for p in paths:
+        try:
+            pq.read_metadata(p)
+        except Exception as exc:
+            out[p] = f"unreadable Parquet footer ({exc})"
+    return out
+
+
 def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None
                ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Every complete-looking part file per kind, and the damaged ones with the reason.
@@ -184,8 +197,27 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
         _create_runs_view(con, root_path, only)
         bad_kinds = {_kind_of(p) for p in bad}
         for kind in RECORD_KINDS:
-            _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only)
+            try:
+                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only)
+            except duckdb.Error as exc:
+                # sound framing but an unreadable footer: find the file, then skip it or fail
+                culprits = find_unreadable(good[kind])
+                if not culprits:
+                    raise QueryError(f"cannot read the {kind} files of {root_path}: {_clean(exc)} "
+                                     "(run `trackstore doctor`)") from None
+                for path, problem in culprits.items():
+                    if on_corrupt == "error":
+                        raise CorruptFileError(path, problem) from None
+                    warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` "
+                                  "to quarantine it)", SkippedFileWarning, stacklevel=2)
+                con.execute(f"DROP VIEW IF EXISTS _raw_{kind}")
+                con.execute(f"DROP TABLE IF EXISTS _empty_{kind}")
+                sound = [f for f in good[kind] if f not in culprits]
+                _create_kind_view(con, root_path, kind, sound, True, only)
         _create_sync_state_view(con, root_path if sync_state else None)
+        source = json.dumps(sorted(only)) if only is not None else None
+        con.execute("CREATE TABLE _trackstore_source AS SELECT $root AS root, $only::VARCHAR AS only_runs",
+                    {"root": str(root_path), "only": source})
         _create_helper_views(con)
         if read_only:
             allowed = str(root_path).replace("'", "''")
@@ -393,7 +425,43 @@ def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = No
             return pa.table({})
         return rel.to_arrow_table()
     except duckdb.Error as exc:
-        raise _translate(exc) from None
+        err = _translate(exc)
+        if not isinstance(err, CorruptFileError) and type(exc).__name__ in _DATA_ERRORS:
+            culprit = _locate_damage(con, sql)
+            if culprit:
+                raise CorruptFileError(culprit[0], f"{culprit[1]} (query failed with: {_clean(exc)})") from None
+        raise err from None
+
+
+# DuckDB error types that may come from a damaged file rather than from the query itself
+_DATA_ERRORS = ("Error", "IOException", "InternalException", "SerializationException", "InvalidInputException")
+
+
+def _locate_damage(con, sql: str) -> tuple[str, str] | None:
+    """After a data error: the first part file (of the kinds ``sql`` mentions) DuckDB cannot read."""
+    import duckdb
+
+    try:
+        root, only_json = con.execute("SELECT root, only_runs FROM _trackstore_source").fetchone()
+    except duckdb.Error:
+        return None
+    only = None if only_json is None else {tuple(x) for x in json.loads(only_json)}
+    text = sql.lower()
+    kinds = [k for k in RECORD_KINDS if k in text]
+    if "latest" in text or "metric_summary" in text:
+        kinds.append("metrics")
+    good, _bad = scan_parts(root, only)
+    probe = duckdb.connect(":memory:")
+    try:
+        for kind in kinds or RECORD_KINDS:
+            for path in good[kind]:
+                try:
+                    probe.execute("SELECT * FROM read_parquet(?)", [path]).fetchall()
+                except duckdb.Error as exc:
+                    return path, f"damaged data pages: {_clean(exc).splitlines()[0]}"
+    finally:
+        probe.close()
+    return None
 
 
 _GLOB_CHARS = re.compile(r"[*?\[\]{}]")

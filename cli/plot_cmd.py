@@ -1,0 +1,123 @@
+"""``trackstore plot``: metric curves in the terminal (plotext) or as a PNG (matplotlib).
+
+Terminal charts work over SSH on a cluster login node with no display and no network. Long
+runs are downsampled at query time (:func:`trackstore.overview.curves`), so plotting a
+10-million-point run draws ``--points`` buckets, not 10 million points.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from .common import Format, RootOpt, emit
+from .sql_cmd import StrictOpt, open_store
+
+
+def plot(
+    runs: Annotated[List[str], typer.Argument(help="Runs to plot: full id, unique id prefix, or project/name.")],
+    key: Annotated[List[str], typer.Option("--key", "-k", help="Metric key to plot (repeatable; globs like 'actor/*' allowed). One chart per key.")],
+    root: RootOpt = None,
+    smooth: Annotated[Optional[int], typer.Option("--smooth", "-s", min=1, help="Trailing moving average over N logged points.")] = None,
+    x: Annotated[str, typer.Option("--x", help="X axis: 'step', or 'time' (seconds since the run's first point).")] = "step",
+    points: Annotated[int, typer.Option("--points", min=2, help="Downsample each curve to at most this many points.")] = 1000,
+    png: Annotated[Optional[Path], typer.Option("--png", help="Write a PNG image here instead of drawing in the terminal (needs matplotlib: pip install 'trackstore[plot]').")] = None,
+    fmt: Annotated[Optional[Format], typer.Option("--format", "-f", case_sensitive=False, help="Print the downsampled points in this format instead of drawing.")] = None,
+    width: Annotated[Optional[int], typer.Option("--width", help="Chart width in terminal columns (default: the terminal's).")] = None,
+    height: Annotated[Optional[int], typer.Option("--height", help="Chart height in terminal rows per key.")] = 20,
+    strict: StrictOpt = False,
+) -> None:
+    """Draw metric curves of one or more runs (terminal chart, --png image, or --format data)."""
+    from trackstore.catalog import resolve_runs
+    from trackstore.errors import UsageError
+    from trackstore.overview import curves, key_filter, run_label
+
+    if x not in ("step", "time"):
+        raise UsageError(f"--x must be 'step' or 'time', got {x!r}")
+    infos = _unique(resolve_runs(runs, root))
+    with open_store(root, strict=strict, sync_state=False, runs=infos) as con:
+        data = curves(con, infos, key, points=points, smooth=smooth, x=x)
+        if data.num_rows == 0:
+            params: dict = {}
+            known = [r[0] for r in con.execute(
+                f"SELECT DISTINCT key FROM metrics WHERE {key_filter(None, params)} ORDER BY key LIMIT 30").fetchall()]
+            hint = f"; keys in these runs: {', '.join(known)}" if known else "; these runs have no metrics yet"
+            raise UsageError(f"no finite points for --key {' '.join(key)}{hint}")
+    if fmt is not None:
+        emit(data.to_pylist(), fmt, columns=data.column_names, arrow_table=data)
+        return
+    labels = {(r.project, r.run_id): run_label(r, infos) for r in infos}
+    series = _series(data, labels)
+    xlabel = "step" if x == "step" else "seconds since start"
+    if png is not None:
+        _png(series, png, xlabel, smooth)
+        sys.stderr.write(f"wrote {png}\n")
+    else:
+        _terminal(series, xlabel, smooth, width, height)
+
+
+def _unique(infos):
+    seen, out = set(), []
+    for r in infos:
+        if (r.project, r.run_id) not in seen:
+            seen.add((r.project, r.run_id))
+            out.append(r)
+    return out
+
+
+def _series(data, labels) -> dict[str, list[tuple[str, list[float], list[float]]]]:
+    """``{key: [(run label, xs, ys), ...]}`` in the order the rows come (run, key, x)."""
+    out: dict[str, dict[str, tuple[list, list]]] = {}
+    cols = data.to_pydict()
+    for project, run_id, key, xv, yv in zip(cols["project"], cols["run_id"], cols["key"], cols["x"], cols["value"]):
+        xs, ys = out.setdefault(key, {}).setdefault(labels[(project, run_id)], ([], []))
+        xs.append(xv)
+        ys.append(yv)
+    return {k: [(label, xs, ys) for label, (xs, ys) in sorted(v.items())] for k, v in sorted(out.items())}
+
+
+def _terminal(series, xlabel: str, smooth: int | None, width: int | None, height: int | None) -> None:
+    import plotext as plt
+
+    fig = plt.figure
+    cols = width or int(os.environ.get("COLUMNS", "0") or 0) or shutil.get_terminal_size((100, 24)).columns
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    for key, lines in series.items():
+        fig.clear()
+        fig.plot_size(max(40, cols), max(8, height or 20))
+        for label, xs, ys in lines:
+            fig.draw(fig.signal(xs, ys).label(label).lines())
+        fig.title(key + (f"  (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+        fig.label(xlabel)
+        sys.stdout.write(fig.build().string(colorless=not color) + "\n")
+    sys.stdout.flush()
+
+
+def _png(series, path: Path, xlabel: str, smooth: int | None) -> None:
+    from trackstore.errors import UsageError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--png needs matplotlib: pip install 'trackstore[plot]'") from None
+    n = len(series)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 3.2 * n), squeeze=False)
+    for ax, (key, lines) in zip(axes[:, 0], series.items()):
+        for label, xs, ys in lines:
+            ax.plot(xs, ys, label=label, linewidth=1.2)
+        ax.set_title(key + (f" (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,94 @@
+"""``trackstore sql``: run one read-only SQL query over every run, print it in any format.
+
+The query runs on an in-memory DuckDB connection whose views read the store
+(:mod:`trackstore.query`); anything that is not a query (COPY, ATTACH, CREATE, INSERT,
+INSTALL, LOAD, SET...) is refused with exit code 5, like any SQL error.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from contextlib import contextmanager
+from typing import Iterator, List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from .common import Format, FormatOpt, OutputOpt, RootOpt, emit
+
+ParamOpt = Annotated[
+    Optional[List[str]],
+    typer.Option("--param", "-P", metavar="NAME=VALUE",
+                 help="Bind a value to $NAME in the query (repeatable). Values are text; DuckDB casts "
+                      "them where a number is compared. Never paste values into the SQL itself."),
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Fail on a damaged part file instead of skipping it with a warning.")
+]
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_params(items: list[str] | None) -> dict[str, str]:
+    """``["run=abc", "q=it's; DROP"]`` -> ``{"run": "abc", "q": "it's; DROP"}``."""
+    from trackstore.errors import UsageError
+
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        name = name.strip().lstrip("$")
+        if not sep or not _PARAM_NAME.match(name):
+            raise UsageError(f"--param expects NAME=VALUE with NAME a plain identifier, got {item!r}")
+        out[name] = value
+    return out
+
+
+@contextmanager
+def open_store(root, *, strict: bool = False, **kw) -> Iterator:
+    """A read-only connection; skipped damaged files are reported on stderr as one line each."""
+    from trackstore.query import SkippedFileWarning, connect
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedFileWarning)
+        con = connect(root, on_corrupt="error" if strict else "warn", **kw)
+    for w in caught:
+        if issubclass(w.category, SkippedFileWarning):
+            sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def sql(
+    query: Annotated[str, typer.Argument(help="One SQL query (SELECT/WITH/DESCRIBE/SHOW/EXPLAIN), or - to read it from stdin.")],
+    root: RootOpt = None,
+    params: ParamOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0,
+                                       help="Rows shown in the table view (the total is printed); 0 = all. "
+                                            "Other formats always get every row.")] = 50,
+    strict: StrictOpt = False,
+) -> None:
+    """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
+    sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
+    from trackstore.query import mentions_sync_state, run_sql
+
+    if query == "-":
+        query = sys.stdin.read()
+    values = parse_params(params)
+    with open_store(root, strict=strict, sync_state=mentions_sync_state(query)) as con:
+        table = run_sql(con, query, values)
+    print_table(table, fmt, output=output, limit=limit)
+
+
+def print_table(table, fmt: Format, *, output=None, limit: int = 0, title: str | None = None) -> None:
+    """Render a pyarrow Table through :func:`cli.common.emit` (table view limited to ``limit`` rows)."""
+    total = table.num_rows
+    shown = table.slice(0, limit) if fmt is Format.table and limit and total > limit else table
+    rows = shown.to_pylist()
+    emit(rows, fmt, columns=table.column_names, output=output, total=total, arrow_table=table, title=title)

@@ -1,0 +1,85 @@
+"""Damaged part files: skipped with a warning naming the file, or a clear error naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import run_cli
+from tests.query_fixtures import make_run, metric_rows, part
+from trackstore.errors import CorruptFileError
+from trackstore.query import SkippedFileWarning, connect, query
+
+
+def damaged_store(root, how: str):
+    """Two runs of 5 points each; one extra part file of the first run is damaged ``how``."""
+    a = make_run(root, "p", "a", steps=5)
+    make_run(root, "p", "b", steps=5)
+    bad = part(root, "p", a.id, "metrics", metric_rows(7, start=100), writer="w9")
+    data = bad.read_bytes()
+    if how == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    elif how == "garbage":
+        bad.write_bytes(b"\x8f\x00garbage bytes, not parquet at all\xff" * 40)
+    elif how == "no-footer":
+        bad.write_bytes(data[:-8])
+    return bad
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "no-footer"])
+def test_damaged_file_skipped_with_warning(root, how):
+    bad = damaged_store(root, how)
+    with pytest.warns(SkippedFileWarning, match=str(bad.name)) as caught:
+        con = connect(root)
+    assert "trackstore doctor" in str(caught[0].message)
+    assert con.execute("SELECT count(*) FROM metrics").fetchone() == (20,)  # 2 runs x 5 steps x 2 keys
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_damaged_file_error_mode_names_file(root, how):
+    bad = damaged_store(root, how)
+    with pytest.raises(CorruptFileError) as info:
+        query("SELECT count(*) FROM metrics", root=root, on_corrupt="error")
+    assert str(bad) in str(info.value) and "trackstore doctor" in str(info.value)
+
+
+def test_damage_inside_data_pages_names_file(root):
+    """Framing intact, data pages overwritten: the query error names the file, no traceback."""
+    a = make_run(root, "p", "a", steps=2)
+    bad = part(root, "p", a.id, "metrics", metric_rows(2000, start=100), writer="w9")
+    data = bytearray(bad.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    for i in range(4, len(data) - footer - 8):
+        data[i] = 0xAB
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError) as info:
+        query("SELECT sum(value) FROM metrics", root=root)
+    assert str(bad) in str(info.value)
+
+
+def test_damaged_footer_with_intact_magic(root):
+    a = make_run(root, "p", "a", steps=2)
+    bad = part(root, "p", a.id, "metrics", metric_rows(50, start=100), writer="w9")
+    data = bytearray(bad.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    for i in range(len(data) - footer - 8, len(data) - 8):
+        data[i] = 0xFF
+    bad.write_bytes(bytes(data))
+    with pytest.warns(SkippedFileWarning, match=bad.name):
+        assert query("SELECT count(*) AS n FROM metrics", root=root).to_pylist() == [{"n": 4}]
+    with pytest.raises(CorruptFileError, match=bad.name):
+        connect(root, on_corrupt="error")
+
+
+def test_cli_warns_and_answers(root):
+    bad = damaged_store(root, "truncated")
+    res = run_cli("sql", "SELECT count(*) AS n FROM metrics", "-f", "csv", root=root)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["n", "20"]
+    assert str(bad) in res.stderr and "WARNING" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_strict_fails_with_store_exit_code(root):
+    bad = damaged_store(root, "garbage")
+    res = run_cli("sql", "SELECT count(*) FROM metrics", "--strict", root=root)
+    assert res.returncode == 4
+    assert str(bad) in res.stderr and "trackstore doctor" in res.stderr and "Traceback" not in res.stderr
