@@ -1,0 +1,106 @@
+"""A real, non-editable wheel installed into a fresh venv works: the console script, a tiny
+log + query, and the package layout (``trackstore.sync``/``trackstore.cli``, no top-level
+``sync`` or ``cli``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "trackstore", "sync", "cli")
+
+
+def sh(*cmd, **kw):
+    out = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, **kw)
+    assert out.returncode == 0, f"{cmd}: {out.stdout}\n{out.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    # Build from a copy, so the shared working tree gets no build/ or egg-info debris.
+    src = tmp / "src"
+    src.mkdir()
+    for name in SOURCES:
+        p = REPO / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+        elif p.exists():
+            shutil.copy2(p, src / name)
+    dist = tmp / "dist"
+    # Offline when this interpreter can build a wheel itself (setuptools and wheel present);
+    # else pip fetches the build backend from the package index, as on any fresh machine.
+    can_build = all(importlib.util.find_spec(m) is not None for m in ("setuptools", "wheel"))
+    isolation = ["--no-build-isolation"] if can_build else []
+    sh(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-w", dist, *isolation, "-q", cwd=src)
+    [wheel] = list(dist.glob("trackstore-*.whl"))
+    venv = tmp / "venv"
+    sh(sys.executable, "-m", "venv", venv)
+    vpy = venv / "bin" / "python"
+    vsite = Path(sh(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    # Dependencies (pyarrow, duckdb, typer, rich) come from the dev venv: a plain path entry,
+    # whose own .pth files (the editable install of this repo) are NOT processed.
+    deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (vsite / "zz_trackstore_test_deps.pth").write_text("\n".join(deps) + "\n")
+    sh(vpy, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel)
+    return {"wheel": wheel, "python": vpy, "bin": venv / "bin", "site": vsite}
+
+
+def clean_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TRACKSTORE_", "VIRTUAL_ENV"))}
+    env["HOME"] = str(tmp_path)
+    return env
+
+
+def test_wheel_contains_only_the_trackstore_package(wheel_venv):
+    names = zipfile.ZipFile(wheel_venv["wheel"]).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"trackstore"}
+    assert "trackstore/sync/__init__.py" in names and "trackstore/cli/main.py" in names
+    site_dir = wheel_venv["site"]
+    assert (site_dir / "trackstore" / "sync").is_dir() and (site_dir / "trackstore" / "cli").is_dir()
+    assert not (site_dir / "sync").exists() and not (site_dir / "cli").exists()
+
+
+def test_installed_wheel_runs(wheel_venv, tmp_path):
+    env = clean_env(tmp_path)
+    bin_dir, py = wheel_venv["bin"], wheel_venv["python"]
+    out = sh(bin_dir / "trackstore", "--help", cwd=tmp_path, env=env)
+    assert "runs" in out.stdout and "demo" in out.stdout
+    out = sh(bin_dir / "trackstore", "--version", cwd=tmp_path, env=env)
+    assert out.stdout.startswith("trackstore ")
+
+    # Everything imports from the wheel, not from the repository.
+    code = ("import json, trackstore, trackstore.sync, trackstore.cli, trackstore.cli.main; "
+            "print(json.dumps([trackstore.__file__, trackstore.sync.__file__, trackstore.cli.__file__]))")
+    files = json.loads(sh(py, "-c", code, cwd=tmp_path, env=env).stdout)
+    assert all(f.startswith(str(wheel_venv["site"])) for f in files), files
+    for top in ("sync", "cli"):
+        probe = sh(py, "-c", f"import importlib.util as u, json; s = u.find_spec({top!r}); "
+                             "print(json.dumps(s.origin if s else None))", cwd=tmp_path, env=env)
+        origin = json.loads(probe.stdout)
+        assert origin is None or not origin.startswith(str(wheel_venv["site"])), origin
+
+    store = tmp_path / "store"
+    log = ("import trackstore; run = trackstore.init('wheel', name='tiny', root=%r); "
+           "[run.log({'loss': 1.0 / (i + 1)}) for i in range(5)]; run.finish(); print(run.id)") % str(store)
+    run_id = sh(py, "-c", log, cwd=tmp_path, env=env).stdout.strip()
+    out = sh(bin_dir / "trackstore", "runs", "--root", store, "--format", "json", cwd=tmp_path, env=env)
+    [row] = json.loads(out.stdout)
+    assert (row["project"], row["run_id"], row["name"], row["status"], row["last_step"]) == (
+        "wheel", run_id, "tiny", "finished", 4)
+    assert row["summary"]["loss"] == pytest.approx(0.2)
