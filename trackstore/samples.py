@@ -55,10 +55,12 @@ def clean_text(s: str) -> str:
         return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def plain(value: Any) -> Any:
+def plain(value: Any, _depth: int = 0) -> Any:
     """A JSON-ready copy of ``value``: pydantic models and dataclasses become dicts first."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    if _depth > 64:  # a cycle, or absurd nesting
+        return repr(value)
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         try:
@@ -68,15 +70,38 @@ def plain(value: Any) -> Any:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, _depth + 1) for v in value]
     return json_safe(value)
 
 
+def _default(obj: Any) -> Any:
+    """``json.dumps`` hook for what the C encoder does not know (called for those values only)."""
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump) and not isinstance(obj, type):
+        try:
+            return dump()
+        except Exception:
+            pass
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return json_safe(obj)
+
+
 def encode_json(value: Any) -> str:
-    """JSON text for any value (NaN/Infinity written as such; DuckDB's JSON reads them)."""
-    return clean_text(json.dumps(plain(value), ensure_ascii=False, allow_nan=True, separators=(",", ":")))
+    """JSON text for any value (NaN/Infinity written as such; DuckDB's JSON reads them).
+
+    The C encoder does the work; only unknown objects (numpy/torch values, pydantic models,
+    dataclasses) go through :func:`_default`. Odd keys or cycles fall back to :func:`json_safe`.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True, separators=(",", ":"), default=_default)
+    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(json_safe(plain(value)), ensure_ascii=False, allow_nan=True, separators=(",", ":"))
+    return clean_text(text)
 
 
 def as_score(value: Any, where: str) -> float | None:

@@ -37,10 +37,11 @@ import contextvars
 import functools
 import hashlib
 import inspect
+import os
+import random
 import sys
 import threading
 import time
-import uuid
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
@@ -58,6 +59,21 @@ TOKEN_FIELDS = ("prompt_ids", "response_ids", "token_ids", "input_ids", "output_
 F = TypeVar("F", bound=Callable[..., Any])
 _UNSET: Any = object()
 _current: contextvars.ContextVar["Span | None"] = contextvars.ContextVar("trackstore_current_span", default=None)
+
+
+# Ids come from a per-process PRNG seeded once from os.urandom (reseeded in forked children):
+# os.urandom costs ~100 us per call on some VMs, more than the rest of a span.
+_rng = random.Random(os.urandom(32))
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(32)))
+
+
+def new_trace_id() -> str:
+    return f"{_rng.getrandbits(128):032x}"
+
+
+def new_span_id() -> str:
+    return f"{_rng.getrandbits(64):016x}"
 
 
 def _warn(msg: str) -> None:
@@ -165,8 +181,10 @@ def _decode(tok: Any, ids: list, skip: bool) -> str:
 
 def _with_text(value: Any, settings: TraceSettings | None) -> Any:
     """``value`` (made plain) with ``<x>_text`` added for each ``<x>_ids`` token list."""
+    if settings is None or settings.token2text is None:
+        return value
     value = plain(value)
-    if settings is None or settings.token2text is None or not isinstance(value, dict):
+    if not isinstance(value, dict):
         return value
     out = dict(value)
     for key in TOKEN_FIELDS:
@@ -265,7 +283,7 @@ class Span:
         self.name = _check_name(name)
         self.kind = _check_kind(kind)
         self.parent = parent
-        self.span_id = uuid.uuid4().hex[:16]
+        self.span_id = new_span_id()
         self.inputs = inputs
         self.outputs: Any = _UNSET
         self.attributes: dict[str, Any] = dict(attributes or {})
@@ -439,7 +457,7 @@ class Trace:
         self.validate = validate
         self.reward = as_score(reward, "trace reward")
         self.attributes: dict[str, Any] = dict(attrs)
-        self.trace_id = uuid.uuid4().hex
+        self.trace_id = new_trace_id()
         self._settings = _settings.get(run)
         sampler = self._settings.sampler if self._settings else None
         self.recording = True if sampler is None else sampler.keep(self.step, self.sample_index)
