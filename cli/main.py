@@ -13,8 +13,8 @@ import typer
 from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd, sync_cmd
-from . import run_cmd  # wandb scripts under the drop-in (issue 8)
 from . import bundle_cmd, compact_cmd, doctor_cmd, gc_cmd  # store upkeep (issue 7)
+from . import run_cmd  # wandb scripts under the drop-in (issue 8)
 from . import compare_cmd, plot_cmd, sql_cmd  # SQL, curves, comparisons (issue 4)
 
 app = typer.Typer(

@@ -45,7 +45,7 @@ from . import meta as _meta
 from .catalog import RunInfo, list_runs, load_run
 from .errors import UsageError
 from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
-from .syncstate import TERMINAL, Cursor, cursor_path, is_fully_synced, iter_cursors, pending_counts
+from .syncstate import TERMINAL, Cursor, is_fully_synced, iter_cursors, pending_counts
 
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 
@@ -248,16 +248,21 @@ def _remove_tree(path: Path) -> None:
 
 
 def archive_cursors(root: Path, project: str, run_id: str) -> int:
-    """Move a run's cursors to ``_sync/_gc/`` (idempotent); returns how many moved."""
+    """Move a run's cursor files to ``_sync/_gc/`` (idempotent); returns how many moved."""
+    base = Path(root) / SYNC_DIR
     moved = 0
-    for c in list(iter_cursors(root, project=project, run_id=run_id)):
-        src = cursor_path(root, c.target, c.destination, project, run_id)
-        rel = src.relative_to(Path(root) / SYNC_DIR)
-        dst = Path(root) / SYNC_DIR / ARCHIVE_DIR / rel
+    if not base.is_dir():
+        return 0
+    for dest in sorted(base.iterdir()):
+        if not dest.is_dir() or dest.name.startswith((".", "_")):
+            continue
+        src = dest / f"{PROJECT_PREFIX}{project}" / f"{RUN_PREFIX}{run_id}.json"
+        if not src.is_file():
+            continue
+        dst = base / ARCHIVE_DIR / dest.name / src.parent.name / src.name
         dst.parent.mkdir(parents=True, exist_ok=True)
-        desc = src.parent.parent / "destination.json"
-        if desc.exists() and not (dst.parent.parent / "destination.json").exists():
-            shutil.copy2(desc, dst.parent.parent / "destination.json")
+        if (dest / "destination.json").exists() and not (dst.parent.parent / "destination.json").exists():
+            shutil.copy2(dest / "destination.json", dst.parent.parent / "destination.json")
         os.replace(src, dst)
         moved += 1
     return moved

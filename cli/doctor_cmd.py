@@ -1,0 +1,44 @@
+"""``trackstore doctor``: find damage in the store and say what to do; ``--fix`` repairs or quarantines.
+
+Exit codes: 0 the store is healthy (warnings may remain); 4 problems remain (run with --fix,
+or follow the advice column); 6 (--fix only) a gc, compact or import holds the maintenance lock.
+"""
+
+from __future__ import annotations
+
+import typer
+from typing_extensions import Annotated
+
+from .common import Format, FormatOpt, RootOpt, console, emit
+
+
+def doctor(
+    root: RootOpt = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Repair what can be repaired; move what cannot under <root>/_quarantine/ (never deletes data).")] = False,
+    deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer.")] = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Check the store: temp files, unreadable Parquet, stuck runs, broken run.json, orphaned sync state, trash."""
+    from trackstore.doctor import doctor as run_doctor
+    from trackstore.errors import StoreError
+    from trackstore.layout import resolve_root
+
+    root_path = resolve_root(root)
+    report = run_doctor(root_path, fix_problems=fix, deep=deep)
+    rows = [f.row(root_path) for f in report.findings]
+    con = console(stderr=fmt is not Format.table)
+    columns = ["check", "severity", "path", "problem", "fixed" if fix else "advice"]
+    if fmt is Format.table:
+        if rows:
+            emit(rows, fmt, columns=columns, title=f"{len(rows)} findings in {root_path}")
+    else:
+        emit(rows, fmt, columns=["check", "severity", "path", "problem", "advice", "fixed"])
+    for note in report.notes:
+        con.print(f"note: {note}")
+    if report.quarantine is not None:
+        con.print(f"quarantined files are in {report.quarantine} (see reasons.json there)")
+    if report.healthy:
+        con.print("store is healthy" + (" (warnings above)" if rows and not fix else ""))
+        return
+    n = len(report.remaining)
+    raise StoreError((f"{n} problems remain" if n != 1 else "1 problem remains") + ("" if fix else "; run `trackstore doctor --fix`"))
