@@ -125,11 +125,13 @@ def test_reader_sees_old_or_new_never_both(root):
     for f in merged:
         os.link(f, stash2 / f.name)
     stop = root / "stop"
+    progress = root / "progress"
     code = textwrap.dedent(f"""
         import os, sys
         import pyarrow.parquet as pq
         ok = bad = missing = 0
         d = {str(kind_dir)!r}
+        print("ready", flush=True)
         while not os.path.exists({str(stop)!r}):
             try:
                 names = [x for x in os.listdir(d) if x.endswith(".parquet") and not x.startswith(".")]
@@ -141,12 +143,19 @@ def test_reader_sees_old_or_new_never_both(root):
                 ok += 1
             else:
                 bad += 1
+            if ok % 10 == 0:
+                with open({str(progress)!r} + ".tmp", "w") as f:
+                    f.write(str(ok))
+                os.replace({str(progress)!r} + ".tmp", {str(progress)!r})
         print(ok, bad, missing, flush=True)
     """)
     reader = python_child(code)
+    assert reader.stdout.readline().strip() == "ready"
+    swaps = 0
     try:
-        for i in range(60):
-            src = stash if i % 2 == 0 else stash2
+        # keep swapping until the reader has made many reads while swaps were happening
+        while swaps < 40 or (swaps < 20000 and (not progress.exists() or int(progress.read_text() or 0) < 100)):
+            src = stash if swaps % 2 == 0 else stash2
             current = {f.name for f in kind_dir.iterdir() if f.suffix == ".parquet"}
 
             def build(staging, src=src, current=current):
@@ -155,6 +164,7 @@ def test_reader_sees_old_or_new_never_both(root):
                 return sorted(current - {f.name for f in src.iterdir()})
 
             C.replace_kind_dir(kind_dir, build)
+            swaps += 1
     finally:
         stop.write_text("")
         out, err = reader.communicate(timeout=60)
