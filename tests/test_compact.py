@@ -249,3 +249,37 @@ def test_cli_compact(root):
 
 def test_swap_method_reports_exchange_here(root):
     assert C.swap_method(root) in ("exchange", "rename")
+
+
+def test_sync_half_compact_sync_rest_is_exact_at_the_target(root, tmp_path, monkeypatch):
+    """Real engine, real MLflow file store (which keeps every re-sent point, so a duplicate
+    would show): half the run is synced while it is live, then the finished run is compacted
+    into one file, then the rest is synced. The target holds every point exactly once."""
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    run = trackstore.init("proj", root=root)
+    keys = [f"k{i}" for i in range(3)]
+
+    def log(steps):
+        for s in steps:
+            run.log({k: s + i / 10 for i, k in enumerate(keys)}, step=s)
+            if s % 10 == 9:
+                run.flush()
+
+    log(range(0, 50))
+    first = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root, timeout=300)
+    assert first.returncode == 0, first.stderr
+    log(range(50, 100))
+    run.finish()
+    assert len(run.paths.parts("metrics")) == 10
+    (res,) = C.compact(root, [run.paths])
+    assert res.changed and len(run.paths.parts("metrics")) == 1
+    rest = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root, timeout=300)
+    assert rest.returncode == 0, rest.stderr
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("proj")
+    (remote,) = client.search_runs([exp.experiment_id], filter_string=f"tags.`trackstore.run_id` = '{run.id}'")
+    got = sorted((k, m.step, m.value) for k in keys for m in client.get_metric_history(remote.info.run_id, k))
+    want = sorted((r["key"], r["step"], r["value"]) for r in read_kind(run.paths, "metrics").to_pylist())
+    assert len(got) == 300 and got == want
