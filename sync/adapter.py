@@ -62,9 +62,18 @@ class PermanentError(TrackstoreError):
 
 @dataclass
 class SendResult:
-    """What happened to one batch. ``skipped`` counts rows the target cannot hold, by reason."""
+    """What happened to one batch.
+
+    ``skipped`` counts rows the target cannot hold, by reason (acknowledged and reported).
+    ``deferred`` lists batch row indices the adapter chose not to send *yet* (e.g. the spans of
+    a trajectory still running): they stay pending and come back in the next sync.
+    """
 
     skipped: dict[str, int] = field(default_factory=dict)
+    deferred: list[int] = field(default_factory=list)
+
+    def defer(self, indices) -> None:
+        self.deferred.extend(indices)
 
     def skip(self, reason: str, n: int = 1) -> None:
         if n:

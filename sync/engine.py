@@ -231,8 +231,9 @@ class Engine:
                                "since": iso(time.time())}
             save_cursor(self.root, cursor)
             result: SendResult = self._call(res, lambda b=batch: self.adapter.send(kind, b, cursor))
-            acked.add_table(batch)
-            self._count(res, kind, batch.num_rows, result)
+            done = _without(batch, result.deferred)
+            acked.add_table(done)
+            self._count(res, kind, done.num_rows, result)
             cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
             cursor.in_doubt = None
             save_cursor(self.root, cursor)
@@ -250,8 +251,10 @@ class Engine:
         res.reconciled += batch.num_rows - missing.num_rows
         if missing.num_rows:
             result = self._call(res, lambda: self.adapter.send(kind, missing, cursor))
-            self._count(res, kind, missing.num_rows, result)
+            self._count(res, kind, missing.num_rows - len(result.deferred), result)
             cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+            deferred = _ids(missing.take(result.deferred)) if result.deferred else None
+            batch = batch.filter(_not_in(deferred, batch)) if deferred else batch
         cursor.acked_set(kind).add_table(batch)
         cursor.in_doubt = None
         res.notes.append(f"reconciled an interrupted {kind} batch: {batch.num_rows - missing.num_rows} of "
@@ -309,14 +312,20 @@ class Engine:
             res.skipped[reason] = res.skipped.get(reason, 0) + k
 
     def _verify_ok(self, info: RunInfo, cursor: Cursor, remote: dict[str, int] | None) -> bool:
+        """Compare the adapter's read-back counts with the store. Keys are record kinds, plus
+        ``traces`` (distinct trajectories), as the adapter chooses to report them."""
         if remote is None:
             return False
-        ok = True
-        for kind, count in remote.items():
-            local = read_kind(info.paths, kind, skip_corrupt=True).num_rows - cursor.skipped.get(kind, 0)
+        for what, count in remote.items():
+            if what == "traces":
+                spans = read_kind(info.paths, "spans", columns=["trace_id"], skip_corrupt=True)
+                local = len(set(spans.column("trace_id").to_pylist()))
+            else:
+                local = read_kind(info.paths, what, columns=[], skip_corrupt=True).num_rows - cursor.skipped.get(what, 0)
             if count != local:
-                ok = False
-        return ok
+                self.progress.message(f"{info.project}/{info.run_id}: verify: {what} at target {count}, expected {local}")
+                return False
+        return True
 
     def _fail(self, cursor: Cursor, res: RunResult, message: str, kind: str) -> None:
         message = redact_text(message)
@@ -334,6 +343,16 @@ def _ids(table) -> syncstate.RangeSet:
     r = syncstate.RangeSet()
     r.add_table(table)
     return r
+
+
+def _without(table, indices: list[int]):
+    """``table`` minus the rows at ``indices``."""
+    if not indices:
+        return table
+    import pyarrow as pa
+
+    drop = set(indices)
+    return table.filter(pa.array([i not in drop for i in range(table.num_rows)]))
 
 
 def _not_in(acked, table):

@@ -133,8 +133,12 @@ class MlflowAdapter(Adapter):
 
             for name in ("mlflow", "alembic"):  # keep cron output to what trackstore says
                 logging.getLogger(name).setLevel(logging.WARNING)
+            import mlflow
             from mlflow.tracking import MlflowClient
 
+            # traces are exported through the process-wide tracking URI, not the client's: point
+            # it at our destination (this process only syncs; it has no other MLflow state)
+            mlflow.set_tracking_uri(self.uri)
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 
@@ -227,6 +231,7 @@ class MlflowAdapter(Adapter):
         from mlflow.entities import ViewType
 
         self._run_dir = run.paths.dir
+        self._run_status = run.status
         exp_id = self._experiment_id(run.project)
         remote_id = cursor.remote.get("run_id")
         if remote_id:
@@ -439,11 +444,13 @@ class MlflowAdapter(Adapter):
 
     def verify(self, run, cursor) -> dict[str, int]:
         rid = cursor.remote["run_id"]
+        from .mlflow_traces import count_traces
+
         mapping = cursor.remote.get("key_map") or {}
         total = 0
         for mk in set(mapping.values()):
             total += len(self._do("get metric history", self.client.get_metric_history, rid, mk))
-        return {"metrics": total}
+        return {"metrics": total, "traces": count_traces(self, cursor)}
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -257,3 +257,89 @@ def test_status_shows_pending(root, tmp_path):
     rows = json.loads(run_cli("status", "--format", "json", root=root).stdout)
     assert rows[0]["target"] == "mlflow" and rows[0]["pending_metrics"] == 1
     assert Path(uri[len("sqlite:///"):]).exists()
+
+
+def _agent_run(root, n_traces=3, finish=True):
+    run = trackstore.init("agent", root=root)
+    for i in range(n_traces):
+        with run.trace(step=2, sample_index=i, rollout_n=0) as tr:
+            with tr.span("user", kind="other", inputs={"text": "what is 6*7?"}) as s:
+                s.set_outputs("ok")
+            with tr.span("assistant", kind="llm", inputs=[{"role": "user", "content": "6*7"}]) as s:
+                with tr.span("calculator", kind="tool", inputs={"expr": "6*7"}) as t:
+                    t.set_outputs(42)
+                s.set_outputs("The answer is 42")
+            tr.set_reward(1.0)
+    run.log({"reward": 1.0}, step=2)
+    if finish:
+        run.finish()
+    return run
+
+
+def test_traces_round_trip_and_never_duplicated(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = _agent_run(root)
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--verify", "--format", "json", root=root)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)["runs"][0]
+    assert out["verify_ok"] is True and out["verified"]["traces"] == 3
+    c = client_for(uri)
+    exp = c.get_experiment_by_name("agent")
+    rid = remote_run(c, "agent", run.id).info.run_id
+    traces = c.search_traces(locations=[exp.experiment_id], run_id=rid)
+    assert len(traces) == 3
+    t = traces[0]
+    names = {s.name: s for s in t.data.spans}
+    assert set(names) == {"episode", "user", "assistant", "calculator"}
+    assert names["calculator"].parent_id == names["assistant"].span_id
+    assert names["assistant"].parent_id == names["episode"].span_id
+    assert names["calculator"].inputs == {"expr": "6*7"} and names["calculator"].outputs == 42
+    assert t.info.tags["trackstore.step"] == "2" and t.info.tags["trackstore.reward"] == "1.0"
+    import pyarrow.parquet as pq
+
+    local = {r["name"]: r for r in pq.read_table(run.dir / "spans").to_pylist() if r["trace_id"] == t.info.tags["trackstore.trace_id"]}
+    assert names["calculator"].start_time_ns == local["calculator"]["start_ns"]
+    assert names["calculator"].end_time_ns == local["calculator"]["end_ns"]
+    # forget the cursor: the resend must find the traces by tag instead of creating copies
+    import shutil
+
+    shutil.rmtree(root / "_sync")
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+    assert len(c.search_traces(locations=[exp.experiment_id])) == 3
+    assert len(c.get_metric_history(rid, "reward")) == 1  # sqlite store: identical points deduplicated
+
+
+def test_artifacts_uploaded_once(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"\x00" * 1000)
+    (ckpt / "config.json").write_text('{"layers": 2}')
+    run = trackstore.init("proj", root=root)
+    run.log_artifact(ckpt, name="policy", type="model")
+    run.log_artifact(ckpt, name="policy", type="model")  # same content: one version
+    run.finish()
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root)
+    assert res.returncode == 0, res.stderr
+    c = client_for(uri)
+    rid = remote_run(c, "proj", run.id).info.run_id
+    files = sorted(f.path for f in c.list_artifacts(rid, "trackstore/artifacts/policy/v0"))
+    assert files == ["trackstore/artifacts/policy/v0/config.json", "trackstore/artifacts/policy/v0/model.safetensors"]
+    sizes = {f.path: f.file_size for f in c.list_artifacts(rid, "trackstore/artifacts/policy/v0")}
+    assert sizes["trackstore/artifacts/policy/v0/model.safetensors"] == 1000
+    assert json.loads(run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root).stdout)["runs"][0]["artifacts"] == 0
+
+
+def test_samples_as_table_artifacts(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = trackstore.init("proj", root=root)
+    run.log_samples([{"input": "你好", "output": "世界", "score": 0.5, "ground_truth": "x"}] * 3, step=4)
+    run.finish()
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+    c = client_for(uri)
+    rid = remote_run(c, "proj", run.id).info.run_id
+    [f] = c.list_artifacts(rid, "trackstore/samples/val")
+    local = c.download_artifacts(rid, f.path, str(tmp_path / "dl"))
+    table = json.loads(Path(local).read_text())
+    cols = table["columns"]
+    assert len(table["data"]) == 3 and table["data"][0][cols.index("input")] == "你好"
