@@ -1,12 +1,18 @@
 # The two commands of the README's quick start:
 #   make demo   create .venv, install, log a simulated RL run, query it, sync it to MLflow, show it
 #   make test   create .venv, install everything the tests need, run the whole suite
+#               (then the framework tests: make test-frameworks, in their own venv)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_ROOT ?= demo-store
 
-.PHONY: demo test install install-test clean bench
+.PHONY: demo test install install-test clean bench install-frameworks test-frameworks
+
+# The framework test environment (verl, Ray, Transformers, TRL, Lightning on CPU torch) is a
+# separate venv so the main one stays small; torch==2.13.0 is the CPU build (docs/integrations.md).
+FW_VENV ?= .venv-frameworks
+FW_BIN  := $(FW_VENV)/bin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +30,24 @@ demo: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-frameworks
+
+$(FW_BIN)/python:
+	$(PYTHON) -m venv $(FW_VENV)
+	$(FW_BIN)/python -m pip install --quiet --upgrade pip
+
+$(FW_VENV)/.installed: pyproject.toml | $(FW_BIN)/python
+	$(FW_BIN)/pip install --quiet torch==2.13.0
+	$(FW_BIN)/pip install --quiet -e ".[frameworks]"
+	touch $@
+
+install-frameworks: $(FW_VENV)/.installed
+
+test-frameworks: install-frameworks
+	$(FW_BIN)/python -m pytest -q tests/integrations
 
 bench: install-test
 	$(BIN)/python benchmarks/log_throughput.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_ROOT) build dist *.egg-info
+	rm -rf $(VENV) $(FW_VENV) $(DEMO_ROOT) build dist *.egg-info
