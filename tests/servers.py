@@ -1,0 +1,214 @@
+"""A real ``mlflow server`` on 127.0.0.1 for the sync tests, and the fixtures that share it.
+
+Promise: one server per test session, started with the lightest settings that still serve the
+full REST API and HTTP artifact uploads (sqlite backend, ``--serve-artifacts`` into a local
+directory, one uvicorn worker, MLflow's background job runner off); never reaching the internet
+(telemetry off, proxies and the caller's ``MLFLOW_*`` removed); and never outliving the session:
+the server runs in its own process group and ``stop()``/``kill()`` end the whole group.
+
+A test can take the server down and bring it back on the same port and the same store
+(``stop()``/``start()``, or ``with mlflow_server.down(): ...`` which restarts it even when the
+test fails), so "server unreachable" and "server came back" are real events, not mocks.
+
+Wire into ``tests/conftest.py`` with ``from tests.servers import mlflow_server, mlflow_experiment_name  # noqa``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT_S = 120.0  # 6 s idle, 24 s seen with the 2 cores busy
+STOP_GRACE_S = 10.0
+_SCRUB_PREFIXES = ("MLFLOW_", "WANDB_", "SWANLAB_", "TRACKSTORE_", "_MLFLOW_")
+_PROXY_NAMES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server_env(home: Path) -> dict[str, str]:
+    """The caller's environment minus anything that could point the server elsewhere."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_SCRUB_PREFIXES) and k.lower() not in _PROXY_NAMES}
+    env.update({
+        "HOME": str(home),
+        "PYTHONUNBUFFERED": "1",
+        "NO_PROXY": "*",
+        "no_proxy": "*",
+        # MLflow 3.x sends usage telemetry over the internet unless told not to.
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
+        # On by default: a job runner plus 7 huey consumer processes (about +1.2 GB RSS).
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    })
+    return env
+
+
+class MlflowServer:
+    """One ``mlflow server`` process group bound to a fixed port and a fixed store.
+
+    ``start()`` and ``stop()`` may be called any number of times; data lives in ``workdir``
+    (``mlflow.db`` and ``artifacts/``), so it survives restarts.
+    """
+
+    def __init__(self, workdir: Path, port: int | None = None, extra_args: Sequence[str] = ()) -> None:
+        self.workdir = Path(workdir)
+        self.port = port or free_port()
+        self.extra_args = list(extra_args)  # e.g. a second server with other options
+        self.db_path = self.workdir / "mlflow.db"
+        self.backend_uri = f"sqlite:///{self.db_path}"
+        self.artifact_dir = self.workdir / "artifacts"
+        self.log_path = self.workdir / "server.log"
+        self._home = self.workdir / "home"
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "mlflow", "server",
+                "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+                "--backend-store-uri", self.backend_uri,
+                "--serve-artifacts", "--artifacts-destination", str(self.artifact_dir), *self.extra_args]
+
+    @property
+    def pid(self) -> int | None:
+        """The leader's pid, which is also the process group id; None when stopped."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Start the server (no-op if running) and return once the REST API answers."""
+        if self.running:
+            return
+        self._home.mkdir(parents=True, exist_ok=True)
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.command)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=_server_env(self._home),
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._reap_group(signal.SIGKILL)
+                raise RuntimeError(f"mlflow server exited with code {code} during startup:\n{self.log_tail()}")
+            if self._answers():
+                return
+            time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"mlflow server did not answer on {self.url} within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        if self._proc is None:
+            return
+        self._signal_group(signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self._reap_group(signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash, not a shutdown)."""
+        if self._proc is not None:
+            self._reap_group(signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """Keep the server stopped inside the block; it is running again afterwards, whatever happened."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def _answers(self) -> bool:
+        """True once the tracking API (not just /health) serves a request."""
+        req = urllib.request.Request(f"{self.url}/api/2.0/mlflow/experiments/search?max_results=1")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=2) as resp:
+                return resp.status == 200 and "experiments" in json.loads(resp.read() or b"{}")
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+
+    def _signal_group(self, sig: int) -> None:
+        assert self._proc is not None
+        try:
+            os.killpg(self._proc.pid, sig)  # start_new_session: the group id is the leader's pid
+        except ProcessLookupError:
+            pass
+
+    def _reap_group(self, sig: int) -> None:
+        """Signal the group until no member is left, and reap the leader."""
+        assert self._proc is not None
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline:
+            self._signal_group(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=0.2)
+            try:
+                os.killpg(self._proc.pid, 0)
+            except ProcessLookupError:
+                break
+        self._proc = None
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
+    """A running MLflow tracking server for the whole session (``.url``, ``.stop()``, ``.start()``, ``.down()``)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    atexit.register(server.kill)  # belt and braces: no orphan even if teardown is skipped
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        atexit.unregister(server.kill)
+
+
+def unique_experiment_name(label: str) -> str:
+    """``ts-<label>-<8 hex>``: readable, and never used before on the shared session server."""
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", label)[:60].strip("-")
+    return f"ts-{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def mlflow_experiment_name(request) -> str:
+    """An experiment name no other test uses (it carries the test's name)."""
+    return unique_experiment_name(request.node.name)
