@@ -191,7 +191,8 @@ def bench_mlflow(work: Path, kind: str, n: int) -> dict:
         with mlflow.start_run():
             for step, i in enumerate(range(0, n, PER_STEP)):
                 chunk = rows[i:i + PER_STEP]
-                mlflow.log_table({c: [r[c] for r in chunk] for c in chunk[0]}, artifact_file=f"samples/step_{step}.json")
+                mlflow.log_table({c: [r[c] for r in chunk] for c in chunk[0]},
+                                 artifact_file=f"samples/step_{step}.json")
         nrows = n
     else:
         traces = make_traces(n)

@@ -22,8 +22,9 @@ MB_TEXT = ("强化学习 reinforcement learning — ✓ " * 40_000)[:1_000_000]
 
 
 def test_roundtrip_unicode_large_nested_nan(root):
-    messages = [{"role": "user", "content": "写一首诗"}, {"role": "assistant", "content": "🌙 床前明月光",
-                                                          "tool_calls": [{"name": "search", "args": {"q": [1, 2.5, None]}}]}]
+    call = {"name": "search", "args": {"q": [1, 2.5, None]}}
+    messages = [{"role": "user", "content": "写一首诗"},
+                {"role": "assistant", "content": "🌙 床前明月光", "tool_calls": [call]}]
     rows = [
         {"input": "Ünïcödé ✓ مرحبا こんにちは 🚀", "output": "ok\n\ttabs\x00nul", "score": 1.0},
         {"input": MB_TEXT, "output": MB_TEXT[::-1], "score": 0.5},

@@ -45,7 +45,8 @@ TOOLS = {"calculator": lambda expr: str(eval(expr, {"__builtins__": {}}))}  # no
 def generate(messages: list[dict], temperature: float = 1.0) -> dict:
     last = messages[-1]
     if last["role"] == "user":
-        return {"role": "assistant", "content": "", "tool_calls": [{"name": "calculator", "arguments": {"expr": "6*7"}}]}
+        call = {"name": "calculator", "arguments": {"expr": "6*7"}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
     return {"role": "assistant", "content": f"The answer is {last['content']}."}
 
 

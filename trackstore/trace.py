@@ -381,7 +381,7 @@ class Span:
                 self._token = None
 
     # -------------------------------------------------------------- the row
-    def _row(self, status: str) -> dict:
+    def _row(self, status: str, with_data: bool = True) -> dict:
         from .run import _ts_now
 
         tr = self.trace
@@ -405,19 +405,20 @@ class Span:
             "end_ns": self.end_ns if final else None,
             "status": status,
             "error": self.error if final else None,
-            "inputs": None if self.inputs is _UNSET else encode_json(_with_text(self.inputs, settings)),
-            "outputs": None if (self.outputs is _UNSET or not final) else encode_json(_with_text(self.outputs, settings)),
-            "attributes": encode_json(attrs) if attrs else None,
+            "inputs": (None if (self.inputs is _UNSET or not with_data)
+                       else encode_json(_with_text(self.inputs, settings))),
+            "outputs": (None if (self.outputs is _UNSET or not final or not with_data)
+                        else encode_json(_with_text(self.outputs, settings))),
+            "attributes": encode_json(attrs) if (attrs and with_data) else None,
             "ts": _ts_now(),
         }
 
     def _write(self, status: str) -> bool:
         try:
             row = self._row(status)
-        except Exception as exc:  # a value json_safe could not handle: record the span without it
-            _warn(f"span {self.name!r}: could not encode its data ({exc!r}); stored without inputs/outputs")
-            self.inputs = self.outputs = _UNSET
-            row = self._row(status)
+        except Exception as exc:  # e.g. the caller mutating its inputs while a checkpoint reads them
+            _warn(f"span {self.name!r}: could not encode its data ({exc!r}); this row is stored without it")
+            row = self._row(status, with_data=False)
         try:
             self.trace.run._append("spans", row)
             return True

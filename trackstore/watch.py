@@ -101,7 +101,7 @@ def watch(model: Any, log: str = "gradients", every: int = 100, run: "Run | None
         raise InvalidValueError(f"watch(every=...) must be an integer >= 1, got {every!r}")
     if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= MAX_BINS:
         raise InvalidValueError(f"watch(bins=...) must be an int in 1..{MAX_BINS}, got {bins!r}")
-    if not callable(getattr(model, "named_parameters", None)) or not callable(getattr(model, "register_forward_hook", None)):
+    if not all(callable(getattr(model, m, None)) for m in ("named_parameters", "register_forward_hook")):
         raise InvalidValueError(f"watch expects a torch.nn.Module, got {type(model).__name__}")
     run = run or current_run()
     if run is None:
