@@ -55,7 +55,7 @@ from typing import IO, Iterable, Iterator
 from . import meta as _meta
 from .atomic import is_temp_file, read_json, write_bytes_atomic
 from .catalog import RunInfo
-from .errors import BundleError, InvalidNameError
+from .errors import BundleError, InvalidNameError, UsageError
 from .layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
 from .names import validate_project, validate_run_id
 from .ranges import RangeSet
@@ -293,7 +293,7 @@ def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.
     root = resolve_root(root)
     runs = list(runs)
     if not runs:
-        raise BundleError("no runs to export (name runs, or use --project / --since / --all)")
+        raise UsageError("no runs to export: none matched (name runs, or use --project / --since / --all)")
     with locks.acquire(root, "maintenance"):
         b = _Bundle(Path(out), compress, split_bytes)
         entries = []
@@ -697,13 +697,15 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
         if local.dir.exists():
             _merge_run(root, staged_run, local, st.files, base, apply=False)  # conflicts first
         todo.append((local, staged_run, base))
+    rows_of = {(e["project"], e["run_id"]): {k: n for k, n in (e.get("rows") or {}).items() if n} for e in entries}
     for local, staged_run, base in todo:
         if not local.dir.exists():
             local.dir.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staged_run, local.dir)  # the whole run appears at once
             restore_cursors(root, local.project, local.run_id)
             res.runs.append(RunImport(local.project, local.run_id, "added",
-                                      files_added=sum(1 for p in local.dir.rglob("*") if p.is_file())))
+                                      files_added=sum(1 for p in local.dir.rglob("*") if p.is_file()),
+                                      rows_added=rows_of.get((local.project, local.run_id), {})))
         else:
             res.runs.append(_merge_run(root, staged_run, local, st.files, base, apply=True))
     return res
