@@ -353,3 +353,39 @@ def test_bad_arguments(root):
     run.finish()
     with pytest.raises(trackstore.UsageError, match="finished"):
         run.trace(step=1)
+
+
+def test_methods_dataclasses_models_and_numpy(root):
+    np = pytest.importorskip("numpy")
+    import dataclasses
+
+    @dataclasses.dataclass
+    class ToolResult:
+        ok: bool
+        rows: list
+
+    class Reply:  # shaped like a pydantic model: dumped with model_dump()
+        def model_dump(self):
+            return {"text": "hi", "logprobs": [-0.1]}
+
+    class Agent:
+        @traced(kind="tool")
+        def lookup(self, key, *, limit=2):
+            return ToolResult(True, [key] * limit)
+
+        @traced(kind="llm")
+        async def reply(self, prompt_ids):
+            return Reply()
+
+    run = trackstore.init("p", root=root)
+    agent = Agent()
+    with run.trace(step=0):
+        agent.lookup("k", limit=3)
+        asyncio.run(agent.reply(np.array([1, 2, 3])))  # a nested event loop copies the context
+    run.finish()
+    rows = {r["name"].rsplit(".", 1)[-1]: r for r in read_spans(run)}
+    assert json.loads(rows["lookup"]["inputs"]) == {"key": "k", "limit": 3}
+    assert json.loads(rows["lookup"]["outputs"]) == {"ok": True, "rows": ["k", "k", "k"]}
+    assert json.loads(rows["reply"]["inputs"]) == {"prompt_ids": [1, 2, 3]}
+    assert json.loads(rows["reply"]["outputs"]) == {"text": "hi", "logprobs": [-0.1]}
+    assert rows["reply"]["parent_span_id"] == rows["episode"]["span_id"]
