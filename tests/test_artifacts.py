@@ -199,3 +199,21 @@ def test_two_writers_same_name(root, tmp_path):
     versions = list_versions(root / "project=p" / "run=race", "shared")
     assert [v.version for v in versions] == [0, 1, 2]  # two contents + the shared one, each once
     assert len({v.digest for v in versions}) == 3
+
+
+def test_stale_staging_of_a_dead_writer_is_removed(root, ckpt):
+    run = trackstore.init("p", root=root, run_id="r")
+    run.log_artifact(ckpt / "config.json", name="cfg")
+    run.finish()
+    base = run.dir / "artifacts" / "cfg"
+    dead = base / f".staging-{run.writer_id}-0badc0de" / "files"  # as if killed mid-copy
+    dead.mkdir(parents=True)
+    (dead / "half.bin").write_bytes(b"partial")
+    unknown = base / ".staging-otherhost-1-abcdef-12345678"  # no writer file: not ours to judge
+    unknown.mkdir()
+    assert [v.version for v in list_versions(run.dir)] == [0]  # readers ignore staging folders
+    run2 = trackstore.init("p", root=root, run_id="r", resume=True)
+    (ckpt / "config.json").write_text("{}")
+    assert run2.log_artifact(ckpt / "config.json", name="cfg").version == 1
+    run2.finish()
+    assert not dead.parent.exists() and unknown.exists()

@@ -22,7 +22,9 @@ Layout and promises:
   (ranks, attempts) take an ``flock`` on ``artifacts/<name>/.lock`` for the short
   check-then-publish step, so identical content is never published twice and version numbers
   never collide; without ``flock`` (or where it is a no-op) a taken number makes the rename fail
-  and the next number is tried.
+  and the next number is tried. A staging folder left by a writer of the run that is no longer
+  alive (killed mid-copy) is removed the next time that artifact name is logged; readers never
+  look inside staging folders.
 * Versions are content-addressed: the digest is a sha256 over every file's path, size and
   sha256 (files are hashed in 8 MiB chunks while they are copied). Logging content identical
   to a version already on disk — from this process or an earlier attempt — returns that
@@ -147,6 +149,7 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
         files = _stage(sources, stage, hardlink)
         digest = _digest(files)
         with _name_lock(base):  # dedupe check and publish are one step across processes
+            _remove_stale_staging(run, base)
             existing = _find_digest(base, digest)
             if existing is not None:
                 shutil.rmtree(stage, ignore_errors=True)
@@ -336,6 +339,21 @@ def _name_lock(base: Path):
         yield
     finally:
         os.close(fd)
+
+
+def _remove_stale_staging(run: "Run", base: Path) -> None:
+    """Delete staging folders left by writers of this run that are no longer alive (killed mid-copy)."""
+    from . import meta as _meta
+
+    stale = [p for p in _iterdir(base) if p.name.startswith(STAGING_PREFIX)]
+    if not stale:
+        return
+    writers = {w.get("writer_id"): w for w in _meta.read_writer_files(run.paths)}
+    for p in stale:
+        owner = p.name[len(STAGING_PREFIX):].rsplit("-", 1)[0]
+        info = writers.get(owner)
+        if owner != run.writer_id and info is not None and not _meta.writer_alive(info):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _publish(run: "Run", base: Path, stage: Path, name: str, type: str, digest: str, files: list[ArtifactFile],
