@@ -113,6 +113,8 @@ def test_bad_rows_raise_before_anything_is_stored(root):
     assert run.log_samples([]) == 0
     run.finish()
     assert not (run.dir / "samples").exists()
+    with pytest.raises(trackstore.UsageError, match="finished"):
+        run.log_samples([("a", "b", 1)])
 
 
 def test_dataframe_rows(root):

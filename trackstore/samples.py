@@ -140,6 +140,8 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
     """
     if kw:
         raise UsageError(f"log_samples got unknown arguments: {', '.join(sorted(kw))}")
+    if run.finished:
+        raise UsageError(f"run {run.id} is finished; start a new run or resume it to log more samples")
     from .run import _as_step, _ts_now
 
     step = run.step if step is None else (step if type(step) is int else _as_step(step))
