@@ -7,7 +7,6 @@ import os
 import signal
 import textwrap
 
-import duckdb
 import pyarrow.parquet as pq
 import pytest
 
@@ -22,16 +21,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sql(root, q):
-    con = duckdb.connect()
-    glob = str(root / "project=*" / "run=*" / "metrics" / "*.parquet")
-    con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{glob}', hive_partitioning=true, union_by_name=true)")
-    return con.execute(q).fetchall()
+    """Answer ``q`` with the product's own query layer (DuckDB views over the store)."""
+    return trackstore.connect(root).execute(q).fetchall()
 
 
 QUERIES = [
     "SELECT count(*), count(DISTINCT (writer, seq)) FROM metrics",
-    "SELECT key, step, value, ts FROM metrics ORDER BY key, step",
-    "SELECT run, key, max(value), min(step), max(step) FROM metrics GROUP BY ALL ORDER BY ALL",
+    "SELECT run_id, key, step, value, ts FROM metrics ORDER BY ALL",
+    "SELECT run_id, key, max(value), min(step), max(step) FROM metrics GROUP BY ALL ORDER BY ALL",
+    "SELECT run_id, step, input, output, score FROM samples ORDER BY ALL",
+    "SELECT project, run_id, status, last_step FROM runs ORDER BY ALL",
 ]
 
 
