@@ -162,3 +162,11 @@ def test_watch_bad_arguments(root):
     with pytest.raises(ValueError, match="log="):
         trackstore.watch(NotAModule(), log="weights", run=run)
     run.finish()
+
+
+def test_watch_callable_after_submodule_import():
+    # `from trackstore.watch import ...` first binds the submodule as trackstore.watch
+    code = ("import trackstore\nfrom trackstore.watch import unwatch\n"
+            "try:\n    trackstore.watch(object())\nexcept ValueError as e:\n    print('ValueError', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("ValueError watch expects a torch.nn.Module")

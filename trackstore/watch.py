@@ -17,6 +17,7 @@ never imports it, so importing trackstore stays cheap.
 from __future__ import annotations
 
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidValueError, UsageError
@@ -128,3 +129,15 @@ def unwatch(model: Any) -> None:
     handle = getattr(model, _ATTR, None)
     if isinstance(handle, WatchHandle):
         handle.remove()
+
+
+class _CallableModule(types.ModuleType):
+    """``import trackstore.watch`` binds this *module* as ``trackstore.watch``, shadowing the
+    function of the same name; making the module callable keeps ``trackstore.watch(model)``
+    working whichever of the two that name holds."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> WatchHandle:
+        return watch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
