@@ -294,3 +294,48 @@ def test_worker_process_joins_the_drivers_run(store):
     assert sorted(s["name"] for s in got) == ["Loop.run", "agent_loop"]
     assert [s["outputs"] for s in got if s["name"] == "Loop.run"] == [{"answer": 42}]
     assert len({s["writer"] for s in got}) == 1 and got[0]["writer"] != rows(info, "metrics")[0]["writer"]
+
+
+def test_ray_worker_processes_load_the_plugin_and_trace_into_the_run(store):
+    """verl's AgentLoopWorkers are Ray actors: the plugin must load there (at their `import verl`)
+    and their spans must land in the driver's run, in the store the driver pinned."""
+    ray = pytest.importorskip("ray")
+
+    tracking = Tracking("gsm8k", "ray", ["trackstore"])
+    # as verl's launcher does: ray.init in the process where $TRACKSTORE_DIR is set
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        @ray.remote
+        class Worker:
+            def run(self, index: int) -> int:
+                import asyncio as aio
+                import os as _os
+
+                from verl.utils.rollout_trace import RolloutTraceConfig as Config
+                from verl.utils.rollout_trace import rollout_trace_attr as attr
+                from verl.utils.rollout_trace import rollout_trace_op as op
+
+                class Loop:
+                    @op
+                    async def run(self, x):
+                        return {"answer": x}
+
+                Config.init("gsm8k", "ray", "trackstore")
+
+                async def main():
+                    with attr(step=1, sample_index=index, rollout_n=0, name="agent_loop"):
+                        await Loop().run(index)
+
+                aio.run(main())
+                return _os.getpid()
+
+        workers = [Worker.remote() for _ in range(2)]
+        pids = ray.get([w.run.remote(i) for i, w in enumerate(workers)])
+        assert os.getpid() not in pids and len(set(pids)) == 2
+    finally:
+        ray.shutdown()
+    tracking.finish()
+    got = spans(only_run(store, "gsm8k"))
+    names = sorted(("Loop.run" if s["name"].endswith(".Loop.run") else s["name"], s["sample_index"]) for s in got)
+    assert names == [("Loop.run", 0), ("Loop.run", 1), ("agent_loop", 0), ("agent_loop", 1)]
+    assert len({s["writer"] for s in got}) == 2  # one writer per worker process

@@ -29,7 +29,9 @@ config (verl passes ``OmegaConf.to_container(config, resolve=True)``) becomes th
 ``$TRACKSTORE_RUN_ID`` pins the run id (and continues that run as a new attempt if it exists).
 Rollout traces are written by the agent-loop worker processes, not by the process that owns
 ``Tracking``: a worker joins the run of the same project and experiment name that is running in
-the store (or ``$TRACKSTORE_RUN_ID``) as an extra writer. Logging never stops training: a value
+the store (or ``$TRACKSTORE_RUN_ID``) as an extra writer, and flushes its spans to disk when the
+last trajectory of a batch ends (Ray ends workers without running exit handlers, so nothing
+may wait in memory for the end of the job). Logging never stops training: a value
 trackstore cannot store is skipped with one warning per key, and trace/sample trouble is logged
 as a warning.
 
@@ -282,6 +284,8 @@ class TraceClient:
     def __init__(self, project_name: str | None, experiment_name: str | None):
         self.project_name = project_name
         self.experiment_name = experiment_name
+        self._open = 0  # trajectories open in this process
+        self._open_lock = threading.Lock()
 
     @property
     def run(self) -> Any:
@@ -298,6 +302,8 @@ class TraceClient:
             yield None
             return
         token = _current_trace.set(tr)
+        with self._open_lock:
+            self._open += 1
         exc_info: tuple = (None, None, None)
         try:
             yield tr
@@ -310,6 +316,17 @@ class TraceClient:
                 tr.__exit__(*exc_info)
             except Exception as exc:
                 log.warning("trackstore: closing rollout trace: %s", exc)
+            with self._open_lock:
+                self._open -= 1
+                batch_done = self._open == 0
+            if batch_done:
+                # The last trajectory of this worker's batch: put the batch's spans on disk now.
+                # Ray ends worker processes without running their exit handlers, so whatever is
+                # still buffered when the job ends would otherwise be lost. Once per batch.
+                try:
+                    tr.run.flush()
+                except Exception as exc:
+                    log.warning("trackstore: flushing rollout traces: %s", exc)
 
 
 def _trace_fields(attributes: Mapping[str, Any]) -> tuple[dict, dict]:
