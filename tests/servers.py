@@ -10,7 +10,8 @@ A test can take the server down and bring it back on the same port and the same 
 (``stop()``/``start()``, or ``with mlflow_server.down(): ...`` which restarts it even when the
 test fails), so "server unreachable" and "server came back" are real events, not mocks.
 
-Wire into ``tests/conftest.py`` with ``from tests.servers import mlflow_server, mlflow_experiment_name  # noqa``.
+Wire into ``tests/conftest.py`` with
+``from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+from tests.proxy import FaultyProxy
 
 START_TIMEOUT_S = 120.0  # 6 s idle, 24 s seen with the 2 cores busy
 STOP_GRACE_S = 10.0
@@ -200,6 +203,13 @@ def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
     finally:
         server.stop()
         atexit.unregister(server.kill)
+
+
+@pytest.fixture
+def mlflow_proxy(mlflow_server) -> Iterator[FaultyProxy]:
+    """A fault-injection proxy in front of the session server, transparent until armed; closed after the test."""
+    with FaultyProxy("127.0.0.1", mlflow_server.port) as proxy:
+        yield proxy
 
 
 def unique_experiment_name(label: str) -> str:

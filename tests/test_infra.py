@@ -14,7 +14,7 @@ from tests.proxy import FaultyProxy
 from tests.servers import MlflowServer, free_port, unique_experiment_name
 
 if not hasattr(tests.conftest, "mlflow_server"):  # until conftest imports them; importing twice = two servers
-    from tests.servers import mlflow_experiment_name, mlflow_server  # noqa: F401
+    from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401
 
 
 @pytest.fixture
@@ -43,9 +43,8 @@ def _metrics(key: str, steps: range):
 
 
 @pytest.fixture
-def proxy(mlflow_server):
-    with FaultyProxy("127.0.0.1", mlflow_server.port) as p:
-        yield p
+def proxy(mlflow_proxy):
+    return mlflow_proxy
 
 
 # --- the server ------------------------------------------------------------------------------
