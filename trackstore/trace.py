@@ -554,7 +554,9 @@ def traced(fn: Callable | None = None, *, name: str | None = None, kind: str = "
 
         def open_span(args: tuple, kwargs: dict) -> Span | None:
             cur = _current.get()
-            if _trace is not None:
+            if _trace is not None:  # bound to one trace: traced while it is open, plain after
+                if _trace.root._ended or not _trace.root.start_ns:
+                    return None
                 parent = cur if (cur is not None and cur.trace is _trace and not cur._ended) else _trace.root
             else:
                 parent = cur
