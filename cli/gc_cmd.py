@@ -31,6 +31,7 @@ def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be deleted and how many bytes; delete nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for cron).")] = False,
     show_kept: Annotated[bool, typer.Option("--show-kept", help="Also list the runs kept, with the reason.")] = False,
+    compact: Annotated[bool, typer.Option("--compact", help="Also merge the part files of the ended runs that are kept (older than --older-than).")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Delete old runs that ended and are fully synced; show the plan and ask first.
@@ -72,6 +73,7 @@ def gc(
         con.print("nothing to delete")
         if not dry_run:
             G.execute(root_path, plan)  # still finishes deletions a crash interrupted
+            _compact(root_path, plan, policy, compact, con)
         return
     if dry_run:
         con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes} bytes); nothing deleted")
@@ -87,3 +89,17 @@ def gc(
     for c in result.skipped:
         con.print(f"[yellow]kept[/yellow] {c.project}/{c.run_id}: {c.reason}")
     con.print(f"deleted {len(result.deleted)} runs, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")
+    _compact(root_path, plan, policy, compact, con)
+
+
+def _compact(root_path, plan, policy, enabled: bool, con) -> None:
+    if not enabled:
+        return
+    from trackstore import gc as G
+    from trackstore.compact import compact as do_compact
+
+    results = do_compact(root_path, G.compactable(plan, policy))
+    changed = [r for r in results if r.changed]
+    before = sum(k.files_before for r in changed for k in r.kinds)
+    after = sum(k.files_after for r in changed for k in r.kinds)
+    con.print(f"compacted {len(changed)} kept runs: {before} part files -> {after}")

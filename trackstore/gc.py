@@ -354,6 +354,19 @@ def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Ca
     return result
 
 
+def compactable(the_plan: Plan, policy: Policy) -> list[RunPaths]:
+    """Runs gc keeps that ended longer ago than ``older_than`` (any age without it): the runs
+    ``trackstore gc --compact`` merges, so old runs cost few files even when they stay."""
+    out = []
+    for c in the_plan.keep:
+        if c.info.status not in TERMINAL or c.reason.startswith(("live", "other project", "being synced", "a sync")):
+            continue
+        if policy.older_than_s is not None and the_plan.created_at - c.ended_ts < policy.older_than_s:
+            continue
+        out.append(c.info.paths)
+    return out
+
+
 def gc(root: str | Path | None, policy: Policy, *, dry_run: bool = False) -> tuple[Plan, Result | None]:
     """Plan and (unless ``dry_run``) execute in one call, for scripts."""
     p = plan(root, policy)

@@ -28,7 +28,11 @@ API:
   being worked on); :func:`live_locks` and :func:`runs_in_use` read them back for gc.
 * :meth:`Lock.release` (idempotent) removes the file only if it is still ours.
 
-Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters).
+Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters). The
+names in use: ``sync-<target>`` (the sync engine, one per target; it should declare its runs,
+best at once with ``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock
+that names no runs as "every run is in use") and ``maintenance`` (gc, compaction, import,
+export and ``doctor --fix``: at most one of them changes the store at a time).
 
 How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
 local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
