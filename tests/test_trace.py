@@ -389,3 +389,17 @@ def test_methods_dataclasses_models_and_numpy(root):
     assert json.loads(rows["reply"]["inputs"]) == {"prompt_ids": [1, 2, 3]}
     assert json.loads(rows["reply"]["outputs"]) == {"text": "hi", "logprobs": [-0.1]}
     assert rows["reply"]["parent_span_id"] == rows["episode"]["span_id"]
+
+
+def test_manual_start_and_end(root):
+    run = trackstore.init("p", root=root)
+    tr = run.trace(step=1, sample_index=0).start()
+    s = tr.span("tool", kind="tool", inputs={"q": 1}).start()
+    s.set_outputs("r").end()
+    tr.end(status="error", error="timeout")
+    run.finish()
+    rows = {r["name"]: r for r in read_spans(run)}
+    assert rows["tool"]["status"] == "ok" and rows["tool"]["parent_span_id"] == rows["episode"]["span_id"]
+    assert (rows["episode"]["status"], rows["episode"]["error"]) == ("error", "timeout")
+    ep, tool = rows["episode"], rows["tool"]
+    assert ep["start_ns"] <= tool["start_ns"] <= tool["end_ns"] <= ep["end_ns"]

@@ -518,6 +518,12 @@ class Trace:
     async def __aexit__(self, exc_type, exc, tb) -> None:
         self.__exit__(exc_type, exc, tb)
 
+    def start(self) -> "Trace":
+        """Start the trajectory without a ``with`` block (it does not become the context's
+        current trace: create its spans with :meth:`span` and ``start()``/``end()`` them)."""
+        self.root.start()
+        return self
+
     def end(self, status: str | None = None, error: BaseException | str | None = None) -> None:
         """End the trajectory without a ``with`` block."""
         self.root.end(status=status, error=error)
