@@ -217,3 +217,46 @@ def test_stale_staging_of_a_dead_writer_is_removed(root, ckpt):
     assert run2.log_artifact(ckpt / "config.json", name="cfg").version == 1
     run2.finish()
     assert not dead.parent.exists() and unknown.exists()
+
+
+KILLED_COPY = textwrap.dedent(
+    """
+    import trackstore
+    run = trackstore.init("p", root={root!r}, run_id="k")
+    print("copying", flush=True)
+    run.log_artifact({src!r}, name="many")
+    print("done", flush=True)
+    """
+)
+
+
+def test_sigkill_mid_copy_leaves_no_version_and_a_retry_cleans_up(root, tmp_path):
+    import signal
+    import time
+
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(1000):  # one fsync per file: the copy takes long enough to be killed in the middle
+        (src / f"shard_{i:04d}.bin").write_bytes(i.to_bytes(4, "big") * 64)
+    child = python_child(KILLED_COPY.format(root=str(root), src=str(src)))
+    assert child.stdout.readline().strip() == "copying", child.stderr.read()
+    base = root / "project=p" / "run=k" / "artifacts" / "many"
+
+    def copying() -> bool:
+        stages = list(base.glob(".staging-*/files")) if base.exists() else []
+        return bool(stages) and len(list(stages[0].iterdir())) > 10
+
+    deadline = time.monotonic() + 60
+    while not copying() and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.005)
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    if (base / "v0").exists():  # the copy won the race: then the version must be whole
+        pytest.skip("the copy finished before the kill; nothing half-done to check")
+    assert list(base.glob(".staging-*")), "the kill should have left a staging folder"
+    assert list_versions(root / "project=p" / "run=k") == []  # no half version is visible
+    run = trackstore.init("p", root=root, run_id="k", resume=True)
+    v = run.log_artifact(src, name="many")
+    run.finish()
+    assert v.version == 0 and len(v.files) == 1000
+    assert not list(base.glob(".staging-*"))
