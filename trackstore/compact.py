@@ -345,9 +345,9 @@ def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
     runs = list(runs)
     held = None if dry_run else locks.acquire(root, "maintenance")
     try:
-        named, unnamed = locks.runs_in_use(root)
         out = []
         for paths in runs:
+            named, unnamed = locks.runs_in_use(root)  # again per run: a sync may start meanwhile
             if unnamed or locks.run_in_use(paths.project, paths.run_id, named):
                 who = unnamed[0].describe() if unnamed else "a sync lock names it"
                 out.append(CompactResult(paths.project, paths.run_id, skipped=f"being synced ({who})"))
