@@ -27,6 +27,10 @@ install-test: $(BIN)/python
 demo: install
 	$(BIN)/trackstore demo --root $(DEMO_ROOT)
 	$(BIN)/trackstore runs --root $(DEMO_ROOT)
+	$(BIN)/trackstore sql "SELECT key, count(*) AS points, round(min(value), 3) AS first, round(max(value), 3) AS best FROM metrics WHERE key LIKE 'critic/score/%' OR key LIKE 'val-core/%' GROUP BY key ORDER BY key" --root $(DEMO_ROOT)
+	$(BIN)/trackstore sync --to mlflow --verify --root $(DEMO_ROOT)
+	$(BIN)/trackstore status --root $(DEMO_ROOT)
+	@echo "MLflow store: $(DEMO_ROOT)/_mlflow/mlflow.db  (browse: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(DEMO_ROOT)/_mlflow/mlflow.db)"
 
 test: install-test
 	$(BIN)/python -m pytest -q

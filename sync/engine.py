@@ -87,6 +87,7 @@ class RunResult:
             "spans": self.sent.get("spans", 0), "histograms": self.sent.get("histograms", 0),
             "artifacts": self.sent.get("artifacts", 0), "retries": self.retries,
             "skipped": sum(self.skipped.values()),
+            **({"verified": "yes" if self.verify_ok else "MISMATCH"} if self.verify_ok is not None else {}),
             "result": "up to date" if self.up_to_date and self.ok else ("ok" if self.ok else f"FAILED: {self.error}"),
         }
 
@@ -182,6 +183,7 @@ class Engine:
         cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
         try:
+            self.adapter.recover(info, cursor)
             tables = self.pending_tables(info, cursor)
             res.pending = {k: t.num_rows for k, t in tables.items()}
             needs_status = info.status != cursor.synced_status and (info.status in TERMINAL or cursor.synced_status)

@@ -126,6 +126,10 @@ class MlflowAdapter(Adapter):
             # Our engine retries with backoff; MLflow's own retry loop (7 tries, ~2 minutes)
             # would hide cuts and stall cron jobs. Timeouts come from --timeout.
             os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+            # air-gapped and weak-network users: MLflow's usage telemetry would phone home
+            os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+            # MLflow prints "View run ... at ..." links on stdout; our stdout is for our output
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
             if self._embedded:
                 (Path(self.options.store_root or ".") / "_mlflow").mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401  (shared fixtures)
+
 REPO = Path(__file__).resolve().parent.parent
 SCRUB_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_")
 SCRUB_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
@@ -28,6 +30,8 @@ def hermetic_env(monkeypatch, tmp_path):
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))  # SDKs write settings under ~; keep them in the sandbox
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("DO_NOT_TRACK", "true")
     yield
 
 

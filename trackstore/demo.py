@@ -93,6 +93,10 @@ def simulate_grpo(
                     metrics[f"val-core/{ds}/reward/mean@1"] = 0.25 + 0.5 * (1 - math.exp(-3 * p)) + rng.gauss(0, 0.02)
                 if with_records:
                     _log_validation(run, step, rng, samples_per_val)
+            if with_records and step % val_every == 0:
+                from .histogram import Histogram
+
+                metrics["critic/advantages/hist"] = Histogram([rng.gauss(0, 1) for _ in range(256)], bins=32)
             run.log(metrics, step=step)
     return run
 
@@ -108,5 +112,16 @@ def _log_validation(run: Run, step: int, rng: random.Random, n: int) -> None:
             rows.append({"input": f"What is {a} * {b}?", "output": f"Let me compute. {a} * {b} = {answer}. #### {answer}",
                          "score": 1.0 if right else 0.0, "ground_truth": str(a * b)})
         run.log_samples(rows, step=step, split="val")
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        with run.trace(step=step, sample_index=0, rollout_n=0, validate=True) as tr:
+            with tr.span("user", kind="other", inputs={"content": f"What is {a} * {b}? Use the calculator."}):
+                pass
+            with tr.span("assistant", kind="llm", inputs=[{"role": "user", "content": f"{a} * {b}"}]) as turn:
+                with tr.span("calculator", kind="tool", inputs={"expression": f"{a} * {b}"}) as tool:
+                    tool.set_outputs(a * b)
+                turn.set_outputs(f"The answer is {a * b}.")
+            with tr.span("reward", kind="reward", inputs={"answer": a * b}) as rw:
+                rw.set_outputs(1.0)
+            tr.set_reward(1.0)
     except (ImportError, AttributeError):
         return
