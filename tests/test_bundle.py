@@ -318,3 +318,34 @@ def test_cli_export_import(two, tmp_path):
     assert imp.returncode == 0, imp.stderr
     assert json.loads(imp.stdout)[0]["run_id"] == p.run_id
     assert [r.run_id for r in list_runs(b)] == [p.run_id]
+
+
+def test_import_killed_before_applying_leaves_store_unchanged(two, tmp_path):
+    """SIGKILL after extraction and verification, before anything is moved into place."""
+    import signal
+    import textwrap
+
+    from tests.helpers import python_child
+    from trackstore import doctor as D
+
+    a, b = two
+    make_run(a)
+    B.export_runs(a, list_runs(a), tmp_path / "b.tar")
+    mine = make_run(b, "mine")
+    before = store_snapshot(b)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {repo!r})
+        from trackstore import bundle as B
+        B._import_runs = lambda root, st: os.kill(os.getpid(), 9)
+        B.import_bundle({str(b)!r}, {str(tmp_path / "b.tar")!r})
+    """)
+    child = python_child(code)
+    child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    assert store_snapshot(b) == before and [r.run_id for r in list_runs(b)] == [mine.run_id]
+    assert sorted(f.check for f in D.diagnose(b).findings) == ["import_leftover", "stale_lock"]
+    assert D.doctor(b, fix_problems=True).healthy
+    B.import_bundle(b, tmp_path / "b.tar")  # the dead importer's lock is taken over
+    assert store_snapshot(b) == store_snapshot(a) | before
