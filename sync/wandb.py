@@ -1,0 +1,711 @@
+"""Weights & Biases targets: ``trackstore sync --to wandb`` and ``--to wandb-offline``.
+
+Where: the wandb client's own variables keep their meaning. ``WANDB_API_KEY`` (never read,
+printed or stored by trackstore: the client reads it), ``WANDB_BASE_URL`` or ``--uri``,
+``WANDB_ENTITY`` or ``--entity``, the trackstore project or ``--remote-project``, proxies from
+the standard variables or ``--proxy`` (``wandb.Settings(https_proxy=...)``). ``WANDB_MODE`` or
+``--mode`` picks online/offline. Run directories (and the transaction logs this adapter reads
+back) go under ``--logdir``, else ``$WANDB_DIR``, else ``<store root>/_wandb``; the run
+folders are ``<dir>/wandb/{run,offline-run}-<time>-<id>``. ``--to wandb-offline`` is the same
+code with the mode forced to offline: the folders are the ones ``wandb sync`` uploads later.
+
+Mapping (docs/sync.md has the full table):
+
+* run -> one wandb run whose id is ``ts`` + 16 hex digits of sha1(project, run id), opened with
+  ``resume="allow"``: every sync continues the same run. Name, notes, tags, group, job type;
+  config -> ``config`` (``allow_val_change``); the user summary, the original status, exit code,
+  start and end times -> ``summary`` after the history; the exit code -> the run state
+  (0 finished, else failed; a crashed run is failed with ``trackstore/status = crashed``).
+* metrics, histograms and samples share wandb's single, strictly increasing step axis, so they
+  are replayed together: one ``run.log(row, step=s, commit=True)`` per step with every key of
+  the step, histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
+  ``wandb.Table`` per (step, split) under ``samples/<split>``, and ``_timestamp`` set to the
+  original wall time of the step (its latest point). Because the engine sends one kind at a
+  time, a batch of one kind *carries* the pending rows of the other two kinds up to its last
+  step; the carried rows are remembered in ``cursor.remote["carried"]`` and acknowledged
+  without being logged again when their own kind's turn comes.
+* spans -> an artifact ``trajectories-<id>`` (type ``trajectories``) holding a ``wandb.Table``
+  with one row per trajectory and its spans ("turns") as JSON; one version per batch of
+  complete trajectories (wandb content-addresses versions, so a resend adds none).
+* artifacts -> ``wandb.Artifact(name, type, metadata)`` with the manifest's files, aliases plus
+  ``step-<N>``; identical content is the same wandb version.
+
+What wandb cannot take is counted and reported (``SendResult.skip``), never dropped silently:
+a point at a step the wandb run has already committed (logged late, after its step was
+synced), a second value for one key at one step (wandb keeps the last), null values, sample
+rows over wandb's 10 000-row table limit (an evenly spaced subset by ``sample_index`` is kept).
+For a live run the newest step is deferred (it may still be growing) until the next sync.
+
+Acknowledgement (exactly once): wandb-core buffers records and writes the run's ``.wandb``
+transaction log only every ``x_transaction_log_flush_interval`` seconds (0.1 s here). After
+logging a batch the adapter writes a marker (``summary["trackstore/batch"] = <batch id>``) and
+returns only once the marker is in the file: the file is written in order, so the whole batch
+is on disk. ``reconcile`` reads every transaction log of the run: a batch whose marker is there
+is complete; otherwise exactly the steps and keys the logs hold are treated as delivered. The
+last durable step is kept in ``cursor.remote["last_step"]``: offline mode ignores resume (each
+session writes a new offline-run folder for the same id, with ``starting_step`` 0), so this
+cursor, not the client, says where to continue. Online, the server's ``run.starting_step`` is
+compared with it (see docs/sync.md for what a SIGKILL can lose before upload).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from trackstore.errors import TargetUnreachableError
+from trackstore.ranges import RangeSet
+from trackstore.syncstate import redact_text, redact_url
+
+from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+
+STEP_KINDS = ("metrics", "histograms", "samples")
+MARKER = "trackstore/batch"
+MAX_TABLE_ROWS = 10_000          # wandb.Table.MAX_ROWS for tables logged to history
+MAX_BINS = 512                   # wandb.Histogram limit for np_histogram
+FLUSH_INTERVAL = 0.1             # seconds between wandb-core writes of the transaction log
+RESERVED = ("_step", "_timestamp", "_runtime")
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+
+LATE = "point at a step wandb already committed (logged after that step was synced)"
+SECOND = "second value for one key at one step (wandb keeps the last)"
+NULL = "metric value is null"
+OVER_TABLE = f"sample rows over wandb's {MAX_TABLE_ROWS}-row table limit (evenly spaced subset kept)"
+
+_BAD_ID = re.compile(r"[:;,#?/'\s]")
+_BAD_PROJECT = re.compile(r"[/\\#?%:]")
+_ART_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def wandb_run_id(project: str, run_id: str) -> str:
+    """The wandb run id of a trackstore run: stable, and free of the characters wandb forbids."""
+    return "ts" + hashlib.sha1(f"{project}\0{run_id}".encode()).hexdigest()[:16]
+
+
+def wandb_key(key: str) -> str:
+    """wandb reserves ``_step``, ``_timestamp`` and ``_runtime``; a metric of that name moves aside."""
+    return f"trackstore/{key}" if key in RESERVED else key
+
+
+def artifact_name(name: str) -> str:
+    """Artifact names may hold letters, digits, ``-``, ``_`` and ``.`` only."""
+    return _ART_NAME.sub("-", name)[:128] or "artifact"
+
+
+def rebin(counts: list[float], edges: list[float], limit: int = MAX_BINS) -> tuple[list[float], list[float]]:
+    """Merge adjacent bins (counts summed) until at most ``limit`` remain; totals are kept."""
+    n = len(counts)
+    if n <= limit:
+        return counts, edges
+    k = math.ceil(n / limit)
+    new_counts = [sum(counts[i:i + k]) for i in range(0, n, k)]
+    new_edges = [edges[i] for i in range(0, n, k)] + [edges[-1]]
+    return new_counts, new_edges
+
+
+def sample_down(rows: list[dict], limit: int = MAX_TABLE_ROWS) -> list[dict]:
+    """The documented rule: sort by ``sample_index`` and keep ``limit`` evenly spaced rows."""
+    if len(rows) <= limit:
+        return rows
+    rows = sorted(rows, key=lambda r: (r.get("sample_index") or 0, r["writer"], r["seq"]))
+    n = len(rows)
+    return [rows[(i * n) // limit] for i in range(limit)]
+
+
+def _secret_free(text: str) -> str:
+    key = os.environ.get("WANDB_API_KEY")
+    if key:
+        text = text.replace(key, "***")
+    return redact_text(text)
+
+
+def _seconds(ts) -> float:
+    """A pyarrow/py timestamp as float seconds since the epoch."""
+    return ts.timestamp() if hasattr(ts, "timestamp") else float(ts) / 1e6
+
+
+class WandbAdapter(Adapter):
+    name = "wandb"
+    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
+    batch_sizes = {"metrics": 5000, "histograms": 500, "samples": 2000, "spans": 200, "artifacts": 20}
+    # a step (or a trajectory, or an artifact version) never straddles two batches: wandb takes
+    # one row per step, so the second half of a split step would be lost
+    group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "trace_id",
+                     "artifacts": "digest"}
+    forced_mode: str | None = None
+
+    def __init__(self, options: TargetOptions):
+        super().__init__(options)
+        mode = (self.forced_mode or options.mode or os.environ.get("WANDB_MODE") or "online").lower()
+        self.mode = {"dryrun": "offline", "run": "online"}.get(mode, mode)
+        if self.mode not in ("online", "offline"):
+            raise PermanentError(f"wandb mode {mode!r} cannot sync; use online or offline")
+        base = options.logdir or os.environ.get("WANDB_DIR") or str(Path(options.store_root or ".") / "_wandb")
+        self.root_dir = Path(base).expanduser().absolute()
+        self.base_url = (options.uri or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.entity = options.entity or os.environ.get("WANDB_ENTITY") or None
+        self.proxy = options.proxy or os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") or None
+        self._wb = None                    # the open wandb run
+        self._reader = None                # LogReader of its transaction log
+        self._markers: set[str] = set()
+        self._last_step = -1
+        self._hold: int | None = None      # a live run's newest step (deferred)
+        self._info = None
+        self._pending: dict[str, list[dict]] = {}   # other kinds' rows that may be carried
+        self._staged: dict[str, tuple] = {}  # batch id -> logged, awaiting the barrier (a retry only waits)
+
+    # ------------------------------------------------------------------ plumbing
+    def destination(self) -> str:
+        where = f"{self.entity or '(default entity)'}/{self.options.project or '(trackstore project)'}"
+        if self.mode == "offline":
+            return f"offline:{self.root_dir / 'wandb'} {where}"
+        return f"{redact_url(self.base_url)}/{where}"
+
+    def check_online(self) -> None:
+        if self.mode == "offline":
+            return
+        import urllib.error
+        import urllib.request
+
+        handlers = [urllib.request.ProxyHandler({"http": self.proxy, "https": self.proxy})] if self.proxy else []
+        opener = urllib.request.build_opener(*handlers)
+        try:
+            with opener.open(self.base_url + "/healthz", timeout=min(self.options.timeout, 10)):
+                pass
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500:
+                raise TargetUnreachableError(f"wandb at {redact_url(self.base_url)} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise TargetUnreachableError(f"wandb at {redact_url(self.base_url)} is unreachable: "
+                                         f"{_secret_free(str(getattr(exc, 'reason', exc)))}") from None
+
+    def _import(self):
+        # quiet before the first import: our CLI output is trackstore's, not the client's
+        os.environ.setdefault("WANDB_SILENT", "true")
+        os.environ.setdefault("WANDB_CONSOLE", "off")
+        import logging
+
+        logging.getLogger("wandb").setLevel(logging.ERROR)
+        import wandb
+
+        return wandb
+
+    def _settings(self, wandb):
+        s: dict[str, Any] = dict(console="off", quiet=True, silent=True, x_disable_stats=True,
+                                 x_disable_machine_info=True, disable_git=True, save_code=False,
+                                 x_save_requirements=False, disable_job_creation=True,
+                                 x_transaction_log_flush_interval=FLUSH_INTERVAL, mode=self.mode,
+                                 init_timeout=max(90.0, self.options.timeout))
+        if self.mode == "online":
+            s.update(base_url=self.base_url, x_graphql_timeout_seconds=self.options.timeout)
+            if self.proxy:
+                s.update(https_proxy=self.proxy, http_proxy=self.proxy)
+        return wandb.Settings(**s)
+
+    def _wrap(self, exc: Exception, what: str) -> Exception:
+        msg = _secret_free(f"wandb {what}: {exc}")
+        text = str(exc).lower()
+        if "previously created and deleted" in text or "409" in text:
+            return PermanentError(msg + " (a deleted wandb run id stays reserved for days; restore the run or use "
+                                  "another --remote-project)")
+        if any(t in text for t in ("api key", "api_key", "unauthorized", "401", "403", "permission", "not logged in")):
+            return PermanentError(msg)
+        if any(t in text for t in ("timed out", "timeout", "connection", "429", "500", "502", "503", "504",
+                                   "temporarily", "network")):
+            return RetryableError(msg)
+        return PermanentError(msg)
+
+    # ------------------------------------------------------------------ runs
+    def _finish_open(self, exit_code: int = 0) -> None:
+        """Finish the open wandb run: its transaction log is complete when this returns."""
+        wb, self._wb = self._wb, None
+        if wb is not None:
+            try:
+                wb.finish(exit_code=exit_code)
+            except Exception as exc:
+                raise self._wrap(exc, "finish") from exc
+
+    def open_run(self, run, cursor) -> None:
+        self._finish_open()
+        wandb = self._import()
+        meta = run.meta
+        project = self.options.project or run.project
+        if len(project) > 128 or _BAD_PROJECT.search(project):
+            raise PermanentError(f"{project!r} is not a valid wandb project name (max 128 characters, none of "
+                                 f"/ \\ # ? % :); pass --remote-project")
+        rid = wandb_run_id(run.project, run.run_id)
+        self.root_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            wb = wandb.init(project=project, entity=self.entity, id=rid, resume="allow", name=run.name,
+                            notes=meta.get("notes") or None, tags=[str(t)[:64] for t in meta.get("tags") or []] or None,
+                            group=meta.get("group") or None, job_type=meta.get("job_type") or None,
+                            config=meta.get("config") or {}, dir=str(self.root_dir), settings=self._settings(wandb))
+        except Exception as exc:
+            raise self._wrap(exc, f"init of run {rid}") from exc
+        from .wandb_log import LogReader
+
+        self._wb = wb
+        self._info = run
+        run_dir = Path(wb.dir).parent
+        self._reader = LogReader(run_dir / f"run-{rid}.wandb")
+        self._markers = set()
+        self._staged = {}
+        self._pending = {}
+        dirs = [d for d in cursor.remote.get("dirs", []) if d != str(run_dir)] + [str(run_dir)]
+        cursor.remote.update(id=rid, project=project, entity=getattr(wb, "entity", None) or self.entity,
+                             mode=self.mode, dirs=dirs[-1000:])
+        durable = int(cursor.remote.get("last_step", -1))
+        self._last_step = durable
+        if self.mode == "online" and getattr(wb, "resumed", False):
+            server = int(getattr(wb, "starting_step", 0) or 0) - 1
+            if server < durable:
+                cursor.notes.append(f"wandb holds steps up to {server} but steps up to {durable} were written to the "
+                                    f"local transaction log; the rest was lost before upload: run `wandb sync "
+                                    f"--include-online {run_dir.parent}` to upload it")
+            self._last_step = max(durable, server)
+        self._hold = None
+        if run.status == "running":
+            self._hold = self._newest_step(run)
+
+    def _newest_step(self, run) -> int | None:
+        from trackstore.reader import read_kind
+
+        best = None
+        for kind in STEP_KINDS:
+            t = read_kind(run.paths, kind, columns=["step"], skip_corrupt=True)
+            if t.num_rows:
+                import pyarrow.compute as pc
+
+                m = pc.max(t.column("step")).as_py()
+                best = m if best is None else max(best, m)
+        return best
+
+    def sync_metadata(self, run, cursor) -> list[str]:
+        wb = self._wb
+        meta = run.meta
+        notes: list[str] = []
+        try:
+            wb.config.update(meta.get("config") or {}, allow_val_change=True)
+            if meta.get("notes"):
+                wb.notes = str(meta["notes"])
+            tags = tuple(str(t)[:64] for t in meta.get("tags") or [])
+            if tags and tuple(wb.tags or ()) != tags:
+                wb.tags = tags
+            wb.name = run.name
+        except Exception as exc:
+            raise self._wrap(exc, "config/tags") from exc
+        if any(len(str(t)) > 64 for t in meta.get("tags") or []):
+            notes.append("tags longer than 64 characters were cut for wandb")
+        return notes
+
+    # ------------------------------------------------------------------ acknowledgement
+    def _barrier(self, batch_id: str) -> None:
+        """Write the batch marker and wait until wandb-core has written it to the run's log."""
+        self._wb.summary[MARKER] = batch_id
+        deadline = time.monotonic() + max(self.options.timeout, 5.0)
+        while batch_id not in self._markers:
+            for rec in self._reader.records():
+                if rec.WhichOneof("record_type") == "summary":
+                    for item in rec.summary.update:
+                        if list(item.nested_key or [item.key]) == [MARKER]:
+                            self._markers.add(json.loads(item.value_json))
+            if batch_id in self._markers:
+                return
+            if time.monotonic() > deadline:
+                raise RetryableError(f"wandb-core did not write batch {batch_id} to {self._reader.path} within "
+                                     f"{max(self.options.timeout, 5.0):.0f}s")
+            time.sleep(FLUSH_INTERVAL / 2)
+
+    def _sets(self, cursor, name: str) -> dict[str, RangeSet]:
+        return {k: RangeSet.from_json(v) for k, v in (cursor.remote.get(name) or {}).items()}
+
+    def _save_sets(self, cursor, name: str, sets: dict[str, RangeSet]) -> None:
+        cursor.remote[name] = {k: v.to_json() for k, v in sets.items() if v}
+
+    # ------------------------------------------------------------------ records
+    def send(self, kind: str, rows, cursor) -> SendResult:
+        if kind in STEP_KINDS:
+            return self._send_steps(kind, rows, cursor)
+        if kind == "spans":
+            return self._send_spans(rows, cursor)
+        if kind == "artifacts":
+            return self._send_artifacts(rows, cursor)
+        result = SendResult()
+        result.skip(f"wandb cannot hold {kind}", rows.num_rows)
+        return result
+
+    def _other_pending(self, kind: str, cursor) -> list[dict]:
+        """Rows of another step kind not acknowledged nor carried yet (read once per run session)."""
+        if kind not in self._pending:
+            from trackstore.reader import read_kind
+
+            table = read_kind(self._info.paths, kind, exclude=cursor.acked.get(kind), skip_corrupt=True)
+            carried = self._sets(cursor, "carried").get(kind)
+            if carried and table.num_rows:
+                import pyarrow.compute as pc
+
+                table = table.filter(pc.invert(carried.mask(table)))
+            self._pending[kind] = table.to_pylist()
+        return self._pending[kind]
+
+    def _send_steps(self, kind: str, rows, cursor) -> SendResult:
+        from .engine import _batch_id
+
+        batch_id = _batch_id(kind, rows)
+        if batch_id not in self._staged:
+            self._staged[batch_id] = self._log_batch(kind, rows, cursor)
+        result, carried, dropped, upto = self._staged[batch_id]
+        if upto is not None:
+            self._barrier(batch_id)
+            self._last_step = max(self._last_step, upto)
+            cursor.remote["last_step"] = self._last_step
+        self._save_sets(cursor, "carried", carried)
+        self._save_sets(cursor, "carried_skipped", dropped)
+        del self._staged[batch_id]
+        return result
+
+    def _log_batch(self, kind: str, rows, cursor) -> tuple:
+        """Log one batch plus the rows of other step kinds it carries, without waiting."""
+        result = SendResult()
+        carried = self._sets(cursor, "carried")
+        dropped = self._sets(cursor, "carried_skipped")  # "<kind>\0<reason>" -> rows
+        mine = carried.get(kind, RangeSet())
+        todo: list[tuple[str, dict]] = []
+        for i, r in enumerate(rows.to_pylist()):
+            if (r["writer"], r["seq"]) in mine:
+                # logged earlier, carried by another kind's batch; report what it could not hold
+                for key, rs in dropped.items():
+                    k, _, reason = key.partition("\0")
+                    if k == kind and (r["writer"], r["seq"]) in rs:
+                        result.skip(reason)
+                continue
+            if self._hold is not None and r["step"] >= self._hold:
+                result.defer([i])
+            elif r["step"] <= self._last_step:
+                result.skip(LATE)
+            else:
+                todo.append((kind, r))
+        if not todo:
+            return result, carried, dropped, None
+        upto = max(r["step"] for _, r in todo)
+        for other in STEP_KINDS:
+            if other == kind:
+                continue
+            keep = []
+            for r in self._other_pending(other, cursor):
+                s = r["step"]
+                if self._last_step < s <= upto and (self._hold is None or s < self._hold):
+                    todo.append((other, r))
+                    carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
+                else:
+                    keep.append(r)
+            self._pending[other] = keep
+        for (k, reason), ids in self._log_steps(todo).items():
+            if k == kind:
+                result.skip(reason, len(ids))
+                continue
+            rs = dropped.setdefault(f"{k}\0{reason}", RangeSet())
+            for w, seq in ids:
+                rs.add_seqs(w, [seq])
+        return result, carried, dropped, upto
+
+    def _log_steps(self, todo: list[tuple[str, dict]]) -> dict[tuple[str, str], list]:
+        """One ``run.log`` per step, all kinds merged. Returns the rows wandb cannot hold."""
+        wandb = self._import()
+        skips: dict[tuple[str, str], list] = {}
+
+        def skip(k, reason, r):
+            skips.setdefault((k, reason), []).append((r["writer"], r["seq"]))
+
+        by_step: dict[int, list[tuple[str, dict]]] = {}
+        for k, r in todo:
+            by_step.setdefault(r["step"], []).append((k, r))
+        for step in sorted(by_step):
+            items = sorted(by_step[step], key=lambda kr: (kr[1]["writer"], kr[1]["seq"]))
+            row: dict[str, Any] = {}
+            owner: dict[str, tuple[str, dict]] = {}
+            samples: dict[str, list[dict]] = {}
+            metric_ts = [r["ts"] for k, r in items if k == "metrics"]
+            wall = max(metric_ts or [r["ts"] for _, r in items])
+            for k, r in items:
+                if k == "metrics":
+                    if r["value"] is None:
+                        skip(k, NULL, r)
+                        continue
+                    key = wandb_key(r["key"])
+                    value = r["value"]
+                elif k == "histograms":
+                    key = wandb_key(r["key"])
+                    counts, edges = rebin(list(r["counts"]), list(r["edges"]))
+                    value = wandb.Histogram(np_histogram=(counts, edges))
+                else:
+                    samples.setdefault(str(r["split"] or "val"), []).append(r)
+                    continue
+                if key in owner:
+                    skip(*owner[key][:1], SECOND, owner[key][1])
+                owner[key] = (k, r)
+                row[key] = value
+            for split, srows in samples.items():
+                kept = sample_down(srows)
+                if len(kept) < len(srows):
+                    keep_ids = {(r["writer"], r["seq"]) for r in kept}
+                    for r in srows:
+                        if (r["writer"], r["seq"]) not in keep_ids:
+                            skip("samples", OVER_TABLE, r)
+                row[f"samples/{split}"] = _samples_table(wandb, kept)
+            if not row:
+                continue
+            row["_timestamp"] = _seconds(wall)
+            try:
+                self._wb.log(row, step=int(step), commit=True)
+            except Exception as exc:
+                raise self._wrap(exc, f"log step {step}") from exc
+        return skips
+
+    def _send_spans(self, rows, cursor) -> SendResult:
+        from .engine import _batch_id
+        from .mlflow_traces import _latest_per_span, _loads
+
+        wandb = self._import()
+        result = SendResult()
+        live = self._info is not None and self._info.status == "running"
+        by_trace: dict[str, list[dict]] = {}
+        for i, r in enumerate(rows.to_pylist()):
+            r["_index"] = i
+            by_trace.setdefault(r["trace_id"], []).append(r)
+        data = []
+        for trace_id, trace_rows in by_trace.items():
+            spans = _latest_per_span(trace_rows)
+            root = next((s for s in spans if s["parent_span_id"] is None), None)
+            if root is None or (root["status"] == "unfinished" and live):
+                result.defer([r["_index"] for r in trace_rows])
+                continue
+            turns = [{"span_id": s["span_id"], "parent_span_id": s["parent_span_id"], "name": s["name"],
+                      "kind": s["kind"], "start_ns": s["start_ns"], "end_ns": s["end_ns"], "status": s["status"],
+                      "error": s["error"], "inputs": _loads(s["inputs"]), "outputs": _loads(s["outputs"]),
+                      "attributes": _loads(s["attributes"])} for s in spans]
+            end = root["end_ns"] if root["end_ns"] is not None else max(s["start_ns"] for s in spans)
+            data.append([trace_id, root["step"], root["sample_index"], root["rollout_n"], root["validate"],
+                         root["reward"], root["name"], root["status"], root["start_ns"] / 1e9,
+                         (end - root["start_ns"]) / 1e9, len(spans), json.dumps(turns, ensure_ascii=False, default=str)])
+        if not data:
+            return result
+        table = wandb.Table(columns=["trace_id", "step", "sample_index", "rollout_n", "validate", "reward", "name",
+                                     "status", "start_time", "duration_s", "n_spans", "turns"], data=data)
+        art = wandb.Artifact(artifact_name(f"trajectories-{cursor.remote['id']}"), type="trajectories",
+                             metadata={"trackstore.run_id": self._info.run_id if self._info else None,
+                                       "traces": len(data)})
+        art.add(table, "trajectories")
+        try:
+            self._wb.log_artifact(art)
+        except Exception as exc:
+            raise self._wrap(exc, "log trajectories") from exc
+        self._barrier(_batch_id("spans", rows))
+        return result
+
+    def _send_artifacts(self, rows, cursor) -> SendResult:
+        from .engine import _batch_id
+
+        wandb = self._import()
+        result = SendResult()
+        run_dir = self._info.paths.dir
+        versions: dict[tuple[str, int], list[dict]] = {}
+        for r in rows.to_pylist():
+            versions.setdefault((r["name"], r["version"]), []).append(r)
+        for (name, version), files in versions.items():
+            missing = [f for f in files if not (run_dir / f["path"]).is_file()]
+            if missing:
+                result.skip("artifact file missing from the store", len(files))
+                continue
+            first = files[0]
+            metadata = _loads_obj(first.get("metadata"))
+            metadata.update({"trackstore.name": name, "trackstore.version": version, "trackstore.digest": first["digest"]})
+            if first.get("step") is not None:
+                metadata["trackstore.step"] = first["step"]
+            art = wandb.Artifact(artifact_name(name), type=first["type"] or "artifact", metadata=metadata)
+            for f in files:
+                art.add_file(str(run_dir / f["path"]), name=f["logical_path"])
+            aliases = [a for a in (first.get("aliases") or []) if a and a != "latest"]
+            if first.get("step") is not None:
+                aliases.append(f"step-{first['step']}")
+            try:
+                self._wb.log_artifact(art, aliases=list(dict.fromkeys(aliases)) or None)
+            except Exception as exc:
+                raise self._wrap(exc, f"log artifact {name}") from exc
+        self._barrier(_batch_id("artifacts", rows))
+        return result
+
+    # ------------------------------------------------------------------ reading back
+    def _logs(self, cursor, wait: bool = False) -> list[Path]:
+        """The run's transaction logs on this machine, oldest first (every session's folder)."""
+        rid = cursor.remote.get("id")
+        found = {Path(d) for d in cursor.remote.get("dirs", [])}
+        found |= set((self.root_dir / "wandb").glob(f"*run-*-{rid}"))
+        files = sorted((d / f"run-{rid}.wandb" for d in found if (d / f"run-{rid}.wandb").is_file()),
+                       key=lambda p: p.parent.name.split("-", 2)[-1])
+        current = self._reader.path if self._reader else None
+        if wait:
+            for f in files:
+                if f != current:
+                    _wait_quiet(f)
+        return files
+
+    def _contents(self, cursor, wait: bool = False):
+        from .wandb_log import read_logs
+
+        return read_logs(self._logs(cursor, wait), MARKER)
+
+    def reconcile(self, kind: str, rows, cursor):
+        """Rows of an interrupted batch that no transaction log of the run holds."""
+        import pyarrow as pa
+
+        from .engine import _batch_id
+
+        logs = self._contents(cursor, wait=True)
+        before = self._last_step
+        self._last_step = max(self._last_step, logs.last_step)
+        cursor.remote["last_step"] = self._last_step
+        if _batch_id(kind, rows) in logs.markers:
+            return rows.slice(0, 0)  # the marker follows the whole batch in the log
+        if kind in ("spans", "artifacts"):
+            return rows  # artifact versions are content-addressed: a resend adds no version
+        held = [_held(kind, r, logs.history) for r in rows.to_pylist()]
+        # rows of the other step kinds the interrupted batch carried are in the logs too
+        carried = self._sets(cursor, "carried")
+        for other in STEP_KINDS:
+            if other == kind:
+                continue
+            for r in self._other_pending(other, cursor):
+                if r["step"] > before and _held(other, r, logs.history):
+                    carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
+            self._pending.pop(other, None)
+        self._save_sets(cursor, "carried", carried)
+        return rows.filter(pa.array([not h for h in held]))
+
+    def finish_run(self, run, cursor, status: str) -> None:
+        meta = run.meta
+        summary = dict(meta.get("summary_user") or {})
+        summary.update({"trackstore/status": status, "trackstore/run_id": run.run_id,
+                        "trackstore/created_at": meta.get("created_at"), "trackstore/ended_at": meta.get("ended_at")})
+        if meta.get("exit_code") is not None:
+            summary["trackstore/exit_code"] = meta["exit_code"]
+        if meta.get("error"):
+            summary["trackstore/error"] = str(meta["error"])[:8000]
+        try:
+            self._wb.summary.update(summary)
+        except Exception as exc:
+            raise self._wrap(exc, "summary") from exc
+        if status == "running":
+            return
+        code = meta.get("exit_code")
+        code = int(code) if code is not None else (0 if status == "finished" else 1)
+        if status != "finished" and code == 0:
+            code = 1
+        self._finish_open(code)
+
+    def verify(self, run, cursor) -> dict[str, int]:
+        logs = self._contents(cursor)
+        metrics = histograms = samples = 0
+        for row in logs.history.values():
+            for key, value in row.items():
+                if key.startswith("_"):
+                    continue
+                if isinstance(value, dict):
+                    if value.get("_type") == "histogram":
+                        histograms += 1
+                    elif value.get("_type") == "table-file" and key.startswith("samples/"):
+                        samples += int(value.get("nrows") or 0)
+                else:
+                    metrics += 1
+        return {"metrics": metrics, "histograms": histograms, "samples": samples}
+
+    def unsupported(self, kind: str, rows) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if not rows.num_rows:
+            return out
+        if kind == "metrics":
+            nulls = rows.column("value").null_count
+            if nulls:
+                out[NULL] = nulls
+            keys = rows.column("key").to_pylist()
+            renamed = {k for k in keys if wandb_key(k) != k}
+            if renamed:
+                out[f"{len(renamed)} metric keys reserved by wandb moved under trackstore/"] = 0
+            steps = rows.column("step").to_pylist()
+            pairs = list(zip(steps, keys))
+            if len(set(pairs)) < len(pairs):
+                out[SECOND] = len(pairs) - len(set(pairs))
+        elif kind == "histograms":
+            wide = sum(1 for c in rows.column("counts").to_pylist() if len(c) > MAX_BINS)
+            if wide:
+                out[f"histograms over {MAX_BINS} bins re-binned (adjacent bins merged)"] = 0
+        elif kind == "samples":
+            groups: dict[tuple, int] = {}
+            for s, sp in zip(rows.column("step").to_pylist(), rows.column("split").to_pylist()):
+                groups[(s, sp)] = groups.get((s, sp), 0) + 1
+            over = sum(n - MAX_TABLE_ROWS for n in groups.values() if n > MAX_TABLE_ROWS)
+            if over:
+                out[OVER_TABLE] = over
+        return out
+
+    def close(self) -> None:
+        try:
+            self._finish_open()
+        except (RetryableError, PermanentError):
+            pass
+
+
+class WandbOfflineAdapter(WandbAdapter):
+    """``--to wandb-offline``: a standard offline run folder for ``wandb sync`` to upload later."""
+
+    name = "wandb-offline"
+    forced_mode = "offline"
+
+
+def _held(kind: str, r: dict, history: dict[int, dict]) -> bool:
+    row = history.get(r["step"])
+    if row is None:
+        return False
+    if kind == "samples":
+        return f"samples/{r['split'] or 'val'}" in row
+    return wandb_key(r["key"]) in row
+
+
+def _samples_table(wandb, rows: list[dict]):
+    cols = ["sample_index", "input", "output", "score", "extra"]
+    data = [[r.get("sample_index"), r.get("input"), r.get("output"), r.get("score"), r.get("extra")] for r in rows]
+    return wandb.Table(columns=cols, data=data)
+
+
+def _loads_obj(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"metadata": text}
+    return value if isinstance(value, dict) else {"metadata": value}
+
+
+def _wait_quiet(path: Path, quiet_s: float = 1.0, limit_s: float = 15.0) -> None:
+    """Wait until a killed session's wandb-core has stopped writing ``path`` (size unchanged)."""
+    deadline = time.monotonic() + limit_s
+    last = None
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            st = path.stat()
+            cur = (st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            return
+        if cur != last:
+            last, since = cur, time.monotonic()
+        elif time.monotonic() - since >= quiet_s or time.time() - st.st_mtime > quiet_s:
+            return
+        time.sleep(0.1)
