@@ -356,6 +356,11 @@ def _fix_one(root, f: Finding, q: _Quarantine, archive_cursors, clean_trash, rec
         return "; ".join(recover_kind_dir(f.path)) or "resolved"
     if f.check == "stale_lock":
         name = f.path.name[: -len(locks.LOCK_SUFFIX)]
+        st = locks.read_lock(root, name)
+        if st is None:
+            return "already gone"
+        if not st.stale:  # taken over meanwhile (e.g. by this doctor's own maintenance lock)
+            return f"taken over by pid {st.data.get('pid')}"
         locks.acquire(root, name).release()
         return "removed"
     return None
