@@ -46,7 +46,10 @@ def sync(root, target: str, opts: SyncOptions, options: TargetOptions | None = N
         with locks.acquire(root, lock_name(target), wait=wait_lock, timeout=lock_timeout) as lock:
             lock.set_info(runs=[f"{r.project}/{r.run_id}" for r in runs], destination=adapter.destination())
             engine = Engine(root, adapter, opts, progress, on_batch=lock.refresh)
-            return engine.sync(runs)
+            try:
+                return engine.sync(runs)
+            finally:
+                adapter.close()  # inside the lock: closing may still write the target and the cursor
     finally:
         adapter.close()
 

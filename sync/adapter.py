@@ -10,6 +10,12 @@ summary. An adapter only maps records onto its target's API. Its contract, metho
 ``check_online()``
     Raise :class:`~trackstore.errors.TargetUnreachableError` when the target cannot be reached
     (used by ``--if-online``). Cheap; no side effects.
+``recover(run, cursor)``
+    Optional (default: nothing). Called before the pending rows are computed. A target whose
+    client makes rows durable only when its session closes (SwanLab's local spool is not
+    flushed until ``finish``) moves rows acknowledged in a session that never closed out of
+    ``cursor.acked`` here, so they are pending again: sent once more, and filtered by
+    ``send`` against what the target holds.
 ``open_run(run, cursor)``
     Find the remote run by a *deterministic* identity derived from the trackstore run id, or
     create it; record what is needed to find it again in ``cursor.remote``. Calling it any
@@ -122,6 +128,9 @@ class Adapter:
 
     def check_online(self) -> None:
         raise NotImplementedError
+
+    def recover(self, run, cursor) -> None:
+        pass
 
     def open_run(self, run, cursor) -> None:
         raise NotImplementedError

@@ -90,7 +90,59 @@ class MlflowHarness(Harness):
         return len(self._runs(project, run_id))
 
 
-HARNESSES: dict[str, type[Harness]] = {"mlflow": MlflowHarness}
+class SwanlabHarness(Harness):
+    """The real swanlab client in offline mode, its run folders read back with SwanLab's own
+    ``DataStoreReader`` (every session folder of the experiment, as ``swanlab sync`` would)."""
+
+    target = "swanlab"
+    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
+    ts_precision = "ms"  # kept through SwanLab's per-point timestamp (sync/swanlab.py)
+
+    def __init__(self, tmp_path, monkeypatch):
+        super().__init__(tmp_path, monkeypatch)
+        self.logdir = tmp_path / "swanlog"
+        monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+
+    def cli_args(self):
+        return ["--to", "swanlab", "--mode", "offline", "--logdir", str(self.logdir)]
+
+    def env(self):
+        return {"SWANLAB_ROOT": str(self.tmp / "swanlab-home")}
+
+    def records(self, project, run_id):
+        from trackstore.sync.swanlab import experiment_id, read_session_files
+
+        return list(read_session_files(self.logdir, experiment_id(project, run_id)))
+
+    def metrics(self, project, run_id):
+        from datetime import timezone
+
+        out = []
+        for _d, rec in self.records(project, run_id):
+            if rec.WhichOneof("record_type") == "scalar":
+                s = rec.scalar
+                ts = s.timestamp.ToDatetime(tzinfo=timezone.utc)
+                out.append((s.key, int(s.step), s.value.number, int(ts.timestamp() * 1000)))
+        return sorted(out)
+
+    def status(self, project, run_id):
+        from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
+
+        state = None
+        for _d, rec in self.records(project, run_id):
+            if rec.WhichOneof("record_type") == "finish":
+                state = rec.finish.state
+        return {RunState.RUN_STATE_FINISHED: "finished", RunState.RUN_STATE_CRASHED: "failed",
+                RunState.RUN_STATE_ABORTED: "crashed"}.get(state, "running")
+
+    def remote_run_count(self, project, run_id):
+        ids = set()
+        for d in self.logdir.glob("run-*"):
+            ids.add(d.name.rsplit("-", 1)[-1])
+        return len(ids)
+
+
+HARNESSES: dict[str, type[Harness]] = {"mlflow": MlflowHarness, "swanlab": SwanlabHarness}
 
 
 class WandbHarness(Harness):

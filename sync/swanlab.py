@@ -1,0 +1,692 @@
+"""SwanLab target: ``trackstore sync --to swanlab [--mode cloud|offline|local] [--host URL]``.
+
+Where: SwanLab cloud by default (``--mode`` or ``$SWANLAB_MODE``; ``online`` and ``cloud`` are
+the same), logged in from ``$SWANLAB_API_KEY`` (read by the SwanLab client itself, never by
+trackstore, never printed or stored); a self-hosted server with ``--host`` or
+``$SWANLAB_API_HOST``; workspace ``--entity``. ``offline`` and ``local`` write SwanLab's own run
+folders under ``--logdir``, ``$SWANLAB_LOG_DIR`` or ``<root>/_swanlab``, for ``swanlab sync``.
+
+Mapping (docs/sync.md has the full table):
+
+* run -> one experiment whose id is ``sha1("<project>/<run_id>")[:21]``, opened with
+  ``resume="allow"``: every sync continues the same experiment. Name, description (notes),
+  tags, group, job type and config travel with ``swanlab.init``; the run's times, status, exit
+  code, host and summary go into ``config["trackstore"]`` (SwanLab has no summary and always
+  stamps the experiment's own start/end with "now").
+* metrics -> one ``log`` per (step, original timestamp) merging every key of that step. SwanLab
+  keeps the *first* value of a (key, step) and only appends per key: a second value, or a late
+  value for a step at or below the key's last step, is not sent and is counted as skipped.
+* original point times: kept through SwanLab's internal event path (the same per-point
+  ``timestamp`` its own offline files and ``swanlab sync`` carry), only for client versions
+  this module was verified with (:data:`TIMESTAMP_VERIFIED`); any other version falls back to
+  the public ``log`` (times = "now") and says so in the sync notes.
+* samples -> a list of ``swanlab.Text`` per (split, step) under ``samples/<split>``.
+* spans -> one ``swanlab.Text`` per trajectory (an indented rendering of its span tree) per step
+  under ``trajectories``; trajectories still running in a live run are deferred; spans without
+  a step are reported (SwanLab media need one).
+* histograms -> ``swanlab.ECharts(echarts.Bar)`` of the precomputed bins at their steps
+  (SwanLab 0.10 has no histogram type).
+* artifacts -> ``run.save(file, base_path=<run dir>, policy="now")`` as
+  ``artifacts/<name>/v<version>/<path>``.
+
+Exactly once. SwanLab's client does not make data durable before the session closes (its
+offline store is never flushed before ``finish``; after a SIGKILL the file can be empty), so a
+row handed to the client is not yet a row the target holds. Each sync session therefore
+records the rows it handed over in ``cursor.remote["journal"]``, written atomically with the
+engine's acknowledgements, and clears it once ``finish`` has returned. A journal found at the
+next sync belongs to a session that died: :meth:`SwanlabAdapter.recover` makes those rows
+pending again and marks them as *re-sends*. A re-sent row (and every row of an in-doubt batch)
+is checked against what the target holds before it is logged: in offline/local mode exactly,
+by reading every earlier session folder of the experiment with SwanLab's own reader; in cloud
+mode by SwanLab itself, which drops (key, step) pairs at or below the server's last step on
+resume (its per-key summary is counted asynchronously: resuming seconds after a cut can still
+append a duplicate, see docs/sync.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from trackstore.errors import TargetUnreachableError, UsageError
+from trackstore.ranges import RangeSet
+from trackstore.syncstate import redact_text, redact_url, save_cursor
+
+from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+
+#: client versions whose internal event path was verified to keep per-point timestamps
+TIMESTAMP_VERIFIED = ("0.10.",)
+MODES = {"cloud": "online", "online": "online", "offline": "offline", "local": "local"}
+DEFAULT_HOST = "https://api.swanlab.cn"
+FINISH_STATE = {"finished": "success", "failed": "crashed", "crashed": "aborted"}
+MAX_KEY = 255
+
+SKIP_SECOND = "a second value for a (key, step) SwanLab already holds (SwanLab keeps the first)"
+SKIP_OLD = "a late value at or below the key's last step at SwanLab (SwanLab is append-only per key)"
+SKIP_NULL = "metric value is null"
+SKIP_KEY = "key is empty after SwanLab's trimming of leading/trailing '.', '/' and spaces"
+SKIP_NO_STEP = "trajectory without a step (SwanLab media need one)"
+SKIP_MISSING = "artifact file missing from the store"
+
+
+def experiment_id(project: str, run_id: str) -> str:
+    """The SwanLab experiment id of a trackstore run: 21 chars of [0-9a-f], stable for ever."""
+    return hashlib.sha1(f"{project}/{run_id}".encode()).hexdigest()[:21]
+
+
+def swanlab_key(key: str) -> str:
+    """The key SwanLab stores for ``key`` (its client trims edges and cuts at 255 chars)."""
+    return key.strip(" \t\n\r./")[:MAX_KEY]
+
+
+def _subtract(acked: RangeSet, drop: RangeSet) -> RangeSet:
+    """``acked`` minus ``drop`` (RangeSet has no difference; ranges are small lists)."""
+    out = RangeSet()
+    gone = drop.to_json()
+    for writer, ranges in acked.to_json().items():
+        holes = gone.get(writer, [])
+        for lo, hi in ranges:
+            start = lo
+            for a, b in holes:
+                if b < start or a > hi:
+                    continue
+                if a > start:
+                    out.add_range(writer, start, a - 1)
+                start = max(start, b + 1)
+            if start <= hi:
+                out.add_range(writer, start, hi)
+    return out
+
+
+def _loads(text):
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def read_session_files(logdir: Path, exp_id: str):
+    """Every record SwanLab wrote for experiment ``exp_id`` under ``logdir``, oldest session
+    first, as ``(session_dir, record)`` pairs (``record`` a ``record_pb2.Record``). Empty or
+    cut files (a killed session) yield what they hold up to the last whole record."""
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    for d in sorted(Path(logdir).glob(f"run-*-{exp_id}")):
+        f = d / f"run-{exp_id}.swanlab"
+        try:
+            if not f.is_file() or f.stat().st_size < 7:
+                continue
+            reader = DataStoreReader()
+            reader.open(f)
+        except Exception:  # header cut or foreign version: nothing readable in it
+            continue
+        try:
+            for raw in reader:
+                rec = Record()
+                try:
+                    rec.ParseFromString(raw)
+                except Exception:
+                    break
+                yield d, rec
+        finally:
+            reader.close()
+
+
+class _Held:
+    """What earlier sessions of one experiment wrote: (key, step) pairs and saved file names."""
+
+    def __init__(self, logdir: Path, exp_id: str, skip_dir: Path | None):
+        self.points: set[tuple[str, int]] = set()
+        self.saves: set[str] = set()
+        for d, rec in read_session_files(logdir, exp_id):
+            if skip_dir is not None and d == skip_dir:
+                continue
+            kind = rec.WhichOneof("record_type")
+            if kind in ("scalar", "media"):
+                m = getattr(rec, kind)
+                self.points.add((m.key, int(m.step)))
+            elif kind == "save":
+                self.saves.add(rec.save.name)
+
+
+class SwanlabAdapter(Adapter):
+    name = "swanlab"
+    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
+    batch_sizes = {"metrics": 5000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50}
+    # SwanLab takes one value per (key, step): a step must never straddle two batches
+    group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "step"}
+
+    def __init__(self, options: TargetOptions):
+        super().__init__(options)
+        raw = (options.mode or os.environ.get("SWANLAB_MODE") or "cloud").strip().lower()
+        if raw not in MODES:
+            raise UsageError(f"--mode for swanlab must be cloud, offline or local, not {raw!r}")
+        self.mode = MODES[raw]
+        self.host = options.uri or os.environ.get("SWANLAB_API_HOST")
+        default_dir = Path(options.store_root or ".") / "_swanlab"
+        self.logdir = Path(options.logdir or os.environ.get("SWANLAB_LOG_DIR") or default_dir).absolute()
+        self._run = None            # the open swanlab Run (one per process at a time)
+        self._cursor = None         # the cursor of the run whose session is open
+        self._info = None
+        self._log_fn = None
+        self._held: _Held | None = None
+        self._resend: dict[str, RangeSet] = {}
+        self._notes: list[str] = []
+
+    # ------------------------------------------------------------------ plumbing
+    def destination(self) -> str:
+        if self.mode == "online":
+            where = redact_url((self.host or DEFAULT_HOST).rstrip("/"))
+        else:
+            where = f"{self.mode}:{self.logdir}"
+        return f"{where}/{self.options.entity}" if self.options.entity else where
+
+    def check_online(self) -> None:
+        if self.mode != "online":
+            return
+        import urllib.error
+        import urllib.request
+
+        url = (self.host or DEFAULT_HOST).rstrip("/")
+        try:
+            with urllib.request.urlopen(url, timeout=min(self.options.timeout, 10)):
+                pass
+        except urllib.error.HTTPError as exc:  # the server answered: it is reachable
+            if exc.code >= 500:
+                raise TargetUnreachableError(f"SwanLab at {self.destination()} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise TargetUnreachableError(
+                f"SwanLab at {self.destination()} is unreachable: {redact_text(str(getattr(exc, 'reason', exc)))}"
+            ) from None
+
+    def _settings(self):
+        from swanlab import Settings
+
+        # no terminal capture (trackstore's own output is not the run's), no probes: the
+        # machine doing the sync is not the machine that trained
+        kw: dict[str, Any] = dict(
+            interactive=False,
+            terminal=Settings.Terminal(proxy_type="none"),
+            probe=Settings.Probe(hardware=False, runtime=False, requirements=False, conda=False, git=False,
+                                 swanlab=False, monitor=False),
+        )
+        if self.host:
+            kw["api_host"] = self.host
+        return Settings(**kw)
+
+    @staticmethod
+    def _quiet() -> None:
+        """SwanLab prints banners and warnings with its own rich console: keep cron output to
+        what trackstore says (SwanLab still writes its debug log in the run folder)."""
+        try:
+            from swanlab.sdk.internal.pkg import console
+
+            console.c.quiet = True
+        except Exception:
+            pass
+
+    def _wrap(self, exc: Exception, what: str) -> Exception:
+        msg = redact_text(f"swanlab {what}: {exc}")
+        text = str(exc).lower()
+        if isinstance(exc, (ConnectionError, TimeoutError)) or any(
+                t in text for t in ("timed out", "timeout", "connection", "max retries", "502", "503", "504", "429")):
+            return RetryableError(msg)
+        return PermanentError(msg)
+
+    # ------------------------------------------------------------------ sessions
+    def recover(self, run, cursor) -> None:
+        journal = cursor.remote.pop("journal", None) or {}
+        resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
+        for kind, ids in journal.items():
+            ids = RangeSet.from_json(ids)
+            if not ids:
+                continue
+            cursor.acked[kind] = _subtract(cursor.acked_set(kind), ids)
+            resend.setdefault(kind, RangeSet()).update(ids)
+        if journal:
+            self._notes.append("the previous SwanLab session did not close: its rows are checked against the "
+                               "target and sent again where missing")
+        cursor.remote["resend"] = {k: v.to_json() for k, v in resend.items() if v}
+
+    def open_run(self, run, cursor) -> None:
+        if self._run is not None:
+            self._close_session()
+        self._quiet()
+        import swanlab
+
+        meta = run.meta
+        exp = experiment_id(run.project, run.run_id)
+        project = self.options.project or run.project
+        if self.mode != "online":
+            self.logdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._run = swanlab.init(
+                project=project, workspace=self.options.entity, name=run.name,
+                description=str(meta.get("notes") or "") or None, tags=[str(t) for t in meta.get("tags") or []] or None,
+                group=meta.get("group"), job_type=meta.get("job_type"), config=self._config(run, run.status),
+                id=exp, resume="allow", mode=self.mode, log_dir=str(self.logdir), settings=self._settings())
+        except Exception as exc:
+            self._run = None
+            raise self._wrap(exc, "init") from exc
+        self._cursor, self._info = cursor, run
+        cursor.remote.update(id=exp, project=project, mode=self.mode)
+        cursor.remote["journal"] = {}
+        self._resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
+        self._held = None
+        self._log_fn = self._event_logger()
+        if self._log_fn is None:
+            self._notes.append(f"original point times not kept: swanlab {swanlab.__version__} is not a client "
+                               f"version trackstore verified its timestamp path with; points carry sync time")
+
+    def _config(self, run, status: str) -> dict:
+        meta = run.meta
+        extra = {"run_id": run.run_id, "project": run.project, "status": status, "created_at": meta.get("created_at"),
+                 "ended_at": meta.get("ended_at"), "exit_code": meta.get("exit_code"), "host": meta.get("host"),
+                 "user": meta.get("user"), "git_commit": (meta.get("git") or {}).get("commit"),
+                 "summary": meta.get("summary_user") or {}}
+        cfg = dict(meta.get("config") or {})
+        cfg["trackstore"] = {k: v for k, v in extra.items() if v not in (None, {}, "")}
+        return cfg
+
+    def _event_logger(self):
+        """``log(data, step, ts_us)`` keeping the original time, or None to use the public API.
+
+        SwanLab's public ``log`` stamps "now"; its internal ``MetricLogEvent`` carries the time
+        its offline files and ``swanlab sync`` use. This path is used only with verified client
+        versions and when every internal it needs is where it was verified."""
+        import swanlab
+
+        if not str(getattr(swanlab, "__version__", "")).startswith(TIMESTAMP_VERIFIED):
+            return None
+        try:
+            from google.protobuf.timestamp_pb2 import Timestamp
+            from swanlab.sdk.internal.bus import MetricLogEvent
+            from swanlab.sdk.internal.run import fmt
+
+            run = self._run
+            emitter, ctx, lock = run._components.emitter, run._ctx, run._api_lock
+            validate, flatten, next_step = fmt.safe_validate_log_data, fmt.flatten_dict, ctx.next_step
+        except Exception:
+            return None
+
+        def log(data: dict, step: int, ts_us: int) -> None:
+            with lock:
+                flat = flatten(validate(data))
+                ts = Timestamp()
+                ts.FromMicroseconds(int(ts_us))
+                emitter.emit(MetricLogEvent(data=flat, step=next_step(step), timestamp=ts))
+
+        return log
+
+    def _log(self, data: dict, step: int, ts_us: int) -> None:
+        if not data:
+            return
+        if self._log_fn is not None:
+            self._log_fn(data, step, ts_us)
+        else:
+            self._run.log(data, step=step)
+
+    def _close_session(self, state: str = "success", error: str | None = None) -> None:
+        """Finish the SwanLab session; once ``finish`` has returned its rows are durable (the
+        offline file is closed, the cloud uploader drained), so the journal is cleared."""
+        run, cursor = self._run, self._cursor
+        self._run = None
+        if run is None:
+            return
+        try:
+            run.finish(state=state, error=error)
+        except Exception as exc:
+            raise self._wrap(exc, "finish") from exc
+        if cursor is not None:
+            cursor.remote["journal"] = {}
+            resend = {}
+            for kind, ids in (cursor.remote.get("resend") or {}).items():
+                left = _subtract(RangeSet.from_json(ids), cursor.acked_set(kind))
+                if left:
+                    resend[kind] = left.to_json()
+            cursor.remote["resend"] = resend
+            if self.options.store_root:
+                save_cursor(Path(self.options.store_root), cursor)
+
+    def close(self) -> None:
+        try:
+            self._close_session()
+        except Exception:
+            pass  # the journal stays: the next sync re-checks those rows
+
+    # ------------------------------------------------------------------ target truth
+    def _held_index(self) -> _Held | None:
+        """(key, step) pairs earlier sessions wrote (offline/local); None in cloud mode, where
+        SwanLab's own resume guard drops what the server holds."""
+        if self.mode == "online":
+            return None
+        if self._held is None:
+            exp = self._cursor.remote["id"]
+            current = Path(self._run.dir) if self._run is not None else None
+            self._held = _Held(self.logdir, exp, current)
+        return self._held
+
+    def _journal(self, kind: str, ids: RangeSet) -> None:
+        journal = self._cursor.remote.setdefault("journal", {})
+        cur = RangeSet.from_json(journal.get(kind))
+        cur.update(ids)
+        journal[kind] = cur.to_json()
+
+    def reconcile(self, kind: str, rows, cursor):
+        """Rows of an in-doubt batch the target does not hold. They are re-sends: ``send``
+        checks each of them against the target again."""
+        ids = RangeSet()
+        ids.add_table(rows)
+        self._resend.setdefault(kind, RangeSet()).update(ids)
+        resend = cursor.remote.setdefault("resend", {})
+        cur = RangeSet.from_json(resend.get(kind))
+        cur.update(ids)
+        resend[kind] = cur.to_json()
+        held = self._held_index()
+        if held is None or kind != "metrics":
+            return rows  # cloud: SwanLab's resume guard decides; media: ``send`` checks per (key, step)
+        import pyarrow as pa
+
+        keep = [(swanlab_key(k), s) not in held.points
+                for k, s in zip(rows.column("key").to_pylist(), rows.column("step").to_pylist())]
+        return rows.filter(pa.array(keep, pa.bool_()))
+
+    # ------------------------------------------------------------------ records
+    def send(self, kind: str, rows, cursor) -> SendResult:
+        if kind == "metrics":
+            return self._send_metrics(rows)
+        if kind in ("samples", "histograms", "spans"):
+            return self._send_media(kind, rows)
+        if kind == "artifacts":
+            return self._send_artifacts(rows)
+        result = SendResult()
+        result.skip(f"swanlab cannot hold {kind}", rows.num_rows)
+        return result
+
+    def _admit(self, key: str, step: int, row_id: tuple[str, int], kind: str, seen: set, result: SendResult,
+               n: int = 1) -> bool:
+        """Whether a value for (key, step) is to be logged now. Rejections are counted in
+        ``result``; a re-sent value the target already holds is neither logged nor counted."""
+        if (key, step) in seen:
+            result.skip(SKIP_SECOND, n)
+            return False
+        seen.add((key, step))
+        key_max = self._cursor.remote.setdefault("key_max", {})
+        if row_id in self._resend.get(kind, ()):
+            held = self._held_index()
+            if held is not None and (key, step) in held.points:
+                return False
+        elif key_max.get(key, -1) >= step:
+            result.skip(SKIP_OLD, n)
+            return False
+        key_max[key] = max(key_max.get(key, -1), step)
+        return True
+
+    def _send_metrics(self, rows) -> SendResult:
+        result = SendResult()
+        logged = RangeSet()
+        keys = rows.column("key").to_pylist()
+        values = rows.column("value").to_pylist()
+        steps = rows.column("step").to_pylist()
+        ts = rows.column("ts").cast("int64").to_pylist()  # microseconds
+        writers = rows.column("writer").to_pylist()
+        seqs = rows.column("seq").to_pylist()
+        seen: set = set()
+        pending: dict[tuple[int, int], dict] = {}  # (step, ts_us) -> {key: value}, in replay order
+        for k, v, s, t, w, q in zip(keys, values, steps, ts, writers, seqs):
+            if v is None:
+                result.skip(SKIP_NULL)
+                continue
+            sk = swanlab_key(k)
+            if not sk:
+                result.skip(SKIP_KEY)
+                continue
+            if not self._admit(sk, s, (w, q), "metrics", seen, result):
+                continue
+            pending.setdefault((s, t), {})[sk] = v
+            logged.add_range(w, q, q)
+        try:
+            for (s, t), data in pending.items():
+                self._log(data, s, t)
+        except Exception as exc:
+            raise self._wrap(exc, "log") from exc
+        self._journal("metrics", logged)
+        return result
+
+    def _send_media(self, kind: str, rows) -> SendResult:
+        """Samples, histograms and trajectories: one media value per (key, step)."""
+        import swanlab
+
+        result = SendResult()
+        data = rows.to_pylist()
+        groups: dict[tuple[str, int], list[dict]] = {}
+        if kind == "spans":
+            groups, deferred = self._trajectory_groups(data, result)
+            result.defer(deferred)
+        else:
+            for r in data:
+                key = f"samples/{r.get('split') or 'val'}" if kind == "samples" else r["key"]
+                groups.setdefault((swanlab_key(key), int(r["step"])), []).append(r)
+        seen: set = set()
+        logged = RangeSet()
+        try:
+            for (key, step), group in groups.items():
+                if not key:
+                    result.skip(SKIP_KEY, len(group))
+                    continue
+                first = group[0]
+                if not self._admit(key, step, (first["writer"], first["seq"]), kind, seen, result, len(group)):
+                    continue
+                if kind == "samples":
+                    value = [swanlab.Text(_sample_text(r), caption=f"#{r['sample_index']}") for r in group]
+                elif kind == "histograms":
+                    value = _histogram_chart(group[0])
+                    if len(group) > 1:
+                        result.skip(SKIP_SECOND, len(group) - 1)
+                else:
+                    value = [swanlab.Text(text, caption=caption) for caption, text in _trajectories(group)]
+                self._log({key: value}, step, int(first["ts"].timestamp() * 1_000_000))
+                for r in (group[:1] if kind == "histograms" else group):
+                    logged.add_range(r["writer"], r["seq"], r["seq"])
+        except (RetryableError, PermanentError):
+            raise
+        except Exception as exc:
+            raise self._wrap(exc, f"log {kind}") from exc
+        self._journal(kind, logged)
+        return result
+
+    def _trajectory_groups(self, data: list[dict], result: SendResult):
+        """Spans grouped by step; a step whose trajectories are still running in a live run is
+        deferred whole (SwanLab takes one value per step, so it must be complete when sent)."""
+        live = self._info is not None and self._info.status == "running"
+        by_step: dict[int, list[int]] = {}
+        for i, r in enumerate(data):
+            if r.get("step") is None:
+                result.skip(SKIP_NO_STEP)
+                continue
+            by_step.setdefault(int(r["step"]), []).append(i)
+        groups: dict[tuple[str, int], list[dict]] = {}
+        deferred: list[int] = []
+        for step, idx in by_step.items():
+            rows = [data[i] for i in idx]
+            finals = {(r["trace_id"], r["span_id"]) for r in rows if r["status"] != "unfinished"}
+            open_spans = [r for r in rows if r["status"] == "unfinished" and (r["trace_id"], r["span_id"]) not in finals]
+            if live and open_spans:
+                deferred.extend(idx)
+                continue
+            groups[("trajectories", step)] = rows
+        return groups, deferred
+
+    def _send_artifacts(self, rows) -> SendResult:
+        result = SendResult()
+        run_dir = Path(self._info.paths.dir)
+        logged = RangeSet()
+        for r in rows.to_pylist():
+            local = run_dir / r["path"]
+            if not local.is_file():
+                result.skip(SKIP_MISSING)
+                continue
+            if (r["writer"], r["seq"]) in self._resend.get("artifacts", ()):
+                held = self._held_index()
+                if held is not None and r["path"] in held.saves:
+                    continue
+            try:
+                self._run.save(str(local), base_path=str(run_dir), policy="now")
+            except Exception as exc:
+                raise self._wrap(exc, "save") from exc
+            logged.add_range(r["writer"], r["seq"], r["seq"])
+        self._journal("artifacts", logged)
+        return result
+
+    # ------------------------------------------------------------------ end of run
+    def sync_metadata(self, run, cursor) -> list[str]:
+        notes, self._notes = self._notes, []
+        return notes
+
+    def finish_run(self, run, cursor, status: str) -> None:
+        try:
+            self._run.config.update({"trackstore": self._config(run, status)["trackstore"]})
+        except Exception as exc:
+            raise self._wrap(exc, "config") from exc
+        if status == "running":
+            return  # a resumed run: the session closes at the end of this sync, still "running" in config
+        error = None
+        if status != "finished":
+            parts = [f"trackstore status {status}"]
+            if run.meta.get("exit_code") is not None:
+                parts.append(f"exit_code={run.meta['exit_code']}")
+            if run.meta.get("error"):
+                parts.append(str(run.meta["error"]))
+            error = "; ".join(parts)
+        self._close_session(FINISH_STATE[status], error)
+
+    def verify(self, run, cursor) -> dict[str, int] | None:
+        """Counts read back from SwanLab's own files (offline/local). Cloud mode has no
+        read-back here: returns None (reported as not verified)."""
+        if self.mode == "online":
+            return None
+        if self._run is not None:
+            self._close_session()
+        return count_points(self.logdir, experiment_id(run.project, run.run_id))
+
+    def unsupported(self, kind: str, rows) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if not rows.num_rows:
+            return out
+        if kind == "metrics":
+            nulls = rows.column("value").null_count
+            if nulls:
+                out[SKIP_NULL] = nulls
+            import pyarrow.compute as pc
+
+            keys = pc.unique(rows.column("key")).to_pylist()
+            empty = [k for k in keys if not swanlab_key(k)]
+            if empty:
+                out[SKIP_KEY] = int(pc.sum(pc.is_in(rows.column("key"), value_set=__import__("pyarrow").array(empty))
+                                           .cast("int64")).as_py() or 0)
+            renamed = [k for k in keys if swanlab_key(k) and swanlab_key(k) != k]
+            if renamed:
+                out[f"{len(renamed)} metric keys trimmed by SwanLab (see docs/sync.md)"] = 0
+        if kind == "spans":
+            nostep = rows.column("step").null_count
+            if nostep:
+                out[SKIP_NO_STEP] = nostep
+        return out
+
+
+def count_points(logdir: Path, exp_id: str) -> dict[str, int]:
+    """What the SwanLab files of one experiment hold, in trackstore's units: metric points,
+    samples (Text items under ``samples/``), histograms (charts) and traces (trajectory Texts)."""
+    out = {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
+    for _d, rec in read_session_files(logdir, exp_id):
+        kind = rec.WhichOneof("record_type")
+        if kind == "scalar":
+            out["metrics"] += 1
+        elif kind == "media":
+            key = rec.media.key
+            items = len(rec.media.value.items) or 1
+            if key.startswith("samples/"):
+                out["samples"] += items
+            elif key == "trajectories":
+                out["traces"] += items
+            else:
+                out["histograms"] += 1
+    return out
+
+
+def _sample_text(r: dict) -> str:
+    lines = []
+    for field in ("input", "output"):
+        if r.get(field) is not None:
+            lines.append(f"[{field}]\n{r[field]}")
+    if r.get("score") is not None:
+        lines.append(f"[score] {r['score']}")
+    extra = _loads(r.get("extra"))
+    if extra:
+        lines.append("[extra] " + json.dumps(extra, ensure_ascii=False, default=str))
+    return "\n\n".join(lines) or "(empty sample)"
+
+
+def _histogram_chart(r: dict):
+    import swanlab
+    from swanlab import echarts
+
+    edges, counts = list(r["edges"]), list(r["counts"])
+    labels = [f"{edges[i]:.4g}..{edges[i + 1]:.4g}" for i in range(len(counts))]
+    bar = echarts.Bar()
+    bar.add_xaxis(labels)
+    bar.add_yaxis("count", [c if math.isfinite(c) else 0 for c in counts])
+    return swanlab.ECharts(bar)
+
+
+def _trajectories(rows: list[dict]) -> list[tuple[str, str]]:
+    """One (caption, text) per trace: the span tree, indented, with inputs and outputs."""
+    best: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        k = (r["trace_id"], r["span_id"])
+        cur = best.get(k)
+        if cur is None or (r["status"] != "unfinished") > (cur["status"] != "unfinished") or (
+                (r["status"] != "unfinished") == (cur["status"] != "unfinished") and r["seq"] > cur["seq"]):
+            best[k] = r
+    traces: dict[str, list[dict]] = {}
+    for r in sorted(best.values(), key=lambda r: (r["start_ns"], r["seq"])):
+        traces.setdefault(r["trace_id"], []).append(r)
+    out = []
+    for trace_id, spans in traces.items():
+        children: dict[Any, list[dict]] = {}
+        ids = {s["span_id"] for s in spans}
+        for s in spans:
+            parent = s["parent_span_id"] if s["parent_span_id"] in ids else None
+            children.setdefault(parent, []).append(s)
+        lines: list[str] = []
+
+        def walk(parent, depth):
+            for s in children.get(parent, []):
+                dur = "" if s["end_ns"] is None else f" {(s['end_ns'] - s['start_ns']) / 1e9:.3f}s"
+                head = f"{'  ' * depth}- {s['name']} [{s['kind']}, {s['status']}{dur}]"
+                if s.get("error"):
+                    head += f" error: {s['error']}"
+                lines.append(head)
+                for field in ("inputs", "outputs"):
+                    v = _loads(s.get(field))
+                    if v is not None:
+                        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+                        lines.append(f"{'  ' * depth}  {field}: {text}")
+                walk(s["span_id"], depth + 1)
+
+        walk(None, 0)
+        root = children.get(None, [spans[0]])[0]
+        caption = f"trace {trace_id}"
+        if root.get("sample_index") is not None:
+            caption += f" sample {root['sample_index']}"
+        if root.get("reward") is not None:
+            caption += f" reward {root['reward']}"
+        out.append((caption, "\n".join(lines)))
+    return out
