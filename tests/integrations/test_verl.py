@@ -140,6 +140,35 @@ def test_validation_generations_become_samples(store):
     assert got == [(10, "val", i, s[0], s[1], float(s[2])) for i, s in enumerate(samples)]
 
 
+def test_trainers_own_val_generation_selection_is_stored(store):
+    """verl's trainer method picks N samples (sorted, seeded shuffle) and passes its ListConfig
+    logger list; exactly those samples are stored."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    tracking = Tracking("p", "legacy-val", ["console", "trackstore"])
+    config = OmegaConf.create({"trainer": {"log_val_generations": 3, "logger": ["console", "trackstore"]}})
+    captured = []
+
+    class Recording(ValidationGenerationsLogger):
+        def log(self, loggers, samples, step):
+            captured.append(list(samples))
+            return super().log(loggers, samples, step)
+
+    trainer = SimpleNamespace(config=config, global_steps=5,
+                              validation_generations_logger=Recording(project_name="p", experiment_name="legacy-val"))
+    inputs = [f"question {i}" for i in range(8)]
+    RayPPOTrainer._maybe_log_val_generations(trainer, inputs, [f"answer {i}" for i in range(8)],
+                                             [float(i) for i in range(8)])
+    tracking.finish()
+    (chosen,) = captured
+    assert len(chosen) == 3
+    got = [(r["step"], r["input"], r["output"], r["score"]) for r in rows(only_run(store), "samples")]
+    assert got == [(5, i, o, s) for i, o, s in chosen]
+
+
 # ---------------------------------------------------------------------- rollout traces
 class CharTokenizer:
     """A tokenizer that needs no download: token id = code point."""
@@ -258,6 +287,21 @@ def test_traced_async_agent_loop_becomes_span_trees(store):
             assert run_span["status"] == "ok"
             assert run_span["outputs"]["prompt_text"] == f"q{root['sample_index']}"
             assert run_span["outputs"]["response_ids"] == gen["outputs"]["token_ids"]
+
+
+def test_uuid_sample_index_is_kept_as_an_attribute(store):
+    tracking = Tracking("p", "uuid", ["trackstore"])
+    RolloutTraceConfig.init("p", "uuid", "trackstore")
+
+    async def one():
+        with rollout_trace_attr(step=1, sample_index="9b1deb4d-3b7d", rollout_n=2, name="agent_loop"):
+            await FakeServer().generate("r", prompt_ids=[104, 105], sampling_params={})
+
+    asyncio.run(one())
+    tracking.finish()
+    (root,) = [s for s in spans(only_run(store)) if s["parent_span_id"] is None]
+    assert (root["step"], root["sample_index"], root["rollout_n"]) == (1, None, 2)
+    assert root["attributes"]["verl_sample_index"] == "9b1deb4d-3b7d"
 
 
 def test_other_trace_backends_are_untouched(store):
