@@ -174,12 +174,20 @@ class Run:
             step = self._step
         elif type(step) is not int:
             step = _as_step(step)
-        # Fast path: a plain dict, every key seen before, every value a plain float/int. Its copy
-        # (one C call) is what gets buffered, so the caller may reuse and mutate its dict.
-        if (type(data) is dict and self._known_keys.issuperset(data)
-                and FAST_TYPES.issuperset(map(type, data.values()))):
-            values = data.copy()
-        else:
+        # Fast path: a plain dict, every key seen before, every value a plain number. ``sum``
+        # checks the values in one C loop (a few ns each): it raises for None, strings, dicts
+        # and lists, and its result is an exact int or float only when every value is a plain
+        # int, float or bool. The dict's copy (one C call) is what gets buffered, so the
+        # caller may reuse and mutate its dict. Everything else goes through ``normalize``.
+        values = None
+        if type(data) is dict and self._known_keys.issuperset(data.keys()):
+            try:
+                total = sum(data.values())
+            except Exception:
+                total = None
+            if type(total) is float or type(total) is int or FAST_TYPES.issuperset(map(type, data.values())):
+                values = data.copy()
+        if values is None:
             values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
             if hists:
                 self._log_histograms(hists, step)

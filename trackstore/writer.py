@@ -34,9 +34,10 @@ from typing import Any, Callable, Mapping
 from .layout import RunPaths, part_file_name
 
 DEFAULT_FLUSH_INTERVAL = 2.0
-DEFAULT_FLUSH_ROWS = 250_000
+DEFAULT_FLUSH_ROWS = 1_000_000  # points; about 70 MB of buffered Python objects at 50 keys per call
 DEFAULT_MAX_PENDING_BYTES = 1 << 30  # 1 GiB of built-but-unwritten Arrow data
 DEFAULT_TICK_INTERVAL = 10.0
+_MAX_LAYOUTS = 10_000  # distinct key layouts remembered between flushes
 
 
 def _warn(msg: str) -> None:
@@ -114,6 +115,12 @@ class Writer:
         self._failing = False
         self._warned = False
         self.last_values: dict[str, float] = {}
+        # Key layouts (the keys of one log call, in order) seen so far, as integer codes into
+        # _key_names: training loops repeat a handful of layouts, so keys are encoded once.
+        self._layouts: dict[tuple, int] = {}
+        self._layout_codes: list[list[int]] = []
+        self._layout_arrays: list = []
+        self._key_names: dict[str, int] = {}
         self.max_step: int | None = None
         self.parts_written = 0
         self.ready = threading.Event()
@@ -202,11 +209,9 @@ class Writer:
             batch = buf[:n]
             del buf[:n]  # appends that raced us sit after index n and stay for the next flush
             self._buffered = 0
-            points = sum(map(len, (v for _s, _t, v in batch)))
+            points = sum(len(v) for _s, _t, v in batch)
             if points:
                 self._queue("metrics", self._metrics_table, batch, points)
-            for _s, _t, values in batch:
-                self.last_values.update(values)
             top = max(s for s, _t, _v in batch)
             self.max_step = top if self.max_step is None else max(self.max_step, top)
         for kind, rows in list(self._rows.items()):
@@ -229,29 +234,64 @@ class Writer:
         self._pending_bytes += table.nbytes
 
     def _metrics_table(self, batch: list, first_seq: int):
+        """One Arrow table from many log calls.
+
+        This runs while training goes on and holds the GIL for most of it, so it does as little
+        per point as it can: training loops log the same keys in the same order step after
+        step, so each distinct key layout is encoded once and the key column is built from
+        integer codes (a dictionary array, decoded in C) instead of a million Python strings.
+        The last value of each key (the automatic summary) is read from the last call of each
+        layout, which is the last call that logged that key.
+        """
         import pyarrow as pa
 
         from . import schema
 
-        counts = [len(v) for _s, _t, v in batch]
-        n = sum(counts)
-        keys = pa.array(list(chain.from_iterable(v for _s, _t, v in batch)), pa.string())
-        flat = list(chain.from_iterable(v.values() for _s, _t, v in batch))
-        try:
-            values = pa.array(flat, pa.float64())
-        except (OverflowError, TypeError, pa.ArrowInvalid):  # e.g. an int beyond int64: one by one
-            values = pa.array([float(v) for v in flat], pa.float64())
         try:
             import numpy as np
-        except ImportError:  # pyarrow does not require numpy; fall back to list arithmetic
+        except ImportError:  # pyarrow does not require numpy; fall back to plain lists
             np = None
+        vals = [v for _s, _t, v in batch]
+        key_tuples = list(map(tuple, vals))
+        per_call = list(map(self._layouts.get, key_tuples))
+        if None in per_call:  # layouts not seen before (the first calls, or new keys)
+            if len(self._layouts) > _MAX_LAYOUTS:  # keys that change every call: do not hoard
+                self._layouts.clear()
+                self._layout_codes.clear()
+                self._layout_arrays.clear()
+                self._key_names.clear()
+                per_call = [None] * len(key_tuples)
+            names = self._key_names
+            for i, keys in enumerate(key_tuples):
+                if per_call[i] is None:
+                    li = self._layouts.get(keys)
+                    if li is None:
+                        li = self._layouts[keys] = len(self._layout_codes)
+                        self._layout_codes.append([names.setdefault(k, len(names)) for k in keys])
+                    per_call[i] = li
+        layout_codes = self._layout_codes
+        last_call = {li: i for i, li in enumerate(per_call)}  # the last call of each layout
+        for i in sorted(last_call.values()):
+            self.last_values.update(vals[i])
+        counts = [len(layout_codes[li]) for li in per_call]
+        n = sum(counts)
+        flat = chain.from_iterable(map(dict.values, vals))
         if np is not None:
+            for codes in layout_codes[len(self._layout_arrays):]:
+                self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
+            indices = pa.array(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))))
+            try:
+                values = pa.array(np.fromiter(flat, np.float64, n))
+            except (OverflowError, TypeError, ValueError):  # e.g. an int beyond float range
+                values = pa.array([float(v) for v in chain.from_iterable(map(dict.values, vals))], pa.float64())
             c = np.asarray(counts, dtype=np.int64)
             steps = pa.array(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c))
             micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
             times = pa.array(np.repeat(micros, c))
             seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
         else:
+            indices = pa.array(list(chain.from_iterable(layout_codes[li] for li in per_call)), pa.int32())
+            values = pa.array([float(v) for v in flat], pa.float64())
             step_list: list[int] = []
             time_list: list[int] = []
             for (s, t, _v), k in zip(batch, counts):
@@ -259,6 +299,7 @@ class Writer:
                 time_list += [int(t * 1_000_000)] * k
             steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64())
             seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
+        keys = pa.DictionaryArray.from_arrays(indices, pa.array(list(self._key_names), pa.string())).cast(pa.string())
         writer = pa.repeat(pa.scalar(self.writer_id, pa.string()), n)
         cols = [steps, keys, values, times.cast(schema.TS_TYPE), writer, seqs]
         return pa.Table.from_arrays(cols, schema=schema.with_metadata(schema.METRICS, "metrics"))
@@ -349,9 +390,16 @@ def write_part(path, table, kind: str) -> None:
     from . import schema
     from .atomic import write_atomic
 
+    import pyarrow as pa
+
     path.parent.mkdir(parents=True, exist_ok=True)
     encodings = {k: v for k, v in schema.ENCODINGS.get(kind, {}).items() if k in table.schema.names}
     dictionary = [n for n in table.schema.names if n not in encodings]
+    # Min/max statistics for numbers and times only (step, seq, ts, value...): they let readers
+    # skip files and resume find the last step from footers. Statistics of string columns cost
+    # more than half of the write time and prune nothing (every part holds every key).
+    stats = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+             or pa.types.is_timestamp(f.type) or pa.types.is_boolean(f.type)]
 
     def _write(f):
         pq.write_table(
@@ -360,7 +408,7 @@ def write_part(path, table, kind: str) -> None:
             compression="zstd",
             use_dictionary=dictionary,
             column_encoding=encodings or None,
-            write_statistics=True,
+            write_statistics=stats,
             row_group_size=1 << 20,
         )
 
