@@ -218,3 +218,16 @@ def test_kind_without_files_at_connect_becomes_visible(root):
     assert con.execute("SELECT count(*) FROM samples").fetchone() == (0,)
     part(root, "p", run.id, "samples", [{"step": 0, "split": "val", "sample_index": 0, "output": "late"}])
     assert con.execute("SELECT project, run_id, output FROM samples").fetchall() == [("p", run.id, "late")]
+
+
+def test_part_with_older_schema_flushed_after_connect(root):
+    """One schema at connect (fast path without union_by_name); an older-version part appears later."""
+    run = make_run(root, "p", "a", steps=1)
+    part(root, "p", run.id, "samples", [{"step": 0, "split": "val", "sample_index": 0, "output": "new",
+                                         "json_fields": ["input"]}], writer="a-new")
+    con = connect(root)
+    old = pa.schema([f for f in schema.SAMPLES if f.name != "json_fields"])
+    part(root, "p", run.id, "samples", [{"step": 1, "split": "val", "sample_index": 0, "output": "old"}],
+         schema_=old, writer="b-old")
+    rows = run_sql(con, "SELECT output, json_fields FROM samples ORDER BY step").to_pylist()
+    assert rows == [{"output": "new", "json_fields": ["input"]}, {"output": "old", "json_fields": None}]

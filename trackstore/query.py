@@ -42,6 +42,7 @@ import os
 import re
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -131,17 +132,47 @@ def find_unreadable(paths: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None
-               ) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Every complete-looking part file per kind, and the damaged ones with the reason.
+_schema_cache: dict[tuple[str, int, int], tuple] = {}
+
+
+def part_schema(path: str) -> tuple:
+    """``((column, type), ...)`` of a part file, from its footer (cached by path, size and mtime).
+
+    Raises when the footer cannot be parsed. Knowing every file's columns lets the views skip
+    DuckDB's ``union_by_name`` (which re-reads every footer at every query) when all files of a
+    kind share one schema, the common case.
+    """
+    import pyarrow.parquet as pq
+
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    found = _schema_cache.get(key)
+    if found is None:
+        found = tuple((f.name, str(f.type)) for f in pq.read_schema(path))
+        if len(_schema_cache) > 200_000:
+            _schema_cache.clear()
+        _schema_cache[key] = found
+    return found
+
+
+@dataclass
+class StoreParts:
+    """What :func:`scan_parts` found: sound files and their schemas per kind, damaged files."""
+
+    files: dict[str, list[str]]
+    schemas: dict[str, set[tuple]]
+    bad: dict[str, str]
+
+
+def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None) -> StoreParts:
+    """Every sound part file per kind with its schema, and the damaged ones with the reason.
 
     Only ``project=*/run=*`` folders are visited (so never ``_trash``, ``_quarantine`` or
     ``_sync``) and only names ending in ``.parquet`` that do not start with a dot. ``only``
     limits the scan to some ``(project, run_id)`` pairs.
     """
     root_path = resolve_root(root)
-    good: dict[str, list[str]] = {k: [] for k in RECORD_KINDS}
-    bad: dict[str, str] = {}
+    found = StoreParts({k: [] for k in RECORD_KINDS}, {k: set() for k in RECORD_KINDS}, {})
     for project, run_id, rdir in iter_run_dirs(root_path):
         if only is not None and (project, run_id) not in only:
             continue
@@ -157,10 +188,15 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
                         continue
                     problem = check_part(e.path)
                     if problem is None:
-                        good[kind].append(e.path)
+                        try:
+                            found.schemas[kind].add(part_schema(e.path))
+                        except Exception as exc:
+                            problem = f"unreadable Parquet footer ({exc})"
+                    if problem is None:
+                        found.files[kind].append(e.path)
                     else:
-                        bad[e.path] = problem
-    return good, bad
+                        found.bad[e.path] = problem
+    return found
 
 
 # ---------------------------------------------------------------------- connecting
@@ -184,7 +220,8 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
 
     root_path = resolve_root(root)
     only = None if runs is None else {(r.project, r.run_id) if hasattr(r, "run_id") else tuple(r) for r in runs}
-    good, bad = scan_parts(root_path, only)
+    parts = scan_parts(root_path, only)
+    good, bad = parts.files, parts.bad
     for path, problem in sorted(bad.items()):
         if on_corrupt == "error":
             raise CorruptFileError(path, problem)
@@ -195,10 +232,14 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET parquet_metadata_cache = true")
         _create_runs_view(con, root_path, only)
+        con.execute("CREATE TABLE _trackstore_views (kind VARCHAR, sources VARCHAR)")
         bad_kinds = {_kind_of(p) for p in bad}
         for kind in RECORD_KINDS:
+            # several schemas (runs from different versions), or one lacking a known column
+            union = len(parts.schemas[kind]) > 1 or any(
+                {c for c, _t in sch} < set(_schema.SCHEMAS[kind].names) for sch in parts.schemas[kind])
             try:
-                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only)
+                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only, union)
             except duckdb.Error as exc:
                 # sound framing but an unreadable footer: find the file, then skip it or fail
                 culprits = find_unreadable(good[kind])
@@ -212,8 +253,9 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                                   "to quarantine it)", SkippedFileWarning, stacklevel=2)
                 con.execute(f"DROP VIEW IF EXISTS _raw_{kind}")
                 con.execute(f"DROP TABLE IF EXISTS _empty_{kind}")
+                con.execute("DELETE FROM _trackstore_views WHERE kind = $kind", {"kind": kind})
                 sound = [f for f in good[kind] if f not in culprits]
-                _create_kind_view(con, root_path, kind, sound, True, only)
+                _create_kind_view(con, root_path, kind, sound, True, only, True)
         _create_sync_state_view(con, root_path if sync_state else None)
         source = json.dumps(sorted(only)) if only is not None else None
         con.execute("CREATE TABLE _trackstore_source AS SELECT $root AS root, $only::VARCHAR AS only_runs",
@@ -256,9 +298,33 @@ def _register(con, name: str, table) -> None:
         con.unregister(tmp)
 
 
+def _raw_view_sql(kind: str, sources: list[str], union: bool) -> str:
+    empty = f"_empty_{kind}"
+    if sources:
+        listed = "[" + ", ".join(sql_string(f) for f in sources) + "]"
+        body = (f"FROM {empty} UNION ALL BY NAME FROM read_parquet({listed}, hive_partitioning = true, "
+                f"union_by_name = {'true' if union else 'false'}, allow_empty = true, "
+                "hive_types = {'project': 'VARCHAR', 'run': 'VARCHAR'})")
+    else:
+        body = f"FROM {empty}"
+    # read_parquet of an empty glob yields a placeholder column named "empty": never ours
+    return (f"CREATE OR REPLACE VIEW _raw_{kind} AS SELECT project, run AS run_id, "
+            f"COLUMNS(lambda c: c NOT IN ('project', 'run', 'empty')) FROM ({body})")
+
+
+def _use_union_by_name(con) -> None:
+    """Rebuild every record view with ``union_by_name`` (a part with another schema appeared)."""
+    for kind, sources in con.execute("SELECT kind, sources FROM _trackstore_views").fetchall():
+        con.execute(_raw_view_sql(kind, json.loads(sources), True))
+
+
 def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: bool,
-                      only: set[tuple[str, str]] | None) -> None:
-    """``<kind>`` view: globs (live) when every file is sound, else the explicit list of sound files."""
+                      only: set[tuple[str, str]] | None, union: bool) -> None:
+    """``<kind>`` view: globs (live) when every file is sound, else the explicit list of sound files.
+
+    ``union`` (several schemas among the files) reads with ``union_by_name``; otherwise files
+    are bound by the first one's columns, much cheaper with thousands of parts.
+    """
     import pyarrow as pa
 
     empty = f"_empty_{kind}"
@@ -274,15 +340,8 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
         sources = sorted(files)  # skip damaged files, or names a glob would misread: list files instead
     else:
         sources = globs  # re-globbed at every query: parts flushed later are seen
-    if sources:
-        listed = "[" + ", ".join(sql_string(f) for f in sources) + "]"
-        body = (f"FROM {empty} UNION ALL BY NAME FROM read_parquet({listed}, hive_partitioning = true, "
-                "union_by_name = true, allow_empty = true, hive_types = {'project': 'VARCHAR', 'run': 'VARCHAR'})")
-    else:
-        body = f"FROM {empty}"
-    # read_parquet of an empty glob yields a placeholder column named "empty": never ours
-    con.execute(f"CREATE VIEW _raw_{kind} AS SELECT project, run AS run_id, "
-                f"COLUMNS(lambda c: c NOT IN ('project', 'run', 'empty')) FROM ({body})")
+    con.execute("INSERT INTO _trackstore_views VALUES ($kind, $sources)", {"kind": kind, "sources": json.dumps(sources)})
+    con.execute(_raw_view_sql(kind, sources, union))
     if kind == "spans":
         # A span may have an 'unfinished' checkpoint row and a final row: keep the final one
         # (else the latest checkpoint), per run and (trace_id, span_id).
@@ -414,16 +473,15 @@ def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = No
     import duckdb
 
     check_read_only(sql)
+    values = None if not params else (dict(params) if isinstance(params, Mapping) else list(params))
     try:
-        if params:
-            rel = con.sql(sql, params=dict(params) if isinstance(params, Mapping) else list(params))
-        else:
-            rel = con.sql(sql)
-        if rel is None:  # PRAGMA and friends that return nothing
-            import pyarrow as pa
-
-            return pa.table({})
-        return rel.to_arrow_table()
+        try:
+            return _fetch(con, sql, values)
+        except duckdb.Error as exc:
+            if "schema mismatch" not in str(exc):
+                raise
+            _use_union_by_name(con)  # a part with another schema was flushed after connect
+            return _fetch(con, sql, values)
     except duckdb.Error as exc:
         err = _translate(exc)
         if not isinstance(err, CorruptFileError) and type(exc).__name__ in _DATA_ERRORS:
@@ -450,7 +508,7 @@ def _locate_damage(con, sql: str) -> tuple[str, str] | None:
     kinds = [k for k in RECORD_KINDS if k in text]
     if "latest" in text or "metric_summary" in text:
         kinds.append("metrics")
-    good, _bad = scan_parts(root, only)
+    good = scan_parts(root, only).files
     probe = duckdb.connect(":memory:")
     try:
         for kind in kinds or RECORD_KINDS:
@@ -465,6 +523,15 @@ def _locate_damage(con, sql: str) -> tuple[str, str] | None:
 
 
 _GLOB_CHARS = re.compile(r"[*?\[\]{}]")
+def _fetch(con, sql: str, values) -> "pa.Table":
+    rel = con.sql(sql, params=values) if values else con.sql(sql)
+    if rel is None:  # statements that return nothing
+        import pyarrow as pa
+
+        return pa.table({})
+    return rel.to_arrow_table()
+
+
 _PATH_IN_ERROR = re.compile(r"""["']?(/[^"'\s]*?\.parquet)["']?""")
 
 
