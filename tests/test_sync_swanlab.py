@@ -1,0 +1,271 @@
+"""trackstore sync --to swanlab with the real swanlab client in offline/local mode, read back
+with SwanLab's own reader (``DataStoreReader`` + ``record_pb2.Record``): identity and resume,
+original point times, metadata, what SwanLab cannot hold (reported), rich records, and a sync
+killed after SwanLab had been handed rows its spool never wrote."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import timezone
+
+import pytest
+
+import trackstore
+from tests.helpers import python_child, run_cli
+
+pytest.importorskip("swanlab")
+
+from trackstore.sync.swanlab import (SKIP_OLD, SKIP_SECOND, count_points, experiment_id,  # noqa: E402
+                                     read_session_files)
+
+
+@pytest.fixture
+def logdir(tmp_path, monkeypatch):
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    monkeypatch.setenv("SWANLAB_ROOT", str(tmp_path / "swanlab-home"))
+    return tmp_path / "swanlog"
+
+
+def sync(root, logdir, *extra, mode="offline"):
+    res = run_cli("sync", "--to", "swanlab", "--mode", mode, "--logdir", str(logdir), "--format", "json", *extra,
+                  root=root, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout)["runs"][0], res
+
+
+def records(logdir, run, kind=None):
+    out = [(d, r) for d, r in read_session_files(logdir, experiment_id(run.project, run.id))]
+    return [(d, r) for d, r in out if kind is None or r.WhichOneof("record_type") == kind]
+
+
+def scalars(logdir, run):
+    """(key, step, value, ts_us) of every scalar point, all sessions."""
+    out = []
+    for _d, rec in records(logdir, run, "scalar"):
+        s = rec.scalar
+        ts = s.timestamp.ToDatetime(tzinfo=timezone.utc)
+        out.append((s.key, int(s.step), s.value.number, int(round(ts.timestamp() * 1_000_000))))
+    return sorted(out)
+
+
+def local_points(run):
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run.dir / "metrics").to_pylist()
+    return sorted((r["key"], r["step"], r["value"], int(round(r["ts"].timestamp() * 1_000_000))) for r in rows)
+
+
+@pytest.mark.parametrize("mode", ["offline", "local"])
+def test_identity_metadata_and_original_times(root, logdir, mode):
+    run = trackstore.init("proj", name="exp", config={"lr": 0.001, "model": {"layers": 2}}, tags=["t1", "t2"],
+                          notes="hello", root=root)
+    for s in range(10):
+        run.log({"loss": 1.0 / (s + 1), "train/acc": s / 10}, step=s)
+        time.sleep(0.002)  # distinct original times per step
+    run.flush()
+    out, res = sync(root, logdir, mode=mode)
+    assert "swanlab:" not in res.stdout + res.stderr  # SwanLab's console is silenced
+    for s in range(10, 15):
+        run.log({"loss": 1.0 / (s + 1), "train/acc": s / 10}, step=s)
+    run.finish()
+    sync(root, logdir, mode=mode)
+    sync(root, logdir, mode=mode)  # nothing new: no new session, nothing sent
+    # every point, exactly once, with its original time to the microsecond
+    assert scalars(logdir, run) == local_points(run)
+    starts = [r.start for _d, r in records(logdir, run, "start")]
+    assert len(starts) == 2  # one SwanLab session per sync that had something to send
+    assert {s.id for s in starts} == {experiment_id("proj", run.id)} and len(starts[0].id) == 21
+    from swanlab.proto.swanlab.run.v1.run_pb2 import RESUME_MODE_ALLOW
+
+    assert all(s.resume == RESUME_MODE_ALLOW for s in starts)
+    last = starts[-1]
+    assert last.name == "exp" and last.description == "hello" and list(last.tags) == ["t1", "t2"]
+    session = sorted(logdir.glob(f"run-*-{experiment_id('proj', run.id)}"))[-1]
+    cfg = (session / "files" / "config.yaml").read_text()
+    assert "lr:" in cfg and "layers: 2" in cfg and "status: finished" in cfg and run.id in cfg
+    finish = [r.finish for _d, r in records(logdir, run, "finish")]
+    assert finish[-1].state == 1  # RUN_STATE_FINISHED
+
+
+def test_second_value_and_late_value_are_reported_not_lost(root, logdir):
+    run = trackstore.init("dups", root=root)
+    run.log({"a": 1.0, "b": 1.0}, step=5)
+    run.log({"a": 2.0}, step=5)          # a second value for (a, 5): SwanLab keeps the first
+    run.log({"a": 3.0, "b": 3.0}, step=6)
+    run.flush()
+    out, _ = sync(root, logdir, "--verify")
+    assert out["skipped_by_reason"] == {SKIP_SECOND: 1} and out["verify_ok"] is True
+    run.log({"a": 4.0, "c": 4.0}, step=3)  # late: a is past step 3 at SwanLab, c is a new key
+    run.finish()
+    out, _ = sync(root, logdir, "--verify")
+    assert out["skipped_by_reason"] == {SKIP_OLD: 1} and out["verify_ok"] is True
+    got = {(k, s): v for k, s, v, _t in scalars(logdir, run)}
+    assert got == {("a", 5): 1.0, ("b", 5): 1.0, ("a", 6): 3.0, ("b", 6): 3.0, ("c", 3): 4.0}
+    status = json.loads(run_cli("status", "--to", "swanlab", "--format", "json", root=root).stdout)
+    assert status[0]["pending_metrics"] == 0
+
+
+def test_samples_trajectories_histograms_and_artifacts(root, logdir, tmp_path):
+    run = trackstore.init("rich", root=root)
+    run.log({"h": trackstore.Histogram([1.0, 2.0, 2.5, 3.0], bins=3), "x": 1.0}, step=0)
+    run.log_samples([{"input": "q1", "output": "a1", "score": 1.0}, {"input": "q2", "output": "a2", "score": 0.0}],
+                    step=0)
+    for i in range(2):
+        with run.trace(step=1, sample_index=i) as tr:
+            with tr.span("assistant", kind="llm", inputs={"q": "6*7"}) as s:
+                with tr.span("calculator", kind="tool", inputs={"expr": "6*7"}) as t:
+                    t.set_outputs(42)
+                s.set_outputs("The answer is 42")
+            tr.set_reward(1.0)
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+    run.log_artifact(model, name="model")
+    run.finish()
+    out, _ = sync(root, logdir, "--verify")
+    assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
+    assert out["verified"] == {"metrics": 1, "samples": 2, "histograms": 1, "traces": 2}
+    media = {r.media.key: r.media for _d, r in records(logdir, run, "media")}
+    session = sorted(logdir.glob("run-*"))[-1]
+    texts = [(session / "media" / "text" / it.filename).read_text() for it in media["samples/val"].value.items]
+    assert sorted(texts) == sorted(["[input]\nq1\n\n[output]\na1\n\n[score] 1.0", "[input]\nq2\n\n[output]\na2\n\n[score] 0.0"])
+    traj = media["trajectories"]
+    assert int(traj.step) == 1 and len(traj.value.items) == 2
+    tree = (session / "media" / "text" / traj.value.items[0].filename).read_text()
+    assert "- assistant [llm, ok" in tree and "  - calculator [tool, ok" in tree and "outputs: 42" in tree
+    assert "reward 1.0" in traj.value.items[0].caption
+    chart = json.loads((session / "media" / "echarts" / media["h"].value.items[0].filename).read_text())
+    import pyarrow.parquet as pq
+
+    counts = pq.read_table(run.dir / "histograms").column("counts").to_pylist()[0]
+    assert [d if not isinstance(d, dict) else d["value"] for d in _bar_data(chart)] == counts == [1.0, 1.0, 2.0]
+    saves = [r.save.name for _d, r in records(logdir, run, "save")]
+    assert "artifacts/model/v0/files/model.bin" in saves or any(s.endswith("model.bin") for s in saves)
+
+
+def _bar_data(chart):
+    """The y data of the first bar series, wherever pyecharts put it in the option JSON."""
+    def walk(o):
+        if isinstance(o, dict):
+            if o.get("type") == "bar" and "data" in o:
+                return o["data"]
+            for v in o.values():
+                found = walk(v)
+                if found is not None:
+                    return found
+        if isinstance(o, list):
+            for v in o:
+                found = walk(v)
+                if found is not None:
+                    return found
+        return None
+    return walk(chart)
+
+
+def test_failed_run_is_crashed_with_exit_code(root, logdir):
+    run = trackstore.init("fail", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish(exit_code=3)
+    sync(root, logdir)
+    fin = [r.finish for _d, r in records(logdir, run, "finish")][-1]
+    assert fin.state == 2 and "exit_code=3" in fin.error  # RUN_STATE_CRASHED
+
+
+def test_sigkill_after_acknowledged_batches_ends_exact(root, logdir):
+    """Kill the sync once the cursor has acknowledged hundreds of rows: SwanLab's spool had not
+    written all of them; the journal makes the next sync re-check and resend them."""
+    run = trackstore.init("kill", root=root)
+    for s in range(2000):
+        run.log({f"m{i}": s + i / 10 for i in range(4)}, step=s)
+    run.finish()
+    args = [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "swanlab", "--mode", "offline",
+            "--logdir", str(logdir), "--batch-size", "16", "--root", str(root)]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cursor_glob = "_sync/*/project=kill/run=*.json"
+    deadline = time.monotonic() + 120
+    acked = 0
+    while time.monotonic() < deadline and p.poll() is None:
+        for f in root.glob(cursor_glob):
+            try:
+                c = json.loads(f.read_text())
+            except ValueError:
+                continue
+            acked = sum(hi - lo + 1 for rs in c["acked"].get("metrics", {}).values() for lo, hi in rs)
+        if acked >= 800:
+            break
+        time.sleep(0.005)
+    assert p.poll() is None, "the sync finished before it could be killed"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    c = json.loads(next(root.glob(cursor_glob)).read_text())
+    journal = c["remote"]["journal"]["metrics"]
+    assert sum(hi - lo + 1 for rs in journal.values() for lo, hi in rs) >= 800  # handed over, not durable
+    out, _ = sync(root, logdir, "--verify")
+    assert any("did not close" in n for n in out["notes"]), out["notes"]
+    assert out["verify_ok"] is True
+    pts = scalars(logdir, run)
+    assert len(pts) == len(set((k, s) for k, s, _v, _t in pts)) == 8000
+    assert pts == local_points(run)
+    assert len({d.name.rsplit("-", 1)[-1] for d in logdir.glob("run-*")}) == 1
+
+
+def test_fallback_without_verified_timestamp_path(root, logdir):
+    """An unverified client version uses the public API: points get the sync time, and the
+    notes say so."""
+    run = trackstore.init("fallback", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish()
+    code = ("import sys, trackstore.sync.swanlab as s\ns.TIMESTAMP_VERIFIED = ('never',)\n"
+            "from trackstore.cli.main import main\n"
+            f"sys.exit(main(['sync', '--to', 'swanlab', '--mode', 'offline', '--logdir', {str(logdir)!r}, "
+            f"'--format', 'json', '--root', {str(root)!r}]))\n")
+    p = python_child(code)
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 0, stderr
+    out = json.loads(stdout)["runs"][0]
+    assert any("original point times not kept" in n for n in out["notes"])
+    (key, step, value, ts_us), = scalars(logdir, run)
+    assert (key, step, value) == ("x", 0, 1.0)
+    assert ts_us > local_points(run)[0][3]  # stamped at sync time
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cloud_mode_unreachable_host_and_key_never_printed(root, monkeypatch):
+    secret = "sk-swanlab-test-secret-0123456789"
+    monkeypatch.setenv("SWANLAB_API_KEY", secret)
+    run = trackstore.init("cloud", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish()
+    host = f"http://127.0.0.1:{_free_port()}"
+    res = run_cli("sync", "--to", "swanlab", "--host", host, root=root)
+    assert res.returncode == 7 and "unreachable" in res.stderr.lower(), res.stdout + res.stderr
+    assert secret not in res.stdout + res.stderr
+    assert run_cli("sync", "--to", "swanlab", "--host", host, "--if-online", root=root).returncode == 0
+    for f in root.rglob("*.json"):
+        assert secret not in f.read_text()
+
+
+def test_bad_mode_is_a_usage_error(root):
+    trackstore.init("m", root=root).finish()
+    res = run_cli("sync", "--to", "swanlab", "--mode", "sideways", root=root)
+    assert res.returncode == 2 and "--mode" in res.stderr
+
+
+def test_count_points_reads_empty_and_cut_files(tmp_path):
+    """A killed session can leave a 0-byte or cut file: the reader yields what is whole."""
+    exp = "0" * 21
+    d = tmp_path / f"run-20260101_000000-{exp}"
+    d.mkdir()
+    (d / f"run-{exp}.swanlab").write_bytes(b"")
+    assert count_points(tmp_path, exp) == {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
+    (d / f"run-{exp}.swanlab").write_bytes(b":SWL\xd6\xe1\x02" + b"\x01\x02\x03")
+    assert count_points(tmp_path, exp)["metrics"] == 0
