@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests.fixtures.stores import make_run, mark_synced, set_ended, store_snapshot
+from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
 from trackstore import gc as G
 from trackstore.catalog import list_runs

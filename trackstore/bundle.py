@@ -554,8 +554,6 @@ class _KindPlan:
 
 
 def _plan_kind(local: RunPaths, staged_dir: Path, kind: str, files: dict[str, tuple[int, str]], base: str) -> _KindPlan:
-    from .compact import merged_part_name  # noqa: F401  (naming documented there)
-
     kp = _KindPlan(kind)
     rel_kind = local.kind_dir(kind).relative_to(local.dir)
     incoming_dir = staged_dir / rel_kind
