@@ -379,7 +379,9 @@ def test_ray_worker_processes_load_the_plugin_and_trace_into_the_run(store):
     finally:
         ray.shutdown()
     tracking.finish()
-    got = spans(only_run(store, "gsm8k"))
+    info = only_run(store, "gsm8k")
+    assert info.status == "finished", info.writers
+    got = spans(info)
     names = sorted(("Loop.run" if s["name"].endswith(".Loop.run") else s["name"], s["sample_index"]) for s in got)
     assert names == [("Loop.run", 0), ("Loop.run", 1), ("agent_loop", 0), ("agent_loop", 1)]
     assert len({s["writer"] for s in got}) == 2  # one writer per worker process

@@ -50,6 +50,8 @@ import inspect
 import logging
 import os
 import threading
+import time
+import weakref
 from typing import Any, Iterator, Mapping
 
 BACKEND = "trackstore"
@@ -62,6 +64,8 @@ _lock = threading.RLock()
 # Runs opened in this process, by (project, experiment name): the driver's own run, or the run a
 # worker joined for its traces. Samples and traces of the same names go to the same run.
 _runs: dict[tuple[str, str], Any] = {}
+# The runs of _runs this process joined or made for traces (never the run Tracking owns).
+_worker_runs: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 # ---------------------------------------------------------------------- install
@@ -225,7 +229,9 @@ def _join_or_create(project: str, experiment: str) -> Any:
 
     A joined run is finished by this process at exit with status ``finished``, which never
     overrides the status the owning process records; it is not failed by this process's SIGTERM
-    (Ray stops its workers that way at the end of every job).
+    (Ray stops its workers that way at the end of every job). Between batches this writer is
+    recorded as ended (see :func:`_mark_idle`), so a worker that Ray stops without running its
+    exit handlers does not make the run look crashed.
     """
     import atexit
 
@@ -239,11 +245,32 @@ def _join_or_create(project: str, experiment: str) -> Any:
         if running:
             run_id = running[-1].run_id
     if run_id is None:
-        return trackstore.init(project=project, name=experiment or None, tags=["verl"])
-    run = trackstore.init(project=project, run_id=run_id, resume=True)
-    run_module._live_runs.discard(run)  # this process is not the run's owner: see the docstring
-    atexit.register(_finish_joined, run)
+        run = trackstore.init(project=project, name=experiment or None, tags=["verl"])
+    else:
+        run = trackstore.init(project=project, run_id=run_id, resume=True)
+        run_module._live_runs.discard(run)  # this process is not the run's owner: see the docstring
+        atexit.register(_finish_joined, run)
+    _worker_runs.add(run)
     return run
+
+
+def _mark_idle(run: Any, idle: bool) -> None:
+    """Record this worker's writer as ended while it has no trajectory open, running again when
+    the next batch starts.
+
+    Readers call a run whose writers all died without ending ``crashed``; Ray stops its workers
+    with SIGTERM (for an async actor, in a thread where Python cannot catch it), so a worker's
+    writer never ends by itself. Its data is on disk at that point (the batch's flush), so
+    "ended" is the truth. Uses the run's writer record (``Run._writer_info``), as the heartbeat does.
+    """
+    from trackstore import meta
+
+    info = run._writer_info
+    if idle:
+        info.update(status="finished", ended_at=meta.iso(time.time()))
+    else:
+        info.update(status="running", ended_at=None)
+    meta.write_writer_file(run.paths, info, durable=idle)
 
 
 def _finish_joined(run: Any) -> None:
@@ -295,15 +322,28 @@ class TraceClient:
     def trajectory(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
         fields, extra = _trace_fields(attributes)
         try:
-            tr = self.run.trace(name=name, **fields, **extra)
-            tr.__enter__()
+            run = self.run
+            with self._open_lock:
+                if self._open == 0 and run in _worker_runs:
+                    _mark_idle(run, False)
+                self._open += 1
         except Exception as exc:
             log.warning("trackstore: rollout trace not recorded: %s", exc)
             yield None
             return
+        try:
+            tr = run.trace(name=name, **fields, **extra)
+            tr.__enter__()
+        except Exception as exc:
+            log.warning("trackstore: rollout trace not recorded: %s", exc)
+            tr = None
+        if tr is None:
+            try:
+                yield None
+            finally:
+                self._close_one(run, flush=False)
+            return
         token = _current_trace.set(tr)
-        with self._open_lock:
-            self._open += 1
         exc_info: tuple = (None, None, None)
         try:
             yield tr
@@ -316,17 +356,23 @@ class TraceClient:
                 tr.__exit__(*exc_info)
             except Exception as exc:
                 log.warning("trackstore: closing rollout trace: %s", exc)
-            with self._open_lock:
-                self._open -= 1
-                batch_done = self._open == 0
-            if batch_done:
-                # The last trajectory of this worker's batch: put the batch's spans on disk now.
-                # Ray ends worker processes without running their exit handlers, so whatever is
-                # still buffered when the job ends would otherwise be lost. Once per batch.
-                try:
-                    tr.run.flush()
-                except Exception as exc:
-                    log.warning("trackstore: flushing rollout traces: %s", exc)
+            self._close_one(run, flush=True)
+
+    def _close_one(self, run: Any, flush: bool) -> None:
+        """One trajectory ended. After the last one of a batch, the batch's spans go to disk now:
+        Ray ends worker processes without running their exit handlers, so whatever is still
+        buffered when the job ends would otherwise be lost. Once per batch."""
+        with self._open_lock:
+            self._open -= 1
+            if self._open:
+                return
+            try:
+                if flush:
+                    run.flush()
+                if run in _worker_runs and not run.finished:
+                    _mark_idle(run, True)
+            except Exception as exc:
+                log.warning("trackstore: flushing rollout traces: %s", exc)
 
 
 def _trace_fields(attributes: Mapping[str, Any]) -> tuple[dict, dict]:
