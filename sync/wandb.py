@@ -297,7 +297,8 @@ class WandbAdapter(Adapter):
             tags = tuple(str(t)[:64] for t in meta.get("tags") or [])
             if tags and tuple(wb.tags or ()) != tags:
                 wb.tags = tags
-            wb.name = run.name
+            if wb.name != run.name:
+                wb.name = run.name
         except Exception as exc:
             raise self._wrap(exc, "config/tags") from exc
         if any(len(str(t)) > 64 for t in meta.get("tags") or []):

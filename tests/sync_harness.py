@@ -191,7 +191,8 @@ class WandbHarness(Harness):
             for r in recs:
                 if r["type"] == "history":
                     h = r["history"]
-                    rows.append({**h["item"], "step": (h.get("step") or {}).get("num", h["item"].get("_step", 0))})
+                    item = _nest_media(h["item"])
+                    rows.append({**item, "step": (h.get("step") or {}).get("num", item.get("_step", 0))})
         return rows
 
     def metrics(self, project, run_id):
@@ -226,6 +227,19 @@ class WandbHarness(Harness):
     def remote_run_count(self, project, run_id):
         # offline folders are per session; a wandb run is the set of folders sharing one id
         return len({d.name.rsplit("-", 1)[-1] for d in (self.dir / "wandb").glob("*run-*") if not d.is_symlink()})
+
+
+def _nest_media(item: dict) -> dict:
+    """``leet inspect`` prints a media value flat (``h._type``, ``h.bins``...): nest it again."""
+    media = {k[: -len("._type")] for k in item if k.endswith("._type")}
+    out: dict = {}
+    for key, value in item.items():
+        prefix = next((m for m in media if key.startswith(m + ".")), None)
+        if prefix is None:
+            out[key] = value
+        else:
+            out.setdefault(prefix, {})[key[len(prefix) + 1:]] = value
+    return out
 
 
 HARNESSES["wandb"] = WandbHarness
