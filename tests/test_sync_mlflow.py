@@ -343,3 +343,98 @@ def test_samples_as_table_artifacts(root, tmp_path):
     table = json.loads(Path(local).read_text())
     cols = table["columns"]
     assert len(table["data"]) == 3 and table["data"][0][cols.index("input")] == "你好"
+
+
+WRITER_CHILD = """
+import sys, time, trackstore
+run = trackstore.init("live", run_id=sys.argv[2], root=sys.argv[1], flush_interval=0.2)
+for s in range(int(sys.argv[3])):
+    run.log({"loss": 1.0 / (s + 1), "acc": s / 1000}, step=s)
+    time.sleep(0.025)
+run.finish()
+"""
+
+
+def test_live_run_synced_repeatedly_while_written(root, tmp_path):
+    """A login node syncing a run that a compute node is still writing: every round sends only
+    what is new, and the end state is exact with the final status."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(root), "live-run-1", "600"])
+    rounds = 0
+    while writer.poll() is None and rounds < 30:
+        res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+        assert res.returncode == 0, res.stderr
+        rounds += 1
+    writer.wait()
+    assert writer.returncode == 0
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+    c = client_for(uri)
+    r = remote_run(c, "live", "live-run-1")
+    assert rounds >= 2
+    assert len(c.get_metric_history(r.info.run_id, "loss")) == 600
+    assert r.info.status == "FINISHED"
+
+
+def test_watch_mode_follows_a_live_run(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = trackstore.init("w", run_id="watched", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.flush()
+    watcher = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--watch", "1",
+                                "--root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        c = client_for(uri)
+        while time.time() < deadline:
+            try:
+                if c.get_experiment_by_name("w") is not None and len(
+                        c.get_metric_history(remote_run(c, "w", "watched").info.run_id, "x")) == 1:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.5)
+        run.log({"x": 2.0}, step=1)
+        run.finish()
+        while time.time() < deadline:
+            r = remote_run(c, "w", "watched")
+            if len(c.get_metric_history(r.info.run_id, "x")) == 2 and r.info.status == "FINISHED":
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("--watch did not pick up the new point and the final status")
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(timeout=30)
+
+
+def test_two_real_syncs_at_once_one_gets_the_lock(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    make_run(root, steps=400, keys=5)
+    first = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size",
+                              "10", "--root", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lock = root / "_locks" / "sync-mlflow.lock"
+        deadline = time.time() + 60
+        while not lock.exists() and time.time() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        assert lock.exists(), "the first sync never took the lock"
+        second = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+        assert second.returncode == 6 and "lock" in second.stderr.lower()
+    finally:
+        first.wait(timeout=300)
+    assert first.returncode == 0
+
+
+def test_selection_flags(root, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    a = make_run(root, project="a", steps=1, keys=1)
+    live = make_run(root, project="b", steps=1, keys=1, finish=False)
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--finished-only", "--dry-run", "--format", "json", root=root)
+    assert [r["run_id"] for r in json.loads(res.stdout)["runs"]] == [a.id]
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--project", "b", "--dry-run", "--format", "json", root=root)
+    assert [r["run_id"] for r in json.loads(res.stdout)["runs"]] == [live.id]
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--since", "1h", "--dry-run", "--format", "json", root=root)
+    assert len(json.loads(res.stdout)["runs"]) == 2
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--since", "soon", root=root)
+    assert res.returncode == 2 and "duration" in res.stderr
