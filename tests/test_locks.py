@@ -57,11 +57,11 @@ def test_dead_holder_is_taken_over(root):
     assert not lk.path.exists()
 
 
-def _fake_remote(root, name, age_s):
+def _fake_remote(root, name, age_s, token="remote"):
     path = locks.lock_path(root, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     t = iso(time.time() - age_s)
-    path.write_text(json.dumps({"name": name, "host": "some-other-node", "pid": 1, "token": "remote",
+    path.write_text(json.dumps({"name": name, "host": "some-other-node", "pid": 1, "token": token,
                                 "created_at": t, "heartbeat_at": t, "info": {}}))
     return path
 
@@ -172,3 +172,16 @@ def test_import_stays_cheap():
     code = "import sys, trackstore.locks; print('pyarrow' in sys.modules or 'duckdb' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_takeover_restores_a_lock_that_replaced_the_stale_one(root):
+    """The file judged stale was replaced before the rename: the new one is put back, not deleted."""
+    stale = _fake_remote(root, "swap", age_s=locks.STALE_AFTER_S + 60)
+    judged = locks._identity(stale)
+    stale.unlink()
+    fresh = _fake_remote(root, "swap", age_s=0, token="fresh")  # may even reuse the inode
+    fresh_bytes = fresh.read_bytes()
+    locks._take_over(fresh, judged)
+    assert fresh.read_bytes() == fresh_bytes
+    with pytest.raises(LockHeldError):
+        locks.acquire(root, "swap")

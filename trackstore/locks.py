@@ -46,8 +46,9 @@ heartbeat_at, info}``. A lock file is *stale* when
 
 Taking over a stale lock is race-free: every check-and-create and every takeover runs while
 holding ``flock`` on ``<name>.guard`` (released by the kernel if the process dies), and the
-stale file is first renamed to a unique name and re-read, so a fresh lock created by someone
-else in between is recognised (by its token) and put back instead of being deleted.
+stale file is first renamed to a unique name and checked, so a fresh lock created by someone
+else in between (possible only where flock does not work) is recognised (inode, mtime, token)
+and put back instead of being deleted.
 """
 
 from __future__ import annotations
@@ -283,16 +284,28 @@ def _try_create(path: Path, data: dict) -> bool:
     return True
 
 
-def _take_over(path: Path, judged: dict | None) -> None:
-    """Move a stale lock file aside; put it back if it turns out not to be the one judged stale."""
+def _identity(path: Path) -> tuple | None:
+    """What tells one lock file from another: inode, change time, size and holder token."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, (_read(path) or {}).get("token")
+
+
+def _take_over(path: Path, judged: tuple | None) -> None:
+    """Move a stale lock file aside; put it back if it is not the file judged stale.
+
+    Files are told apart by inode, mtime, size and token (:func:`_identity`), so even an
+    unreadable lock created by someone else between the judgement and the rename is
+    recognised and restored, never deleted.
+    """
     aside = path.with_name(f".{path.name}.stale-{secrets.token_hex(4)}")
     try:
         os.rename(path, aside)
     except FileNotFoundError:
         return
-    moved = _read(aside)
-    same = (moved or {}).get("token") == (judged or {}).get("token")
-    if not same and moved is not None:
+    if _identity(aside) != judged:
         try:
             os.link(aside, path)  # a fresh lock was created meanwhile: restore it (fails if replaced)
         except OSError:
@@ -325,9 +338,10 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
         with _guard(path):
             if _try_create(path, data):
                 return Lock(root, name, path, data, stale_after)
+            judged = _identity(path)
             current = _read(path)
             if _is_stale(current, path, stale_after):
-                _take_over(path, current)
+                _take_over(path, judged)
                 if _try_create(path, data):
                     return Lock(root, name, path, data, stale_after)
                 current = _read(path)
