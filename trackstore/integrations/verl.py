@@ -241,7 +241,7 @@ def _join_or_create(project: str, experiment: str) -> Any:
 
     run_id = os.environ.get(ENV_RUN_ID) or None
     if run_id is None:
-        running = [r for r in catalog.list_runs(project=project, status="running") if r.name == (experiment or r.name)]
+        running = [r for r in catalog.list_runs(project=project, status="running") if not experiment or r.name == experiment]
         if running:
             run_id = running[-1].run_id
     if run_id is None:
@@ -259,9 +259,9 @@ def _mark_idle(run: Any, idle: bool) -> None:
     the next batch starts.
 
     Readers call a run whose writers all died without ending ``crashed``; Ray stops its workers
-    with SIGTERM (for an async actor, in a thread where Python cannot catch it), so a worker's
-    writer never ends by itself. Its data is on disk at that point (the batch's flush), so
-    "ended" is the truth. Uses the run's writer record (``Run._writer_info``), as the heartbeat does.
+    with a signal at the end of a job and their exit handlers do not run, so a worker's writer
+    would never end. Its data is on disk at that point (the batch's flush), so "ended" is the
+    truth. Uses the run's writer record (``Run._writer_info``), as the heartbeat does.
     """
     from trackstore import meta
 
@@ -271,6 +271,45 @@ def _mark_idle(run: Any, idle: bool) -> None:
     else:
         info.update(status="running", ended_at=None)
     meta.write_writer_file(run.paths, info, durable=idle)
+
+
+class _Activity:
+    """Counts the trajectories (and sample batches) being written in this process.
+
+    When the count falls to zero (a worker's batch is done) the buffered records go to disk now:
+    Ray ends worker processes without running their exit handlers, so whatever is still buffered
+    when the job ends would otherwise be lost; this happens once per batch. A worker's writer is
+    then recorded as ended until the next batch (:func:`_mark_idle`).
+    """
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def begin(self, run: Any) -> None:
+        with self._lock:
+            if self._n == 0 and run in _worker_runs:
+                try:
+                    _mark_idle(run, False)
+                except OSError as exc:  # the heartbeat rewrites the writer file anyway
+                    log.warning("trackstore: writer file: %s", exc)
+            self._n += 1
+
+    def end(self, run: Any, flush: bool) -> None:
+        with self._lock:
+            self._n -= 1
+            if self._n:
+                return
+            try:
+                if flush:
+                    run.flush()
+                if run in _worker_runs and not run.finished:
+                    _mark_idle(run, True)
+            except Exception as exc:
+                log.warning("trackstore: flushing rollout traces: %s", exc)
+
+
+_activity = _Activity()
 
 
 def _finish_joined(run: Any) -> None:
@@ -292,7 +331,11 @@ def _patch_validation(ValidationGenerationsLogger: type) -> None:
         if BACKEND in list(loggers or ()):
             try:
                 run = _run_for(getattr(self, "project_name", None), getattr(self, "experiment_name", None))
-                run.log_samples(list(samples), step=step, split="val")
+                _activity.begin(run)
+                try:
+                    run.log_samples(list(samples), step=step, split="val")
+                finally:
+                    _activity.end(run, flush=True)
             except Exception as exc:
                 log.warning("trackstore: validation generations at step %s not stored: %s", step, exc)
         return result
@@ -311,8 +354,6 @@ class TraceClient:
     def __init__(self, project_name: str | None, experiment_name: str | None):
         self.project_name = project_name
         self.experiment_name = experiment_name
-        self._open = 0  # trajectories open in this process
-        self._open_lock = threading.Lock()
 
     @property
     def run(self) -> Any:
@@ -323,10 +364,7 @@ class TraceClient:
         fields, extra = _trace_fields(attributes)
         try:
             run = self.run
-            with self._open_lock:
-                if self._open == 0 and run in _worker_runs:
-                    _mark_idle(run, False)
-                self._open += 1
+            _activity.begin(run)
         except Exception as exc:
             log.warning("trackstore: rollout trace not recorded: %s", exc)
             yield None
@@ -341,7 +379,7 @@ class TraceClient:
             try:
                 yield None
             finally:
-                self._close_one(run, flush=False)
+                _activity.end(run, flush=False)
             return
         token = _current_trace.set(tr)
         exc_info: tuple = (None, None, None)
@@ -356,23 +394,7 @@ class TraceClient:
                 tr.__exit__(*exc_info)
             except Exception as exc:
                 log.warning("trackstore: closing rollout trace: %s", exc)
-            self._close_one(run, flush=True)
-
-    def _close_one(self, run: Any, flush: bool) -> None:
-        """One trajectory ended. After the last one of a batch, the batch's spans go to disk now:
-        Ray ends worker processes without running their exit handlers, so whatever is still
-        buffered when the job ends would otherwise be lost. Once per batch."""
-        with self._open_lock:
-            self._open -= 1
-            if self._open:
-                return
-            try:
-                if flush:
-                    run.flush()
-                if run in _worker_runs and not run.finished:
-                    _mark_idle(run, True)
-            except Exception as exc:
-                log.warning("trackstore: flushing rollout traces: %s", exc)
+            _activity.end(run, flush=True)
 
 
 def _trace_fields(attributes: Mapping[str, Any]) -> tuple[dict, dict]:
