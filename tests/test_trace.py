@@ -403,3 +403,14 @@ def test_manual_start_and_end(root):
     assert (rows["episode"]["status"], rows["episode"]["error"]) == ("error", "timeout")
     ep, tool = rows["episode"], rows["tool"]
     assert ep["start_ns"] <= tool["start_ns"] <= tool["end_ns"] <= ep["end_ns"]
+
+
+def test_spans_of_a_trace_never_entered_are_not_orphans(root):
+    run = trackstore.init("p", root=root)
+    tr = run.trace(step=0)  # the caller forgot `with`
+    with tr.span("gen", kind="llm"):
+        pass
+    run.finish()
+    rows = {r["name"]: r for r in read_spans(run)}
+    assert rows["gen"]["parent_span_id"] == rows["episode"]["span_id"]
+    assert rows["episode"]["status"] == "unfinished"  # never ended: kept, and visibly so

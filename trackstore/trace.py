@@ -489,7 +489,13 @@ class Trace:
 
     def span(self, name: str, kind: str = "other", inputs: Any = _UNSET,
              attributes: Mapping[str, Any] | None = None) -> Span:
-        """A new span under the innermost open span of this trace (the root if none)."""
+        """A new span under the innermost open span of this trace (the root if none).
+
+        A trace used without ``with``/:meth:`start` is started here, so its spans are never
+        orphans; end it with :meth:`end` (else it is kept as ``unfinished`` when the run ends).
+        """
+        if not self.root.start_ns:
+            self.root.start()
         return Span(self, name, kind, self._parent(), inputs=inputs, attributes=attributes)
 
     def _parent(self) -> Span:
