@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from .errors import InvalidValueError, UsageError
+from .run import _as_step, _ts_now
 from .samples import as_score, clean_text, encode_json, plain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -382,8 +383,6 @@ class Span:
 
     # -------------------------------------------------------------- the row
     def _row(self, status: str, with_data: bool = True) -> dict:
-        from .run import _ts_now
-
         tr = self.trace
         settings = tr._settings
         attrs = self.attributes
@@ -445,8 +444,6 @@ class Trace:
     def __init__(self, run: "Run", step: int | None = None, sample_index: int | None = None,
                  rollout_n: int | None = None, name: str = "episode", *, validate: bool = False,
                  reward: Any = None, **attrs: Any):
-        from .run import _as_step
-
         if run.finished:
             raise UsageError(f"run {run.id} is finished; traces cannot be added to it")
         self.run = run
