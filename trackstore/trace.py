@@ -337,6 +337,7 @@ class Span:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "Span":
+        """Start the span now (``with`` does this). It may be checkpointed from now on."""
         if self.start_ns:
             raise UsageError(f"span {self.name!r} was already started")
         self.start_ns = time.time_ns()
@@ -348,6 +349,8 @@ class Span:
 
     def end(self, status: str | None = None, error: BaseException | str | None = None) -> None:
         """Finish the span (idempotent) and buffer its final row."""
+        if status is not None and status not in ("ok", "error"):
+            raise InvalidValueError(f"span status must be 'ok' or 'error', got {status!r}")
         if self._ended:
             return
         if not self.start_ns:
@@ -357,8 +360,6 @@ class Span:
         if error is not None:
             self.set_error(error)
         if status is not None:
-            if status not in ("ok", "error"):
-                raise InvalidValueError(f"span status must be 'ok' or 'error', got {status!r}")
             self.status = status
         elif self.status == "unfinished":
             self.status = "ok"
