@@ -64,12 +64,16 @@ MODES = {"cloud": "online", "online": "online", "offline": "offline", "local": "
 DEFAULT_HOST = "https://api.swanlab.cn"
 FINISH_STATE = {"finished": "success", "failed": "crashed", "crashed": "aborted"}
 MAX_KEY = 255
+MAX_STEP = 2 ** 48
+#: seconds SwanLab cloud may need to count a cut session's steps before a resume sees them
+CLOUD_SETTLE_S = 15.0
 
 SKIP_SECOND = "a second value for a (key, step) SwanLab already holds (SwanLab keeps the first)"
 SKIP_OLD = "a late value at or below the key's last step at SwanLab (SwanLab is append-only per key)"
 SKIP_NULL = "metric value is null"
 SKIP_KEY = "key is empty after SwanLab's trimming of leading/trailing '.', '/' and spaces"
 SKIP_NO_STEP = "trajectory without a step (SwanLab media need one)"
+SKIP_STEP = "step outside SwanLab's range 0..2**48"
 SKIP_MISSING = "artifact file missing from the store"
 
 
@@ -264,8 +268,8 @@ class SwanlabAdapter(Adapter):
         meta = run.meta
         exp = experiment_id(run.project, run.run_id)
         project = self.options.project or run.project
-        if self.mode != "online":
-            self.logdir.mkdir(parents=True, exist_ok=True)
+        self.logdir.mkdir(parents=True, exist_ok=True)  # cloud mode keeps SwanLab's local copy here too
+        self._settle(cursor)
         try:
             self._run = swanlab.init(
                 project=project, workspace=self.options.entity, name=run.name,
@@ -284,6 +288,18 @@ class SwanlabAdapter(Adapter):
         if self._log_fn is None:
             self._notes.append(f"original point times not kept: swanlab {swanlab.__version__} is not a client "
                                f"version trackstore verified its timestamp path with; points carry sync time")
+
+    def _settle(self, cursor) -> None:
+        """Cloud only: before re-sending rows of a cut session, give the server time to count
+        the steps it received (its per-key summary is updated asynchronously; a resume that
+        reads a stale summary would append duplicates instead of dropping them)."""
+        if self.mode != "online" or not (cursor.remote.get("resend") or cursor.in_doubt):
+            return
+        import time
+
+        wait = float(cursor.remote.get("last_send_at") or 0) + CLOUD_SETTLE_S - time.time()
+        if wait > 0:
+            time.sleep(min(wait, CLOUD_SETTLE_S))
 
     def _config(self, run, status: str) -> dict:
         meta = run.meta
@@ -374,6 +390,9 @@ class SwanlabAdapter(Adapter):
         return self._held
 
     def _journal(self, kind: str, ids: RangeSet) -> None:
+        import time
+
+        self._cursor.remote["last_send_at"] = round(time.time(), 3)
         journal = self._cursor.remote.setdefault("journal", {})
         cur = RangeSet.from_json(journal.get(kind))
         cur.update(ids)
@@ -414,6 +433,9 @@ class SwanlabAdapter(Adapter):
                n: int = 1) -> bool:
         """Whether a value for (key, step) is to be logged now. Rejections are counted in
         ``result``; a re-sent value the target already holds is neither logged nor counted."""
+        if not 0 <= step <= MAX_STEP:
+            result.skip(SKIP_STEP, n)
+            return False
         if (key, step) in seen:
             result.skip(SKIP_SECOND, n)
             return False
@@ -577,27 +599,34 @@ class SwanlabAdapter(Adapter):
         return count_points(self.logdir, experiment_id(run.project, run.run_id))
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:
+        """What ``send`` will report for ``rows``, without sending (``--dry-run``). Values that
+        depend on what SwanLab already holds (second and late values) show up only when sent."""
         out: dict[str, int] = {}
         if not rows.num_rows:
             return out
-        if kind == "metrics":
-            nulls = rows.column("value").null_count
-            if nulls:
-                out[SKIP_NULL] = nulls
-            import pyarrow.compute as pc
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
+        def count(mask) -> int:
+            return int(pc.sum(pc.fill_null(mask, False).cast("int64")).as_py() or 0)
+
+        if kind == "metrics":
+            if rows.column("value").null_count:
+                out[SKIP_NULL] = rows.column("value").null_count
             keys = pc.unique(rows.column("key")).to_pylist()
             empty = [k for k in keys if not swanlab_key(k)]
             if empty:
-                out[SKIP_KEY] = int(pc.sum(pc.is_in(rows.column("key"), value_set=__import__("pyarrow").array(empty))
-                                           .cast("int64")).as_py() or 0)
+                out[SKIP_KEY] = count(pc.is_in(rows.column("key"), value_set=pa.array(empty, pa.string())))
             renamed = [k for k in keys if swanlab_key(k) and swanlab_key(k) != k]
             if renamed:
                 out[f"{len(renamed)} metric keys trimmed by SwanLab (see docs/sync.md)"] = 0
-        if kind == "spans":
-            nostep = rows.column("step").null_count
-            if nostep:
-                out[SKIP_NO_STEP] = nostep
+        if kind in ("metrics", "samples", "histograms", "spans"):
+            steps = rows.column("step")
+            bad = count(pc.or_(pc.less(steps, 0), pc.greater(steps, MAX_STEP)))
+            if bad:
+                out[SKIP_STEP] = bad
+        if kind == "spans" and rows.column("step").null_count:
+            out[SKIP_NO_STEP] = rows.column("step").null_count
         return out
 
 

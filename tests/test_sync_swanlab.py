@@ -269,3 +269,19 @@ def test_count_points_reads_empty_and_cut_files(tmp_path):
     assert count_points(tmp_path, exp) == {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
     (d / f"run-{exp}.swanlab").write_bytes(b":SWL\xd6\xe1\x02" + b"\x01\x02\x03")
     assert count_points(tmp_path, exp)["metrics"] == 0
+
+
+def test_steps_outside_swanlab_range_are_reported(root, logdir):
+    from trackstore.sync.swanlab import SKIP_STEP
+
+    run = trackstore.init("range", root=root)
+    run.log({"x": 1.0}, step=-1)
+    run.log({"x": 2.0}, step=2 ** 49)
+    run.log({"x": 3.0}, step=0)
+    run.finish()
+    res = run_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", str(logdir), "--dry-run",
+                  "--format", "json", root=root)
+    assert json.loads(res.stdout)["runs"][0]["skipped_by_reason"] == {SKIP_STEP: 2}
+    out, _ = sync(root, logdir, "--verify")
+    assert out["skipped_by_reason"] == {SKIP_STEP: 2} and out["verify_ok"] is True
+    assert [(k, s, v) for k, s, v, _t in scalars(logdir, run)] == [("x", 0, 3.0)]
