@@ -414,3 +414,49 @@ def test_spans_of_a_trace_never_entered_are_not_orphans(root):
     rows = {r["name"]: r for r in read_spans(run)}
     assert rows["gen"]["parent_span_id"] == rows["episode"]["span_id"]
     assert rows["episode"]["status"] == "unfinished"  # never ended: kept, and visibly so
+
+
+WORKER = """
+import asyncio, sys, trackstore
+from trackstore.trace import traced
+run = trackstore.init("p", root=sys.argv[1], run_id="shared", resume=True)
+w = int(sys.argv[2])
+
+@traced(kind="llm")
+async def generate(prompt):
+    await asyncio.sleep(0.001 * (hash(prompt) % 5))
+    return prompt.upper()
+
+async def episode(i):
+    async with run.trace(step=1, sample_index=w * 10 + i, worker=w) as tr:
+        await generate(f"w{w}-{i}")
+        tr.set_reward(i)
+
+async def main():
+    await asyncio.gather(*(episode(i) for i in range(5)))
+
+asyncio.run(main())
+run.finish()
+"""
+
+
+def test_several_worker_processes_one_run_queried_with_sql(root):
+    import subprocess
+    import sys
+
+    trackstore.init("p", root=root, run_id="shared").finish()
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(root), str(w)], stderr=subprocess.PIPE, text=True)
+             for w in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    con = trackstore.connect(root)
+    rows = con.execute(
+        "SELECT root.sample_index, root.reward, count(c.span_id), count(DISTINCT c.writer), "
+        "any_value(json_extract_string(c.outputs, '$')) "
+        "FROM spans root JOIN spans c ON c.trace_id = root.trace_id AND c.parent_span_id = root.span_id "
+        "WHERE root.parent_span_id IS NULL GROUP BY ALL ORDER BY 1").fetchall()
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [(w * 10 + i, float(i), 1, 1) for w in range(3) for i in range(5)]
+    assert [r[4] for r in rows] == [f"W{w}-{i}" for w in range(3) for i in range(5)]
+    writers = con.execute("SELECT count(DISTINCT writer) FROM spans").fetchone()[0]
+    assert writers == 3
