@@ -456,7 +456,8 @@ def test_several_worker_processes_one_run_queried_with_sql(root):
         "any_value(json_extract_string(c.outputs, '$')) "
         "FROM spans root JOIN spans c ON c.trace_id = root.trace_id AND c.parent_span_id = root.span_id "
         "WHERE root.parent_span_id IS NULL GROUP BY ALL ORDER BY 1").fetchall()
-    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [(w * 10 + i, float(i), 1, 1) for w in range(3) for i in range(5)]
+    expected = [(w * 10 + i, float(i), 1, 1) for w in range(3) for i in range(5)]
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == expected
     assert [r[4] for r in rows] == [f"W{w}-{i}" for w in range(3) for i in range(5)]
     writers = con.execute("SELECT count(DISTINCT writer) FROM spans").fetchone()[0]
     assert writers == 3
