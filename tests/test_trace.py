@@ -421,6 +421,8 @@ import asyncio, sys, trackstore
 from trackstore.trace import traced
 run = trackstore.init("p", root=sys.argv[1], run_id="shared", resume=True)
 w = int(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()  # all workers write their spans at the same time
 
 @traced(kind="llm")
 async def generate(prompt):
@@ -445,8 +447,15 @@ def test_several_worker_processes_one_run_queried_with_sql(root):
     import sys
 
     trackstore.init("p", root=root, run_id="shared").finish()
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(root), str(w)], stderr=subprocess.PIPE, text=True)
-             for w in range(3)]
+    procs = []
+    for w in range(3):  # started one after the other (concurrent resume of one run is run.py's business)
+        p = subprocess.Popen([sys.executable, "-c", WORKER, str(root), str(w)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        procs.append(p)
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
