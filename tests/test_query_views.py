@@ -231,3 +231,19 @@ def test_part_with_older_schema_flushed_after_connect(root):
          schema_=old, writer="b-old")
     rows = run_sql(con, "SELECT output, json_fields FROM samples ORDER BY step").to_pylist()
     assert rows == [{"output": "new", "json_fields": ["input"]}, {"output": "old", "json_fields": None}]
+
+
+def test_sync_state_view_reads_the_ledger(root):
+    from trackstore.ranges import RangeSet
+    from trackstore.syncstate import Cursor, save_cursor
+
+    run = make_run(root, "p", "synced", steps=5)  # 10 metric rows, seq 0..9 of one writer
+    writer = query("SELECT DISTINCT writer FROM metrics", root=root).column("writer")[0].as_py()
+    acked = RangeSet()
+    acked.add_range(writer, 0, 6)
+    save_cursor(root, Cursor(target="mlflow", destination="http://127.0.0.1:5000", project="p",
+                             run_id=run.id, acked={"metrics": acked}, synced_status="running"))
+    rows = query("SELECT target, destination, acked_rows, pending_rows FROM sync_state WHERE kind = 'metrics'",
+                 root=root).to_pylist()
+    assert len(rows) == 1 and rows[0]["target"] == "mlflow"
+    assert rows[0]["acked_rows"] + rows[0]["pending_rows"] == 10 and rows[0]["pending_rows"] > 0

@@ -22,10 +22,15 @@ The promises this module keeps:
   flushed (renamed into place) is seen by the next query. Temp files (``.name.xxxx.tmp``) never
   match, and ``_trash``/``_quarantine``/``_sync`` are outside the globbed tree.
 * A damaged part file (truncated, garbage, missing footer) never turns every query into an
-  obscure error. :func:`connect` checks each part's Parquet framing once (cached by path, size
-  and mtime) and by default skips a bad file with a warning naming it (``on_corrupt="error"``
-  raises :class:`~trackstore.errors.CorruptFileError` instead). A file damaged inside its data
-  pages is caught at query time: the error names the file and points to ``trackstore doctor``.
+  obscure error. :func:`connect` checks each part's Parquet framing and footer once (cached by
+  path, size and mtime) and by default skips a bad file with a warning naming it
+  (``on_corrupt="error"`` raises :class:`~trackstore.errors.CorruptFileError` instead). A file
+  damaged inside its data pages is caught at query time: the error names the file and points
+  to ``trackstore doctor``.
+* Fast with thousands of parts: when every part of a kind has the same columns (the footers
+  read at connect say so), the view binds to one file's schema instead of DuckDB's
+  ``union_by_name``, which would re-read every footer at every query. If a part with other
+  columns is flushed later, the views switch to ``union_by_name`` and the query is retried.
 * ``runs`` comes from ``run.json`` through :func:`trackstore.catalog.list_runs`, so its
   ``status`` is the *effective* one (a run whose writer died is ``crashed``).
 * Read-only: with ``read_only=True`` (the default) the connection is in memory, may read files
@@ -40,7 +45,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -596,8 +600,3 @@ def wide(run_id: str, keys: Iterable[str] | None = None, root: str | os.PathLike
     finally:
         if own:
             con.close()
-
-
-def warn_to_stderr(w: warnings.WarningMessage) -> None:
-    """Print a caught :class:`SkippedFileWarning` the way the CLI shows warnings."""
-    sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
