@@ -385,3 +385,35 @@ def test_ray_worker_processes_load_the_plugin_and_trace_into_the_run(store):
     names = sorted(("Loop.run" if s["name"].endswith(".Loop.run") else s["name"], s["sample_index"]) for s in got)
     assert names == [("Loop.run", 0), ("Loop.run", 1), ("agent_loop", 0), ("agent_loop", 1)]
     assert len({s["writer"] for s in got}) == 2  # one writer per worker process
+
+
+def test_verls_own_wandb_backend_under_trackstore_run(store, tmp_path):
+    """An unchanged `trainer.logger=[console,wandb]` job run through `trackstore run`: verl's own
+    wandb code (init, log(data=...), its rebuilt validation table, finish) lands in the store."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import verl\n"
+        "from verl.utils.tracking import Tracking, ValidationGenerationsLogger\n"
+        "t = Tracking('wb-verl', 'exp', ['console', 'wandb'], config={'trainer': {'total_epochs': 1}})\n"
+        "v = ValidationGenerationsLogger('wb-verl', 'exp')\n"
+        "for step in (1, 2):\n"
+        "    t.log(data={'actor/pg_loss': 0.5 / step}, step=step)\n"
+        "    v.log(['console', 'wandb'], [('q1', 'a1', 1.0), ('q2', 'a2', 0.0)], step)\n"
+        "import wandb\n"
+        "print('MODULE', wandb.__name__)\n"
+        "t.finish(exit_code=0)\n"
+    )
+    out = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "run", "--", sys.executable, str(script)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "MODULE trackstore.compat.wandb" in out.stdout and not (tmp_path / "wandb").exists()
+    info = only_run(store, "wb-verl")
+    assert info.status == "finished" and info.meta["config"] == {"trainer": {"total_epochs": 1}}
+    assert sorted((r["step"], r["key"], r["value"]) for r in rows(info, "metrics")) == [
+        (1, "actor/pg_loss", 0.5), (2, "actor/pg_loss", 0.25)]
+    # verl re-logs its whole wide table each time: each row is stored once
+    import json
+
+    wide = [(r["step"], json.loads(r["extra"])) for r in rows(info, "samples")]
+    assert [(s, e["step"], e["input_1"], e["output_2"], e["score_2"]) for s, e in wide] == [
+        (1, 1, "q1", "a2", 0.0), (2, 2, "q1", "a2", 0.0)]
