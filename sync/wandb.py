@@ -78,9 +78,9 @@ SECOND = "second value for one key at one step (wandb keeps the last)"
 NULL = "metric value is null"
 OVER_TABLE = f"sample rows over wandb's {MAX_TABLE_ROWS}-row table limit (evenly spaced subset kept)"
 
-_BAD_ID = re.compile(r"[:;,#?/'\s]")
 _BAD_PROJECT = re.compile(r"[/\\#?%:]")
 _ART_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_TIMESPEC = re.compile(r"\d{8}_\d{6}")
 
 
 def wandb_run_id(project: str, run_id: str) -> str:
@@ -159,6 +159,7 @@ class WandbAdapter(Adapter):
         self._info = None
         self._pending: dict[str, list[dict]] = {}   # other kinds' rows that may be carried
         self._staged: dict[str, tuple] = {}  # batch id -> logged, awaiting the barrier (a retry only waits)
+        self._open_notes: list[str] = []
 
     # ------------------------------------------------------------------ plumbing
     def destination(self) -> str:
@@ -241,6 +242,7 @@ class WandbAdapter(Adapter):
                                  f"/ \\ # ? % :); pass --remote-project")
         rid = wandb_run_id(run.project, run.run_id)
         self.root_dir.mkdir(parents=True, exist_ok=True)
+        _avoid_same_second(self.root_dir / "wandb", rid)
         try:
             wb = wandb.init(project=project, entity=self.entity, id=rid, resume="allow", name=run.name,
                             notes=meta.get("notes") or None, tags=[str(t)[:64] for t in meta.get("tags") or []] or None,
@@ -260,12 +262,13 @@ class WandbAdapter(Adapter):
         dirs = [d for d in cursor.remote.get("dirs", []) if d != str(run_dir)] + [str(run_dir)]
         cursor.remote.update(id=rid, project=project, entity=getattr(wb, "entity", None) or self.entity,
                              mode=self.mode, dirs=dirs[-1000:])
+        self._open_notes = []
         durable = int(cursor.remote.get("last_step", -1))
         self._last_step = durable
         if self.mode == "online" and getattr(wb, "resumed", False):
             server = int(getattr(wb, "starting_step", 0) or 0) - 1
             if server < durable:
-                cursor.notes.append(f"wandb holds steps up to {server} but steps up to {durable} were written to the "
+                self._open_notes.append(f"wandb holds steps up to {server} but steps up to {durable} were written to the "
                                     f"local transaction log; the rest was lost before upload: run `wandb sync "
                                     f"--include-online {run_dir.parent}` to upload it")
             self._last_step = max(durable, server)
@@ -289,7 +292,7 @@ class WandbAdapter(Adapter):
     def sync_metadata(self, run, cursor) -> list[str]:
         wb = self._wb
         meta = run.meta
-        notes: list[str] = []
+        notes, self._open_notes = self._open_notes, []
         try:
             wb.config.update(meta.get("config") or {}, allow_val_change=True)
             if meta.get("notes"):
@@ -549,7 +552,7 @@ class WandbAdapter(Adapter):
         found = {Path(d) for d in cursor.remote.get("dirs", [])}
         found |= set((self.root_dir / "wandb").glob(f"*run-*-{rid}"))
         files = sorted((d / f"run-{rid}.wandb" for d in found if (d / f"run-{rid}.wandb").is_file()),
-                       key=lambda p: p.parent.name.split("-", 2)[-1])
+                       key=lambda p: _started(p.parent))
         current = self._reader.path if self._reader else None
         if wait:
             for f in files:
@@ -692,6 +695,22 @@ def _loads_obj(text: str | None) -> dict:
     except ValueError:
         return {"metadata": text}
     return value if isinstance(value, dict) else {"metadata": value}
+
+
+def _started(run_dir: Path) -> str:
+    """The start time in a run folder's name (``offline-run-20261202_144003-<id>``), sortable."""
+    m = _TIMESPEC.search(run_dir.name)
+    return m.group(0) if m else run_dir.name
+
+
+def _avoid_same_second(wandb_dir: Path, rid: str) -> None:
+    """wandb names a session's folder by its start second; a second session of the same run in
+    the same second would reuse the folder and truncate the first one's transaction log."""
+    for _ in range(30):
+        now = {time.strftime("%Y%m%d_%H%M%S", time.localtime()), time.strftime("%Y%m%d_%H%M%S", time.gmtime())}
+        if not any(_started(d) in now for d in wandb_dir.glob(f"*run-*-{rid}")):
+            return
+        time.sleep(0.1)
 
 
 def _wait_quiet(path: Path, quiet_s: float = 1.0, limit_s: float = 15.0) -> None:

@@ -319,3 +319,71 @@ def test_wandb_dir_holds_no_store_paths(wb, root):
     _sync(root)
     assert not (Path(root) / "_wandb").exists()
     assert wb.run_dirs(run.project, run.id)
+
+
+class _RecordingProxy:
+    """A tiny HTTP proxy on 127.0.0.1 that answers everything itself and records what it saw
+    (CONNECT tunnels are refused, so nothing leaves the machine)."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(f"{self.command} {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_POST = do_GET
+
+            def do_CONNECT(self):
+                seen.append(f"CONNECT {self.path}")
+                self.send_response(502)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_online_mode_goes_through_the_proxy_and_needs_a_key(root):
+    """The online path is the same code: here it reaches the (fake) server through --proxy, and
+    without WANDB_API_KEY the client refuses with a clear, permanent error (exit 8)."""
+    trackstore.init("proj", root=root).finish()
+    proxy = _RecordingProxy()
+    try:
+        res = run_cli("sync", "--to", "wandb", "--uri", "http://wandb.example.invalid", "--proxy", proxy.url,
+                      "--format", "json", root=root, timeout=300)
+    finally:
+        proxy.close()
+    assert "GET http://wandb.example.invalid/healthz" in proxy.seen
+    assert res.returncode == 8, res.stdout + res.stderr
+    out = json.loads(res.stdout)["runs"][0]
+    assert "API key" in out["error"] and "Traceback" not in res.stderr
+    assert proxy.url not in res.stdout + res.stderr  # --proxy is never printed
+
+
+def test_online_unreachable_exits_7_or_0_with_if_online(root):
+    import socket
+
+    trackstore.init("proj", root=root).finish()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    res = run_cli("sync", "--to", "wandb", "--uri", url, root=root)
+    assert res.returncode == 7 and "unreachable" in res.stderr + res.stdout
+    assert run_cli("sync", "--to", "wandb", "--uri", url, "--if-online", root=root).returncode == 0
