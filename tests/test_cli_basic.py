@@ -42,6 +42,17 @@ def test_cli_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
+def test_metric_logging_stays_light(root):
+    # A metrics-only run writes Parquet without importing pandas (50 MB, 0.3 s) or duckdb.
+    code = (f"import sys, trackstore; run = trackstore.init('p', root={str(root)!r}); "
+            "[run.log({'a': float(i), 'b': i}) for i in range(100)]; run.finish(); "
+            "print([m for m in ('pandas', 'duckdb', 'rich', 'torch') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    [info] = list_runs(root)
+    assert info.meta["last_step"] == 99
+
+
 def test_demo_then_runs_and_show(root):
     out = run_cli("demo", "--steps", "20", root=root)
     assert out.returncode == 0, out.stderr

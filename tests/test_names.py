@@ -29,6 +29,7 @@ BAD_PROJECTS = [
     ("a\x00b", "U+0000"),
     ("a\x85b", "U+0085"),
     ("safe\u202eexe.txt", "U+202E"),
+    ("bad\udc80name", "not valid Unicode"),  # a lone surrogate, as from a mis-decoded file name
     ("x" * 129, "too long"),
     ("实验" * 35, "UTF-8 bytes"),  # 70 characters but 210 bytes
     (123, "must be a string"),
@@ -91,6 +92,7 @@ BAD_KEYS = [
     ({1: 1.0}, "must be a string"),
     ({"a": {2: 1.0}}, "must be a string"),
     ({"a": {"b": 1.0}, "a/b": 2.0}, "given twice"),
+    ({"k\ud800": 1.0}, "not valid Unicode"),
 ]
 BAD_VALUES = [
     ({"x": "0.5"}, "is a string"),

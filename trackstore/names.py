@@ -54,12 +54,21 @@ def _validate_component(name: object, what: str) -> str:
             f"{what} {name!r} contains {bad.group()!r} (U+{ord(bad.group()):04X}); path separators, "
             "'=', '%' and control characters are not allowed"
         )
+    _check_utf8(name, what)
     if len(name) > MAX_NAME_CHARS or len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise InvalidNameError(
             f"{what} is too long ({len(name)} characters); the limit is {MAX_NAME_CHARS} "
             f"characters and {MAX_NAME_BYTES} UTF-8 bytes"
         )
     return name
+
+
+def _check_utf8(text: str, what: str, error: type = InvalidNameError) -> None:
+    """A lone surrogate (e.g. from a badly decoded file name) cannot be stored as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"{what} {text!r} is not valid Unicode text ({exc.reason} at position {exc.start})") from None
 
 
 def validate_run_id(run_id: object) -> str:
@@ -90,6 +99,7 @@ def validate_key(key: object) -> str:
         raise InvalidValueError("metric key must not be empty")
     if len(key) > MAX_KEY_CHARS:
         raise InvalidValueError(f"metric key {key[:40]!r}... is longer than {MAX_KEY_CHARS} characters")
+    _check_utf8(key, "metric key", InvalidValueError)
     bad = _CONTROL.search(key)
     if bad:
         raise InvalidValueError(f"metric key {key!r} contains a control character (U+{ord(bad.group()):04X})")

@@ -172,11 +172,15 @@ class Writer:
             self._io_lock.release()
 
     def _loop(self) -> None:
-        try:  # pay pyarrow's import (which may pull in pandas) now, off the training thread
-            import pyarrow as pa
+        try:  # pay pyarrow's import now, off the training thread
+            import pyarrow.parquet  # noqa: F401
 
-            pa.array([0.0])
+            from . import schema  # noqa: F401
         except Exception:
+            pass
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
             pass
         self.ready.set()
         now = time.monotonic()
@@ -279,16 +283,18 @@ class Writer:
         if np is not None:
             for codes in layout_codes[len(self._layout_arrays):]:
                 self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
-            indices = pa.array(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))))
+            indices = _from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))), pa.int32())
             try:
-                values = pa.array(np.fromiter(flat, np.float64, n))
+                values = _from_numpy(np.fromiter(flat, np.float64, n), pa.float64())
             except (OverflowError, TypeError, ValueError):  # e.g. an int beyond float range
                 values = pa.array([float(v) for v in chain.from_iterable(map(dict.values, vals))], pa.float64())
             c = np.asarray(counts, dtype=np.int64)
-            steps = pa.array(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c))
+            steps = _from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
             micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
-            times = pa.array(np.repeat(micros, c))
-            seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
+            times = _from_numpy(np.repeat(micros, c), pa.int64())
+            seqs = _from_numpy(np.arange(first_seq, first_seq + n, dtype=np.int64), pa.int64())
+            writer = pa.DictionaryArray.from_arrays(_from_numpy(np.zeros(n, np.int32), pa.int32()),
+                                                    _string_array([self.writer_id]))
         else:
             indices = pa.array(list(chain.from_iterable(layout_codes[li] for li in per_call)), pa.int32())
             values = pa.array([float(v) for v in flat], pa.float64())
@@ -299,9 +305,9 @@ class Writer:
                 time_list += [int(t * 1_000_000)] * k
             steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64())
             seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
-        keys = pa.DictionaryArray.from_arrays(indices, pa.array(list(self._key_names), pa.string())).cast(pa.string())
-        writer = pa.repeat(pa.scalar(self.writer_id, pa.string()), n)
-        cols = [steps, keys, values, times.cast(schema.TS_TYPE), writer, seqs]
+            writer = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), _string_array([self.writer_id]))
+        keys = pa.DictionaryArray.from_arrays(indices, _string_array(list(self._key_names)))
+        cols = [steps, keys.cast(pa.string()), values, times.cast(schema.TS_TYPE), writer.cast(pa.string()), seqs]
         return pa.Table.from_arrays(cols, schema=schema.with_metadata(schema.METRICS, "metrics"))
 
     def _rows_table(self, payload: tuple[str, list[dict]], first_seq: int):
@@ -381,6 +387,30 @@ class Writer:
     @property
     def next_seq(self) -> dict[str, int]:
         return dict(self._next_seq)
+
+
+def _from_numpy(arr, type_):
+    """A pyarrow array over a contiguous numpy array, zero-copy. Unlike ``pa.array``, this does
+    not import pandas (50 MB and a third of a second) when pandas happens to be installed."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(type_, len(arr), [None, pa.py_buffer(arr)])
+
+
+def _string_array(strings: list[str]):
+    """A pyarrow string array built from its buffers (no pandas import, see :func:`_from_numpy`)."""
+    import pyarrow as pa
+
+    data = [s.encode("utf-8") for s in strings]  # keys are checked to be valid UTF-8 at log time
+    offsets = [0]
+    for b in data:
+        offsets.append(offsets[-1] + len(b))
+    if offsets[-1] >= 1 << 31:  # beyond int32 offsets: let pyarrow pick large_string and cast
+        return pa.array(strings, pa.large_string()).cast(pa.string())
+    from array import array
+
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(array("i", offsets)),
+                                                          pa.py_buffer(b"".join(data))])
 
 
 def write_part(path, table, kind: str) -> None:
