@@ -438,3 +438,29 @@ def test_selection_flags(root, tmp_path):
     assert len(json.loads(res.stdout)["runs"]) == 2
     res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--since", "soon", root=root)
     assert res.returncode == 2 and "duration" in res.stderr
+
+
+def test_progress_bar_on_a_terminal(root, tmp_path):
+    """On a TTY the sync draws a rich progress bar (rows, rate); without one, plain lines."""
+    import pty
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    make_run(root, steps=50, keys=4)
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the real CLI on a pseudo-terminal
+        os.environ["COLUMNS"] = "120"
+        os.execv(sys.executable, [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "mlflow", "--uri", uri,
+                                  "--root", str(root)])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "rows/s" in text and "200/200" in text
