@@ -285,3 +285,63 @@ def test_steps_outside_swanlab_range_are_reported(root, logdir):
     out, _ = sync(root, logdir, "--verify")
     assert out["skipped_by_reason"] == {SKIP_STEP: 2} and out["verify_ok"] is True
     assert [(k, s, v) for k, s, v, _t in scalars(logdir, run)] == [("x", 0, 3.0)]
+
+
+def test_live_trajectory_waits_and_late_samples_are_reported(root, logdir):
+    run = trackstore.init("live", root=root)
+    run.log_samples([{"input": "q", "output": "a"}], step=0)
+    tr = run.trace(step=1, sample_index=0).__enter__()
+    span = tr.span("assistant", kind="llm", inputs={"q": "hi"}).__enter__()
+    from trackstore.trace import checkpoint_open_spans
+
+    assert checkpoint_open_spans(run) == 2  # the open episode and turn, as ``unfinished`` rows
+    run.flush()
+    out, _ = sync(root, logdir)
+    assert out["pending"]["spans"] > 0 and out["sent"].get("spans", 0) == 0  # deferred, not sent half-done
+    assert not [r for _d, r in records(logdir, run, "media") if r.media.key == "trajectories"]
+    span.set_outputs("hello")
+    span.__exit__(None, None, None)
+    tr.__exit__(None, None, None)
+    run.log_samples([{"input": "q2", "output": "a2"}], step=0)  # step 0 of samples/val is already at SwanLab
+    run.finish()
+    out, _ = sync(root, logdir, "--verify")
+    assert out["skipped_by_reason"] == {SKIP_OLD: 1} and out["verify_ok"] is True
+    traj = [r.media for _d, r in records(logdir, run, "media") if r.media.key == "trajectories"]
+    assert len(traj) == 1 and int(traj[0].step) == 1 and len(traj[0].value.items) == 1
+    session = sorted(logdir.glob("run-*"))[-1]
+    text = (session / "media" / "text" / traj[0].value.items[0].filename).read_text()
+    assert "assistant [llm, ok" in text and "unfinished" not in text and "outputs: hello" in text
+
+
+def test_cloud_path_reaches_the_host_and_reports_a_rejected_login(root, monkeypatch):
+    """The online code path for real: init logs in against --host; a server that is not
+    SwanLab (404 everywhere) is a permanent, readable error; the key is never printed."""
+    import http.server
+    import threading
+
+    class NotSwanlab(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotSwanlab)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = "sk-swanlab-test-secret-0123456789"
+    monkeypatch.setenv("SWANLAB_API_KEY", secret)
+    try:
+        run = trackstore.init("cloud", root=root)
+        run.log({"x": 1.0}, step=0)
+        run.finish()
+        res = run_cli("sync", "--to", "swanlab", "--host", f"http://127.0.0.1:{server.server_port}", "--format", "json",
+                      root=root, timeout=120)
+    finally:
+        server.shutdown()
+    assert res.returncode == 8, res.stdout + res.stderr
+    out = json.loads(res.stdout)["runs"][0]
+    assert out["error"].startswith("swanlab init:") and "API key" in out["error"]
+    assert secret not in res.stdout + res.stderr
