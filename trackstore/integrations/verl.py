@@ -37,8 +37,8 @@ as a warning.
 
 Supported: verl 0.9.0 and 0.9.1 (the first releases with the ``verl.plugins`` group; tested
 with 0.9.1). On older verl (0.6-0.8) there is no plugin hook: call :func:`install` yourself in
-every process (metrics and samples then work; the trace patch needs ``rollout_trace_attr``'s
-``trace=`` argument, present since 0.6).
+every process (metrics and samples then work; the trace backend needs verl >= 0.8.0, and
+``token2text`` verl >= 0.9.0).
 """
 
 from __future__ import annotations
@@ -417,7 +417,16 @@ def _trace_fields(attributes: Mapping[str, Any]) -> tuple[dict, dict]:
     return fields, extra
 
 
+# What the trace patch uses of verl.utils.rollout_trace (present since verl 0.8.0).
+_TRACE_NEEDS = ("RolloutTraceConfig", "rollout_trace_attr", "rollout_trace_op", "_trace_enabled",
+                "_current_trace_attributes")
+
+
 def _patch_rollout_trace(rt: Any) -> None:
+    missing = [n for n in _TRACE_NEEDS if not hasattr(rt, n)]
+    if missing:  # an older verl: metrics and samples work, the trace backend is not offered
+        log.info("trackstore: verl's rollout_trace lacks %s; the trackstore trace backend is off", missing)
+        return
     config_cls = rt.RolloutTraceConfig
     original_init = config_cls.init.__func__
     if not _marked(original_init):
@@ -487,10 +496,7 @@ def _patch_rollout_trace(rt: Any) -> None:
                     inputs = inputs_of(self, args, kwargs)
                     with _op_span(func.__qualname__, inputs) as record:
                         result = await func(self, *args, **kwargs)
-                        shown = result
-                        if config_cls.enable_token2text():
-                            shown = await rt._add_token2text(self, inputs, result)
-                        record(shown)
+                        record(await _with_text(rt, config_cls, self, inputs, result))
                     return result
 
                 return _mark(async_wrapper, verl_wrapped)
@@ -508,6 +514,19 @@ def _patch_rollout_trace(rt: Any) -> None:
 
         functools.update_wrapper(rollout_trace_op, original_op)
         _rebind(rt, "rollout_trace_op", original_op, _mark(rollout_trace_op, original_op))
+
+
+async def _with_text(rt: Any, config_cls: Any, instance: Any, inputs: Mapping[str, Any], result: Any) -> Any:
+    """``result`` with verl's token2text fields added (``prompt_text``, ``response_text``) when
+    ``token2text`` is on; ``result`` itself if it is off, unavailable (verl < 0.9) or fails."""
+    add = getattr(rt, "_add_token2text", None)
+    if add is None or not config_cls.enable_token2text():
+        return result
+    try:
+        return await add(instance, inputs, result)
+    except Exception as exc:
+        log.warning("trackstore: token2text for a span failed: %s", exc)
+        return result
 
 
 def _rebind(module: Any, name: str, original: Any, replacement: Any) -> None:
