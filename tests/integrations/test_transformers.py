@@ -127,3 +127,18 @@ def test_trl_grpo_completions_become_samples(root, tmp_path):
     got = sorted((s["step"], s["input"], s["output"], s["score"]) for s in samples)
     want = sorted((w["step"], w["prompt"], w["completion"], w["length_reward"]) for w in written)
     assert got == want
+
+
+def test_report_to_trackstore_after_register(root, tmp_path, monkeypatch):
+    from trackstore.integrations.transformers import register_report_to
+
+    monkeypatch.setenv("TRACKSTORE_DIR", str(root))
+    monkeypatch.setenv("TRACKSTORE_PROJECT", "hf-report-to")
+    register_report_to()
+    args = TrainingArguments(output_dir=str(tmp_path / "run-a"), max_steps=2, logging_steps=1,
+                             per_device_train_batch_size=4, report_to=["trackstore"], use_cpu=True,
+                             save_strategy="no", disable_tqdm=True)
+    Trainer(model=tiny_model(), args=args, train_dataset=Tokens(8)).train()
+    info = only_run(root, "hf-report-to")
+    assert info.name == "run-a" and info.status == "finished"
+    assert sorted(r["step"] for r in rows(info, "metrics") if r["key"] == "train/loss") == [1, 2]
