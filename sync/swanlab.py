@@ -181,7 +181,8 @@ class SwanlabAdapter(Adapter):
         self._info = None
         self._log_fn = None
         self._held: _Held | None = None
-        self._resend: dict[str, RangeSet] = {}
+        self._resend: dict[str, RangeSet] = {}  # rows logged by a session that died (from its journal)
+        self._doubt: dict[str, RangeSet] = {}   # rows of an in-doubt batch (this session only)
         self._notes: list[str] = []
 
     # ------------------------------------------------------------------ plumbing
@@ -283,6 +284,7 @@ class SwanlabAdapter(Adapter):
         cursor.remote.update(id=exp, project=project, mode=self.mode)
         cursor.remote["journal"] = {}
         self._resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
+        self._doubt = {}
         self._held = None
         self._log_fn = self._event_logger()
         if self._log_fn is None:
@@ -399,23 +401,13 @@ class SwanlabAdapter(Adapter):
         journal[kind] = cur.to_json()
 
     def reconcile(self, kind: str, rows, cursor):
-        """Rows of an in-doubt batch the target does not hold. They are re-sends: ``send``
-        checks each of them against the target again."""
+        """The rows of an in-doubt batch, all of them: the batch is sent again as it was, and
+        ``send`` checks each row that passes SwanLab's rules against what the target holds, so
+        duplicates and late values are counted exactly as the interrupted send counted them."""
         ids = RangeSet()
         ids.add_table(rows)
-        self._resend.setdefault(kind, RangeSet()).update(ids)
-        resend = cursor.remote.setdefault("resend", {})
-        cur = RangeSet.from_json(resend.get(kind))
-        cur.update(ids)
-        resend[kind] = cur.to_json()
-        held = self._held_index()
-        if held is None or kind != "metrics":
-            return rows  # cloud: SwanLab's resume guard decides; media: ``send`` checks per (key, step)
-        import pyarrow as pa
-
-        keep = [(swanlab_key(k), s) not in held.points
-                for k, s in zip(rows.column("key").to_pylist(), rows.column("step").to_pylist())]
-        return rows.filter(pa.array(keep, pa.bool_()))
+        self._doubt.setdefault(kind, RangeSet()).update(ids)
+        return rows
 
     # ------------------------------------------------------------------ records
     def send(self, kind: str, rows, cursor) -> SendResult:
@@ -429,10 +421,17 @@ class SwanlabAdapter(Adapter):
         result.skip(f"swanlab cannot hold {kind}", rows.num_rows)
         return result
 
-    def _admit(self, key: str, step: int, row_id: tuple[str, int], kind: str, seen: set, result: SendResult,
-               n: int = 1) -> bool:
+    def _class(self, kind: str, row_id: tuple[str, int]) -> int:
+        """0: logged by a session that died (check the target only); 1: in doubt (SwanLab's
+        rules, then check the target); 2: new. Rows of class 0 go first within a step: they
+        were the first values of their (key, step) when they were logged."""
+        if row_id in self._resend.get(kind, ()):
+            return 0
+        return 1 if row_id in self._doubt.get(kind, ()) else 2
+
+    def _admit(self, key: str, step: int, cls: int, seen: set, result: SendResult, n: int = 1) -> bool:
         """Whether a value for (key, step) is to be logged now. Rejections are counted in
-        ``result``; a re-sent value the target already holds is neither logged nor counted."""
+        ``result``; a value the target already holds is neither logged nor counted."""
         if not 0 <= step <= MAX_STEP:
             result.skip(SKIP_STEP, n)
             return False
@@ -441,14 +440,14 @@ class SwanlabAdapter(Adapter):
             return False
         seen.add((key, step))
         key_max = self._cursor.remote.setdefault("key_max", {})
-        if row_id in self._resend.get(kind, ()):
-            held = self._held_index()
-            if held is not None and (key, step) in held.points:
-                return False
-        elif key_max.get(key, -1) >= step:
+        if cls != 0 and key_max.get(key, -1) >= step:
             result.skip(SKIP_OLD, n)
             return False
         key_max[key] = max(key_max.get(key, -1), step)
+        if cls != 2:
+            held = self._held_index()
+            if held is not None and (key, step) in held.points:
+                return False
         return True
 
     def _send_metrics(self, rows) -> SendResult:
@@ -460,20 +459,22 @@ class SwanlabAdapter(Adapter):
         ts = rows.column("ts").cast("int64").to_pylist()  # microseconds
         writers = rows.column("writer").to_pylist()
         seqs = rows.column("seq").to_pylist()
+        classes = [self._class("metrics", (w, q)) for w, q in zip(writers, seqs)]
+        order = sorted(range(rows.num_rows), key=lambda i: (steps[i], classes[i] != 0, i))
         seen: set = set()
         pending: dict[tuple[int, int], dict] = {}  # (step, ts_us) -> {key: value}, in replay order
-        for k, v, s, t, w, q in zip(keys, values, steps, ts, writers, seqs):
-            if v is None:
+        for i in order:
+            if values[i] is None:
                 result.skip(SKIP_NULL)
                 continue
-            sk = swanlab_key(k)
+            sk = swanlab_key(keys[i])
             if not sk:
                 result.skip(SKIP_KEY)
                 continue
-            if not self._admit(sk, s, (w, q), "metrics", seen, result):
+            if not self._admit(sk, steps[i], classes[i], seen, result):
                 continue
-            pending.setdefault((s, t), {})[sk] = v
-            logged.add_range(w, q, q)
+            pending.setdefault((steps[i], ts[i]), {})[sk] = values[i]
+            logged.add_range(writers[i], seqs[i], seqs[i])
         try:
             for (s, t), data in pending.items():
                 self._log(data, s, t)
@@ -488,34 +489,38 @@ class SwanlabAdapter(Adapter):
 
         result = SendResult()
         data = rows.to_pylist()
-        groups: dict[tuple[str, int], list[dict]] = {}
         if kind == "spans":
             groups, deferred = self._trajectory_groups(data, result)
             result.defer(deferred)
         else:
-            for r in data:
+            groups = {}
+            for i, r in enumerate(data):
                 key = f"samples/{r.get('split') or 'val'}" if kind == "samples" else r["key"]
-                groups.setdefault((swanlab_key(key), int(r["step"])), []).append(r)
+                cls = self._class(kind, (r["writer"], r["seq"]))
+                # a histogram is one chart: each row is its own value; samples of a step form one list
+                gid = (int(r["step"]), cls != 0, swanlab_key(key), i if kind == "histograms" else cls)
+                groups.setdefault(gid, []).append(r)
         seen: set = set()
         logged = RangeSet()
         try:
-            for (key, step), group in groups.items():
+            for gid in sorted(groups, key=lambda g: g[:2]):
+                group = groups[gid]
+                step, key = gid[0], gid[2]
                 if not key:
                     result.skip(SKIP_KEY, len(group))
                     continue
                 first = group[0]
-                if not self._admit(key, step, (first["writer"], first["seq"]), kind, seen, result, len(group)):
+                cls = self._class(kind, (first["writer"], first["seq"]))
+                if not self._admit(key, step, cls, seen, result, len(group)):
                     continue
                 if kind == "samples":
                     value = [swanlab.Text(_sample_text(r), caption=f"#{r['sample_index']}") for r in group]
                 elif kind == "histograms":
-                    value = _histogram_chart(group[0])
-                    if len(group) > 1:
-                        result.skip(SKIP_SECOND, len(group) - 1)
+                    value = _histogram_chart(first)
                 else:
                     value = [swanlab.Text(text, caption=caption) for caption, text in _trajectories(group)]
                 self._log({key: value}, step, int(first["ts"].timestamp() * 1_000_000))
-                for r in (group[:1] if kind == "histograms" else group):
+                for r in group:
                     logged.add_range(r["writer"], r["seq"], r["seq"])
         except (RetryableError, PermanentError):
             raise
@@ -534,7 +539,7 @@ class SwanlabAdapter(Adapter):
                 result.skip(SKIP_NO_STEP)
                 continue
             by_step.setdefault(int(r["step"]), []).append(i)
-        groups: dict[tuple[str, int], list[dict]] = {}
+        groups: dict[tuple, list[dict]] = {}
         deferred: list[int] = []
         for step, idx in by_step.items():
             rows = [data[i] for i in idx]
@@ -543,7 +548,9 @@ class SwanlabAdapter(Adapter):
             if live and open_spans:
                 deferred.extend(idx)
                 continue
-            groups[("trajectories", step)] = rows
+            for r in rows:
+                cls = self._class("spans", (r["writer"], r["seq"]))
+                groups.setdefault((step, cls != 0, "trajectories", cls), []).append(r)
         return groups, deferred
 
     def _send_artifacts(self, rows) -> SendResult:
@@ -555,7 +562,7 @@ class SwanlabAdapter(Adapter):
             if not local.is_file():
                 result.skip(SKIP_MISSING)
                 continue
-            if (r["writer"], r["seq"]) in self._resend.get("artifacts", ()):
+            if self._class("artifacts", (r["writer"], r["seq"])) != 2:
                 held = self._held_index()
                 if held is not None and r["path"] in held.saves:
                     continue

@@ -345,3 +345,46 @@ def test_cloud_path_reaches_the_host_and_reports_a_rejected_login(root, monkeypa
     out = json.loads(res.stdout)["runs"][0]
     assert out["error"].startswith("swanlab init:") and "API key" in out["error"]
     assert secret not in res.stdout + res.stderr
+
+
+def test_in_doubt_batch_is_counted_like_the_interrupted_send(root, logdir):
+    """A batch whose send reached SwanLab but whose acknowledgement was never recorded (the
+    state a kill between the two leaves): the next sync sends nothing twice and counts the
+    batch's second values and late values exactly once."""
+    from trackstore.ranges import RangeSet
+    from trackstore.syncstate import iter_cursors, save_cursor
+
+    run = trackstore.init("doubt", root=root)
+    run.log({"a": 1.0, "b": 1.0}, step=1)
+    run.flush()
+    sync(root, logdir)
+    run.log({"a": 3.0}, step=1)            # late: (a, 1) is already at SwanLab
+    run.log({"a": 5.0, "b": 5.0}, step=5)
+    run.log({"a": 6.0}, step=5)            # a second value for (a, 5)
+    run.finish()
+    out, _ = sync(root, logdir)
+    assert out["skipped_by_reason"] == {SKIP_OLD: 1, SKIP_SECOND: 1}
+    # rewind the cursor to "the last batch is in doubt": not acknowledged, its skips not counted
+    cursor = next(iter_cursors(root, target="swanlab"))
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run.dir / "metrics").to_pylist()
+    batch = [r for r in rows if not (r["step"] == 1 and r["value"] == 1.0)]
+    doubt = RangeSet()
+    for r in batch:
+        doubt.add_range(r["writer"], r["seq"], r["seq"])
+    first = RangeSet()
+    for r in rows:
+        if r not in batch:
+            first.add_range(r["writer"], r["seq"], r["seq"])
+    cursor.acked["metrics"] = first
+    cursor.skipped["metrics"] = 0
+    cursor.in_doubt = {"kind": "metrics", "rows": doubt.to_json(), "batch_id": "x", "since": "2026-01-01T00:00:00Z"}
+    cursor.synced_status = None
+    cursor.remote["key_max"] = {"a": 1, "b": 1}
+    save_cursor(root, cursor)
+    before = scalars(logdir, run)
+    out, _ = sync(root, logdir, "--verify")
+    assert out["skipped_by_reason"] == {SKIP_OLD: 1, SKIP_SECOND: 1} and out["verify_ok"] is True
+    assert scalars(logdir, run) == before  # nothing logged twice
+    assert {(k, s): v for k, s, v, _t in before} == {("a", 1): 1.0, ("b", 1): 1.0, ("a", 5): 5.0, ("b", 5): 5.0}
