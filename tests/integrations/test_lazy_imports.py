@@ -19,7 +19,8 @@ def _imported_after(code: str) -> set[str]:
 
 
 def test_importing_the_integration_modules_imports_no_framework():
-    assert _imported_after("import trackstore.integrations.verl, trackstore.compat.wandb") == set()
+    modules = "trackstore.integrations.verl, trackstore.integrations.verl_trace, trackstore.compat.wandb"
+    assert _imported_after(f"import {modules}") == set()
 
 
 def test_verl_install_without_verl_imports_nothing():
