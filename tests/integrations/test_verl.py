@@ -49,15 +49,18 @@ def hydra_config(project: str, experiment: str) -> dict:
 
 
 def test_plugin_entry_point_patches_verl_in_a_fresh_process(tmp_path):
-    code = ("import verl\nfrom verl.utils.tracking import Tracking\n"
-            "print(Tracking.supported_backend.count('trackstore'))")
-    env = {**os.environ, "TRACKSTORE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    code = ("import os, verl\nfrom verl.utils.tracking import Tracking\n"
+            "print(Tracking.supported_backend.count('trackstore'), os.environ.get('TRACKSTORE_DIR'))")
+    env = {k: v for k, v in os.environ.items() if k != "TRACKSTORE_DIR"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-1] == "1"
+    # patched, and the store root pinned (absolute) before verl would start Ray
+    assert out.stdout.split()[-2:] == ["1", str(tmp_path / "tsruns")]
     env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split()[-1] == "0", "with plugins off, verl must be untouched"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split()[-2:] == ["0", "None"], "with plugins off, verl must be untouched"
 
 
 def test_install_is_idempotent():
