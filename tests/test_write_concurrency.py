@@ -115,3 +115,50 @@ def test_several_processes_into_one_run(tmp_path, root):
     assert {f"rank{r}/k00" for r in range(n)} <= set(meta["summary"])
     assert meta["summary"]["rank_done"] in range(n)
     assert not list(RunPaths(root, "shared", "ranks-run").kind_dir("metrics").glob(".*.tmp"))
+
+
+FORKING = textwrap.dedent(
+    """
+    import os, signal, sys, time, trackstore
+    run = trackstore.init("fork", root=sys.argv[1], run_id="r1", flush_interval=0.05)
+    for step in range(100):
+        run.log({"x": float(step)})
+    # A DataLoader-style worker that exits normally (running atexit hooks) after trying to log.
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run.log({"x": -1.0})
+        except trackstore.UsageError as exc:
+            print("child refused:", "fork" in str(exc), flush=True)
+        trackstore.log({"x": -2.0}) if trackstore.current_run() else None
+        sys.exit(0)
+    os.waitpid(pid, 0)
+    # A worker that is terminated with SIGTERM, as torch does with stuck workers.
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(3)
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    print("worker died of signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+    for step in range(100, 200):
+        run.log({"x": float(step)})
+    run.finish()
+    print("parent finished", flush=True)
+    """
+)
+
+
+def test_forked_children_never_write_or_end_the_parents_run(root):
+    out = subprocess.run([sys.executable, "-c", FORKING, str(root)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["child refused: True", f"worker died of signal {int(15)}", "parent finished"]
+    paths = RunPaths(root, "fork", "r1")
+    cols = pq.read_table(paths.kind_dir("metrics")).to_pydict()
+    assert sorted(cols["value"]) == [float(s) for s in range(200)]  # nothing from the children, nothing lost
+    assert sorted(cols["seq"]) == list(range(200)) and len(set(cols["writer"])) == 1
+    [info] = list_runs(root)
+    assert info.status == "finished" and "error" not in info.meta
+    [w] = tsmeta.read_writer_files(paths)
+    assert w["status"] == "finished"

@@ -97,6 +97,7 @@ class Run:
         self._step = first_step
         self._finished = False
         self._done = threading.Event()  # set when finish() has completed (in whatever thread)
+        self._forked = False
         self._failed_error: str | None = None
         self._dirty = True
         self._meta_lock = threading.Lock()
@@ -169,7 +170,7 @@ class Run:
         bad key or value, before anything is recorded; never raises for disk trouble.
         """
         if self._finished:
-            raise UsageError(f"run {self.id} is finished; start a new run or resume it to log more")
+            raise UsageError(self._closed_message())
         if step is None:
             step = self._step
         elif type(step) is not int:
@@ -206,7 +207,7 @@ class Run:
     def _append(self, kind: str, row: dict) -> None:
         """Buffer one record of a non-metric kind (used by samples, traces, artifacts)."""
         if self._finished:
-            raise UsageError(f"run {self.id} is finished")
+            raise UsageError(self._closed_message())
         self._writer.append(kind, row)
 
     def flush(self) -> bool:
@@ -358,6 +359,21 @@ class Run:
             if report.ok:
                 report.unwritten_rows["run.json"] = 1
         return report
+
+    def _closed_message(self) -> str:
+        if self._forked:
+            return (f"run {self.id} belongs to process {self._writer_info['pid']}; this process is a fork of it "
+                    f"and cannot write to it (call trackstore.init({self.project!r}, run_id={self.id!r}, "
+                    "resume=True) here to write as another writer of the same run)")
+        return f"run {self.id} is finished; start a new run or resume it to log more"
+
+    def _forked_copy(self) -> None:
+        """In a forked child: this object is a copy of the parent's run, whose writer thread did
+        not survive the fork. It must never flush (it would rewrite the parent's part files
+        with the parent's writer id) nor end the run (the parent is still writing it)."""
+        self._forked = True
+        self._finished = True
+        self._done.set()
 
     def _fail(self, error: str) -> None:
         self._failed_error = error
@@ -681,6 +697,19 @@ def _handle_sigterm(signum, frame):
     os.kill(os.getpid(), signum)
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (DataLoader and rollout workers, ``multiprocessing`` with fork) inherits
+    the parent's runs, atexit hook and SIGTERM handler. Its copies are disowned, so neither its
+    exit nor a SIGTERM to it (torch terminates stuck workers that way) touches the parent's run."""
+    global _current, _busy_depth
+    for run in list(_live_runs):
+        run._forked_copy()
+    _live_runs.clear()
+    _current = None
+    _busy_depth = 0
+    _deferred_signals.clear()
+
+
 def _install_process_hooks() -> None:
     """atexit, sys.excepthook and SIGTERM, installed once per process, chaining what exists.
 
@@ -694,6 +723,8 @@ def _install_process_hooks() -> None:
             return
         _hooks_installed = True
     atexit.register(_finish_all)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
 
     previous_hook = sys.excepthook
 
