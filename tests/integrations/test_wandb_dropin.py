@@ -107,6 +107,13 @@ def test_log_before_init_is_a_clear_error():
         wandb.config.lr
 
 
+def test_config_include_and_exclude_keys(root, monkeypatch):
+    monkeypatch.setenv("TRACKSTORE_DIR", str(root))
+    wandb.init(project="p", config={"lr": 1, "seed": 2, "secret_path": "/x"}, config_exclude_keys=["secret_path"],
+               sync_tensorboard=False).finish()
+    assert only_run(root, "p").meta["config"] == {"lr": 1, "seed": 2}
+
+
 def test_disabled_mode_records_nothing(root, monkeypatch):
     monkeypatch.setenv("TRACKSTORE_DIR", str(root))
     run = wandb.init(project="p", mode="disabled", config={"a": 1})
@@ -140,6 +147,8 @@ def test_what_is_not_covered_says_so(root, monkeypatch):
         wandb.Image
     with pytest.raises(wandb.NotSupportedError, match=r"init\(sweep_id=...\)"):
         wandb.init(project="p", sweep_id="x")
+    with pytest.raises(wandb.NotSupportedError, match=r"init\(sync_tensorboard=...\)"):
+        wandb.init(project="p", sync_tensorboard=True)
     run = wandb.init(project="p")
     with pytest.raises(wandb.NotSupportedError, match="use run.log_artifact"):
         run.save("*.pt")

@@ -8,7 +8,7 @@ here for that command and its children). What the run records reaches wandb late
 Covered, with wandb's meaning:
 
 * ``init(project, name, config, tags, notes, group, job_type, id, resume, mode, dir, entity,
-  settings, reinit)`` -> a :class:`Run` (also ``wandb.run``, ``wandb.config``, ``wandb.summary``).
+  settings, reinit, config_include_keys, config_exclude_keys)`` -> a :class:`Run` (also ``wandb.run``, ``wandb.config``, ``wandb.summary``).
   ``project``/``name`` default to ``$WANDB_PROJECT``/``$WANDB_NAME`` (``$TRACKSTORE_PROJECT``
   overrides the project); ``id`` + ``resume`` (``"allow"``, ``"must"``, ``"auto"``, ``True``)
   continue a stored run as a new attempt; ``mode="disabled"`` (or ``$WANDB_MODE=disabled``)
@@ -47,9 +47,10 @@ from ..histogram import Histogram as _TsHistogram
 __version__ = "0.19.0"
 
 _RESUME_VALUES = (None, False, True, "allow", "must", "auto", "never")
-_IGNORED_INIT_ARGS = {"settings", "reinit", "save_code", "anonymous", "magic", "allow_val_change", "force",
-                      "monitor_gym", "sync_tensorboard", "config_exclude_keys", "config_include_keys", "fork_from",
-                      "resume_from", "tensorboard"}
+# init arguments that change nothing here (no server, no service process, no code upload)
+_IGNORED_INIT_ARGS = {"settings", "reinit", "save_code", "anonymous", "magic", "allow_val_change", "force"}
+# init arguments that are fine when off, and not covered when on
+_OFF_ONLY_INIT_ARGS = {"sync_tensorboard", "monitor_gym", "tensorboard", "fork_from", "resume_from"}
 
 
 class NotSupportedError(UsageError, NotImplementedError):
@@ -394,7 +395,9 @@ def init(project: str | None = None, name: str | None = None, config: Any = None
     import trackstore
 
     global run
-    unknown = set(kwargs) - _IGNORED_INIT_ARGS
+    exclude = kwargs.pop("config_exclude_keys", None)
+    include = kwargs.pop("config_include_keys", None)
+    unknown = {k for k in kwargs if k not in _IGNORED_INIT_ARGS and not (k in _OFF_ONLY_INIT_ARGS and not kwargs[k])}
     if unknown:
         raise _unsupported(f"init({', '.join(sorted(unknown))}=...)")
     if resume not in _RESUME_VALUES:
@@ -411,6 +414,9 @@ def init(project: str | None = None, name: str | None = None, config: Any = None
         config = vars(config)
     elif config is not None and not isinstance(config, Mapping):
         raise UsageError(f"wandb.init(config=...) must be a dict or argparse.Namespace, got {type(config).__name__}")
+    if config is not None and (include or exclude):
+        config = {k: v for k, v in config.items()
+                  if (include is None or k in include) and (exclude is None or k not in exclude)}
     if mode == "disabled":
         run = Run(None, project=project, name=name, config=config)
     else:
