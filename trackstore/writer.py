@@ -293,8 +293,10 @@ class Writer:
             micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
             times = _from_numpy(np.repeat(micros, c), pa.int64())
             seqs = _from_numpy(np.arange(first_seq, first_seq + n, dtype=np.int64), pa.int64())
-            writer = pa.DictionaryArray.from_arrays(_from_numpy(np.zeros(n, np.int32), pa.int32()),
-                                                    _string_array([self.writer_id]))
+            wid = self.writer_id.encode("utf-8")  # one string repeated: build its buffers directly
+            writer = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(0, (n + 1) * len(wid), len(wid),
+                                                                                          dtype=np.int32)),
+                                                            pa.py_buffer(wid * n)])
         else:
             indices = pa.array(list(chain.from_iterable(layout_codes[li] for li in per_call)), pa.int32())
             values = pa.array([float(v) for v in flat], pa.float64())
@@ -305,9 +307,9 @@ class Writer:
                 time_list += [int(t * 1_000_000)] * k
             steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64())
             seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
-            writer = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), _string_array([self.writer_id]))
+            writer = pa.array([self.writer_id] * n, pa.string())
         keys = pa.DictionaryArray.from_arrays(indices, _string_array(list(self._key_names)))
-        cols = [steps, keys.cast(pa.string()), values, times.cast(schema.TS_TYPE), writer.cast(pa.string()), seqs]
+        cols = [steps, keys.cast(pa.string()), values, times.cast(schema.TS_TYPE), writer, seqs]
         return pa.Table.from_arrays(cols, schema=schema.with_metadata(schema.METRICS, "metrics"))
 
     def _rows_table(self, payload: tuple[str, list[dict]], first_seq: int):
