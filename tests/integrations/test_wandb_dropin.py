@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
     wandb.define_metric("eval/acc", summary="max")
     for i in range(3):
         wandb.log({"train/loss": 1.0 / (i + 1), "lr": wandb.config.lr})
-        wandb.log({"weights": wandb.Histogram(np.arange(10) + i)}, commit=False)
+        wandb.log({"weights": wandb.Histogram(np.arange(10) + i), "acts": np.ones(50)}, commit=False)
     table = wandb.Table(columns=["prompt", "completion", "reward"])
     table.add_data("2+2?", "4", 1.0)
     wandb.log({"samples": table}, step=2)
@@ -77,7 +77,7 @@ def test_unmodified_wandb_script_logs_to_the_store(tmp_path, root):
     got = sorted((r["step"], r["key"], r["value"]) for r in rows(info, "metrics"))
     assert got == sorted([(i, "train/loss", 1.0 / (i + 1)) for i in range(3)] + [(i, "lr", 0.01) for i in range(3)])
     hists = sorted((r["step"], r["key"], r["count"]) for r in rows(info, "histograms"))
-    assert hists == [(1, "weights", 10), (2, "weights", 10), (3, "weights", 10)]
+    assert hists == sorted([(s, "weights", 10) for s in (1, 2, 3)] + [(s, "acts", 50) for s in (1, 2, 3)])
     samples = sorted((r["step"], r["split"], r["input"], r["output"], r["score"]) for r in rows(info, "samples"))
     assert samples == [(2, "samples", "2+2?", "4", 1.0), (3, "samples", "3+3?", "7", 0.0)]
     assert info.meta["summary"]["best_acc"] == 0.75

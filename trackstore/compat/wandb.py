@@ -15,7 +15,8 @@ Covered, with wandb's meaning:
   records nothing; ``dir`` puts the store in ``<dir>/tsruns`` unless ``$TRACKSTORE_DIR`` is set;
   ``entity`` and ``settings`` are accepted and not used (nothing here talks to a server).
 * ``log(data, step=None, commit=None)``: numbers, numpy/torch scalars, nested dicts,
-  :class:`Histogram` and :class:`Table`. A table becomes samples named after its key: columns
+  :class:`Histogram`, numpy arrays and tensors (as 32-bin histograms, as wandb does for large
+  ones), and :class:`Table`. A table becomes samples named after its key: columns
   ``input``/``prompt``, ``output``/``completion``/``response`` and ``score``/``reward`` fill
   the sample fields, every other column is kept; re-logging a grown table (as verl and TRL do)
   stores only the rows not stored before under that key.
@@ -262,6 +263,8 @@ class Run:
                 self._log_table(str(key), value, step_now)
             elif isinstance(value, Histogram):
                 plain[key] = value._hist
+            elif getattr(value, "ndim", 0) >= 1 and callable(getattr(value, "tolist", None)):
+                plain[key] = _TsHistogram(value, bins=32)  # wandb turns arrays/tensors into 32-bin histograms
             elif type(value).__module__.startswith("wandb") or type(value).__name__ in _MEDIA:
                 raise _unsupported(type(value).__name__, "log numbers, Histogram or Table")
             else:
