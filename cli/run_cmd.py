@@ -30,7 +30,6 @@ import trackstore.compat.wandb as _dropin
 
 sys.modules[__name__] = _dropin
 '''
-ENV_SHIM = "TRACKSTORE_WANDB_SHIM"
 
 
 def shim_env(shim_dir: Path, base: dict, root: Optional[Path] = None, project: Optional[str] = None) -> dict:
@@ -38,7 +37,6 @@ def shim_env(shim_dir: Path, base: dict, root: Optional[Path] = None, project: O
     env = dict(base)
     parts = [str(shim_dir)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
-    env[ENV_SHIM] = "1"
     from trackstore.layout import resolve_root
 
     env["TRACKSTORE_DIR"] = str(resolve_root(root if root is not None else env.get("TRACKSTORE_DIR")))
