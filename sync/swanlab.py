@@ -119,28 +119,33 @@ def read_session_files(logdir: Path, exp_id: str):
     """Every record SwanLab wrote for experiment ``exp_id`` under ``logdir``, oldest session
     first, as ``(session_dir, record)`` pairs (``record`` a ``record_pb2.Record``). Empty or
     cut files (a killed session) yield what they hold up to the last whole record."""
+    for d in sorted(Path(logdir).glob(f"run-*-{exp_id}")):
+        for rec in read_session_file(d / f"run-{exp_id}.swanlab"):
+            yield d, rec
+
+
+def read_session_file(path: Path):
+    """The whole records of one ``run-<id>.swanlab`` file (none if it is empty or foreign)."""
     from swanlab.proto.swanlab.record.v1.record_pb2 import Record
     from swanlab.sdk.internal.core_python.store import DataStoreReader
 
-    for d in sorted(Path(logdir).glob(f"run-*-{exp_id}")):
-        f = d / f"run-{exp_id}.swanlab"
-        try:
-            if not f.is_file() or f.stat().st_size < 7:
-                continue
-            reader = DataStoreReader()
-            reader.open(f)
-        except Exception:  # header cut or foreign version: nothing readable in it
-            continue
-        try:
-            for raw in reader:
-                rec = Record()
-                try:
-                    rec.ParseFromString(raw)
-                except Exception:
-                    break
-                yield d, rec
-        finally:
-            reader.close()
+    try:
+        if not path.is_file() or path.stat().st_size < 7:
+            return
+        reader = DataStoreReader()
+        reader.open(path)
+    except Exception:  # header cut or foreign version: nothing readable in it
+        return
+    try:
+        for raw in reader:
+            rec = Record()
+            try:
+                rec.ParseFromString(raw)
+            except Exception:
+                break
+            yield rec
+    finally:
+        reader.close()
 
 
 class _Held:
@@ -184,6 +189,7 @@ class SwanlabAdapter(Adapter):
         self._resend: dict[str, RangeSet] = {}  # rows logged by a session that died (from its journal)
         self._doubt: dict[str, RangeSet] = {}   # rows of an in-doubt batch (this session only)
         self._notes: list[str] = []
+        self._values = 0            # values handed to SwanLab in this session
 
     # ------------------------------------------------------------------ plumbing
     def destination(self) -> str:
@@ -262,7 +268,7 @@ class SwanlabAdapter(Adapter):
 
     def open_run(self, run, cursor) -> None:
         if self._run is not None:
-            self._close_session()
+            self._close_quietly()
         self._quiet()
         import swanlab
 
@@ -276,7 +282,8 @@ class SwanlabAdapter(Adapter):
                 project=project, workspace=self.options.entity, name=run.name,
                 description=str(meta.get("notes") or "") or None, tags=[str(t) for t in meta.get("tags") or []] or None,
                 group=meta.get("group"), job_type=meta.get("job_type"), config=self._config(run, run.status),
-                id=exp, resume="allow", mode=self.mode, log_dir=str(self.logdir), settings=self._settings())
+                id=exp, resume="allow", mode=self.mode, log_dir=str(self.logdir), settings=self._settings(),
+                reinit=True)
         except Exception as exc:
             self._run = None
             raise self._wrap(exc, "init") from exc
@@ -285,6 +292,7 @@ class SwanlabAdapter(Adapter):
         cursor.remote["journal"] = {}
         self._resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
         self._doubt = {}
+        self._values = 0
         self._held = None
         self._log_fn = self._event_logger()
         if self._log_fn is None:
@@ -331,6 +339,9 @@ class SwanlabAdapter(Adapter):
             run = self._run
             emitter, ctx, lock = run._components.emitter, run._ctx, run._api_lock
             validate, flatten, next_step = fmt.safe_validate_log_data, fmt.flatten_dict, ctx.next_step
+            MetricLogEvent(data={}, step=0, timestamp=Timestamp())  # the event still has this shape
+            if not (callable(emitter.emit) and callable(next_step)):
+                return None
         except Exception:
             return None
 
@@ -350,10 +361,14 @@ class SwanlabAdapter(Adapter):
             self._log_fn(data, step, ts_us)
         else:
             self._run.log(data, step=step)
+        self._values += len(data)
 
     def _close_session(self, state: str = "success", error: str | None = None) -> None:
-        """Finish the SwanLab session; once ``finish`` has returned its rows are durable (the
-        offline file is closed, the cloud uploader drained), so the journal is cleared."""
+        """Finish the SwanLab session and clear the journal once SwanLab confirms its rows are
+        durable. SwanLab's ``finish`` reports trouble only on its console, so the confirmation
+        is checked here: offline/local, the closed file is read back and must hold every value
+        handed over; cloud, the uploader must have drained. Unconfirmed, the journal stays (the
+        next sync re-checks and re-sends) and this raises PermanentError."""
         run, cursor = self._run, self._cursor
         self._run = None
         if run is None:
@@ -362,20 +377,48 @@ class SwanlabAdapter(Adapter):
             run.finish(state=state, error=error)
         except Exception as exc:
             raise self._wrap(exc, "finish") from exc
+        problem = self._unconfirmed(run)
         if cursor is not None:
-            cursor.remote["journal"] = {}
-            resend = {}
-            for kind, ids in (cursor.remote.get("resend") or {}).items():
-                left = _subtract(RangeSet.from_json(ids), cursor.acked_set(kind))
-                if left:
-                    resend[kind] = left.to_json()
-            cursor.remote["resend"] = resend
+            if problem is None:
+                cursor.remote["journal"] = {}
+                resend = {}
+                for kind, ids in (cursor.remote.get("resend") or {}).items():
+                    left = _subtract(RangeSet.from_json(ids), cursor.acked_set(kind))
+                    if left:
+                        resend[kind] = left.to_json()
+                cursor.remote["resend"] = resend
             if self.options.store_root:
+                save_cursor(Path(self.options.store_root), cursor)
+        if problem is not None:
+            raise PermanentError(f"{problem}; the next sync checks this session's rows and re-sends what is missing")
+
+    def _unconfirmed(self, run) -> str | None:
+        if self.mode == "online":
+            core = getattr(run, "_core", None)
+            if core is not None and getattr(core, "_transport", None) is not None:
+                return "SwanLab's uploader did not deliver every record (see the debug log in the SwanLab run folder)"
+            return None
+        written = sum(1 for rec in read_session_file(Path(run.dir) / f"run-{run.id}.swanlab")
+                      if rec.WhichOneof("record_type") in ("scalar", "media"))
+        if written < self._values:
+            return (f"SwanLab wrote {written} of the {self._values} values of this session to {run.dir} "
+                    f"(see its debug/debug.log)")
+        return None
+
+    def _close_quietly(self) -> None:
+        """Close a session outside its run's sync (the next run, or the end): a failure is
+        recorded on that run's cursor instead of failing another run."""
+        cursor = self._cursor
+        try:
+            self._close_session()
+        except (PermanentError, RetryableError) as exc:
+            if cursor is not None and self.options.store_root:
+                cursor.last_error = str(exc)
                 save_cursor(Path(self.options.store_root), cursor)
 
     def close(self) -> None:
         try:
-            self._close_session()
+            self._close_quietly()
         except Exception:
             pass  # the journal stays: the next sync re-checks those rows
 
@@ -596,11 +639,12 @@ class SwanlabAdapter(Adapter):
             error = "; ".join(parts)
         self._close_session(FINISH_STATE[status], error)
 
-    def verify(self, run, cursor) -> dict[str, int] | None:
+    def verify(self, run, cursor) -> dict[str, int]:
         """Counts read back from SwanLab's own files (offline/local). Cloud mode has no
-        read-back here: returns None (reported as not verified)."""
+        read-back of the server here, which is an error rather than a false "verified"."""
         if self.mode == "online":
-            return None
+            raise PermanentError("--verify reads back SwanLab's run files, which only --mode offline/local write; "
+                                 "in cloud mode check the experiment in SwanLab instead (the data was sent)")
         if self._run is not None:
             self._close_session()
         return count_points(self.logdir, experiment_id(run.project, run.run_id))

@@ -388,3 +388,33 @@ def test_in_doubt_batch_is_counted_like_the_interrupted_send(root, logdir):
     assert out["skipped_by_reason"] == {SKIP_OLD: 1, SKIP_SECOND: 1} and out["verify_ok"] is True
     assert scalars(logdir, run) == before  # nothing logged twice
     assert {(k, s): v for k, s, v, _t in before} == {("a", 1): 1.0, ("b", 1): 1.0, ("a", 5): 5.0, ("b", 5): 5.0}
+
+
+def test_values_swanlab_failed_to_write_are_detected_and_resent(root, logdir):
+    """SwanLab's writer thread swallows I/O errors (a full disk) and its ``finish`` still
+    returns: the adapter reads the closed session file back, fails the run instead of
+    acknowledging lost values, and the next sync re-sends exactly those."""
+    run = trackstore.init("diskfull", root=root)
+    for s in range(300):
+        run.log({"a": float(s), "b": -float(s)}, step=s)
+    run.finish()
+    code = ("import sys\nimport swanlab.sdk.internal.core_python.store as st\n"
+            "orig, n = st.DataStoreWriter.write, [0]\n"
+            "def write(self, data):\n"
+            "    n[0] += 1\n"
+            "    if 100 < n[0] < 160:\n"
+            "        raise OSError(28, 'No space left on device')\n"
+            "    return orig(self, data)\n"
+            "st.DataStoreWriter.write = write\n"
+            "from trackstore.cli.main import main\n"
+            f"sys.exit(main(['sync', '--to', 'swanlab', '--mode', 'offline', '--logdir', {str(logdir)!r}, "
+            f"'--format', 'json', '--root', {str(root)!r}]))\n")
+    p = python_child(code)
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 8, stdout + stderr
+    out = json.loads(stdout)["runs"][0]
+    assert "SwanLab wrote" in out["error"] and "re-sends" in out["error"]
+    assert len(scalars(logdir, run)) < 600
+    out, _ = sync(root, logdir, "--verify")
+    assert out["verify_ok"] is True
+    assert scalars(logdir, run) == local_points(run)
