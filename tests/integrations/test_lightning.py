@@ -90,3 +90,15 @@ def test_save_is_called_after_every_log_and_costs_no_write(root, tmp_path, monke
     monkeypatch.setattr(ts, "save", lambda: saves.append(1) or our_save())
     trainer(tmp_path, ts).fit(Tiny(), loader())
     assert len(saves) >= 8 and calls == []  # Lightning saved after each log; nothing flushed synchronously
+
+
+def test_other_ranks_write_nothing(root, monkeypatch):
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    monkeypatch.setattr(rank_zero_only, "rank", 1)  # what Lightning sets in a rank-1 process
+    ts = TrackstoreLogger(project="pl-test", root=root)
+    ts.log_hyperparams({"lr": 0.1})
+    ts.log_metrics({"loss": 1.0}, step=0)
+    ts.save()
+    ts.finalize("success")
+    assert not any(root.iterdir())
