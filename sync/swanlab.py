@@ -168,7 +168,7 @@ class _Held:
 class SwanlabAdapter(Adapter):
     name = "swanlab"
     kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
-    batch_sizes = {"metrics": 5000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50}
+    batch_sizes = {"metrics": 10000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50}
     # SwanLab takes one value per (key, step): a step must never straddle two batches
     group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "step"}
 
@@ -506,6 +506,7 @@ class SwanlabAdapter(Adapter):
         order = sorted(range(rows.num_rows), key=lambda i: (steps[i], classes[i] != 0, i))
         seen: set = set()
         pending: dict[tuple[int, int], dict] = {}  # (step, ts_us) -> {key: value}, in replay order
+        logged_idx: list[int] = []
         for i in order:
             if values[i] is None:
                 result.skip(SKIP_NULL)
@@ -517,12 +518,17 @@ class SwanlabAdapter(Adapter):
             if not self._admit(sk, steps[i], classes[i], seen, result):
                 continue
             pending.setdefault((steps[i], ts[i]), {})[sk] = values[i]
-            logged.add_range(writers[i], seqs[i], seqs[i])
+            logged_idx.append(i)
         try:
             for (s, t), data in pending.items():
                 self._log(data, s, t)
         except Exception as exc:
             raise self._wrap(exc, "log") from exc
+        by_writer: dict[str, list[int]] = {}
+        for i in logged_idx:
+            by_writer.setdefault(writers[i], []).append(seqs[i])
+        for w, qs in by_writer.items():
+            logged.add_seqs(w, qs)
         self._journal("metrics", logged)
         return result
 
