@@ -33,14 +33,17 @@ Exactly once. SwanLab's client does not make data durable before the session clo
 offline store is never flushed before ``finish``; after a SIGKILL the file can be empty), so a
 row handed to the client is not yet a row the target holds. Each sync session therefore
 records the rows it handed over in ``cursor.remote["journal"]``, written atomically with the
-engine's acknowledgements, and clears it once ``finish`` has returned. A journal found at the
+engine's acknowledgements, and clears it once ``finish`` has returned and SwanLab confirms the
+rows (offline/local: the closed session file, read back, holds every value handed over; cloud:
+the uploader drained). A journal found at the
 next sync belongs to a session that died: :meth:`SwanlabAdapter.recover` makes those rows
 pending again and marks them as *re-sends*. A re-sent row (and every row of an in-doubt batch)
 is checked against what the target holds before it is logged: in offline/local mode exactly,
 by reading every earlier session folder of the experiment with SwanLab's own reader; in cloud
 mode by SwanLab itself, which drops (key, step) pairs at or below the server's last step on
 resume (its per-key summary is counted asynchronously: resuming seconds after a cut can still
-append a duplicate, see docs/sync.md).
+append a duplicate; the adapter waits :data:`CLOUD_SETTLE_S` after a cut before re-sending,
+see docs/sync-swanlab.md).
 """
 
 from __future__ import annotations
