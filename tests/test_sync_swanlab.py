@@ -418,3 +418,34 @@ def test_values_swanlab_failed_to_write_are_detected_and_resent(root, logdir):
     out, _ = sync(root, logdir, "--verify")
     assert out["verify_ok"] is True
     assert scalars(logdir, run) == local_points(run)
+
+
+def test_sigkill_during_samples_ends_exact_for_every_kind(root, logdir):
+    run = trackstore.init("killmix", root=root)
+    for s in range(200):
+        run.log({"a": float(s), "h": trackstore.Histogram([float(s), s + 1.0, s + 2.0], bins=2)}, step=s)
+        run.log_samples([{"input": f"q{s}-{i}", "output": "a", "score": 0.5} for i in range(3)], step=s)
+    run.finish()
+    args = [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "swanlab", "--mode", "offline",
+            "--logdir", str(logdir), "--batch-size", "16", "--root", str(root)]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        acked = 0
+        for f in root.glob("_sync/*/project=killmix/run=*.json"):
+            try:
+                c = json.loads(f.read_text())
+            except ValueError:
+                continue
+            acked = sum(hi - lo + 1 for rs in c["acked"].get("samples", {}).values() for lo, hi in rs)
+        if acked >= 150:
+            break
+        time.sleep(0.005)
+    assert p.poll() is None, "the sync finished before it could be killed"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    out, _ = sync(root, logdir, "--verify")
+    assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
+    assert out["verified"] == {"metrics": 200, "samples": 600, "histograms": 200, "traces": 0}
+    media = [(r.media.key, int(r.media.step)) for _d, r in records(logdir, run, "media")]
+    assert len(media) == len(set(media)) == 400  # one chart and one sample list per step, never twice
