@@ -11,7 +11,7 @@ schema, encodings and atomic rename), so they are exactly what training would le
 
 The questions, asked of every store:
 
-1. latest value of every key of every run (``SELECT * FROM latest``);
+1. latest value of every key of every run (``SELECT project, run_id, key, value FROM latest``);
 2. mean of one key over a step window, per run, across all runs;
 3. a 1,000-point downsampled curve of one key of one run (:func:`trackstore.overview.curves`);
 4. a LIKE search over the 100,000 samples.
@@ -124,7 +124,7 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
     lo, hi = steps // 4, steps // 2
     run = resolve_run("run00001", root)
     questions = {
-        "latest": lambda con: run_sql(con, "SELECT * FROM latest"),
+        "latest": lambda con: run_sql(con, "SELECT project, run_id, key, value FROM latest"),
         "window_mean": lambda con: run_sql(
             con, "SELECT project, run_id, avg(value) AS mean FROM metrics WHERE key = $k AND step BETWEEN $lo AND $hi "
                  "GROUP BY ALL", {"k": "critic/score/mean", "lo": lo, "hi": hi}),
