@@ -66,7 +66,7 @@ TIMESTAMP_VERIFIED = ("0.10.",)
 MODES = {"cloud": "online", "online": "online", "offline": "offline", "local": "local"}
 DEFAULT_HOST = "https://api.swanlab.cn"
 FINISH_STATE = {"finished": "success", "failed": "crashed", "crashed": "aborted"}
-MAX_KEY = 255
+MAX_KEY = 512
 MAX_STEP = 2 ** 48
 #: seconds SwanLab cloud may need to count a cut session's steps before a resume sees them
 CLOUD_SETTLE_S = 15.0
@@ -86,7 +86,7 @@ def experiment_id(project: str, run_id: str) -> str:
 
 
 def swanlab_key(key: str) -> str:
-    """The key SwanLab stores for ``key`` (its client trims edges and cuts at 255 chars)."""
+    """The key SwanLab stores for ``key`` (its client trims edges and cuts at 512 chars)."""
     return key.strip(" \t\n\r./")[:MAX_KEY]
 
 

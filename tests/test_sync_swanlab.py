@@ -449,3 +449,16 @@ def test_sigkill_during_samples_ends_exact_for_every_kind(root, logdir):
     assert out["verified"] == {"metrics": 200, "samples": 600, "histograms": 200, "traces": 0}
     media = [(r.media.key, int(r.media.step)) for _d, r in records(logdir, run, "media")]
     assert len(media) == len(set(media)) == 400  # one chart and one sample list per step, never twice
+
+
+def test_keys_are_mapped_as_swanlab_stores_them(root, logdir):
+    long_key = "x" * 600
+    run = trackstore.init("keys", root=root)
+    run.log({"./loss/": 1.0, long_key: 2.0, "ok": 3.0}, step=0)
+    run.finish()
+    res = run_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", str(logdir), "--dry-run",
+                  "--format", "json", root=root)
+    assert "2 metric keys trimmed by SwanLab (see docs/sync.md)" in json.loads(res.stdout)["runs"][0]["skipped_by_reason"]
+    out, _ = sync(root, logdir, "--verify")
+    assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
+    assert sorted(k for k, _s, _v, _t in scalars(logdir, run)) == sorted(["loss", "x" * 512, "ok"])
