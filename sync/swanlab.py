@@ -78,6 +78,7 @@ SKIP_KEY = "key is empty after SwanLab's trimming of leading/trailing '.', '/' a
 SKIP_NO_STEP = "trajectory without a step (SwanLab media need one)"
 SKIP_STEP = "step outside SwanLab's range 0..2**48"
 SKIP_MISSING = "artifact file missing from the store"
+SKIP_TYPE = "key already used at SwanLab for another type (a scalar and a chart or text cannot share a key)"
 
 
 def experiment_id(project: str, run_id: str) -> str:
@@ -475,17 +476,24 @@ class SwanlabAdapter(Adapter):
             return 0
         return 1 if row_id in self._doubt.get(kind, ()) else 2
 
-    def _admit(self, key: str, step: int, cls: int, seen: set, result: SendResult, n: int = 1) -> bool:
+    def _admit(self, key: str, step: int, cls: int, seen: set, result: SendResult, n: int = 1,
+               media: bool = False) -> bool:
         """Whether a value for (key, step) is to be logged now. Rejections are counted in
         ``result``; a value the target already holds is neither logged nor counted."""
         if not 0 <= step <= MAX_STEP:
             result.skip(SKIP_STEP, n)
             return False
+        key_max = self._cursor.remote.setdefault("key_max", {})
+        media_keys = self._cursor.remote.setdefault("media_keys", [])
+        if key in key_max and (key in media_keys) != media:
+            result.skip(SKIP_TYPE, n)  # SwanLab would drop it without a word
+            return False
         if (key, step) in seen:
             result.skip(SKIP_SECOND, n)
             return False
         seen.add((key, step))
-        key_max = self._cursor.remote.setdefault("key_max", {})
+        if media and key not in key_max:
+            media_keys.append(key)
         if cls != 0 and key_max.get(key, -1) >= step:
             result.skip(SKIP_OLD, n)
             return False
@@ -563,7 +571,7 @@ class SwanlabAdapter(Adapter):
                     continue
                 first = group[0]
                 cls = self._class(kind, (first["writer"], first["seq"]))
-                if not self._admit(key, step, cls, seen, result, len(group)):
+                if not self._admit(key, step, cls, seen, result, len(group), media=True):
                     continue
                 if kind == "samples":
                     value = [swanlab.Text(_sample_text(r), caption=f"#{r['sample_index']}") for r in group]

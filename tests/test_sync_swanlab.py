@@ -462,3 +462,18 @@ def test_keys_are_mapped_as_swanlab_stores_them(root, logdir):
     out, _ = sync(root, logdir, "--verify")
     assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
     assert sorted(k for k, _s, _v, _t in scalars(logdir, run)) == sorted(["loss", "x" * 512, "ok"])
+
+
+def test_a_key_used_for_a_scalar_and_a_chart_is_reported(root, logdir):
+    """SwanLab drops a value whose type differs from its key's column without a word; the
+    adapter reports it instead of failing the run on every sync."""
+    from trackstore.sync.swanlab import SKIP_TYPE
+
+    run = trackstore.init("types", root=root)
+    run.log({"h": 1.0}, step=1)
+    run.log({"h": trackstore.Histogram([1.0, 2.0, 3.0], bins=2)}, step=5)
+    run.finish()
+    out, _ = sync(root, logdir, "--verify")
+    assert out["skipped_by_reason"] == {SKIP_TYPE: 1} and out["verify_ok"] is True
+    out, _ = sync(root, logdir, "--all")
+    assert out["error"] is None
