@@ -178,6 +178,10 @@ class SwanlabAdapter(Adapter):
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
+        import importlib.util
+
+        if importlib.util.find_spec("swanlab") is None:  # checked without importing the SDK
+            raise UsageError("the swanlab client is not installed: pip install 'trackstore[swanlab]'")
         raw = (options.mode or os.environ.get("SWANLAB_MODE") or "cloud").strip().lower()
         if raw not in MODES:
             raise UsageError(f"--mode for swanlab must be cloud, offline or local, not {raw!r}")
