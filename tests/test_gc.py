@@ -311,3 +311,44 @@ def test_gc_compact_merges_the_old_runs_it_keeps(root):
     assert "compacted 1 kept runs: 8 part files -> 2" in out.stdout
     assert len(kept.parts("metrics")) == 1 and len(recent.parts("metrics")) == 4
     assert store_snapshot(root) == before
+
+
+def test_real_sync_in_progress_protects_its_run(root, tmp_path, monkeypatch):
+    """The real `trackstore sync` (MLflow file store) is paused after its first batch, holding
+    its lock; gc --force runs meanwhile and must not delete the run being synced."""
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    busy = make_run(root, ended_days_ago=40, chunks=4)
+    go = tmp_path / "go"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {REPO!r})
+        from trackstore.sync import engine
+        real = engine.Engine._send_kind
+        def paused(self, kind, table, cursor, res):
+            print("paused", flush=True)
+            while not os.path.exists({str(go)!r}):
+                time.sleep(0.05)
+            return real(self, kind, table, cursor, res)
+        engine.Engine._send_kind = paused
+        from trackstore.cli.main import main
+        sys.exit(main(["sync", "--to", "mlflow", "--uri", {uri!r}, "--root", {str(root)!r}]))
+    """)
+    child = python_child(code)
+    try:
+        for line in child.stdout:  # the sync prints its own progress lines first
+            if line.strip() == "paused":
+                break
+        else:
+            pytest.fail("the sync never reached its first batch: " + child.stderr.read())
+        plan, res = G.gc(root, G.Policy(older_than_s=0, force=True))
+        assert res.deleted == [] and busy.dir.exists()
+        assert "being synced" in plan.keep[0].reason
+    finally:
+        go.write_text("")
+        child.communicate(timeout=300)
+    assert child.returncode == 0
+    # synced now, and no sync holds it: the default policy deletes it
+    _, res = G.gc(root, G.Policy(older_than_s=0))
+    assert [c.run_id for c in res.deleted] == [busy.run_id]
