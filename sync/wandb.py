@@ -575,22 +575,23 @@ class WandbAdapter(Adapter):
         before = self._last_step
         self._last_step = max(self._last_step, logs.last_step)
         cursor.remote["last_step"] = self._last_step
+        if kind in STEP_KINDS:
+            # the interrupted batch may have carried rows of the other step kinds: those the
+            # logs hold are delivered (the batch only logged steps above `before`)
+            carried = self._sets(cursor, "carried")
+            for other in STEP_KINDS:
+                if other == kind:
+                    continue
+                for r in self._other_pending(other, cursor):
+                    if r["step"] > before and _held(other, r, logs.history):
+                        carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
+                self._pending.pop(other, None)
+            self._save_sets(cursor, "carried", carried)
         if _batch_id(kind, rows) in logs.markers:
             return rows.slice(0, 0)  # the marker follows the whole batch in the log
-        if kind in ("spans", "artifacts"):
+        if kind not in STEP_KINDS:
             return rows  # artifact versions are content-addressed: a resend adds no version
-        held = [_held(kind, r, logs.history) for r in rows.to_pylist()]
-        # rows of the other step kinds the interrupted batch carried are in the logs too
-        carried = self._sets(cursor, "carried")
-        for other in STEP_KINDS:
-            if other == kind:
-                continue
-            for r in self._other_pending(other, cursor):
-                if r["step"] > before and _held(other, r, logs.history):
-                    carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
-            self._pending.pop(other, None)
-        self._save_sets(cursor, "carried", carried)
-        return rows.filter(pa.array([not h for h in held]))
+        return rows.filter(pa.array([not _held(kind, r, logs.history) for r in rows.to_pylist()]))
 
     def finish_run(self, run, cursor, status: str) -> None:
         meta = run.meta

@@ -179,7 +179,10 @@ class WandbHarness(Harness):
         wandb_cli = str(Path(sys.executable).with_name("wandb"))
         out = []
         for d in self.run_dirs(project, run_id):
-            res = subprocess.run([wandb_cli, "leet", "inspect", "--json", str(d)], capture_output=True, text=True,
+            log = d / f"run-{d.name.rsplit('-', 1)[-1]}.wandb"
+            if not log.is_file():  # a session killed during wandb.init leaves a folder without a log
+                continue
+            res = subprocess.run([wandb_cli, "leet", "inspect", "--json", str(log)], capture_output=True, text=True,
                                  timeout=120, check=True)
             out.append([json.loads(line) for line in res.stdout.splitlines() if line.strip()])
         return out
