@@ -49,8 +49,6 @@ see docs/sync-swanlab.md).
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -60,6 +58,10 @@ from trackstore.ranges import RangeSet
 from trackstore.syncstate import redact_text, redact_url, save_cursor
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+from .swanlab_files import Held, count_points, read_session_file, read_session_files
+from .swanlab_media import histogram_chart, sample_text, trajectories
+
+__all__ = ["SwanlabAdapter", "experiment_id", "swanlab_key", "count_points", "read_session_files"]
 
 #: client versions whose internal event path was verified to keep per-point timestamps
 TIMESTAMP_VERIFIED = ("0.10.",)
@@ -110,65 +112,6 @@ def _subtract(acked: RangeSet, drop: RangeSet) -> RangeSet:
     return out
 
 
-def _loads(text):
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def read_session_files(logdir: Path, exp_id: str):
-    """Every record SwanLab wrote for experiment ``exp_id`` under ``logdir``, oldest session
-    first, as ``(session_dir, record)`` pairs (``record`` a ``record_pb2.Record``). Empty or
-    cut files (a killed session) yield what they hold up to the last whole record."""
-    for d in sorted(Path(logdir).glob(f"run-*-{exp_id}")):
-        for rec in read_session_file(d / f"run-{exp_id}.swanlab"):
-            yield d, rec
-
-
-def read_session_file(path: Path):
-    """The whole records of one ``run-<id>.swanlab`` file (none if it is empty or foreign)."""
-    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
-    from swanlab.sdk.internal.core_python.store import DataStoreReader
-
-    try:
-        if not path.is_file() or path.stat().st_size < 7:
-            return
-        reader = DataStoreReader()
-        reader.open(path)
-    except Exception:  # header cut or foreign version: nothing readable in it
-        return
-    try:
-        for raw in reader:
-            rec = Record()
-            try:
-                rec.ParseFromString(raw)
-            except Exception:
-                break
-            yield rec
-    finally:
-        reader.close()
-
-
-class _Held:
-    """What earlier sessions of one experiment wrote: (key, step) pairs and saved file names."""
-
-    def __init__(self, logdir: Path, exp_id: str, skip_dir: Path | None):
-        self.points: set[tuple[str, int]] = set()
-        self.saves: set[str] = set()
-        for d, rec in read_session_files(logdir, exp_id):
-            if skip_dir is not None and d == skip_dir:
-                continue
-            kind = rec.WhichOneof("record_type")
-            if kind in ("scalar", "media"):
-                m = getattr(rec, kind)
-                self.points.add((m.key, int(m.step)))
-            elif kind == "save":
-                self.saves.add(rec.save.name)
-
-
 class SwanlabAdapter(Adapter):
     name = "swanlab"
     kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
@@ -193,7 +136,7 @@ class SwanlabAdapter(Adapter):
         self._cursor = None         # the cursor of the run whose session is open
         self._info = None
         self._log_fn = None
-        self._held: _Held | None = None
+        self._held: Held | None = None
         self._resend: dict[str, RangeSet] = {}  # rows logged by a session that died (from its journal)
         self._doubt: dict[str, RangeSet] = {}   # rows of an in-doubt batch (this session only)
         self._notes: list[str] = []
@@ -431,7 +374,7 @@ class SwanlabAdapter(Adapter):
             pass  # the journal stays: the next sync re-checks those rows
 
     # ------------------------------------------------------------------ target truth
-    def _held_index(self) -> _Held | None:
+    def _held_index(self) -> Held | None:
         """(key, step) pairs earlier sessions wrote (offline/local); None in cloud mode, where
         SwanLab's own resume guard drops what the server holds."""
         if self.mode == "online":
@@ -439,7 +382,7 @@ class SwanlabAdapter(Adapter):
         if self._held is None:
             exp = self._cursor.remote["id"]
             current = Path(self._run.dir) if self._run is not None else None
-            self._held = _Held(self.logdir, exp, current)
+            self._held = Held(self.logdir, exp, current)
         return self._held
 
     def _journal(self, kind: str, ids: RangeSet) -> None:
@@ -578,11 +521,11 @@ class SwanlabAdapter(Adapter):
                 if not self._admit(key, step, cls, seen, result, len(group), media=True):
                     continue
                 if kind == "samples":
-                    value = [swanlab.Text(_sample_text(r), caption=f"#{r['sample_index']}") for r in group]
+                    value = [swanlab.Text(sample_text(r), caption=f"#{r['sample_index']}") for r in group]
                 elif kind == "histograms":
-                    value = _histogram_chart(first)
+                    value = histogram_chart(first)
                 else:
-                    value = [swanlab.Text(text, caption=caption) for caption, text in _trajectories(group)]
+                    value = [swanlab.Text(text, caption=caption) for caption, text in trajectories(group)]
                 self._log({key: value}, step, int(first["ts"].timestamp() * 1_000_000))
                 for r in group:
                     logged.add_range(r["writer"], r["seq"], r["seq"])
@@ -700,94 +643,3 @@ class SwanlabAdapter(Adapter):
         if kind == "spans" and rows.column("step").null_count:
             out[SKIP_NO_STEP] = rows.column("step").null_count
         return out
-
-
-def count_points(logdir: Path, exp_id: str) -> dict[str, int]:
-    """What the SwanLab files of one experiment hold, in trackstore's units: metric points,
-    samples (Text items under ``samples/``), histograms (charts) and traces (trajectory Texts)."""
-    out = {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
-    for _d, rec in read_session_files(logdir, exp_id):
-        kind = rec.WhichOneof("record_type")
-        if kind == "scalar":
-            out["metrics"] += 1
-        elif kind == "media":
-            key = rec.media.key
-            items = len(rec.media.value.items) or 1
-            if key.startswith("samples/"):
-                out["samples"] += items
-            elif key == "trajectories":
-                out["traces"] += items
-            else:
-                out["histograms"] += 1
-    return out
-
-
-def _sample_text(r: dict) -> str:
-    lines = []
-    for field in ("input", "output"):
-        if r.get(field) is not None:
-            lines.append(f"[{field}]\n{r[field]}")
-    if r.get("score") is not None:
-        lines.append(f"[score] {r['score']}")
-    extra = _loads(r.get("extra"))
-    if extra:
-        lines.append("[extra] " + json.dumps(extra, ensure_ascii=False, default=str))
-    return "\n\n".join(lines) or "(empty sample)"
-
-
-def _histogram_chart(r: dict):
-    import swanlab
-    from swanlab import echarts
-
-    edges, counts = list(r["edges"]), list(r["counts"])
-    labels = [f"{edges[i]:.4g}..{edges[i + 1]:.4g}" for i in range(len(counts))]
-    bar = echarts.Bar()
-    bar.add_xaxis(labels)
-    bar.add_yaxis("count", [c if math.isfinite(c) else 0 for c in counts])
-    return swanlab.ECharts(bar)
-
-
-def _trajectories(rows: list[dict]) -> list[tuple[str, str]]:
-    """One (caption, text) per trace: the span tree, indented, with inputs and outputs."""
-    best: dict[tuple[str, str], dict] = {}
-    for r in rows:
-        k = (r["trace_id"], r["span_id"])
-        cur = best.get(k)
-        if cur is None or (r["status"] != "unfinished") > (cur["status"] != "unfinished") or (
-                (r["status"] != "unfinished") == (cur["status"] != "unfinished") and r["seq"] > cur["seq"]):
-            best[k] = r
-    traces: dict[str, list[dict]] = {}
-    for r in sorted(best.values(), key=lambda r: (r["start_ns"], r["seq"])):
-        traces.setdefault(r["trace_id"], []).append(r)
-    out = []
-    for trace_id, spans in traces.items():
-        children: dict[Any, list[dict]] = {}
-        ids = {s["span_id"] for s in spans}
-        for s in spans:
-            parent = s["parent_span_id"] if s["parent_span_id"] in ids else None
-            children.setdefault(parent, []).append(s)
-        lines: list[str] = []
-
-        def walk(parent, depth):
-            for s in children.get(parent, []):
-                dur = "" if s["end_ns"] is None else f" {(s['end_ns'] - s['start_ns']) / 1e9:.3f}s"
-                head = f"{'  ' * depth}- {s['name']} [{s['kind']}, {s['status']}{dur}]"
-                if s.get("error"):
-                    head += f" error: {s['error']}"
-                lines.append(head)
-                for field in ("inputs", "outputs"):
-                    v = _loads(s.get(field))
-                    if v is not None:
-                        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
-                        lines.append(f"{'  ' * depth}  {field}: {text}")
-                walk(s["span_id"], depth + 1)
-
-        walk(None, 0)
-        root = children.get(None, [spans[0]])[0]
-        caption = f"trace {trace_id}"
-        if root.get("sample_index") is not None:
-            caption += f" sample {root['sample_index']}"
-        if root.get("reward") is not None:
-            caption += f" reward {root['reward']}"
-        out.append((caption, "\n".join(lines)))
-    return out
