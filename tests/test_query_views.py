@@ -247,3 +247,13 @@ def test_sync_state_view_reads_the_ledger(root):
                  root=root).to_pylist()
     assert len(rows) == 1 and rows[0]["target"] == "mlflow"
     assert rows[0]["acked_rows"] + rows[0]["pending_rows"] == 10 and rows[0]["pending_rows"] > 0
+
+
+def test_latest_breaks_same_microsecond_ties_by_log_order(root):
+    run = make_run(root, "p", "tie", steps=1)
+    same_ts = 1_764_000_000_000_000
+    part(root, "p", run.id, "metrics", [{"step": 7, "key": "k", "value": v, "ts": same_ts} for v in (1.0, 2.0, 3.0)],
+         writer="fast")
+    con = connect(root)
+    assert con.execute("SELECT step, value FROM latest WHERE key = 'k'").fetchall() == [(7, 3.0)]
+    assert con.execute("SELECT first, last FROM metric_summary WHERE key = 'k'").fetchall() == [(1.0, 3.0)]

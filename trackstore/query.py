@@ -235,6 +235,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     try:
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET parquet_metadata_cache = true")
+        con.execute("SET enable_progress_bar = false")  # it would land in csv/json output
         _create_runs_view(con, root_path, only)
         con.execute("CREATE TABLE _trackstore_views (kind VARCHAR, sources VARCHAR)")
         bad_kinds = {_kind_of(p) for p in bad}
@@ -430,16 +431,20 @@ def _create_sync_state_view(con, root: Path | None) -> None:
     con.execute("CREATE VIEW sync_state AS SELECT * FROM _sync_state_data")
 
 
+# Log order of a metric row: its time, then its writer's sequence number, so two values logged
+# within one microsecond still have an order. One HUGEINT keeps arg_max a single fast pass.
+LOG_ORDER = "((epoch_us(ts)::HUGEINT << 64) + seq)"
+
+
 def _create_helper_views(con) -> None:
-    # latest: the most recently logged value of each key (largest ts, like wandb's summary),
-    # with the step it was logged at. One ordering column keeps this a single fast pass.
+    # latest: the most recently logged value of each key (like wandb's summary), with its step.
     con.execute(
-        "CREATE VIEW latest AS SELECT project, run_id, key, arg_max(step, ts) AS step, "
-        "arg_max(value, ts) AS value, max(ts) AS ts FROM metrics GROUP BY project, run_id, key")
+        f"CREATE VIEW latest AS SELECT project, run_id, key, arg_max(step, {LOG_ORDER}) AS step, "
+        f"arg_max(value, {LOG_ORDER}) AS value, max(ts) AS ts FROM metrics GROUP BY project, run_id, key")
     con.execute(
         "CREATE VIEW metric_summary AS SELECT project, run_id, key, count(*) AS points, "
-        "min(step) AS first_step, max(step) AS last_step, arg_min(value, ts) AS first, "
-        "arg_max(value, ts) AS last, min(value) FILTER (WHERE NOT isnan(value)) AS min, "
+        f"min(step) AS first_step, max(step) AS last_step, arg_min(value, {LOG_ORDER}) AS first, "
+        f"arg_max(value, {LOG_ORDER}) AS last, min(value) FILTER (WHERE NOT isnan(value)) AS min, "
         "max(value) FILTER (WHERE NOT isnan(value)) AS max, "
         "avg(value) FILTER (WHERE isfinite(value)) AS mean, max(ts) AS last_ts "
         "FROM metrics GROUP BY project, run_id, key")
@@ -593,7 +598,7 @@ def wide(run_id: str, keys: Iterable[str] | None = None, root: str | os.PathLike
         cols = []
         for i, k in enumerate(keys):
             params[f"k{i}"] = k
-            cols.append(f"arg_max(value, ts) FILTER (WHERE key = $k{i}) AS {quote_ident(k)}")
+            cols.append(f"arg_max(value, {LOG_ORDER}) FILTER (WHERE key = $k{i}) AS {quote_ident(k)}")
         select = ", ".join(["step", *cols])
         sql = f"SELECT {select} FROM metrics WHERE run_id = $run GROUP BY step ORDER BY step"
         return run_sql(con, sql, params)
