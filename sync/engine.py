@@ -168,6 +168,7 @@ class Engine:
     def dry_run_one(self, info: RunInfo) -> RunResult:
         cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
+        self.adapter.recover(info, cursor)  # in memory only: a dry run saves nothing
         for kind, table in self.pending_tables(info, cursor).items():
             res.pending[kind] = table.num_rows
             for reason, n in self.adapter.unsupported(kind, table).items():

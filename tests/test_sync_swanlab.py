@@ -203,7 +203,12 @@ def test_sigkill_after_acknowledged_batches_ends_exact(root, logdir):
     p.wait()
     c = json.loads(next(root.glob(cursor_glob)).read_text())
     journal = c["remote"]["journal"]["metrics"]
-    assert sum(hi - lo + 1 for rs in journal.values() for lo, hi in rs) >= 800  # handed over, not durable
+    handed = sum(hi - lo + 1 for rs in journal.values() for lo, hi in rs)
+    assert handed >= 800  # handed over to SwanLab, not confirmed durable
+    plan = run_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", str(logdir), "--dry-run",
+                   "--format", "json", root=root)
+    acked = sum(hi - lo + 1 for rs in c["acked"]["metrics"].values() for lo, hi in rs)
+    assert json.loads(plan.stdout)["runs"][0]["pending"]["metrics"] == 8000 - acked + handed
     out, _ = sync(root, logdir, "--verify")
     assert any("did not close" in n for n in out["notes"]), out["notes"]
     assert out["verify_ok"] is True
