@@ -350,6 +350,13 @@ def test_cloud_path_reaches_the_host_and_reports_a_rejected_login(root, monkeypa
     out = json.loads(res.stdout)["runs"][0]
     assert out["error"].startswith("swanlab init:") and "API key" in out["error"]
     assert secret not in res.stdout + res.stderr
+    import os
+    from pathlib import Path
+
+    for base in (root, Path(os.environ["HOME"])):  # the cursor, SwanLab's files, ~/.swanlab
+        for f in base.rglob("*"):
+            if f.is_file():
+                assert secret.encode() not in f.read_bytes(), f
 
 
 def test_in_doubt_batch_is_counted_like_the_interrupted_send(root, logdir):
