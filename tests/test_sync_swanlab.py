@@ -434,7 +434,7 @@ def test_values_swanlab_failed_to_write_are_detected_and_resent(root, logdir):
 
 def test_sigkill_during_samples_ends_exact_for_every_kind(root, logdir):
     run = trackstore.init("killmix", root=root)
-    for s in range(200):
+    for s in range(400):
         run.log({"a": float(s), "h": trackstore.Histogram([float(s), s + 1.0, s + 2.0], bins=2)}, step=s)
         run.log_samples([{"input": f"q{s}-{i}", "output": "a", "score": 0.5} for i in range(3)], step=s)
     run.finish()
@@ -458,9 +458,9 @@ def test_sigkill_during_samples_ends_exact_for_every_kind(root, logdir):
     p.wait()
     out, _ = sync(root, logdir, "--verify")
     assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
-    assert out["verified"] == {"metrics": 200, "samples": 600, "histograms": 200, "traces": 0}
+    assert out["verified"] == {"metrics": 400, "samples": 1200, "histograms": 400, "traces": 0}
     media = [(r.media.key, int(r.media.step)) for _d, r in records(logdir, run, "media")]
-    assert len(media) == len(set(media)) == 400  # one chart and one sample list per step, never twice
+    assert len(media) == len(set(media)) == 800  # one chart and one sample list per step, never twice
 
 
 def test_keys_are_mapped_as_swanlab_stores_them(root, logdir):
