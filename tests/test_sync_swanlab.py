@@ -72,6 +72,7 @@ def test_identity_metadata_and_original_times(root, logdir, mode):
     assert "swanlab:" not in res.stdout + res.stderr  # SwanLab's console is silenced
     for s in range(10, 15):
         run.log({"loss": 1.0 / (s + 1), "train/acc": s / 10}, step=s)
+    run.summary["best_acc"] = 0.97
     run.finish()
     sync(root, logdir, mode=mode)
     sync(root, logdir, mode=mode)  # nothing new: no new session, nothing sent
@@ -88,6 +89,7 @@ def test_identity_metadata_and_original_times(root, logdir, mode):
     session = sorted(logdir.glob(f"run-*-{experiment_id('proj', run.id)}"))[-1]
     cfg = (session / "files" / "config.yaml").read_text()
     assert "lr:" in cfg and "layers: 2" in cfg and "status: finished" in cfg and run.id in cfg
+    assert "best_acc: 0.97" in cfg
     finish = [r.finish for _d, r in records(logdir, run, "finish")]
     assert finish[-1].state == 1  # RUN_STATE_FINISHED
 
