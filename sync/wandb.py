@@ -228,6 +228,8 @@ class WandbAdapter(Adapter):
         wb, self._wb = self._wb, None
         if wb is not None:
             try:
+                if MARKER in wb.summary.keys():
+                    del wb.summary[MARKER]  # acknowledgement bookkeeping, not the user's summary
                 wb.finish(exit_code=exit_code)
             except Exception as exc:
                 raise self._wrap(exc, "finish") from exc

@@ -42,30 +42,35 @@ class LogReader:
         from wandb.proto import wandb_internal_pb2 as pb
 
         try:
-            data = self.path.read_bytes()
+            with open(self.path, "rb") as f:
+                if self.pos == 0:
+                    head = f.read(len(HEADER))
+                    if len(head) < len(HEADER) or head[:4] != HEADER[:4]:
+                        return
+                    self.pos = len(HEADER)
+                base = self.pos  # only the part after the last complete record is read again
+                f.seek(base)
+                data = f.read()
         except FileNotFoundError:
             return
-        if self.pos == 0:
-            if len(data) < len(HEADER) or data[:4] != HEADER[:4]:
-                return
-            self.pos = len(HEADER)
-        pos = self.pos
+        pos = base  # absolute offsets: blocks are aligned to the start of the file
         parts: list[bytes] = []
         while True:
             left = BLOCK - pos % BLOCK
             if left < CHUNK_HEADER:  # zero padding at a block's end
                 pos += left
                 continue
-            if pos + CHUNK_HEADER > len(data):
+            i = pos - base
+            if i + CHUNK_HEADER > len(data):
                 return
-            crc, length, kind = struct.unpack_from("<IHB", data, pos)
-            end = pos + CHUNK_HEADER + length
+            crc, length, kind = struct.unpack_from("<IHB", data, i)
+            end = i + CHUNK_HEADER + length
             if kind == 0 and length == 0 or end > len(data):
                 return  # not written yet (or torn): stop at the last complete record
-            chunk = data[pos + CHUNK_HEADER:end]
+            chunk = data[i + CHUNK_HEADER:end]
             if zlib.crc32(bytes([kind]) + chunk) != crc:
                 return
-            pos = end
+            pos = base + end
             if kind == FULL:
                 parts = [chunk]
             elif kind == FIRST:

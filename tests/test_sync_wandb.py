@@ -283,6 +283,15 @@ def test_wandb_offline_target_writes_a_standard_offline_run(root, tmp_path):
     rid = wandb_run_id(run.project, run.id)
     [folder] = [d for d in (logdir / "wandb").glob(f"offline-run-*-{rid}")]
     assert (folder / f"run-{rid}.wandb").is_file() and (folder / "files").is_dir()
+    import os
+    import subprocess
+    import sys
+
+    # wandb's own uploader recognises it (dry run: nothing is sent; the base URL is a dead port)
+    env = {**os.environ, "WANDB_BASE_URL": "http://127.0.0.1:9"}
+    dry = subprocess.run([str(Path(sys.executable).with_name("wandb")), "sync", "--dry-run", str(folder)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert "Would sync 1 run" in dry.stdout + dry.stderr and f"run-{rid}.wandb" in dry.stdout + dry.stderr
     h = WandbHarness(tmp_path, None)
     h.dir = logdir
     assert [(k, s, v) for k, s, v, _ in h.metrics(run.project, run.id)] == [("a", 0, 1.0)]
@@ -421,3 +430,41 @@ def test_interrupted_batch_with_carried_histograms(wb, root):
     history = wb.history(run.project, run.id)
     assert [r["step"] for r in history] == list(range(12))
     assert all(r["h"]["_type"] == "histogram" for r in history)
+
+
+def test_batch_marker_is_not_left_in_the_summary(wb, root):
+    run = trackstore.init("proj", root=root)
+    run.log({"a": 1.0}, step=0)
+    run.finish()
+    _sync(root)
+    recs = [r for recs in wb.records(run.project, run.id) for r in recs if r["type"] == "summary"]
+    assert any("trackstore/batch" in (r["summary"].get("update") or {}) for r in recs)  # it was the barrier
+    last = [r for r in recs if "remove" in r["summary"]]
+    assert last and "trackstore/batch" in json.dumps(last[-1]["summary"]["remove"])
+
+
+def test_transaction_log_reader_is_incremental_and_stops_at_a_torn_tail(wb, root, tmp_path):
+    """The barrier's reader: what wandb's own reader sees, never a half-written record."""
+    from trackstore.sync.wandb_log import LogReader
+
+    run = trackstore.init("proj", root=root)
+    for s in range(400):  # > 32 KiB: records cross block boundaries
+        run.log({f"k{i}": float(s * i) for i in range(8)}, step=s)
+    run.finish()
+    _sync(root)
+    [folder] = wb.run_dirs(run.project, run.id)
+    [log] = folder.glob("run-*.wandb")
+    data = log.read_bytes()
+    assert len(data) > 2 * 32768
+    n_leet = sum(len(recs) for recs in wb.records(run.project, run.id))
+    assert sum(1 for _ in LogReader(log).records()) == n_leet
+
+    part = tmp_path / "growing.wandb"
+    part.write_bytes(data[: len(data) // 2 + 3])          # cut inside a record
+    reader = LogReader(part)
+    first = [r.num for r in reader.records()]
+    assert first and first == list(range(first[0], first[0] + len(first)))
+    part.write_bytes(data)                                 # the rest arrives
+    rest = [r.num for r in reader.records()]
+    assert first + rest == [r.num for r in LogReader(log).records()]
+    assert sum(1 for _ in reader.records()) == 0           # nothing new: nothing returned
