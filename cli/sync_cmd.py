@@ -236,6 +236,7 @@ def status(
 ) -> None:
     """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
     from trackstore.catalog import list_runs
+    from trackstore.files import tree_bytes
     from trackstore.layout import resolve_root
     from trackstore.syncstate import iter_cursors, pending_counts
 
@@ -252,7 +253,7 @@ def status(
         rows.append({"target": c.target, "destination": c.destination, "project": c.project, "run_id": c.run_id,
                      "status": info.status, "pending_metrics": pending.get("metrics", 0),
                      "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                     "bytes": _run_bytes(info.paths.dir), "synced_status": c.synced_status,
+                     "bytes": tree_bytes(info.paths.dir), "synced_status": c.synced_status,
                      "last_sync_at": c.last_sync_at, "last_error": c.last_error})
     for key, info in infos.items():
         if key not in seen:
@@ -260,17 +261,7 @@ def status(
             rows.append({"target": to or "-", "destination": "(never synced)", "project": info.project,
                          "run_id": info.run_id, "status": info.status, "pending_metrics": pending.get("metrics", 0),
                          "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                         "bytes": _run_bytes(info.paths.dir), "synced_status": None, "last_sync_at": None,
+                         "bytes": tree_bytes(info.paths.dir), "synced_status": None, "last_sync_at": None,
                          "last_error": None})
     emit(rows, fmt, title="sync status")
 
-
-def _run_bytes(path) -> int:
-    total = 0
-    for p in path.rglob("*"):
-        try:
-            if p.is_file():
-                total += p.stat().st_size
-        except OSError:
-            pass
-    return total
