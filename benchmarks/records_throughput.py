@@ -12,11 +12,13 @@ Every system gets the same rows, built from a fixed seed:
   answer -> reward) with JSON inputs/outputs of a few hundred characters.
 
 What each system does with them (each in its own subprocess, so SDK imports and background
-services do not leak into each other; setup such as creating MLflow's SQLite schema is not timed):
+services do not leak into each other). The clock starts after ``init`` (``trackstore.init``,
+``wandb.init``, ``mlflow.start_run`` and creating MLflow's SQLite schema, ``swanlab.init``) and
+stops after everything is written (``finish``/``end_run``; MLflow's trace export is flushed):
 
-* trackstore: ``run.log_samples`` per step / ``run.trace`` + ``tr.span``; time includes ``finish``.
+* trackstore: ``run.log_samples`` per step / ``run.trace`` + ``tr.span``.
 * wandb (offline): one ``wandb.Table`` per step logged with ``run.log`` (samples), a ``wandb.Table``
-  of span rows (wandb has no trace API without weave); time includes ``finish``.
+  of span rows (wandb has no trace API without weave).
 * MLflow (SQLite store, local artifacts): ``mlflow.log_table`` per step (samples), real traces with
   ``mlflow.start_span`` (spans).
 * SwanLab (offline): a list of ``swanlab.Text`` per step (samples), one ``Text`` of JSON per span.
@@ -95,8 +97,8 @@ def bench_trackstore(work: Path, kind: str, n: int) -> dict:
     root = work / "store"
     if kind == "samples":
         rows = make_samples(n)
-        t0 = time.perf_counter()
         run = trackstore.init("bench", root=root)
+        t0 = time.perf_counter()
         log_s = 0.0
         for step, i in enumerate(range(0, n, PER_STEP)):
             t = time.perf_counter()
@@ -108,8 +110,8 @@ def bench_trackstore(work: Path, kind: str, n: int) -> dict:
         nrows = n
     else:
         traces = make_traces(n)
-        t0 = time.perf_counter()
         run = trackstore.init("bench", root=root)
+        t0 = time.perf_counter()
         t = time.perf_counter()
         for i, spans in enumerate(traces):
             root_s, turn, tool, answer, reward = spans
@@ -146,8 +148,8 @@ def bench_wandb(work: Path, kind: str, n: int) -> dict:
     if kind == "samples":
         rows = make_samples(n)
         cols = ["input", "output", "score", "reward/format", "reward/acc"]
-        t0 = time.perf_counter()
         run = wandb.init(project="bench", dir=str(work / "run"), mode="offline")
+        t0 = time.perf_counter()
         for step, i in enumerate(range(0, n, PER_STEP)):
             table = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows[i:i + PER_STEP]])
             run.log({"val/generations": table}, step=step)
@@ -156,8 +158,8 @@ def bench_wandb(work: Path, kind: str, n: int) -> dict:
     else:
         traces = make_traces(n)
         cols = ["trace", "span", "parent", "name", "kind", "start_ns", "end_ns", "inputs", "outputs"]
-        t0 = time.perf_counter()
         run = wandb.init(project="bench", dir=str(work / "run"), mode="offline")
+        t0 = time.perf_counter()
         for step, i in enumerate(range(0, n, 50)):
             data = []
             for t, spans in enumerate(traces[i:i + 50]):
@@ -187,8 +189,8 @@ def bench_mlflow(work: Path, kind: str, n: int) -> dict:
     base = dir_bytes(work)
     if kind == "samples":
         rows = make_samples(n)
-        t0 = time.perf_counter()
         with mlflow.start_run():
+            t0 = time.perf_counter()
             for step, i in enumerate(range(0, n, PER_STEP)):
                 chunk = rows[i:i + PER_STEP]
                 mlflow.log_table({c: [r[c] for r in chunk] for c in chunk[0]},
@@ -227,8 +229,8 @@ def bench_swanlab(work: Path, kind: str, n: int) -> dict:
     import swanlab
 
     def one_run(name: str, body) -> float:
-        t0 = time.perf_counter()
         swanlab.init(project="bench", name=name, mode="offline", log_dir=str(work / name), reinit=True)
+        t0 = time.perf_counter()
         body()
         swanlab.finish()
         return time.perf_counter() - t0
