@@ -119,7 +119,7 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
     """{question: (cold seconds, warm median seconds, result rows)}."""
     from trackstore.catalog import resolve_run
     from trackstore.overview import curves
-    from trackstore.query import connect, run_sql
+    from trackstore.views import connect, run_sql
 
     lo, hi = steps // 4, steps // 2
     run = resolve_run("run00001", root)

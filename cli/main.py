@@ -13,8 +13,8 @@ import typer
 from typing_extensions import Annotated
 
 from . import demo_cmd, runs_cmd, sync_cmd
-from . import bundle_cmd, compact_cmd, doctor_cmd, gc_cmd  # store upkeep (issue 7)
 from . import run_cmd  # wandb scripts under the drop-in (issue 8)
+from . import bundle_cmd, compact_cmd, doctor_cmd, gc_cmd  # store upkeep (issue 7)
 from . import compare_cmd, plot_cmd, sql_cmd  # SQL, curves, comparisons (issue 4)
 
 app = typer.Typer(
@@ -79,10 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
-    except Exception as exc:  # click usage errors
+    except Exception as exc:  # click usage errors (typer ships its own copy of click's exceptions)
         import click
+        import typer._click.exceptions as typer_click
 
-        if isinstance(exc, click.exceptions.ClickException):
+        if isinstance(exc, (click.exceptions.ClickException, typer_click.ClickException)):
             exc.show()
             return 2
         raise

@@ -40,7 +40,7 @@ def runs(
 
     sql, values = runs_query(project=project, status=status, tag=tag, since=since, where=where,
                              params=parse_params(params), sort=sort, limit=limit)
-    from trackstore.query import run_sql
+    from trackstore.views import run_sql
 
     with open_store(root, sync_state=False) as con:
         table = run_sql(con, sql, values)
@@ -83,7 +83,7 @@ def runs_query(*, project=None, status=None, tag=None, since=None, where=None, p
                limit=0) -> tuple[str, dict]:
     """The SELECT over the runs view behind ``trackstore runs`` (every value bound as a parameter)."""
     from trackstore.errors import UsageError
-    from trackstore.query import quote_ident
+    from trackstore.views import quote_ident
 
     values: dict = dict(params or {})
     conds = []

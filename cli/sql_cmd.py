@@ -1,7 +1,7 @@
 """``trackstore sql``: run one read-only SQL query over every run, print it in any format.
 
 The query runs on an in-memory DuckDB connection whose views read the store
-(:mod:`trackstore.query`); anything that is not a query (COPY, ATTACH, CREATE, INSERT,
+(:mod:`trackstore.views`); anything that is not a query (COPY, ATTACH, CREATE, INSERT,
 INSTALL, LOAD, SET...) is refused with exit code 5, like any SQL error.
 """
 
@@ -47,7 +47,7 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
 @contextmanager
 def open_store(root, *, strict: bool = False, **kw) -> Iterator:
     """A read-only connection; skipped damaged files are reported on stderr as one line each."""
-    from trackstore.query import SkippedFileWarning, connect
+    from trackstore.views import SkippedFileWarning, connect
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
@@ -76,7 +76,7 @@ def sql(
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
     sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
-    from trackstore.query import mentions_sync_state, run_sql
+    from trackstore.views import mentions_sync_state, run_sql
 
     if query == "-":
         query = sys.stdin.read()

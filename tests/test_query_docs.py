@@ -10,7 +10,7 @@ from trackstore.catalog import resolve_run
 from tests.helpers import run_cli
 from tests.query_fixtures import part
 from trackstore.demo import simulate_grpo
-from trackstore.query import VIEWS, connect, run_sql
+from trackstore.views import VIEWS, connect, run_sql
 
 DOC = (__import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "sql.md").read_text()
 BLOCKS = re.findall(r"```sql\n(.*?)```", DOC, re.S)

@@ -15,7 +15,7 @@ from tests.helpers import python_child
 from tests.query_fixtures import make_run, metric_rows, part
 from trackstore import schema
 from trackstore.errors import QueryError
-from trackstore.query import VIEWS, connect, query, run_sql, wide
+from trackstore.views import VIEWS, connect, query, run_sql, wide
 
 
 def columns(con, view):

@@ -7,6 +7,7 @@ import hashlib
 import json
 import signal
 import textwrap
+import os
 import time
 
 import pyarrow.parquet as pq
@@ -60,6 +61,8 @@ def test_resume_after_crash_continues_steps(root):
     [dead] = tsmeta.read_writer_files(paths)
     stray = paths.kind_dir("metrics") / f".part-{dead['writer_id']}-000000000240.parquet.0badc0de.tmp"
     stray.write_bytes(b"PAR1 half a file")
+    old = time.time() - 3600  # left by the crash an hour ago (fresh temp files may be a starting writer's)
+    os.utime(stray, (old, old))
 
     run = trackstore.init("res", root=root, run_id="r1", resume=True, config={"lr": 0.05})
     assert run.step == 120

@@ -35,7 +35,7 @@ from .histogram import Histogram
 from .run import Run, current_run, finish, init, log
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .query import connect, query
+    from .views import connect, query
 
 __all__ = [
     "__version__",
@@ -65,8 +65,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "connect": ("query", "connect"),
-    "query": ("query", "query"),
+    "connect": ("views", "connect"),
+    "query": ("views", "query"),
     "watch": ("watch", "watch"),
 }
 
@@ -79,7 +79,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     module = importlib.import_module(f".{target[0]}", __name__)
-    # Importing submodule `watch`/`query` binds the *module* under that name on this package;
+    # Importing submodule `watch` binds the *module* under that name on this package;
     # bind the function instead so `trackstore.watch(...)` keeps working on every later call.
     value = globals()[name] = getattr(module, target[1])
     return value

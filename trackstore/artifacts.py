@@ -134,7 +134,7 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
         raise InvalidValueError(f"artifact type must be a short printable string such as 'model', got {type!r:.60}")
     alias_list = _aliases(aliases)
     meta = _metadata(metadata)
-    step = run.step if step is None else (step if type(step) is int else _as_step(step))
+    step = run.step if step is None else _as_step(step)  # (`type` is a parameter here)
     try:
         sources = _list_files(src)
     except OSError as exc:

@@ -2,7 +2,7 @@
 
 These are what ``trackstore show``, ``compare`` and ``plot`` print; they live here (not in the
 CLI) so notebooks get the same answers. Every function takes a connection from
-:func:`trackstore.query.connect` (ideally limited to the runs in question with ``runs=``)
+:func:`trackstore.views.connect` (ideally limited to the runs in question with ``runs=``)
 and binds every user value as a parameter.
 
 Curves are downsampled at query time, never at storage time: the store keeps every point, and
@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .errors import UsageError
-from .query import run_sql
+from .views import run_sql
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

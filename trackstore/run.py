@@ -567,6 +567,11 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
         for p in entries:
             if not is_temp_file(p):
                 continue
+            try:  # a temp file lives milliseconds; a fresh one may belong to a writer starting now
+                if now - p.stat().st_mtime < TEMP_GRACE_S:
+                    continue
+            except OSError:
+                continue
             owner = _temp_owner(p.name)
             if (owner is None and not alive) or (owner is not None and owner not in alive):
                 try:
@@ -576,6 +581,7 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
 
 
 _KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
+TEMP_GRACE_S = 60.0  # only temp files older than this are a dead writer's leftovers
 
 
 def _temp_owner(name: str) -> str | None:
