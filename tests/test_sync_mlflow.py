@@ -166,6 +166,11 @@ def test_deleted_experiment_is_permanent_and_others_continue(root, tmp_path):
     assert len(c.get_metric_history(remote_run(c, "alive", b.id).info.run_id, "k0")) == 2
 
 
+def cursor_mtime(root):
+    files = list((root / "_sync").rglob("run=*.json")) if (root / "_sync").exists() else []
+    return max((f.stat().st_mtime_ns for f in files), default=0)
+
+
 SYNC_CHILD = """
 import sys
 from trackstore.cli.main import main
@@ -182,14 +187,19 @@ def test_sigkill_mid_sync_then_resume_is_exact(root, tmp_path, monkeypatch):
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
-    run = make_run(root, steps=400, keys=5)
+    run = make_run(root, steps=800, keys=5)
     rng = random.Random(7)
     args = [sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size", "20",
             "--root", str(root)]
     kills = 0
     for _ in range(6):
         p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
-        time.sleep(2.0 + rng.random() * 2.0)
+        # wait until this sync is sending (its cursor moves), then kill it at a seeded moment
+        start = cursor_mtime(root)
+        deadline = time.time() + 60
+        while p.poll() is None and cursor_mtime(root) == start and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.random() * 0.5)
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
