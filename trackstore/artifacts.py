@@ -46,11 +46,11 @@ import json
 import os
 import secrets
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from .files import sha256_file, warn
 from .errors import InvalidNameError, InvalidValueError, UsageError
 from .names import validate_artifact_name
 from .values import json_safe
@@ -99,15 +99,6 @@ class ArtifactVersion:
         return f"<trackstore.ArtifactVersion {self.name}:v{self.version} {len(self.files)} files {self.size} bytes>"
 
 
-def _warn(msg: str) -> None:
-    try:
-        sys.stderr.write(f"trackstore: WARNING: {msg}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
-
-
-# ---------------------------------------------------------------------- public
 def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, type: str = "model",
                  aliases: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None, *,
                  step: int | None = None, hardlink: bool = False) -> ArtifactVersion | None:
@@ -138,7 +129,7 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
     try:
         sources = _list_files(src)
     except OSError as exc:
-        _warn(f"log_artifact({str(src)!r}): could not list the files: {exc}; nothing stored")
+        warn(f"log_artifact({str(src)!r}): could not list the files: {exc}; nothing stored")
         return None
     if not sources:
         raise InvalidValueError(f"artifact folder {str(src)!r} contains no files")
@@ -158,7 +149,7 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
             version = _publish(run, base, stage, name, type, digest, files, alias_list, meta, step)
     except OSError as exc:
         shutil.rmtree(stage, ignore_errors=True)
-        _warn(f"log_artifact({str(src)!r}, name={name!r}) failed: {exc}. Training continues; the artifact "
+        warn(f"log_artifact({str(src)!r}, name={name!r}) failed: {exc}. Training continues; the artifact "
               "was NOT stored (free space or fix permissions and log it again)")
         return None
     for f in version.files:
@@ -213,7 +204,7 @@ def _list_files(src: Path) -> list[tuple[str, Path]]:
             if p.is_file():  # follows file symlinks; skips broken links, sockets, fifos
                 out.append((p.relative_to(src).as_posix(), p))
             else:
-                _warn(f"log_artifact: skipping {str(p)!r} (not a regular file)")
+                warn(f"log_artifact: skipping {str(p)!r} (not a regular file)")
     out.sort()
     return out
 
@@ -235,7 +226,7 @@ def _copy(source: Path, dest: Path, hardlink: bool) -> tuple[int, str]:
     if hardlink:
         try:
             os.link(source, dest)
-            return _hash_file(dest)
+            return sha256_file(dest)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise
@@ -243,7 +234,7 @@ def _copy(source: Path, dest: Path, hardlink: bool) -> tuple[int, str]:
         if _reflink(fin, fout):
             fout.flush()
             os.fsync(fout.fileno())
-            return _hash_file(dest)
+            return sha256_file(dest)
         h = hashlib.sha256()
         size = 0
         while True:
@@ -266,19 +257,6 @@ def _reflink(fin, fout) -> bool:
         return True
     except (OSError, ImportError, AttributeError):
         return False
-
-
-def _hash_file(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
 
 
 def _digest(files: list[ArtifactFile]) -> str:

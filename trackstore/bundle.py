@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Iterable, Iterator
 
+from .files import sha256_file
 from . import meta as _meta
 from .atomic import is_temp_file, read_json, write_bytes_atomic
 from .catalog import RunInfo
@@ -178,19 +179,6 @@ class ExportResult:
     files: int
     bytes: int
     manifest: dict
-
-
-def _sha256_file(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(CHUNK)
-            if not b:
-                break
-            h.update(b)
-            n += len(b)
-    return n, h.hexdigest()
 
 
 def _run_files(paths: RunPaths) -> Iterator[Path]:
@@ -564,7 +552,7 @@ def _plan_kind(local: RunPaths, staged_dir: Path, kind: str, files: dict[str, tu
     candidates = []  # (coverage, is_local, name, path)
     for p in incoming:
         if p.name in local_parts:
-            if _sha256_file(local_parts[p.name])[1] != files[f"{base}/{rel_kind.as_posix()}/{p.name}"][1]:
+            if sha256_file(local_parts[p.name])[1] != files[f"{base}/{rel_kind.as_posix()}/{p.name}"][1]:
                 raise BundleError(f"{local.project}/{local.run_id}: {rel_kind}/{p.name} exists with different "
                                   "content; refusing to overwrite (nothing was imported)")
             continue
@@ -634,7 +622,7 @@ def _merge_run(root: Path, staged_run: Path, local: RunPaths, files: dict, base:
         target = local.dir / rel
         if not target.exists():
             other.append((rel, p, "add"))
-        elif _sha256_file(target)[1] != files[f"{base}/{rel}"][1]:
+        elif sha256_file(target)[1] != files[f"{base}/{rel}"][1]:
             if rel.startswith(f"{WRITERS_DIR}/"):
                 try:
                     if _newer(read_json(p), read_json(target), "heartbeat_at"):

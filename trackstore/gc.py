@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .files import tree_bytes
 from . import locks as _locks
 from . import meta as _meta
 from .catalog import RunInfo, list_runs, load_run
@@ -127,15 +128,6 @@ class Result:
 
 
 # ---------------------------------------------------------------------------- facts about runs
-def tree_bytes(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def end_time(info: RunInfo) -> float:

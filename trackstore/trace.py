@@ -39,13 +39,13 @@ import hashlib
 import inspect
 import os
 import random
-import sys
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
+from .files import warn
 from .errors import InvalidValueError, UsageError
 from .run import _as_step, _ts_now
 from .samples import as_score, clean_text, encode_json, plain
@@ -77,14 +77,6 @@ def new_span_id() -> str:
     return f"{_rng.getrandbits(64):016x}"
 
 
-def _warn(msg: str) -> None:
-    try:
-        sys.stderr.write(f"trackstore: WARNING: {msg}\n")
-    except Exception:
-        pass
-
-
-# ---------------------------------------------------------------------- per-run settings
 class Sampler:
     """Keeps at most ``max_per_step`` sample indices per step, with all their rollouts.
 
@@ -271,7 +263,7 @@ def checkpoint_before_finish(run: "Run") -> None:
         try:
             reg.checkpoint(timeout=0.5)
         except Exception as exc:  # finishing must go on whatever happens here
-            _warn(f"could not record open spans at finish: {exc!r}")
+            warn(f"could not record open spans at finish: {exc!r}")
 
 
 # ---------------------------------------------------------------------- spans
@@ -417,13 +409,13 @@ class Span:
         try:
             row = self._row(status)
         except Exception as exc:  # e.g. the caller mutating its inputs while a checkpoint reads them
-            _warn(f"span {self.name!r}: could not encode its data ({exc!r}); this row is stored without it")
+            warn(f"span {self.name!r}: could not encode its data ({exc!r}); this row is stored without it")
             row = self._row(status, with_data=False)
         try:
             self.trace.run._append("spans", row)
             return True
         except UsageError:
-            _warn(f"span {self.name!r} ended after run {self.trace.run.id} finished; it was not recorded")
+            warn(f"span {self.name!r} ended after run {self.trace.run.id} finished; it was not recorded")
             return False
 
 

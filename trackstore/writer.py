@@ -24,13 +24,13 @@ The promise this module keeps:
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable, Mapping
 
+from .files import warn
 from .layout import RunPaths, part_file_name
 
 DEFAULT_FLUSH_INTERVAL = 2.0
@@ -38,14 +38,6 @@ DEFAULT_FLUSH_ROWS = 1_000_000  # points; about 70 MB of buffered Python objects
 DEFAULT_MAX_PENDING_BYTES = 1 << 30  # 1 GiB of built-but-unwritten Arrow data
 DEFAULT_TICK_INTERVAL = 10.0
 _MAX_LAYOUTS = 10_000  # distinct key layouts remembered between flushes
-
-
-def _warn(msg: str) -> None:
-    try:
-        sys.stderr.write(f"trackstore: WARNING: {msg}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 @dataclass
@@ -338,14 +330,14 @@ class Writer:
         if self._failing:
             self._failing = False
             self._warned = False
-            _warn(f"writing to {self.paths.dir} works again; all buffered data is now on disk")
+            warn(f"writing to {self.paths.dir} works again; all buffered data is now on disk")
         return True
 
     def _record_error(self, msg: str) -> None:
         self._last_error = msg
         if not self._warned:
             self._warned = True
-            _warn(f"{msg}. Training continues; data is kept in memory (up to "
+            warn(f"{msg}. Training continues; data is kept in memory (up to "
                   f"{self.max_pending_bytes >> 20} MiB) and written when the disk recovers.")
 
     # ------------------------------------------------------------------ shutdown
