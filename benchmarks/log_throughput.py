@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from trackstore.files import tree_bytes
+
 CONTENDERS = ("floor", "floor-values", "trackstore", "parquet", "wandb", "mlflow", "swanlab")
 # Steps per contender, full and --quick. Slow peers log fewer steps and are compared per point.
 STEPS = {"floor": 20_000, "floor-values": 20_000, "trackstore": 20_000, "parquet": 20_000, "wandb": 2_000, "mlflow": 200, "swanlab": 1_000}
@@ -61,18 +63,6 @@ def workload(steps: int, keys: int, seed: int = 0) -> list[dict[str, float]]:
     return out
 
 
-def dir_bytes(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total
-
-
-# ---------------------------------------------------------------------- contenders (child side)
 def run_floor(dicts, tmp):
     t0 = time.perf_counter()
     for _step, d in enumerate(dicts):
@@ -102,8 +92,8 @@ def run_trackstore(dicts, tmp):
     t2 = time.perf_counter()
     run.finish()
     t3 = time.perf_counter()
-    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": dir_bytes(run.dir / "metrics"),
-            "bytes_all": dir_bytes(run.dir), "parts": len(run.paths.parts("metrics"))}
+    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": tree_bytes(run.dir / "metrics"),
+            "bytes_all": tree_bytes(run.dir), "parts": len(run.paths.parts("metrics"))}
 
 
 def run_parquet(dicts, tmp):
@@ -142,7 +132,7 @@ def run_wandb(dicts, tmp):
     t2 = time.perf_counter()
     run.finish()
     t3 = time.perf_counter()
-    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": dir_bytes(tmp / "wandb")}
+    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": tree_bytes(tmp / "wandb")}
 
 
 def run_mlflow(dicts, tmp):
@@ -158,7 +148,7 @@ def run_mlflow(dicts, tmp):
     t2 = time.perf_counter()
     mlflow.end_run()
     t3 = time.perf_counter()
-    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": dir_bytes(tmp)}
+    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": tree_bytes(tmp)}
 
 
 def run_swanlab(dicts, tmp):
@@ -172,7 +162,7 @@ def run_swanlab(dicts, tmp):
     t2 = time.perf_counter()
     swanlab.finish()
     t3 = time.perf_counter()
-    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": dir_bytes(tmp / "swanlog")}
+    return {"init_s": t1 - t0, "loop_s": t2 - t1, "finish_s": t3 - t2, "bytes": tree_bytes(tmp / "swanlog")}
 
 
 RUNNERS = {"floor": run_floor, "floor-values": run_floor_values, "trackstore": run_trackstore, "parquet": run_parquet, "wandb": run_wandb,

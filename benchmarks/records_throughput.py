@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from trackstore.files import tree_bytes
+
 REPO = Path(__file__).resolve().parent.parent
 PER_STEP = 100
 WORDS = ["policy", "gradient", "reward", "token", "答案", "推理", "def f(x):", "return x * 2", "因此", "the",
@@ -79,18 +81,6 @@ def make_traces(n: int, seed: int = 1) -> list[list[dict]]:
     return traces
 
 
-def dir_bytes(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(dirpath, f))
-            except OSError:
-                pass
-    return total
-
-
-# ---------------------------------------------------------------------- one system, in a child
 def bench_trackstore(work: Path, kind: str, n: int) -> dict:
     import trackstore
 
@@ -106,7 +96,7 @@ def bench_trackstore(work: Path, kind: str, n: int) -> dict:
             log_s += time.perf_counter() - t
         run.finish()
         total = time.perf_counter() - t0
-        disk = dir_bytes(run.dir / "samples")
+        disk = tree_bytes(run.dir / "samples")
         nrows = n
     else:
         traces = make_traces(n)
@@ -130,7 +120,7 @@ def bench_trackstore(work: Path, kind: str, n: int) -> dict:
         log_s = time.perf_counter() - t
         run.finish()
         total = time.perf_counter() - t0
-        disk = dir_bytes(run.dir / "spans")
+        disk = tree_bytes(run.dir / "spans")
         nrows = 5 * n
     return {"rows": nrows, "seconds": total, "log_seconds": log_s, "bytes": disk}
 
@@ -142,7 +132,7 @@ def bench_wandb(work: Path, kind: str, n: int) -> dict:
     def empty_run_bytes() -> int:
         r = wandb.init(project="bench-empty", dir=str(work / "empty"), mode="offline")
         r.finish()
-        return dir_bytes(work / "empty")
+        return tree_bytes(work / "empty")
 
     base = empty_run_bytes()
     if kind == "samples":
@@ -171,7 +161,7 @@ def bench_wandb(work: Path, kind: str, n: int) -> dict:
         run.finish()
         nrows = 5 * n
     total = time.perf_counter() - t0
-    return {"rows": nrows, "seconds": total, "bytes": max(0, dir_bytes(work / "run") - base)}
+    return {"rows": nrows, "seconds": total, "bytes": max(0, tree_bytes(work / "run") - base)}
 
 
 def bench_mlflow(work: Path, kind: str, n: int) -> dict:
@@ -186,7 +176,7 @@ def bench_mlflow(work: Path, kind: str, n: int) -> dict:
     mlflow.set_experiment(experiment_id=exp)
     with mlflow.start_run():  # creates the schema (not timed)
         pass
-    base = dir_bytes(work)
+    base = tree_bytes(work)
     if kind == "samples":
         rows = make_samples(n)
         with mlflow.start_run():
@@ -222,7 +212,7 @@ def bench_mlflow(work: Path, kind: str, n: int) -> dict:
             flush()
         nrows = 5 * n
     total = time.perf_counter() - t0
-    return {"rows": nrows, "seconds": total, "bytes": max(0, dir_bytes(work) - base)}
+    return {"rows": nrows, "seconds": total, "bytes": max(0, tree_bytes(work) - base)}
 
 
 def bench_swanlab(work: Path, kind: str, n: int) -> dict:
@@ -236,7 +226,7 @@ def bench_swanlab(work: Path, kind: str, n: int) -> dict:
         return time.perf_counter() - t0
 
     one_run("empty", lambda: None)
-    base = dir_bytes(work / "empty")
+    base = tree_bytes(work / "empty")
     if kind == "samples":
         rows = make_samples(n)
 
@@ -255,7 +245,7 @@ def bench_swanlab(work: Path, kind: str, n: int) -> dict:
                     swanlab.log({f"rollout/spans_{j // 100}": texts[j:j + 100]}, step=step)
         nrows = 5 * n
     seconds = one_run("run", body)
-    return {"rows": nrows, "seconds": seconds, "bytes": max(0, dir_bytes(work / "run") - base)}
+    return {"rows": nrows, "seconds": seconds, "bytes": max(0, tree_bytes(work / "run") - base)}
 
 
 SYSTEMS = {"trackstore": bench_trackstore, "wandb": bench_wandb, "mlflow": bench_mlflow, "swanlab": bench_swanlab}

@@ -15,8 +15,8 @@ sample_index, rollout_n, validate and reward become trace tags, so the MLflow UI
 
 from __future__ import annotations
 
-import json
-from typing import Any
+
+from trackstore.samples import decode_json
 
 from .adapter import SendResult
 
@@ -38,17 +38,8 @@ def _latest_per_span(rows: list[dict]) -> list[dict]:
     return sorted(best.values(), key=lambda r: (r["start_ns"], r["seq"]))
 
 
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def _attributes(row: dict) -> dict:
-    attrs = _loads(row.get("attributes")) or {}
+    attrs = decode_json(row.get("attributes")) or {}
     if not isinstance(attrs, dict):
         attrs = {"attributes": attrs}
     attrs = {f"trackstore.{k}" if k.startswith("mlflow") else k: v for k, v in attrs.items()}
@@ -101,7 +92,7 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
     end_of = {s["span_id"]: (s["end_ns"] if s["end_ns"] is not None else max(x["start_ns"] for x in spans))
               for s in spans}
     top = adapter._do("start trace", client.start_trace, root["name"], span_type=_SPAN_TYPES.get(root["kind"], "UNKNOWN"),
-                      inputs=_loads(root["inputs"]), attributes=_attributes(root), tags=tags, experiment_id=exp_id,
+                      inputs=decode_json(root["inputs"]), attributes=_attributes(root), tags=tags, experiment_id=exp_id,
                       start_time_ns=root["start_ns"], run_id=rid)
     mlflow_trace_id = top.trace_id
     ids = {root["span_id"]: top.span_id}
@@ -115,7 +106,7 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
             if parent not in ids:
                 continue
             span = adapter._do("start span", client.start_span, s["name"], trace_id=mlflow_trace_id, parent_id=ids[parent],
-                               span_type=_SPAN_TYPES.get(s["kind"], "UNKNOWN"), inputs=_loads(s["inputs"]),
+                               span_type=_SPAN_TYPES.get(s["kind"], "UNKNOWN"), inputs=decode_json(s["inputs"]),
                                attributes=_attributes(s), start_time_ns=s["start_ns"])
             ids[s["span_id"]] = span.span_id
             opened.append((s, span))
@@ -126,8 +117,8 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
                 s["parent_span_id"] = root["span_id"]
     for s, span in reversed(opened):  # children end before their parents
         adapter._do("end span", client.end_span, trace_id=mlflow_trace_id, span_id=span.span_id,
-                    outputs=_loads(s["outputs"]), status=_status(s), end_time_ns=end_of[s["span_id"]])
-    adapter._do("end trace", client.end_trace, mlflow_trace_id, outputs=_loads(root["outputs"]), status=_status(root),
+                    outputs=decode_json(s["outputs"]), status=_status(s), end_time_ns=end_of[s["span_id"]])
+    adapter._do("end trace", client.end_trace, mlflow_trace_id, outputs=decode_json(root["outputs"]), status=_status(root),
                 end_time_ns=end_of[root["span_id"]])
 
 

@@ -8,14 +8,7 @@ import json
 import math
 from typing import Any
 
-
-def _loads(text):
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+from trackstore.samples import decode_json
 
 
 def sample_text(r: dict) -> str:
@@ -25,7 +18,7 @@ def sample_text(r: dict) -> str:
             lines.append(f"[{field}]\n{r[field]}")
     if r.get("score") is not None:
         lines.append(f"[score] {r['score']}")
-    extra = _loads(r.get("extra"))
+    extra = decode_json(r.get("extra"))
     if extra:
         lines.append("[extra] " + json.dumps(extra, ensure_ascii=False, default=str))
     return "\n\n".join(lines) or "(empty sample)"
@@ -72,7 +65,7 @@ def trajectories(rows: list[dict]) -> list[tuple[str, str]]:
                     head += f" error: {s['error']}"
                 lines.append(head)
                 for field in ("inputs", "outputs"):
-                    v = _loads(s.get(field))
+                    v = decode_json(s.get(field))
                     if v is not None:
                         text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
                         lines.append(f"{'  ' * depth}  {field}: {text}")

@@ -476,7 +476,9 @@ class WandbAdapter(Adapter):
 
     def _send_spans(self, rows, cursor) -> SendResult:
         from .engine import _batch_id
-        from .mlflow_traces import _latest_per_span, _loads
+        from trackstore.samples import decode_json as _loads
+
+        from .mlflow_traces import _latest_per_span
 
         wandb = self._import()
         result = SendResult()

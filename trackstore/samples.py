@@ -104,6 +104,17 @@ def encode_json(value: Any) -> str:
     return clean_text(text)
 
 
+def decode_json(text: str | None) -> Any:
+    """Inverse of :func:`encode_json` for readers: the JSON value, or the text itself if it is
+    not JSON (``None`` stays ``None``)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def as_score(value: Any, where: str) -> float | None:
     """A float (NaN and inf kept) or None; numpy/torch scalars through ``.item()``."""
     if value is None:
