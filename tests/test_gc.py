@@ -185,11 +185,15 @@ def test_older_than_uses_end_time_and_keep_last(root):
 
 def test_max_size_deletes_oldest_first(root):
     runs = [synced_run(root, days=d) for d in (50, 40, 30, 20)]
-    total = G.plan(root, G.Policy(older_than_s=0)).store_bytes
-    each = total // 4
-    plan = G.plan(root, G.Policy(max_size=total - each))  # room for three of four
+    full = G.plan(root, G.Policy(older_than_s=0))
+    total = full.store_bytes
+    size = {c.run_id: c.bytes for c in full.runs}  # runs differ by a few bytes (ids, timestamps)
+    oldest = size[runs[0].run_id]
+    plan = G.plan(root, G.Policy(max_size=total - oldest))  # room for the three newest
     assert [c.run_id for c in plan.delete] == [runs[0].run_id]
-    plan = G.plan(root, G.Policy(max_size=each + each // 2))
+    plan = G.plan(root, G.Policy(max_size=total - oldest - 1))  # one byte short: the next oldest goes too
+    assert [c.run_id for c in plan.delete] == [r.run_id for r in runs[:2]]
+    plan = G.plan(root, G.Policy(max_size=total - sum(size[r.run_id] for r in runs[:3])))
     assert [c.run_id for c in plan.delete] == [r.run_id for r in runs[:3]]
     assert not G.plan(root, G.Policy(max_size=total)).delete
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pyarrow.parquet as pq
 
@@ -92,6 +93,16 @@ def child(code, root):
                             stderr=subprocess.PIPE, text=True)
 
 
+def no_temp_files_remain(folder, timeout=10.0):
+    """True once a listing shows no hidden temp file: a leaked one would show in every listing."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not [f for f in folder.iterdir() if f.name.startswith(".")]:
+            return True
+        time.sleep(0.001)
+    return False
+
+
 def rows(paths):
     return pq.read_table(paths.kind_dir("metrics")).to_pydict()
 
@@ -103,7 +114,8 @@ def test_disk_failure_keeps_data_in_memory_until_it_recovers(root):
     assert json.loads(line or "{}") == {"failing": True}, p.stderr.read() if not line else line
     # While failing: only the part flushed before, no half-written or temp file left behind.
     assert len(paths.parts("metrics")) == 1
-    assert sorted(f.name for f in paths.kind_dir("metrics").iterdir() if f.name.startswith(".")) == []
+    # A retry may hold a temp file for an instant; none may outlive the attempt that made it.
+    assert no_temp_files_remain(paths.kind_dir("metrics"))
     assert len(rows(paths)["seq"]) == 10 * 50
     out, err = p.communicate("go\n", timeout=120)
     assert p.returncode == 0, err
