@@ -147,6 +147,63 @@ def sync(
         os.environ["HTTP_PROXY"] = os.environ["HTTPS_PROXY"] = proxy
         os.environ["http_proxy"] = os.environ["https_proxy"] = proxy
     interactive = sys.stderr.isatty() and fmt is Format.table
+    stop = _WatchStop() if watch is not None else None
+    try:
+        report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
+                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait)
+    finally:
+        if stop is not None:
+            stop.restore()
+    raise typer.Exit(_exit_code(report, if_online))
+
+
+class _WatchStop:
+    """Ctrl-C or SIGTERM ends ``--watch``: at once while it sleeps, else by interrupting the pass.
+
+    The flag matters as much as the interrupt: a client library that swallows the
+    KeyboardInterrupt mid-request (some catch BaseException around retries) would otherwise
+    let the loop run on for ever. Interrupting a pass is safe: the engine's in-doubt batch
+    protocol settles the interrupted batch on the next sync.
+    """
+
+    def __init__(self):
+        import signal
+        import threading
+
+        self.event = threading.Event()
+        self.sleeping = False
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        self.event.set()
+        if not self.sleeping:
+            raise KeyboardInterrupt
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; True when asked to stop."""
+        self.sleeping = True
+        try:
+            return self.event.wait(seconds)
+        finally:
+            self.sleeping = False
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait):
+    """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
+    from trackstore.errors import TargetUnreachableError
+    from trackstore.sync import make_adapter
+    from trackstore.sync import sync as do_sync
+
     while True:
         if not dry_run:
             adapter = make_adapter(to, options)
@@ -158,7 +215,8 @@ def sync(
                 if watch is None:
                     raise
                 echo_err(f"{exc}; retrying in {watch:.0f}s")
-                time.sleep(watch)
+                if stop.sleep(watch):
+                    raise KeyboardInterrupt
                 continue
             finally:
                 adapter.close()
@@ -169,13 +227,8 @@ def sync(
             report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
                              wait_lock=wait)
         _render(report, fmt)
-        if watch is None:
-            break
-        try:
-            time.sleep(watch)
-        except KeyboardInterrupt:
-            break
-    raise typer.Exit(_exit_code(report, if_online))
+        if watch is None or stop.stopped or stop.sleep(watch):
+            return report
 
 
 def _exit_code(report, if_online: bool) -> int:

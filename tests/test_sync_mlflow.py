@@ -474,3 +474,24 @@ def test_progress_bar_on_a_terminal(root, tmp_path):
     text = out.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, text
     assert "rows/s" in text and "200/200" in text
+
+
+def test_watch_stops_on_sigterm_between_rounds(root, tmp_path):
+    """systemd stops a --watch service with SIGTERM: it ends at once, with the last round's code."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = trackstore.init("w", run_id="term", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish()
+    watcher = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--watch", "30",
+                                "--root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = watcher.stdout.readline()
+        while line and not line.startswith("└"):  # the summary table's last line: now it sleeps 30 s
+            line = watcher.stdout.readline()
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=15)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    c = client_for(uri)
+    assert [m.value for m in c.get_metric_history(remote_run(c, "w", "term").info.run_id, "x")] == [1.0]
