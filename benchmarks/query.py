@@ -57,7 +57,7 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
     from trackstore.writer import write_part
 
     marker = root / "_bench.json"
-    spec = {"runs": runs, "steps": steps, "keys": keys, "samples": samples, "v": 2}
+    spec = {"runs": runs, "steps": steps, "keys": keys, "samples": samples, "v": 3}
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return
     if root.exists():
@@ -88,7 +88,7 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
                 pa.array(np.repeat(st, keys)), key_col, pa.array(walk[lo:hi].reshape(-1)),
                 pa.array(start_us + np.repeat(st, keys) * 1_000_000).cast(schema.TS_TYPE),
                 pa.repeat(pa.scalar("bench-1-000000"), n), pa.array(np.arange(lo * keys, lo * keys + n, dtype=np.int64)),
-            ], schema=schema.with_metadata(schema.METRICS, "metrics"))
+            ], schema=schema.with_metadata(schema.METRIC_POINTS, "metrics"))
             write_part(paths.kind_dir("metrics") / part_file_name("bench-1-000000", lo * keys), table, "metrics")
         texts = [" ".join(rng.choice(words, 40)) + (f" ... {PHRASE} detected" if i % 5 == 0 else "")
                  for i in range(per_run_samples)]

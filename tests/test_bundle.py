@@ -16,6 +16,7 @@ from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import run_cli
 from trackstore import bundle as B
 from trackstore import compact as C
+from trackstore import schema
 from trackstore import gc as G
 from trackstore.catalog import list_runs
 from trackstore.errors import BundleError
@@ -61,9 +62,9 @@ def test_round_trip_gives_identical_queries(two, tmp_path, compress):
     out = tmp_path / "bundle.tar"
     res = B.export_runs(a, list_runs(a), out, compress=compress)
     m = res.manifest
-    assert m["source_host"] and m["schema_version"] == 1 and len(m["runs"]) == 2
+    assert m["source_host"] and m["schema_version"] == schema.SCHEMA_VERSION and len(m["runs"]) == 2
     run1 = next(r for r in m["runs"] if r["run_id"] == p1.run_id)
-    assert run1["rows"]["metrics"] == 30 and run1["rows"]["samples"] == 3 and run1["schema_versions"] == [1]
+    assert run1["rows"]["metrics"] == 30 and run1["rows"]["samples"] == 3 and run1["schema_versions"] == [schema.SCHEMA_VERSION]
     assert all(len(f["sha256"]) == 64 and f["size"] >= 0 for f in m["files"])
     imp = B.import_bundle(b, out)
     assert sorted(r.action for r in imp.runs) == ["added", "added"]

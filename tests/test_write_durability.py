@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from tests.helpers import python_child, run_cli
 from trackstore import meta as tsmeta
+from trackstore import schema
 from trackstore.catalog import list_runs
 from trackstore.layout import RunPaths
 
@@ -63,7 +64,7 @@ def check_parts_complete(paths: RunPaths) -> int:
     seqs, by_step = [], {}
     for p in parts:
         t = pq.read_table(p)  # raises if any visible file were partial
-        assert t.schema.metadata[b"trackstore.schema_version"] == b"1"
+        assert t.schema.metadata[b"trackstore.schema_version"] == str(schema.SCHEMA_VERSION).encode()
         rows = t.to_pydict()
         seqs += rows["seq"]
         for step, key, value in zip(rows["step"], rows["key"], rows["value"]):

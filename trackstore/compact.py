@@ -281,7 +281,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
                 dry_run: bool = False) -> CompactResult:
     """Compact one run (every kind, or ``kinds``). Skips runs with a live writer."""
     from .reader import read_part
-    from .schema import KINDS, SCHEMAS, with_metadata
+    from .schema import KINDS, ROWS, with_metadata
     from .writer import write_part
 
     result = CompactResult(paths.project, paths.run_id)
@@ -314,7 +314,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
                         shutil.copy2(p, staging / p.name)
             for g in groups:
                 table, ids = _merge(g, kind)
-                table = table.cast(with_metadata(SCHEMAS[kind], kind))
+                table = table.cast(with_metadata(ROWS[kind], kind))
                 writer = ids.writers()[0]
                 seqs = table.column("seq")
                 name = merged_part_name(writer, seqs[0].as_py(), seqs[-1].as_py())

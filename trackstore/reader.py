@@ -45,7 +45,7 @@ def _conform(table, kind: str, columns: Sequence[str] | None):
 
     from . import schema
 
-    target = schema.SCHEMAS[kind]
+    target = schema.ROWS[kind]
     names = list(columns) if columns is not None else target.names
     arrays = []
     for name in names:
@@ -72,7 +72,7 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
 
     need = None
     if columns is not None:
-        need = list(dict.fromkeys([*columns, "writer", "seq"] + (["step"] if "step" in schema.SCHEMAS[kind].names else [])))
+        need = list(dict.fromkeys([*columns, "writer", "seq"] + (["step"] if "step" in schema.ROWS[kind].names else [])))
     tables = []
     for part in paths.parts(kind):
         try:
@@ -83,8 +83,8 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
             raise
         tables.append(_conform(t, kind, need))
     if not tables:
-        names = need or schema.SCHEMAS[kind].names
-        return pa.Table.from_pylist([], schema=pa.schema([schema.SCHEMAS[kind].field(n) for n in names]))
+        names = need or schema.ROWS[kind].names
+        return pa.Table.from_pylist([], schema=pa.schema([schema.ROWS[kind].field(n) for n in names]))
     table = pa.concat_tables(tables)
     if exclude:
         table = table.filter(pc.invert(exclude.mask(table)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: metrics parts gained last_of_key (docs/format.md, section 6)
 FORMAT_KEY = b"trackstore.schema_version"
 KIND_KEY = b"trackstore.kind"
 
@@ -37,8 +37,22 @@ METRICS = pa.schema(
         pa.field("value", pa.float64(), nullable=True),
         pa.field("ts", TS_TYPE, nullable=False),
         *_COMMON,
+        # True on the row logged last (largest ts, seq) of its key in this file; those rows form
+        # the file's last row group. Derived by write_part (trackstore.last_rows); NULL in parts
+        # written before it existed.
+        pa.field("last_of_key", pa.bool_(), nullable=True),
     ]
 )
+
+# How part files store ``key``: dictionary-encoded, so the writer hands Parquet integer codes
+# and the key names once, instead of a million strings to hash again. In Parquet it is a plain
+# UTF-8 string column with dictionary pages; pyarrow reads it back as this dictionary type,
+# DuckDB and trackstore.reader as a string.
+KEY_TYPE = pa.dictionary(pa.int32(), pa.string())
+METRICS_FILE = pa.schema([f.with_type(KEY_TYPE) if f.name == "key" else f for f in METRICS])
+
+# What a metrics row is logged with: the file's columns minus the ones write_part derives.
+METRIC_POINTS = METRICS.remove(METRICS.get_field_index("last_of_key"))
 
 # Samples: one row per generation (validation outputs, rollout completions). ``input`` and
 # ``output`` hold text as given; a non-text value (a chat message list, a dict) is stored as JSON
@@ -141,6 +155,10 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 KINDS = tuple(SCHEMAS)
+
+# Each kind's rows as they are logged and as readers return them: the file schemas minus the
+# columns write_part derives (metrics' last_of_key, an index for the latest view).
+ROWS: dict[str, pa.Schema] = {**SCHEMAS, "metrics": METRIC_POINTS}
 
 # Parquet writer settings per kind. Monotonic integers are delta-encoded and floats are
 # byte-stream-split before zstd: together they keep noisy float64 metrics near 9 bytes/point.

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from . import schema as _schema
 from .errors import CorruptFileError, QueryError
+from .last_rows import COLUMN as LAST_OF_KEY
 from .layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs, resolve_root
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -353,6 +354,8 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
         con.execute("CREATE VIEW spans AS SELECT * FROM _raw_spans QUALIFY row_number() OVER ("
                     "PARTITION BY project, run_id, trace_id, span_id "
                     "ORDER BY (status <> 'unfinished') DESC, seq DESC, writer DESC) = 1")
+    elif kind == "metrics":  # last_of_key serves the latest view (trackstore.last_rows), not users
+        con.execute(f"CREATE VIEW metrics AS SELECT * EXCLUDE ({LAST_OF_KEY}) FROM _raw_metrics")
     else:
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _raw_{kind}")
 
@@ -438,9 +441,12 @@ LOG_ORDER = "((epoch_us(ts)::HUGEINT << 64) + seq)"
 
 def _create_helper_views(con) -> None:
     # latest: the most recently logged value of each key (like wandb's summary), with its step.
+    # Only rows marked last of their key in their file can be it (NULL: a part from before the
+    # mark, read in full); DuckDB skips every other row group by its statistics.
     con.execute(
         f"CREATE VIEW latest AS SELECT project, run_id, key, arg_max(step, {LOG_ORDER}) AS step, "
-        f"arg_max(value, {LOG_ORDER}) AS value, max(ts) AS ts FROM metrics GROUP BY project, run_id, key")
+        f"arg_max(value, {LOG_ORDER}) AS value, max(ts) AS ts FROM _raw_metrics "
+        f"WHERE {LAST_OF_KEY} IS NOT FALSE GROUP BY project, run_id, key")
     con.execute(
         "CREATE VIEW metric_summary AS SELECT project, run_id, key, count(*) AS points, "
         f"min(step) AS first_step, max(step) AS last_step, arg_min(value, {LOG_ORDER}) AS first, "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable, Mapping
 
+from .arrays import from_numpy, string_array
 from .files import warn
 from .layout import RunPaths, part_file_name
 
@@ -275,16 +276,16 @@ class Writer:
         if np is not None:
             for codes in layout_codes[len(self._layout_arrays):]:
                 self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
-            indices = _from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))), pa.int32())
+            indices = from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))), pa.int32())
             try:
-                values = _from_numpy(np.fromiter(flat, np.float64, n), pa.float64())
+                values = from_numpy(np.fromiter(flat, np.float64, n), pa.float64())
             except (OverflowError, TypeError, ValueError):  # e.g. an int beyond float range
                 values = pa.array([float(v) for v in chain.from_iterable(map(dict.values, vals))], pa.float64())
             c = np.asarray(counts, dtype=np.int64)
-            steps = _from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
+            steps = from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
             micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
-            times = _from_numpy(np.repeat(micros, c), pa.int64())
-            seqs = _from_numpy(np.arange(first_seq, first_seq + n, dtype=np.int64), pa.int64())
+            times = from_numpy(np.repeat(micros, c), schema.TS_TYPE)
+            seqs = from_numpy(np.arange(first_seq, first_seq + n, dtype=np.int64), pa.int64())
             wid = self.writer_id.encode("utf-8")  # one string repeated: build its buffers directly
             writer = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(0, (n + 1) * len(wid), len(wid),
                                                                                           dtype=np.int32)),
@@ -297,12 +298,12 @@ class Writer:
             for (s, t, _v), k in zip(batch, counts):
                 step_list += [s] * k
                 time_list += [int(t * 1_000_000)] * k
-            steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64())
+            steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64()).cast(schema.TS_TYPE)
             seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
             writer = pa.array([self.writer_id] * n, pa.string())
-        keys = pa.DictionaryArray.from_arrays(indices, _string_array(list(self._key_names)))
-        cols = [steps, keys.cast(pa.string()), values, times.cast(schema.TS_TYPE), writer, seqs]
-        return pa.Table.from_arrays(cols, schema=schema.with_metadata(schema.METRICS, "metrics"))
+        keys = pa.DictionaryArray.from_arrays(indices, string_array(list(self._key_names)))
+        cols = [steps, keys, values, times, writer, seqs]
+        return pa.Table.from_arrays(cols, names=schema.METRIC_POINTS.names)  # write_part applies the schema
 
     def _rows_table(self, payload: tuple[str, list[dict]], first_seq: int):
         import pyarrow as pa
@@ -383,30 +384,6 @@ class Writer:
         return dict(self._next_seq)
 
 
-def _from_numpy(arr, type_):
-    """A pyarrow array over a contiguous numpy array, zero-copy. Unlike ``pa.array``, this does
-    not import pandas (50 MB and a third of a second) when pandas happens to be installed."""
-    import pyarrow as pa
-
-    return pa.Array.from_buffers(type_, len(arr), [None, pa.py_buffer(arr)])
-
-
-def _string_array(strings: list[str]):
-    """A pyarrow string array built from its buffers (no pandas import, see :func:`_from_numpy`)."""
-    import pyarrow as pa
-
-    data = [s.encode("utf-8") for s in strings]  # keys are checked to be valid UTF-8 at log time
-    offsets = [0]
-    for b in data:
-        offsets.append(offsets[-1] + len(b))
-    if offsets[-1] >= 1 << 31:  # beyond int32 offsets: let pyarrow pick large_string and cast
-        return pa.array(strings, pa.large_string()).cast(pa.string())
-    from array import array
-
-    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(array("i", offsets)),
-                                                          pa.py_buffer(b"".join(data))])
-
-
 def write_part(path, table, kind: str) -> None:
     """Write one Arrow table as a zstd Parquet part, atomically (temp -> fsync -> rename)."""
     import pyarrow.parquet as pq
@@ -417,6 +394,16 @@ def write_part(path, table, kind: str) -> None:
     import pyarrow as pa
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    tail = 0
+    if kind == "metrics":
+        from .last_rows import mark_last_rows
+
+        table, tail = mark_last_rows(table)
+        target = schema.with_metadata(schema.METRICS_FILE, "metrics")
+        try:  # the writer's tables have the file's types already: no cast (and no pyarrow.compute import)
+            table = pa.Table.from_arrays(table.columns, schema=target)
+        except (TypeError, ValueError, pa.ArrowInvalid):
+            table = table.cast(target)
     encodings = {k: v for k, v in schema.ENCODINGS.get(kind, {}).items() if k in table.schema.names}
     dictionary = [n for n in table.schema.names if n not in encodings]
     # Min/max statistics for numbers and times only (step, seq, ts, value...): they let readers
@@ -426,14 +413,12 @@ def write_part(path, table, kind: str) -> None:
              or pa.types.is_timestamp(f.type) or pa.types.is_boolean(f.type)]
 
     def _write(f):
-        pq.write_table(
-            table,
-            f,
-            compression="zstd",
-            use_dictionary=dictionary,
-            column_encoding=encodings or None,
-            write_statistics=stats,
-            row_group_size=1 << 20,
-        )
+        with pq.ParquetWriter(f, table.schema, compression="zstd", use_dictionary=dictionary,
+                              column_encoding=encodings or None, write_statistics=stats) as out:
+            if tail:  # the last row of each key in a row group of its own (trackstore.last_rows)
+                out.write_table(table.slice(0, table.num_rows - tail), row_group_size=1 << 20)
+                out.write_table(table.slice(table.num_rows - tail), row_group_size=1 << 20)
+            else:
+                out.write_table(table, row_group_size=1 << 20)
 
     write_atomic(path, _write)
