@@ -7,6 +7,7 @@ the lock, 7 the target is unreachable, 8 some runs failed while others synced.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import List, Optional
@@ -171,21 +172,17 @@ class _WatchStop:
         import threading
 
         self.event = threading.Event()
-        self.sleeping = False
+        self.in_pass = False  # True only while a sync pass talks to the target
         self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum, frame):
         self.event.set()
-        if not self.sleeping:
+        if self.in_pass:
             raise KeyboardInterrupt
 
     def sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; True when asked to stop."""
-        self.sleeping = True
-        try:
-            return self.event.wait(seconds)
-        finally:
-            self.sleeping = False
+        return self.event.wait(seconds)
 
     @property
     def stopped(self) -> bool:
@@ -205,30 +202,50 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
     from trackstore.sync import sync as do_sync
 
     while True:
-        if not dry_run:
-            adapter = make_adapter(to, options)
-            try:
-                adapter.check_online()
-            except TargetUnreachableError as exc:
-                if if_online:
-                    raise typer.Exit(0)
-                if watch is None:
-                    raise
-                echo_err(f"{exc}; retrying in {watch:.0f}s")
-                if stop.sleep(watch):
-                    raise KeyboardInterrupt
-                continue
-            finally:
-                adapter.close()
-        if interactive:
-            with _RichProgress() as progress:
-                report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
-        else:
-            report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
-                             wait_lock=wait)
+        with _in_pass(stop):
+            if not dry_run:
+                adapter = make_adapter(to, options)
+                try:
+                    adapter.check_online()
+                except TargetUnreachableError as exc:
+                    if if_online:
+                        raise typer.Exit(0)
+                    if watch is None:
+                        raise
+                    echo_err(f"{exc}; retrying in {watch:.0f}s")
+                    unreachable = True
+                else:
+                    unreachable = False
+                finally:
+                    adapter.close()
+                if unreachable:
+                    if stop.sleep(watch):
+                        raise KeyboardInterrupt
+                    continue
+            if interactive:
+                with _RichProgress() as progress:
+                    report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
+            else:
+                report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
+                                 wait_lock=wait)
         _render(report, fmt)
         if watch is None or stop.stopped or stop.sleep(watch):
             return report
+
+
+@contextlib.contextmanager
+def _in_pass(stop):
+    """While a pass talks to the target, a stop signal interrupts it; otherwise it only sets the flag."""
+    if stop is None:
+        yield
+        return
+    if stop.stopped:
+        raise KeyboardInterrupt  # asked to stop just before this pass began
+    stop.in_pass = True
+    try:
+        yield
+    finally:
+        stop.in_pass = False
 
 
 def _exit_code(report, if_online: bool) -> int:

@@ -19,7 +19,11 @@ summary. An adapter only maps records onto its target's API. Its contract, metho
 ``open_run(run, cursor)``
     Find the remote run by a *deterministic* identity derived from the trackstore run id, or
     create it; record what is needed to find it again in ``cursor.remote``. Calling it any
-    number of times yields the same remote run: a run is never created twice.
+    number of times yields the same remote run: a run is never created twice. Return ``True``
+    only when the remote run the cursor pointed at is gone for good (purged by ``mlflow gc``, a
+    wiped server at the same address) and a new one was created: the engine then forgets what
+    it had acknowledged and replays the whole run into the new one, instead of sending only
+    the rows logged since.
 ``sync_metadata(run, cursor)``
     Push config, tags, notes, name. Idempotent (compare and skip, or last-write-wins).
     Returns notes for the summary (e.g. "param x truncated").
@@ -132,7 +136,7 @@ class Adapter:
     def recover(self, run, cursor) -> None:
         pass
 
-    def open_run(self, run, cursor) -> None:
+    def open_run(self, run, cursor) -> bool | None:
         raise NotImplementedError
 
     def sync_metadata(self, run, cursor) -> list[str]:

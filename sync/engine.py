@@ -194,7 +194,8 @@ class Engine:
                 return res
             total = sum(res.pending.values())
             self.progress.run_started(info, total)
-            self._call(res, lambda: self.adapter.open_run(info, cursor))
+            if self._call(res, lambda: self.adapter.open_run(info, cursor)):
+                tables = self._replay_from_scratch(info, cursor, res)
             save_cursor(self.root, cursor)
             if cursor.in_doubt:
                 kind = cursor.in_doubt["kind"]
@@ -227,6 +228,18 @@ class Engine:
         return res
 
     # ------------------------------------------------------------------ internals
+    def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> dict:
+        """The remote run is gone and a new one was made: everything is pending again."""
+        cursor.acked.clear()
+        cursor.skipped.clear()
+        cursor.in_doubt = None
+        cursor.synced_status = None
+        res.notes.append(f"the {self.target} run this run was synced to no longer exists; "
+                         "created a new one and replayed the whole run into it")
+        tables = self.pending_tables(info, cursor)
+        res.pending = {k: t.num_rows for k, t in tables.items()}
+        return tables
+
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
         acked = cursor.acked_set(kind)
         for batch in self._batches(kind, table):

@@ -118,6 +118,7 @@ class MlflowAdapter(Adapter):
         self._client = None
         self._experiments: dict[str, str] = {}
         self._run_dir = Path(".")
+        self._remote = None  # the MLflow Run as read at the start of this run's sync
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -160,6 +161,15 @@ class MlflowAdapter(Adapter):
                 status = int(get_status())
             except Exception:
                 status = None
+        if isinstance(exc, (AttributeError, TypeError, KeyError)):
+            broken = self._broken_file_store_files()
+            if broken:
+                return PermanentError(
+                    f"{what}: MLflow's file store at {self.destination()} has unreadable metadata: "
+                    f"{', '.join(broken)} (empty or not YAML). MLflow rewrites these files in place, so a "
+                    "process killed while writing one leaves it empty. Restore the file from a backup, or "
+                    "move that folder away and sync again; prefer a sqlite:/// store or a server, which "
+                    "write atomically")
         text = str(exc)
         transient_text = ("failed with exception", "Connection", "connection", "timed out", "Timeout",
                           "Max retries exceeded", "RemoteDisconnected", "database is locked", "BadStatusLine")
@@ -170,6 +180,27 @@ class MlflowAdapter(Adapter):
         if code == "INTERNAL_ERROR" and status is None:
             return RetryableError(msg)
         return PermanentError(msg)
+
+    def _broken_file_store_files(self, limit: int = 3) -> list[str]:
+        """``meta.yaml`` files of a local MLflow file store that MLflow cannot parse."""
+        if self.uri.startswith("sqlite:") or not _is_local_uri(self.uri):
+            return []
+        from urllib.parse import unquote, urlparse
+
+        base = Path(unquote(urlparse(self.uri).path)) if self.uri.startswith("file:") else Path(self.uri)
+        broken = []
+        for meta in sorted(base.glob("*/meta.yaml")) + sorted(base.glob("*/*/meta.yaml")):
+            try:
+                import yaml
+
+                ok = isinstance(yaml.safe_load(meta.read_text(encoding="utf-8")), dict)
+            except Exception:
+                ok = False
+            if not ok:
+                broken.append(str(meta))
+                if len(broken) >= limit:
+                    break
+        return broken
 
     def _do(self, what: str, fn, *args, **kw):
         try:
@@ -231,27 +262,28 @@ class MlflowAdapter(Adapter):
         return (f"MLflow experiment {project!r} at {self.destination()} is deleted; restore it "
                 f"(`mlflow experiments restore`) or remove it for good (`mlflow gc`), then sync again")
 
-    def open_run(self, run, cursor) -> None:
+    def open_run(self, run, cursor) -> bool:
         from mlflow.entities import ViewType
 
         self._run_dir = run.paths.dir
         self._run_status = run.status
         exp_id = self._experiment_id(run.project)
         remote_id = cursor.remote.get("run_id")
+        gone = False
         if remote_id:
             try:
                 r = self.client.get_run(remote_id)
             except Exception as exc:
                 err = self._wrap(exc, "get run")
-                if isinstance(err, RetryableError):
+                if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
                     raise err from exc
-                r = None
+                r, gone = None, True
             if r is not None and r.info.lifecycle_stage == "deleted":
                 raise PermanentError(f"MLflow run {remote_id} for {run.project}/{run.run_id} was deleted at "
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {remote_id}`)")
             if r is not None:
                 cursor.remote["experiment_id"] = exp_id
-                return
+                return False
         found = self._do("search runs", self.client.search_runs, [exp_id],
                          filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", run_view_type=ViewType.ALL,
                          max_results=5)
@@ -261,12 +293,15 @@ class MlflowAdapter(Adapter):
                 raise PermanentError(f"MLflow run {r.info.run_id} for {run.project}/{run.run_id} was deleted at "
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {r.info.run_id}`)")
             cursor.remote.update(run_id=r.info.run_id, experiment_id=exp_id)
-            return
+            return False
         meta = run.meta
         tags = {RUN_TAG: run.run_id, PROJECT_TAG: run.project, "mlflow.runName": run.name}
         created = self._do("create run", self.client.create_run, exp_id, start_time=_ms(meta.get("created_at")),
                            tags=tags, run_name=run.name)
         cursor.remote.update(run_id=created.info.run_id, experiment_id=exp_id)
+        # a cursor that pointed at a run MLflow no longer has (purged by `mlflow gc`, or a new
+        # empty store at the same address): what it acknowledged is not there any more
+        return gone
 
     def sync_metadata(self, run, cursor) -> list[str]:
         from mlflow.entities import Param, RunTag
@@ -274,6 +309,7 @@ class MlflowAdapter(Adapter):
         notes: list[str] = []
         rid = cursor.remote["run_id"]
         current = self._do("get run", self.client.get_run, rid)
+        self._remote = current  # finish_run compares against it: no needless writes
         have_params = current.data.params
         have_tags = current.data.tags
         meta = run.meta
@@ -427,23 +463,35 @@ class MlflowAdapter(Adapter):
         return rows.filter(pa.array(keep))
 
     def finish_run(self, run, cursor, status: str) -> None:
+        """Summary tags and the end status, each sent only if MLflow does not hold it already.
+
+        Skipping what is already there saves requests on every re-check, and with MLflow's file
+        store it avoids rewriting the run's ``meta.yaml``, which MLflow does in place: a process
+        killed mid-write leaves it empty and the run unreadable.
+        """
         from mlflow.entities import RunTag
 
         rid = cursor.remote["run_id"]
+        remote = self._remote if self._remote is not None and self._remote.info.run_id == rid else None
+        have = remote.data.tags if remote is not None else {}
         user_summary = run.meta.get("summary_user") or {}
-        tags = [RunTag(f"trackstore.summary.{mlflow_key(k)}"[:MAX_KEY], _param_value(v)[:MAX_TAG_VALUE])
-                for k, v in user_summary.items()]
-        tags.append(RunTag("trackstore.status", status))
+        wanted = {f"trackstore.summary.{mlflow_key(k)}"[:MAX_KEY]: _param_value(v)[:MAX_TAG_VALUE]
+                  for k, v in user_summary.items()}
+        wanted["trackstore.status"] = status
         if run.meta.get("exit_code") is not None:
-            tags.append(RunTag("trackstore.exit_code", str(run.meta["exit_code"])))
+            wanted["trackstore.exit_code"] = str(run.meta["exit_code"])
         if run.meta.get("error"):
-            tags.append(RunTag("trackstore.error", str(run.meta["error"])[:MAX_TAG_VALUE]))
+            wanted["trackstore.error"] = str(run.meta["error"])[:MAX_TAG_VALUE]
+        tags = [RunTag(k, v) for k, v in wanted.items() if have.get(k) != v]
         for i in range(0, len(tags), 100):
             self._do("set summary tags", self.client.log_batch, rid, tags=tags[i:i + 100])
         if status == "running":
-            self._do("reopen run", self.client.update_run, rid, status="RUNNING")
+            if remote is None or remote.info.status != "RUNNING":
+                self._do("reopen run", self.client.update_run, rid, status="RUNNING")
             return
         end = _ms(run.meta.get("ended_at") or run.meta.get("updated_at"))
+        if remote is not None and remote.info.status == MLFLOW_STATUS[status] and remote.info.end_time == end:
+            return
         self._do("end run", self.client.set_terminated, rid, status=MLFLOW_STATUS[status], end_time=end)
 
     def verify(self, run, cursor) -> dict[str, int]:
