@@ -13,6 +13,9 @@ DEMO_ROOT ?= demo-store
 # separate venv so the main one stays small; torch==2.13.0 is the CPU build (docs/integrations.md).
 FW_VENV ?= .venv-frameworks
 FW_BIN  := $(FW_VENV)/bin
+# Where the CPU torch wheel comes from: the development/CI machines have it in pip's find-links;
+# elsewhere use  make test TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP_ARGS ?=
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +44,7 @@ $(FW_BIN)/python:
 	$(FW_BIN)/python -m pip install --quiet --upgrade pip
 
 $(FW_VENV)/.installed: pyproject.toml | $(FW_BIN)/python
-	$(FW_BIN)/pip install --quiet torch==2.13.0
+	$(FW_BIN)/pip install --quiet $(TORCH_PIP_ARGS) torch==2.13.0
 	$(FW_BIN)/pip install --quiet -e ".[frameworks]"
 	touch $@
 

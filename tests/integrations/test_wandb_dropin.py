@@ -140,6 +140,59 @@ def test_resume_by_id(root, monkeypatch):
         wandb.init(project="p", id="run-1", resume="never")
 
 
+def test_resume_true_and_auto_continue_the_run(root, monkeypatch):
+    monkeypatch.setenv("TRACKSTORE_DIR", str(root))
+    for resume, value in ((True, 1.0), ("auto", 2.0), (True, 3.0)):
+        with wandb.init(project="p", id="run-2", resume=resume) as run:
+            run.log({"x": value})
+    info = only_run(root, "p")
+    assert sorted((r["step"], r["value"]) for r in rows(info, "metrics")) == [(0, 1.0), (1, 2.0), (2, 3.0)]
+    assert len(info.meta["attempts"]) == 3
+
+
+def test_init_dir_places_the_store_unless_trackstore_dir_is_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRACKSTORE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    wandb.init(project="p", dir=tmp_path / "wdir").finish()
+    assert only_run(tmp_path / "wdir" / "tsruns", "p")
+    override = tmp_path / "explicit"
+    monkeypatch.setenv("TRACKSTORE_DIR", str(override))
+    wandb.init(project="q", dir=tmp_path / "wdir").finish()
+    assert only_run(override, "q") and not list((tmp_path / "wdir" / "tsruns").glob("project=q"))
+
+
+def test_artifact_add_dir_and_new_file(root, tmp_path, monkeypatch):
+    import gc
+    import hashlib
+
+    from trackstore.artifacts import list_versions
+
+    monkeypatch.setenv("TRACKSTORE_DIR", str(root))
+    src = tmp_path / "ckpt"
+    (src / "sub").mkdir(parents=True)
+    (src / "weights.bin").write_bytes(b"\x00" * 1000)
+    (src / "sub" / "tok.json").write_text('{"v": 1}')
+    run = wandb.init(project="p")
+    art = wandb.Artifact("model", type="model", metadata={"epoch": 3})
+    art.add_dir(src, name="checkpoint")
+    with art.new_file("notes/readme.txt") as f:
+        f.write("trained on 1k prompts")
+    tmp_folder = art._tmp
+    run.log_artifact(art, aliases=["best"])
+    run.finish()
+    (version,) = list_versions(only_run(root, "p").paths.dir)
+    files = {f.logical_path: f for f in version.files}
+    assert set(files) == {"checkpoint/weights.bin", "checkpoint/sub/tok.json", "notes/readme.txt"}
+    assert files["checkpoint/weights.bin"].sha256 == hashlib.sha256(b"\x00" * 1000).hexdigest()
+    assert (version.dir.parent.parent.parent / files["notes/readme.txt"].path).read_text() == "trained on 1k prompts"
+    assert version.type == "model" and version.metadata["epoch"] == 3 and "best" in version.aliases
+    with pytest.raises(UsageError, match="not a folder"):
+        art.add_dir(tmp_path / "missing")
+    del art
+    gc.collect()
+    assert not tmp_folder.exists()  # new_file's scratch folder does not outlive the Artifact
+
+
 def test_what_is_not_covered_says_so(root, monkeypatch):
     monkeypatch.setenv("TRACKSTORE_DIR", str(root))
     assert not hasattr(wandb, "Api")  # hasattr keeps working

@@ -37,6 +37,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import weakref
 from argparse import Namespace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -174,6 +175,9 @@ class Artifact:
     def new_file(self, name: str, mode: str = "x", encoding: str | None = None) -> Iterator[Any]:
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="trackstore-artifact-"))
+            # the files written here are copied into the store when logged; the folder goes
+            # with the Artifact object instead of piling up in /tmp over a long training job
+            weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
         path = self._tmp / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, mode.replace("x", "w"), encoding=encoding if "b" not in mode else None) as f:
