@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import textwrap
 
@@ -57,6 +58,64 @@ def test_folder_roundtrip_and_manifest(root, ckpt):
     total = con.execute("SELECT sum(size), count(*) FROM read_parquet(?)",
                         [str(run.dir / "artifacts" / "_manifest" / "*.parquet")]).fetchone()
     assert total == (sum(map(len, originals.values())), len(originals))
+
+
+def test_unicode_names_empty_files_and_hard_metadata_roundtrip(root, tmp_path):
+    src = tmp_path / "检查点 ✓"
+    (src / "分词器" / "子目录").mkdir(parents=True)
+    files = {
+        "权重 ✓.bin": os.urandom(1000),
+        "分词器/词表.txt": "a\nб\n模型\n".encode(),
+        "分词器/子目录/空.txt": b"",  # 0 bytes, nested two levels down
+        "🚀 émoji ñ.json": b"{}",
+        "zero.bin": b"",
+    }
+    for rel, data in files.items():
+        (src / rel).write_bytes(data)
+    metadata = {"nan": float("nan"), "inf": float("inf"), "nested": {"a": [], "b": {"c": [1, None, "✓"]}},
+                "文字": "值", "empty": {}}
+    run = trackstore.init("p", root=root)
+    v = run.log_artifact(src, name="模型", type="model", aliases=["最佳"], metadata=metadata)
+    one = run.log_artifact(src / "zero.bin", name="空文件")  # a single 0-byte file is an artifact too
+    run.finish()
+
+    def same_metadata(got: dict) -> None:
+        assert math.isnan(got.pop("nan")) and got.pop("inf") == math.inf
+        assert got == {k: val for k, val in metadata.items() if k not in ("nan", "inf")}
+
+    # the copies, byte for byte, under their unicode names
+    assert sorted(f.logical_path for f in v.files) == sorted(files)
+    for f in v.files:
+        stored = run.dir / f.path
+        assert stored.read_bytes() == files[f.logical_path] and f.size == len(files[f.logical_path])
+        assert f.sha256 == sha(files[f.logical_path])
+    assert (one.files[0].size, one.files[0].sha256) == (0, sha(b""))
+    # manifest.json on disk
+    manifest = json.loads((v.dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["name"] == "模型" and manifest["aliases"] == ["最佳"]
+    assert {f["logical_path"]: f["size"] for f in manifest["files"]} == {k: len(d) for k, d in files.items()}
+    same_metadata(manifest["metadata"])
+    (disk, disk_one) = sorted(list_versions(run.dir), key=lambda x: x.name != "模型")
+    same_metadata(dict(disk.metadata))
+    assert disk.files == v.files and disk_one.files == one.files
+    # the manifest Parquet rows
+    rows = [r for r in manifest_rows(run) if r["name"] == "模型"]
+    assert sorted((r["logical_path"], r["size"]) for r in rows) == sorted((k, len(d)) for k, d in files.items())
+    for r in rows:
+        same_metadata(json.loads(r["metadata"]))
+    # ...and the SQL view over the whole store
+    con = trackstore.connect(root)
+    got = con.execute("SELECT logical_path, size, sha256, aliases, metadata, "
+                      "json_extract(metadata, '$.nested.a'), json_extract_string(metadata, '$.文字'), "
+                      "CAST(json_extract(metadata, '$.nan') AS DOUBLE) FROM artifacts WHERE name = '模型' "
+                      "ORDER BY logical_path").fetchall()
+    assert [(g[0], g[1], g[2]) for g in got] == sorted((k, len(d), sha(d)) for k, d in files.items())
+    for g in got:
+        assert g[3] == ["最佳"] and g[5] == "[]" and g[6] == "值" and math.isnan(g[7])
+        same_metadata(json.loads(g[4]))
+    assert con.execute("SELECT name, logical_path, size FROM artifacts WHERE size = 0 ORDER BY name, logical_path"
+                       ).fetchall() == [("模型", "zero.bin", 0), ("模型", "分词器/子目录/空.txt", 0),
+                                        ("空文件", "zero.bin", 0)]
 
 
 def test_copy_survives_trainer_overwrite_and_deletion(root, ckpt):

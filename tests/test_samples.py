@@ -156,3 +156,54 @@ def test_user_summary_overrides_automatic_summary(root):
     run.finish()
     meta = json.loads((run.dir / "run.json").read_text())
     assert meta["summary"]["acc"] == 0.42 and meta["summary"]["loss"] == 0.5
+
+
+def test_config_and_summary_hard_values_roundtrip(root):
+    from trackstore.catalog import list_runs
+
+    config = {"lr": float("nan"), "clip": float("inf"), "模型": {"名前": "千问 ✓", "layers": [], "opt": {}},
+              "nested": {"a": [[], {"b": None}], "emoji": "🤖"}, "flag": False}
+    run = trackstore.init("p", root=root, run_id="r", config=config)
+    run.config["warmup/比例"] = float("nan")
+    run.config.update({"stages": [{"name": "第一阶段", "steps": []}]})
+    run.log({"loss": float("nan"), "acc": 0.5}, step=0)
+    run.summary["best/准确率"] = float("nan")
+    run.summary["table"] = {"rows": [], "note": "ünïcödé"}
+    run.finish()
+    expected_config = {**config, "warmup/比例": float("nan"), "stages": [{"name": "第一阶段", "steps": []}]}
+
+    def same(got, want) -> None:  # equality where NaN equals NaN
+        if isinstance(want, float) and math.isnan(want):
+            assert isinstance(got, float) and math.isnan(got), (got, want)
+        elif isinstance(want, dict):
+            assert isinstance(got, dict) and list(got) == list(want), (got, want)
+            for k in want:
+                same(got[k], want[k])
+        elif isinstance(want, (list, tuple)):
+            assert type(got) is type(want) and len(got) == len(want), (got, want)
+            for g, w in zip(got, want):
+                same(g, w)
+        else:
+            assert got == want and type(got) is type(want), (got, want)
+
+    expected_summary = {"loss": float("nan"), "acc": 0.5, "best/准确率": float("nan"),
+                        "table": {"rows": [], "note": "ünïcödé"}}
+    meta = json.loads((run.dir / "run.json").read_text(encoding="utf-8"))
+    same(meta["config"], expected_config)
+    same({k: meta["summary"][k] for k in expected_summary}, expected_summary)
+    same([[u["key"], u["value"]] for u in meta["config_updates"]],
+         [["warmup/比例", float("nan")], ["stages", [{"name": "第一阶段", "steps": []}]]])
+    [info] = list_runs(root)
+    same(info.row()["config"], expected_config)
+    con = trackstore.connect(root)
+    cfg, summ = con.execute("SELECT config, summary FROM runs").fetchone()
+    same(json.loads(cfg), expected_config)
+    same({k: json.loads(summ)[k] for k in expected_summary}, expected_summary)
+    row = con.execute("SELECT json_extract_string(config, '$.模型.名前'), json_extract(config, '$.模型.layers'), "
+                      "CAST(json_extract(config, '$.lr') AS DOUBLE), json_extract_string(summary, '$.table.note') "
+                      "FROM runs").fetchone()
+    assert row[0] == "千问 ✓" and row[1] == "[]" and math.isnan(row[2]) and row[3] == "ünïcödé"
+    # a resumed attempt starts from the same config
+    run2 = trackstore.init("p", root=root, run_id="r", resume=True)
+    same(dict(run2.config), expected_config)
+    run2.finish()

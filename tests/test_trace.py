@@ -124,12 +124,21 @@ async def _async_episode(run, i: int, delays: list[float]) -> str:
         await asyncio.sleep(delays[1])
         return f"result[{query}]"
 
+    @traced(kind="reward")
+    async def areward(answer: str, ground_truth: str) -> float:
+        await asyncio.sleep(delays[0])  # e.g. a remote reward model
+        return float(i) if ground_truth in answer else -1.0
+
     async with run.trace(step=1, sample_index=i, rollout_n=i % 2) as tr:
-        with tr.span("assistant", kind="agent"):
+        with tr.span("user_turn", kind="other", inputs={"role": "user", "content": f"q{i}"}) as s:
+            await asyncio.sleep(delays[1])  # the other trajectories run meanwhile
+            s.set_outputs({"accepted": True})
+        with tr.span("assistant", kind="agent") as s:
             plan = await agenerate(f"q{i}")
             res = await atool(f"q{i}")
-            await agenerate(res)
-        tr.set_reward(i)
+            answer = await agenerate(res)
+            s.set_outputs(answer)
+        tr.set_reward(await areward(answer, f"q{i}"))
         return tr.trace_id
 
 
@@ -148,10 +157,12 @@ def test_async_trajectories_do_not_mix(root):
     assert len(set(trace_ids)) == n and {r["trace_id"] for r in rows} == set(trace_ids)
     by_id = {r["span_id"]: r for r in rows}
     for i, tid in enumerate(trace_ids):
-        assert tree(rows, tid) == [(0, "episode", "agent", "ok"), (1, "assistant", "agent", "ok"),
+        assert tree(rows, tid) == [(0, "episode", "agent", "ok"), (1, "user_turn", "other", "ok"),
+                                   (1, "assistant", "agent", "ok"),
                                    (2, "_async_episode.<locals>.agenerate", "llm", "ok"),
                                    (2, "_async_episode.<locals>.atool", "tool", "ok"),
-                                   (2, "_async_episode.<locals>.agenerate", "llm", "ok")]
+                                   (2, "_async_episode.<locals>.agenerate", "llm", "ok"),
+                                   (1, "_async_episode.<locals>.areward", "reward", "ok")]
         mine = [r for r in rows if r["trace_id"] == tid]
         assert all(r["sample_index"] == i for r in mine)
         for r in mine:  # every parent is in the same trace, and inputs belong to this trajectory
@@ -159,7 +170,40 @@ def test_async_trajectories_do_not_mix(root):
                 assert by_id[r["parent_span_id"]]["trace_id"] == tid
             if r["inputs"] and r["kind"] != "agent":
                 assert f"q{i}" in r["inputs"]
+        named = {r["name"].rsplit(".", 1)[-1]: r for r in mine}
+        assert json.loads(named["user_turn"]["inputs"]) == {"role": "user", "content": f"q{i}"}
+        assert json.loads(named["user_turn"]["outputs"]) == {"accepted": True}
+        assert json.loads(named["areward"]["inputs"]) == {"answer": f"call tool for result[q{i}]",
+                                                          "ground_truth": f"q{i}"}
+        assert json.loads(named["areward"]["outputs"]) == float(i)
+        assert named["user_turn"]["end_ns"] <= named["assistant"]["start_ns"]
+        assert named["assistant"]["end_ns"] <= named["areward"]["start_ns"]
         assert next(r for r in mine if r["parent_span_id"] is None)["reward"] == float(i)
+
+
+def test_validate_flag_roundtrips(root):
+    run = trackstore.init("p", root=root)
+    with run.trace(step=3, sample_index=0, validate=True) as tr:
+        with tr.span("gen", kind="llm"):
+            pass
+        tr.set_reward(1.0)
+    with run.trace(step=3, sample_index=1) as tr:  # a training rollout: validate defaults to False
+        with tr.span("gen", kind="llm"):
+            pass
+    with pytest.raises(ValueError, match="validate"):
+        run.trace(step=3, validate="yes")
+    run.finish()
+    rows = read_spans(run)
+    assert len(rows) == 4
+    assert {(r["sample_index"], r["name"], r["validate"]) for r in rows} == {
+        (0, "episode", True), (0, "gen", True), (1, "episode", False), (1, "gen", False)}  # on every span
+    assert all(type(r["validate"]) is bool for r in rows)
+    con = trackstore.connect(root)
+    got = con.execute("SELECT sample_index, count(*), bool_and(validate) FROM spans WHERE validate GROUP BY ALL"
+                      ).fetchall()
+    assert got == [(0, 2, True)]
+    assert con.execute("SELECT reward FROM spans WHERE validate AND parent_span_id IS NULL").fetchall() == [(1.0,)]
+    assert con.execute("SELECT count(*) FROM spans WHERE NOT validate").fetchone() == (2,)
 
 
 def test_threads_do_not_mix(root):

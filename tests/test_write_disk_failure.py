@@ -1,6 +1,7 @@
 """A failing disk (here: RLIMIT_FSIZE, as a quota or a full disk behaves) never raises into the
 training loop: data stays in memory, one loud warning, everything written once the disk
-recovers; at finish, what could not be written is reported with a WriteError."""
+recovers; at finish, what could not be written is reported with a WriteError. Metrics, samples
+and spans alike."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pyarrow.parquet as pq
 
 from trackstore.catalog import list_runs
 from trackstore.layout import RunPaths
+from trackstore.samples import decode_row
+from trackstore.trace import latest_rows
 
 PRELUDE = textwrap.dedent(
     """
@@ -55,6 +58,45 @@ RECOVERS = PRELUDE + textwrap.dedent(
     disk_recovers()
     assert wait(lambda: not run._writer.failing)
     log_steps(run, 500, 100)
+    run.finish()
+    print(json.dumps({"done": True}), flush=True)
+    """
+)
+
+SAMPLES_AND_SPANS = PRELUDE + textwrap.dedent(
+    """
+    from trackstore.trace import traced
+
+    @traced(kind="tool")
+    def tool(query):
+        return f"result[{query}]"
+
+    def episodes(first, n):  # per step: 4 samples, and one trace of 3 spans
+        for step in range(first, first + n):
+            got = run.log_samples([{"input": f"问题 {step}-{j} ✓", "output": f"answer {step}-{j}", "score": j / 4,
+                                    "group_id": f"g{step}"} for j in range(4)], step=step)
+            assert got == 4
+            with run.trace(step=step, sample_index=0, rollout_n=1) as tr:
+                with tr.span("generate", kind="llm", inputs={"prompt": f"p{step}"}) as s:
+                    s.set_outputs(f"o{step}")
+                tool(f"q{step}")
+                tr.set_reward(step)
+
+    disk_fails()
+    # a trajectory open across the whole failure: its 'unfinished' checkpoints are buffered too
+    long = run.trace(step=1000, sample_index=0, name="long_episode").start()
+    slow = long.span("slow_tool", kind="tool", inputs={"q": "slow"}).start()
+    episodes(0, 100)
+    failing = wait(lambda: run._writer.failing)
+    time.sleep(0.3)  # several retries (and checkpoints of the open spans) while the disk fails
+    episodes(100, 50)
+    print(json.dumps({"failing": failing}), flush=True)
+    sys.stdin.readline()  # the parent looks at the disk while nothing can be written
+    disk_recovers()
+    assert wait(lambda: not run._writer.failing)
+    slow.set_outputs("done").end()
+    long.end()
+    episodes(150, 50)
     run.finish()
     print(json.dumps({"done": True}), flush=True)
     """
@@ -131,6 +173,55 @@ def test_disk_failure_keeps_data_in_memory_until_it_recovers(root):
     [info] = list_runs(root)
     assert info.status == "finished" and info.meta["last_step"] == 599
     assert "write_errors" not in info.meta
+
+
+def test_samples_and_spans_survive_a_disk_failure(root):
+    paths = RunPaths(root, "disk", "r1")
+    p = child(SAMPLES_AND_SPANS, root)
+    line = p.stdout.readline()
+    assert json.loads(line or "{}") == {"failing": True}, p.stderr.read() if not line else line
+    # While failing: neither kind has a part on disk, and no temp file outlives its attempt.
+    for kind in ("samples", "spans"):
+        assert paths.parts(kind) == []
+        assert not paths.kind_dir(kind).exists() or no_temp_files_remain(paths.kind_dir(kind))
+    out, err = p.communicate("go\n", timeout=120)
+    assert p.returncode == 0, err  # log_samples and tracing never raised into the caller
+    assert json.loads(out) == {"done": True}
+    assert err.count("trackstore: WARNING") == 2, err
+    assert err.count("Training continues") == 1 and "File too large" in err
+    assert err.count("works again") == 1
+
+    samples = sorted(pq.read_table(paths.kind_dir("samples")).to_pylist(), key=lambda r: r["seq"])
+    assert [r["seq"] for r in samples] == list(range(200 * 4))
+    assert [(r["step"], r["sample_index"]) for r in samples] == [(s, j) for s in range(200) for j in range(4)]
+    for r in map(decode_row, samples):
+        s, j = r["step"], r["sample_index"]
+        assert (r["input"], r["output"], r["score"], r["group_id"]) == (f"问题 {s}-{j} ✓", f"answer {s}-{j}",
+                                                                        j / 4, f"g{s}")
+
+    raw = sorted(pq.read_table(paths.kind_dir("spans")).to_pylist(), key=lambda r: r["seq"])
+    assert [r["seq"] for r in raw] == list(range(len(raw)))
+    # the open trajectory was checkpointed while the disk failed, and those rows landed too
+    assert {(r["name"], r["status"]) for r in raw if r["step"] == 1000} == {
+        ("long_episode", "unfinished"), ("slow_tool", "unfinished"), ("long_episode", "ok"), ("slow_tool", "ok")}
+    spans = latest_rows(raw)
+    assert len(spans) == 200 * 3 + 2 and {r["status"] for r in spans} == {"ok"}
+    roots = {r["step"]: r for r in spans if r["parent_span_id"] is None}
+    assert sorted(roots) == [*range(200), 1000]
+    for step in range(200):
+        tid = roots[step]["trace_id"]
+        children = sorted((r["name"], r["kind"], r["inputs"], r["outputs"]) for r in spans
+                          if r["trace_id"] == tid and r["parent_span_id"] == roots[step]["span_id"])
+        assert children == [("generate", "llm", json.dumps({"prompt": f"p{step}"}, separators=(",", ":")),
+                             json.dumps(f"o{step}")),
+                            ("tool", "tool", json.dumps({"query": f"q{step}"}, separators=(",", ":")),
+                             json.dumps(f"result[q{step}]"))]
+        assert roots[step]["reward"] == float(step) and roots[step]["rollout_n"] == 1
+    slow = next(r for r in spans if r["name"] == "slow_tool")
+    assert slow["outputs"] == '"done"' and slow["parent_span_id"] == roots[1000]["span_id"]
+    assert len(rows(paths)["seq"]) == 10 * 50  # the metrics flushed before the failure are intact
+    [info] = list_runs(root)
+    assert info.status == "finished" and "write_errors" not in info.meta
 
 
 def test_finish_with_disk_still_failing_raises_write_error(root):

@@ -186,8 +186,9 @@ class Histogram:
         """Rebuild a histogram from a stored row (for sync adapters and readers)."""
         h = cls(counts=row["counts"], edges=row["edges"])
         for name in ("min", "max", "mean", "std", "count", "nan_count", "inf_count"):
-            if row.get(name) is not None or name in ("nan_count", "inf_count"):
-                setattr(h, name, row.get(name))
+            # a stored NULL is kept (an empty histogram has no min/max: its edges are a placeholder)
+            if name in row and (row[name] is not None or name != "count"):
+                setattr(h, name, row[name])
         return h
 
     def __repr__(self) -> str:
