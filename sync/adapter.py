@@ -59,7 +59,44 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from trackstore.errors import TrackstoreError
+from trackstore.errors import TrackstoreError, UsageError
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"0.31.0rc1"`` -> ``(0, 31, 0)``: the leading numeric release parts of a version string."""
+    import re
+
+    parts = []
+    for piece in text.split("."):
+        m = re.match(r"\d+", piece)
+        if m is None:
+            break
+        parts.append(int(m.group(0)))
+        if m.end() < len(piece):
+            break
+    return tuple(parts)
+
+
+def require_client(package: str, minimum: tuple[int, ...], target: str) -> None:
+    """Refuse a missing or too old client SDK before anything is sent (a UsageError, exit 2).
+
+    Reads the installed version from package metadata, without importing the SDK: adapters
+    rely on client internals of the versions the tests run, and an older client would fail
+    later with a traceback instead of this sentence.
+    """
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    need = ".".join(map(str, minimum))
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"the {package} client is not installed: pip install 'trackstore[{package}]'")
+    try:
+        installed = version(package)
+    except PackageNotFoundError:  # importable but without metadata (a source tree): nothing to compare
+        return
+    if version_tuple(installed) < minimum:
+        raise UsageError(f"{package} {installed} is installed, but trackstore's {target} target needs "
+                         f"{package}>={need} (the version it is tested with): pip install -U '{package}>={need}'")
 
 
 class RetryableError(TrackstoreError):

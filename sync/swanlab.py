@@ -6,7 +6,7 @@ trackstore, never printed or stored); a self-hosted server with ``--host`` or
 ``$SWANLAB_API_HOST``; workspace ``--entity``. ``offline`` and ``local`` write SwanLab's own run
 folders under ``--logdir``, ``$SWANLAB_LOG_DIR`` or ``<root>/_swanlab``, for ``swanlab sync``.
 
-Mapping (docs/sync.md has the full table):
+Mapping (the full table, with what is lost: docs/sync.md § SwanLab):
 
 * run -> one experiment whose id is ``sha1("<project>/<run_id>")[:21]``, opened with
   ``resume="allow"``: every sync continues the same experiment. Name, description (notes),
@@ -27,7 +27,7 @@ Mapping (docs/sync.md has the full table):
 * histograms -> ``swanlab.ECharts(echarts.Bar)`` of the precomputed bins at their steps
   (SwanLab 0.10 has no histogram type).
 * artifacts -> ``run.save(file, base_path=<run dir>, policy="now")`` as
-  ``artifacts/<name>/v<version>/<path>``.
+  ``artifacts/<name>/v<version>/files/<path in the artifact>`` (the file's path in the store).
 
 Exactly once. SwanLab's client does not make data durable before the session closes (its
 offline store is never flushed before ``finish``; after a SIGKILL the file can be empty), so a
@@ -44,6 +44,10 @@ mode by SwanLab itself, which drops (key, step) pairs at or below the server's l
 resume (its per-key summary is counted asynchronously: resuming seconds after a cut can still
 append a duplicate; the adapter waits :data:`CLOUD_SETTLE_S` after a cut before re-sending,
 see docs/sync-swanlab.md).
+
+Client version: swanlab >= 0.10.3 (:data:`MIN_SWANLAB`, the version the tests run): the reader of
+its run files, its ``Settings`` and ``finish(state=...)`` are those of the 0.10 SDK. An older
+client is refused when the target is created, before anything is sent (a usage error, exit 2).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from trackstore.errors import TargetUnreachableError, UsageError
 from trackstore.ranges import RangeSet
 from trackstore.syncstate import redact_text, redact_url, save_cursor
 
-from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
 from .swanlab_media import histogram_chart, sample_text, trajectories
 
@@ -67,6 +71,8 @@ __all__ = ["SwanlabAdapter", "experiment_id", "swanlab_key", "count_points", "re
 TIMESTAMP_VERIFIED = ("0.10.",)
 MODES = {"cloud": "online", "online": "online", "offline": "offline", "local": "local"}
 DEFAULT_HOST = "https://api.swanlab.cn"
+#: the oldest swanlab client this target runs with (what the tests run; pyproject's floor)
+MIN_SWANLAB = (0, 10, 3)
 FINISH_STATE = {"finished": "success", "failed": "crashed", "crashed": "aborted"}
 MAX_KEY = 512
 MAX_STEP = 2 ** 48
@@ -121,10 +127,7 @@ class SwanlabAdapter(Adapter):
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
-        import importlib.util
-
-        if importlib.util.find_spec("swanlab") is None:  # checked without importing the SDK
-            raise UsageError("the swanlab client is not installed: pip install 'trackstore[swanlab]'")
+        require_client("swanlab", MIN_SWANLAB, "SwanLab")
         raw = (options.mode or os.environ.get("SWANLAB_MODE") or "cloud").strip().lower()
         if raw not in MODES:
             raise UsageError(f"--mode for swanlab must be cloud, offline or local, not {raw!r}")

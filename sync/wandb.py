@@ -9,7 +9,7 @@ back) go under ``--logdir``, else ``$WANDB_DIR``, else ``<store root>/_wandb``; 
 folders are ``<dir>/wandb/{run,offline-run}-<time>-<id>``. ``--to wandb-offline`` is the same
 code with the mode forced to offline: the folders are the ones ``wandb sync`` uploads later.
 
-Mapping (docs/sync.md has the full table):
+Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and docs/sync-wandb.md):
 
 * run -> one wandb run whose id is ``ts`` + 16 hex digits of sha1(project, run id), opened with
   ``resume="allow"``: every sync continues the same run. Name, notes, tags, group, job type;
@@ -26,15 +26,17 @@ Mapping (docs/sync.md has the full table):
   without being logged again when their own kind's turn comes.
 * spans -> an artifact ``trajectories-<id>`` (type ``trajectories``) holding a ``wandb.Table``
   with one row per trajectory and its spans ("turns") as JSON; one version per batch of
-  complete trajectories (wandb content-addresses versions, so a resend adds none).
+  complete trajectories (wandb content-addresses versions, so a resend adds none). A trajectory
+  waits while its root span is open in a live run; one whose root span was never written (the
+  run was killed mid-trajectory) waits while the run is live and is reported once it has ended.
 * artifacts -> ``wandb.Artifact(name, type, metadata)`` with the manifest's files, aliases plus
   ``step-<N>``; identical content is the same wandb version.
 
 What wandb cannot take is counted and reported (``SendResult.skip``), never dropped silently:
 a point at a step the wandb run has already committed (logged late, after its step was
 synced), a second value for one key at one step (wandb keeps the last), null values, sample
-rows over wandb's 10 000-row table limit (an evenly spaced subset by ``sample_index`` is kept).
-For a live run the newest step is deferred (it may still be growing) until the next sync.
+rows over wandb's 10 000-row table limit (an evenly spaced subset by ``sample_index`` is kept),
+the spans of a trajectory without a root span once its run has ended. For a live run the newest step is deferred (it may still be growing) until the next sync.
 
 Acknowledgement (exactly once): wandb-core buffers records and writes the run's ``.wandb``
 transaction log only every ``x_transaction_log_flush_interval`` seconds (0.1 s here). After
@@ -45,7 +47,11 @@ is complete; otherwise exactly the steps and keys the logs hold are treated as d
 last durable step is kept in ``cursor.remote["last_step"]``: offline mode ignores resume (each
 session writes a new offline-run folder for the same id, with ``starting_step`` 0), so this
 cursor, not the client, says where to continue. Online, the server's ``run.starting_step`` is
-compared with it (see docs/sync.md for what a SIGKILL can lose before upload).
+compared with it (see docs/sync-wandb.md for what a SIGKILL can lose before upload).
+
+Client version: wandb >= 0.31 (:data:`MIN_WANDB`, the version the tests run; the barrier relies
+on ``x_transaction_log_flush_interval`` and the tests read back with ``wandb leet``). An older
+client is refused when the target is created, before anything is sent (a usage error, exit 2).
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ from trackstore.errors import TargetUnreachableError
 from trackstore.ranges import RangeSet
 from trackstore.syncstate import redact_text, redact_url
 
-from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
@@ -72,11 +78,14 @@ MAX_BINS = 512                   # wandb.Histogram limit for np_histogram
 FLUSH_INTERVAL = 0.1             # seconds between wandb-core writes of the transaction log
 RESERVED = ("_step", "_timestamp", "_runtime")
 DEFAULT_BASE_URL = "https://api.wandb.ai"
+#: the oldest wandb client this target runs with (what the tests run; pyproject's floor)
+MIN_WANDB = (0, 31)
 
 LATE = "point at a step wandb already committed (logged after that step was synced)"
 SECOND = "second value for one key at one step (wandb keeps the last)"
 NULL = "metric value is null"
 OVER_TABLE = f"sample rows over wandb's {MAX_TABLE_ROWS}-row table limit (evenly spaced subset kept)"
+NO_ROOT = "trajectory without a root span (the run ended before its root span was written)"
 
 _BAD_PROJECT = re.compile(r"[/\\#?%:]")
 _ART_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -142,6 +151,7 @@ class WandbAdapter(Adapter):
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
+        require_client("wandb", MIN_WANDB, "wandb")
         mode = (self.forced_mode or options.mode or os.environ.get("WANDB_MODE") or "online").lower()
         self.mode = {"dryrun": "offline", "run": "online"}.get(mode, mode)
         if self.mode not in ("online", "offline"):
@@ -491,6 +501,11 @@ class WandbAdapter(Adapter):
         for trace_id, trace_rows in by_trace.items():
             spans = _latest_per_span(trace_rows)
             root = next((s for s in spans if s["parent_span_id"] is None), None)
+            if root is None and not live:
+                # its root span was never written (the run was killed mid-trajectory, before any
+                # checkpoint): it cannot arrive any more, so report it instead of waiting for ever
+                result.skip(NO_ROOT, len(trace_rows))
+                continue
             if root is None or (root["status"] == "unfinished" and live):
                 result.defer([r["_index"] for r in trace_rows])
                 continue

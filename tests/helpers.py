@@ -25,3 +25,13 @@ def python_child(code: str, *, env: dict | None = None, **kw) -> subprocess.Pope
     full_env = {**os.environ, **(env or {})}
     return subprocess.Popen([sys.executable, "-c", code], env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
+
+
+def fake_old_client(tmp_path, dist: str, version: str) -> dict:
+    """An environment in which ``importlib.metadata`` reports ``dist`` at ``version`` (its
+    metadata first on ``sys.path``), while the real package stays importable."""
+    site = tmp_path / "old-client-metadata"
+    info = site / f"{dist}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}

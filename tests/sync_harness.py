@@ -42,6 +42,12 @@ class Harness:
         """How many remote runs exist for this trackstore run (must always be 1)."""
         raise NotImplementedError
 
+    def second_value(self) -> tuple[str | None, str]:
+        """What the target does with a second value for one key at one step (the store keeps
+        both): ``(reason it is reported under, "first" | "last" value kept)``, or
+        ``(None, "both")`` for a target that holds both points."""
+        raise NotImplementedError
+
 
 class MlflowHarness(Harness):
     target = "mlflow"
@@ -88,6 +94,9 @@ class MlflowHarness(Harness):
 
     def remote_run_count(self, project, run_id):
         return len(self._runs(project, run_id))
+
+    def second_value(self):
+        return None, "both"  # a metric history holds any number of points per step
 
 
 class SwanlabHarness(Harness):
@@ -140,6 +149,11 @@ class SwanlabHarness(Harness):
         for d in self.logdir.glob("run-*"):
             ids.add(d.name.rsplit("-", 1)[-1])
         return len(ids)
+
+    def second_value(self):
+        from trackstore.sync.swanlab import SKIP_SECOND
+
+        return SKIP_SECOND, "first"
 
 
 HARNESSES: dict[str, type[Harness]] = {"mlflow": MlflowHarness, "swanlab": SwanlabHarness}
@@ -230,6 +244,35 @@ class WandbHarness(Harness):
     def remote_run_count(self, project, run_id):
         # offline folders are per session; a wandb run is the set of folders sharing one id
         return len({d.name.rsplit("-", 1)[-1] for d in (self.dir / "wandb").glob("*run-*") if not d.is_symlink()})
+
+    def second_value(self):
+        from trackstore.sync.wandb import SECOND
+
+        return SECOND, "last"
+
+    def run_records(self, project, run_id) -> list[dict]:
+        """The ``run`` record of each session (id, entity, project, name, notes, tags, ...)."""
+        return [r["run"] for recs in self.records(project, run_id) for r in recs if r["type"] == "run"]
+
+    def artifacts(self, project, run_id) -> list[dict]:
+        """Every ``log_artifact`` record of the run, in order, with ``metadata`` parsed."""
+        import json
+
+        out = []
+        for recs in self.records(project, run_id):
+            for r in recs:
+                if r["type"] == "artifact":
+                    a = dict(r["artifact"])
+                    a["metadata"] = json.loads(a["metadata"]) if a.get("metadata") else {}
+                    out.append(a)
+        return out
+
+    @staticmethod
+    def artifact_file(artifact: dict, path: str) -> Path:
+        """The local file of one manifest entry: offline, wandb stages artifact files (tables
+        included) under ``WANDB_DATA_DIR`` and records each one's ``local_path`` in the record."""
+        [entry] = [e for e in artifact["manifest"]["contents"] if e["path"] == path]
+        return Path(entry["local_path"])
 
 
 def _nest_media(item: dict) -> dict:

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from datetime import timezone
+from pathlib import Path
 
 import pytest
 
 import trackstore
-from tests.helpers import python_child, run_cli
+from tests.helpers import fake_old_client, python_child, run_cli
 
 pytest.importorskip("swanlab")
 
@@ -145,8 +146,11 @@ def test_samples_trajectories_histograms_and_artifacts(root, logdir, tmp_path):
 
     counts = pq.read_table(run.dir / "histograms").column("counts").to_pylist()[0]
     assert [d if not isinstance(d, dict) else d["value"] for d in _bar_data(chart)] == counts == [1.0, 1.0, 2.0]
-    saves = [r.save.name for _d, r in records(logdir, run, "save")]
-    assert "artifacts/model/v0/files/model.bin" in saves or any(s.endswith("model.bin") for s in saves)
+    # the documented name, artifacts/<name>/v<version>/files/<path in the artifact>, and nothing else
+    saves = [r.save for _d, r in records(logdir, run, "save") if r.save.name.startswith("artifacts/")]
+    assert [s.name for s in saves] == ["artifacts/model/v0/files/model.bin"]
+    assert Path(saves[0].target_path) == session / "files" / "artifacts" / "model" / "v0" / "files" / "model.bin"
+    assert Path(saves[0].target_path).read_bytes() == b"weights"
 
 
 def _bar_data(chart):
@@ -175,6 +179,25 @@ def test_failed_run_is_crashed_with_exit_code(root, logdir):
     sync(root, logdir)
     fin = [r.finish for _d, r in records(logdir, run, "finish")][-1]
     assert fin.state == 2 and "exit_code=3" in fin.error  # RUN_STATE_CRASHED
+
+
+def test_crashed_run_is_aborted_with_its_status(root, logdir, tmp_path, monkeypatch):
+    """As documented: finished -> success, failed -> crashed, crashed -> aborted (SwanLab's
+    RUN_STATE_ABORTED), the reason in the finish record's error."""
+    from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
+
+    run = trackstore.init("crash", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish(status="crashed", exit_code=137)
+    out, _ = sync(root, logdir)
+    assert out["status"] == "crashed" and out["error"] is None
+    fin = [r.finish for _d, r in records(logdir, run, "finish")][-1]
+    assert fin.state == RunState.RUN_STATE_ABORTED
+    assert "trackstore status crashed" in fin.error and "exit_code=137" in fin.error
+    from tests.sync_harness import SwanlabHarness
+
+    h = SwanlabHarness(tmp_path, monkeypatch)  # the conformance suite's reading of the state
+    assert h.logdir == logdir and h.status(run.project, run.id) == "crashed"
 
 
 def test_sigkill_after_acknowledged_batches_ends_exact(root, logdir):
@@ -513,3 +536,40 @@ def test_range_subtraction_matches_set_difference():
                 ss.update((w, i) for i in range(lo, hi + 1))
         got = _subtract(a, b)
         assert {(w, i) for w, rs in got.to_json().items() for lo, hi in rs for i in range(lo, hi + 1)} == sa - sb
+
+
+@pytest.mark.parametrize("mode", ["offline", "local"])
+def test_mode_and_log_dir_from_the_environment_only(root, tmp_path, monkeypatch, mode):
+    """SWANLAB_MODE and SWANLAB_LOG_DIR alone (no --mode, no --logdir) place the run folders,
+    and the experiment lands in the trackstore project."""
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    monkeypatch.setenv("SWANLAB_ROOT", str(tmp_path / "swanlab-home"))
+    envdir = tmp_path / "from-env"
+    monkeypatch.setenv("SWANLAB_MODE", mode)
+    monkeypatch.setenv("SWANLAB_LOG_DIR", str(envdir))
+    run = trackstore.init("envproj", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish()
+    res = run_cli("sync", "--to", "swanlab", "--format", "json", root=root, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    assert report["destination"] == f"{mode}:{envdir}"
+    exp = experiment_id("envproj", run.id)
+    [folder] = envdir.glob(f"run-*-{exp}")
+    assert (folder / f"run-{exp}.swanlab").is_file()
+    assert not (root / "_swanlab").exists()  # not the default place
+    [start] = [r.start for _d, r in records(envdir, run, "start")]
+    assert (start.project, start.id) == ("envproj", exp)
+    assert [(k, s, v) for k, s, v, _t in scalars(envdir, run)] == [("x", 0, 1.0)]
+
+
+def test_an_older_swanlab_client_is_refused_with_a_clear_message(root, logdir, tmp_path):
+    trackstore.init("old", root=root).finish()
+    env = fake_old_client(tmp_path, "swanlab", "0.6.0")
+    for extra in ((), ("--dry-run",)):
+        res = run_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", str(logdir), *extra, root=root,
+                      env=env)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "swanlab 0.6.0 is installed" in res.stderr and "swanlab>=0.10.3" in res.stderr
+        assert "Traceback" not in res.stderr
+    assert not logdir.exists()  # nothing was written

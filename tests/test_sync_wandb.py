@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import run_cli
+from tests.helpers import fake_old_client, run_cli
 from tests.sync_harness import WandbHarness
 from trackstore.sync.wandb import (LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key,
                                    wandb_run_id)
@@ -468,3 +468,173 @@ def test_transaction_log_reader_is_incremental_and_stops_at_a_torn_tail(wb, root
     rest = [r.num for r in reader.records()]
     assert first + rest == [r.num for r in LogReader(log).records()]
     assert sum(1 for _ in reader.records()) == 0           # nothing new: nothing returned
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_entity_from_env_or_flag_and_remote_project(wb, root, monkeypatch, how):
+    """``WANDB_ENTITY`` places the run (``--entity`` wins over it) and ``--remote-project``
+    renames the project; read back from the run and artifact records wandb wrote."""
+    monkeypatch.setenv("WANDB_ENTITY", "team-from-env")
+    run = trackstore.init("proj", root=root)
+    run.log({"a": 1.0}, step=0)
+    ckpt = Path(root).parent / "w.bin"
+    ckpt.write_bytes(b"w")
+    run.log_artifact(ckpt, name="w")
+    run.finish()
+    extra = ["--entity", "team-from-flag"] if how == "flag" else []
+    res = run_cli("sync", "--to", "wandb", "--remote-project", "replays", *extra, "--format", "json", root=root,
+                  timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    entity = "team-from-flag" if how == "flag" else "team-from-env"
+    assert json.loads(res.stdout)["destination"].endswith(f" {entity}/replays")
+    [rec] = wb.run_records(run.project, run.id)
+    assert (rec["entity"], rec["project"]) == (entity, "replays")
+    assert rec["run_id"] == wandb_run_id(run.project, run.id)  # the identity is the trackstore run's
+    [art] = wb.artifacts(run.project, run.id)
+    assert (art["entity"], art["project"]) == (entity, "replays")
+    assert [(k, s, v) for k, s, v, _ in wb.metrics(run.project, run.id)] == [("a", 0, 1.0)]
+
+
+def test_trajectories_table_holds_one_row_per_trajectory_with_its_turns(wb, root):
+    """The trajectories artifact's table, read from the file wandb staged for it: one row per
+    trajectory with the root's fields, and every span ("turn") in ``turns``."""
+    run = trackstore.init("proj", root=root)
+    run.log({"a": 1.0}, step=0)
+    for i in range(3):
+        with run.trace(step=i, sample_index=i, rollout_n=0) as tr:
+            with tr.span("assistant", kind="llm", inputs={"role": "user", "content": f"q{i}"}) as sp:
+                with tr.span("calculator", kind="tool", inputs={"expr": "6*7"}) as tool:
+                    tool.set_outputs(42)
+                sp.set_outputs({"role": "assistant", "content": f"a{i}"})
+            tr.set_reward(float(i))
+    run.finish()
+    out = _sync(root)[0]
+    assert out["sent"]["spans"] == 9 and out["skipped_by_reason"] == {}, out
+    [art] = [a for a in wb.artifacts(run.project, run.id) if a["type"] == "trajectories"]
+    assert art["name"] == f"trajectories-{wandb_run_id(run.project, run.id)}" and art["metadata"]["traces"] == 3
+    table = json.loads(wb.artifact_file(art, "trajectories.table.json").read_text())
+    cols = table["columns"]
+    assert cols == ["trace_id", "step", "sample_index", "rollout_n", "validate", "reward", "name", "status",
+                    "start_time", "duration_s", "n_spans", "turns"]
+    rows = [dict(zip(cols, r)) for r in table["data"]]
+    spans = _stored(run, "spans")
+    assert len(rows) == 3 and {r["trace_id"] for r in rows} == {s["trace_id"] for s in spans}
+    for row in rows:
+        mine = {s["span_id"]: s for s in spans if s["trace_id"] == row["trace_id"]}
+        root_span = next(s for s in mine.values() if s["parent_span_id"] is None)
+        i = root_span["step"]
+        assert (row["step"], row["sample_index"], row["rollout_n"], row["reward"]) == (i, i, 0, float(i))
+        assert (row["name"], row["status"], row["n_spans"]) == ("episode", "ok", 3)
+        assert row["start_time"] == root_span["start_ns"] / 1e9
+        assert row["duration_s"] == (root_span["end_ns"] - root_span["start_ns"]) / 1e9
+        turns = {t["name"]: t for t in json.loads(row["turns"])}
+        assert set(turns) == {"episode", "assistant", "calculator"}
+        assert {t["span_id"] for t in turns.values()} == set(mine)
+        assert turns["assistant"]["parent_span_id"] == turns["episode"]["span_id"]
+        assert turns["calculator"]["parent_span_id"] == turns["assistant"]["span_id"]
+        assert turns["assistant"]["kind"] == "llm" and turns["calculator"]["kind"] == "tool"
+        assert turns["assistant"]["inputs"] == {"role": "user", "content": f"q{i}"}
+        assert turns["assistant"]["outputs"] == {"role": "assistant", "content": f"a{i}"}
+        assert turns["calculator"]["outputs"] == 42 and turns["calculator"]["status"] == "ok"
+
+
+def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(wb, root):
+    """A run killed mid-trajectory before its root span was ever written (no checkpoint yet):
+    while the run is live the trajectory waits (the root may still come); once the run has
+    ended it is reported as skipped, not left pending on every sync for ever."""
+    from trackstore.sync.wandb import NO_ROOT
+    from tests.helpers import python_child
+
+    code = f"""
+import sys, trackstore
+run = trackstore.init("proj", root={str(root)!r}, flush_interval=3600)  # no automatic checkpoint
+run.log({{"a": 1.0}}, step=0)
+run.log({{"a": 2.0}}, step=1)
+with run.trace(step=0, sample_index=0) as tr:       # complete
+    with tr.span("done", kind="llm"):
+        pass
+tr = run.trace(step=1, sample_index=1).__enter__()  # open: its root row is never written
+with tr.span("turn", kind="llm", inputs="hi") as sp:
+    sp.set_outputs("hello")
+run.flush()
+print(run.id, flush=True)
+sys.stdin.read()
+"""
+    import subprocess
+
+    p = python_child(code, stdin=subprocess.PIPE)
+    try:
+        run_id = p.stdout.readline().strip()
+        assert run_id, p.stderr.read()
+        live = _sync(root)[0]
+        assert live["status"] == "running"
+        assert live["sent"]["spans"] == 2 and live["skipped_by_reason"] == {}, live  # the complete one
+        assert live["pending"]["spans"] == 3
+    finally:
+        p.kill()
+        p.wait()
+    out = _sync(root)[0]
+    assert out["status"] == "crashed"
+    assert out["skipped_by_reason"] == {NO_ROOT: 1}, out   # the orphan "turn" row, reported
+    status = json.loads(run_cli("status", "--to", "wandb", "--format", "json", root=root).stdout)
+    assert status[0]["pending_other"] == 0  # nothing left pending for ever
+    again = _sync(root)[0]
+    assert again["result"] == "up to date"
+    arts = [a for a in wb.artifacts("proj", run_id) if a["type"] == "trajectories"]
+    assert [a["metadata"]["traces"] for a in arts] == [1]
+
+
+def test_an_artifact_resent_after_an_interrupted_batch_adds_no_version(wb, root, tmp_path):
+    """wandb versions an artifact by its content digest. A batch whose acknowledgement was
+    lost is logged again: the re-logged artifact has the same digest (so wandb keeps one
+    version), distinct content has distinct digests, and a plain re-sync logs nothing."""
+    run = trackstore.init("proj", root=root)
+    run.log({"a": 1.0}, step=0)
+    for name, content in (("policy", b"v0" * 50), ("policy", b"v1" * 50), ("data", b"d" * 10)):
+        f = tmp_path / f"{name}.bin"
+        f.write_bytes(content)
+        run.log_artifact(f, name=name, type="model", metadata={"content": content[:2].decode()})
+    run.finish()
+    _sync(root)
+    first = [a for a in wb.artifacts(run.project, run.id) if a["type"] == "model"]
+    assert len(first) == 3 and len({a["digest"] for a in first}) == 3  # one version per content
+
+    # the last artifact batch in doubt again (its acknowledgement lost), as a kill leaves it
+    from trackstore.ranges import RangeSet
+
+    [path] = _cursor_files(root)
+    cur = json.loads(path.read_text())
+    stored = _stored(run, "artifacts")
+    doubt, acked = RangeSet(), RangeSet()
+    for r in stored:
+        (doubt if (r["name"], r["version"]) == ("policy", 1) else acked).add_seqs(r["writer"], [r["seq"]])
+    cur["acked"]["artifacts"] = acked.to_json()
+    cur["in_doubt"] = {"kind": "artifacts", "rows": doubt.to_json(), "batch_id": "x", "since": "now"}
+    path.write_text(json.dumps(cur))
+    out = _sync(root)[0]
+    assert out["result"] == "ok" and out["skipped_by_reason"] == {}, out
+    arts = [a for a in wb.artifacts(run.project, run.id) if a["type"] == "model"]
+    assert len(arts) == 4  # policy v1 was logged once more, in a second session
+    resent = arts[-1]
+    assert resent["metadata"]["trackstore.version"] == 1 and resent["name"] == "policy"
+    original = next(a for a in first if a["metadata"]["trackstore.version"] == 1 and a["name"] == "policy")
+    assert resent["digest"] == original["digest"]  # the same wandb version, not a new one
+    assert [(e["path"], e["digest"]) for e in resent["manifest"]["contents"]] == \
+           [(e["path"], e["digest"]) for e in original["manifest"]["contents"]]
+
+    again = _sync(root, "--all")[0]  # re-check everything: no artifact is logged again
+    assert again["sent"].get("artifacts", 0) == 0
+    assert len([a for a in wb.artifacts(run.project, run.id) if a["type"] == "model"]) == 4
+
+
+@pytest.mark.parametrize("target", ["wandb", "wandb-offline"])
+def test_an_older_wandb_client_is_refused_with_a_clear_message(wb, root, tmp_path, target):
+    trackstore.init("proj", root=root).finish()
+    env = fake_old_client(tmp_path, "wandb", "0.19.0")
+    check = run_cli("sync", "--to", target, "--dry-run", root=root, env=env)
+    res = run_cli("sync", "--to", target, root=root, env=env)
+    for r in (check, res):
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "wandb 0.19.0 is installed" in r.stderr and "wandb>=0.31" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (wb.dir / "wandb").exists()  # nothing was written
