@@ -21,6 +21,7 @@ Mapping (docs/sync.md has the full table):
   names derive from the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
 * spans -> MLflow traces (one per trajectory) with original start/end times, linked to the run,
   tagged ``trackstore.trace_id``, ``step`` and ``sample_index``; searched before creation.
+  A trajectory without a root span waits while the run is live, and is reported once it ended.
 * artifacts -> ``log_artifact`` under ``trackstore/artifacts/<name>/v<version>/``.
 
 Exactly once for metrics: every ``log_batch`` carries the tag ``trackstore.batch.metrics`` =

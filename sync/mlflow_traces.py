@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from trackstore.samples import decode_json
 
-from .adapter import SendResult
+from .adapter import NO_ROOT_SPAN, SendResult
 
 TRACE_TAG = "trackstore.trace_id"
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "UNKNOWN", "other": "UNKNOWN"}
@@ -72,6 +72,9 @@ def send_traces(adapter, rows, cursor) -> SendResult:
     for trace_id, trace_rows in by_trace.items():
         spans = _latest_per_span(trace_rows)
         root = next((s for s in spans if s["parent_span_id"] is None), None)
+        if root is None and not run_live:
+            result.skip(NO_ROOT_SPAN, len(trace_rows))
+            continue
         if root is None or (root["status"] == "unfinished" and run_live):
             result.defer([r["_index"] for r in trace_rows])
             continue

@@ -69,7 +69,8 @@ from trackstore.errors import TargetUnreachableError
 from trackstore.ranges import RangeSet
 from trackstore.syncstate import redact_text, redact_url
 
-from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .adapter import (NO_ROOT_SPAN, Adapter, PermanentError, RetryableError, SendResult, TargetOptions,
+                      require_client)
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
@@ -85,7 +86,7 @@ LATE = "point at a step wandb already committed (logged after that step was sync
 SECOND = "second value for one key at one step (wandb keeps the last)"
 NULL = "metric value is null"
 OVER_TABLE = f"sample rows over wandb's {MAX_TABLE_ROWS}-row table limit (evenly spaced subset kept)"
-NO_ROOT = "trajectory without a root span (the run ended before its root span was written)"
+NO_ROOT = NO_ROOT_SPAN
 
 _BAD_PROJECT = re.compile(r"[/\\#?%:]")
 _ART_NAME = re.compile(r"[^A-Za-z0-9_.-]")

@@ -382,6 +382,49 @@ def test_traces_round_trip_and_never_duplicated(root, tmp_path):
     assert len(c.get_metric_history(rid, "reward")) == 1  # sqlite store: identical points deduplicated
 
 
+def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(root, tmp_path):
+    """Killed mid-trajectory before its root span was written: while the run is live the
+    trajectory waits; once the run has ended it is reported, not left pending for ever."""
+    from trackstore.sync.adapter import NO_ROOT_SPAN
+    from tests.helpers import python_child
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    code = f"""
+import sys, trackstore
+run = trackstore.init("proj", root={str(root)!r}, flush_interval=3600)  # no automatic checkpoint
+with run.trace(step=0, sample_index=0) as tr:       # complete
+    with tr.span("done", kind="llm"):
+        pass
+tr = run.trace(step=1, sample_index=1).__enter__()  # open: its root row is never written
+with tr.span("turn", kind="llm", inputs="hi") as sp:
+    sp.set_outputs("hello")
+run.flush()
+print(run.id, flush=True)
+sys.stdin.read()
+"""
+    p = python_child(code, stdin=subprocess.PIPE)
+
+    def sync():
+        res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)["runs"][0]
+
+    try:
+        run_id = p.stdout.readline().strip()
+        assert run_id, p.stderr.read()
+        live = sync()
+        assert live["status"] == "running" and live["skipped_by_reason"] == {}, live
+    finally:
+        p.kill()
+        p.wait()
+    out = sync()
+    assert out["status"] == "crashed" and out["skipped_by_reason"] == {NO_ROOT_SPAN: 1}, out
+    assert sync()["result"] == "up to date"
+    c = client_for(uri)
+    exp = c.get_experiment_by_name("proj")
+    assert len(c.search_traces(locations=[exp.experiment_id], max_results=10)) == 1
+
+
 def test_artifacts_uploaded_once(root, tmp_path):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     ckpt = tmp_path / "ckpt"
