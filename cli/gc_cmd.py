@@ -27,7 +27,7 @@ def gc(
     status: Annotated[Optional[List[str]], typer.Option("--status", "-s", help="Only runs with this status: finished, failed, crashed (repeatable). Default: all three.")] = None,
     require_synced_to: Annotated[Optional[str], typer.Option("--require-synced-to", help="Comma-separated targets (e.g. wandb,mlflow) each of which must hold the run fully; replaces the default 'every destination it was synced to'.")] = None,
     include_unsynced: Annotated[bool, typer.Option("--include-unsynced", help="Also delete runs never synced anywhere.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Ignore sync state entirely (live runs and runs being synced are still kept).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Ignore sync state entirely, also unreadable cursors and damaged part files that otherwise keep a run until `trackstore doctor --fix` (live runs and runs being synced are still kept).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be deleted and how many bytes; delete nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for cron).")] = False,
     show_kept: Annotated[bool, typer.Option("--show-kept", help="Also list the runs kept, with the reason.")] = False,
@@ -38,6 +38,8 @@ def gc(
 
     Runs with a live writer and runs a sync is working on are never deleted. A deleted run is
     first moved atomically into <root>/_trash, so a crash never leaves half a run visible.
+    Runs with unreadable sync state or damaged part files are kept until `trackstore doctor
+    --fix` has dealt with them (or --force).
     """
     from trackstore import gc as G
     from trackstore.errors import UsageError

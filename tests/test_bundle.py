@@ -321,6 +321,48 @@ def test_cli_export_import(two, tmp_path):
     assert [r.run_id for r in list_runs(b)] == [p.run_id]
 
 
+def _backdate(paths, days):
+    """Make a run look created, updated and ended ``days`` ago (what --since looks at)."""
+    import time
+
+    from trackstore.meta import iso, read_run_json, write_run_json
+
+    meta = read_run_json(paths)
+    t = iso(time.time() - days * 86400)
+    meta.update(created_at=t, updated_at=t, ended_at=t)
+    write_run_json(paths, meta)
+
+
+def test_cli_export_since(two, tmp_path):
+    import datetime
+
+    a, _ = two
+    old = make_run(a, "p")
+    _backdate(old, 30)
+    new = make_run(a, "p")
+
+    def exported(since, name):
+        out = run_cli("export", "--since", since, "-o", str(tmp_path / name), root=a)
+        assert out.returncode == 0, out.stderr
+        dest = tmp_path / f"into-{name}"
+        dest.mkdir()
+        B.import_bundle(dest, tmp_path / name)
+        return {r.run_id for r in list_runs(dest)}
+
+    assert exported("7d", "week.tar") == {new.run_id}
+    ten_days_ago = (datetime.date.today() - datetime.timedelta(days=10)).isoformat()
+    assert exported(ten_days_ago, "date.tar") == {new.run_id}
+    sixty_days_ago = (datetime.date.today() - datetime.timedelta(days=60)).isoformat()
+    assert exported(sixty_days_ago, "both.tar") == {old.run_id, new.run_id}
+    # --since narrows --project too
+    out = run_cli("export", "--project", "p", "--since", "7d", "-o", str(tmp_path / "pw.tar"), root=a)
+    assert out.returncode == 0 and "1 runs" in out.stdout, out.stderr
+    for bad in ("yesterday", "7 days"):
+        out = run_cli("export", "--since", bad, "-o", str(tmp_path / "bad.tar"), root=a)
+        assert out.returncode == 2 and "invalid --since" in out.stderr, (bad, out.stderr)
+    assert not (tmp_path / "bad.tar").exists()
+
+
 def test_import_killed_before_applying_leaves_store_unchanged(two, tmp_path):
     """SIGKILL after extraction and verification, before anything is moved into place."""
     import signal

@@ -356,3 +356,173 @@ def test_real_sync_in_progress_protects_its_run(root, tmp_path, monkeypatch):
     # synced now, and no sync holds it: the default policy deletes it
     _, res = G.gc(root, G.Policy(older_than_s=0))
     assert [c.run_id for c in res.deleted] == [busy.run_id]
+
+
+# ---------------------------------------------------------------------------- damage is not "done"
+def _corrupt_cursor(root, paths, content: bytes, target="wandb", destination="ent/proj"):
+    from trackstore.syncstate import cursor_path
+
+    f = cursor_path(root, target, destination, paths.project, paths.run_id)
+    f.write_bytes(content)
+    return f
+
+
+def _truncate(part):
+    part.write_bytes(part.read_bytes()[:40])  # no footer any more, as after a crash or a full disk
+
+
+def _corrupt_column(part, column):
+    """Flip the bytes of one column chunk, leaving the footer (and so the file's metadata) intact."""
+    import pyarrow.parquet as pq
+
+    rg = pq.read_metadata(part).row_group(0)
+    chunk = next(rg.column(i) for i in range(rg.num_columns) if rg.column(i).path_in_schema == column)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(part.read_bytes())
+    for i in range(start, start + chunk.total_compressed_size):
+        data[i] ^= 0xFF
+    part.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[]", b"", b'{"target": "wandb"}'])
+def test_unreadable_cursor_keeps_the_run(root, content):
+    """Fully synced to MLflow, half to wandb, and the wandb cursor is damaged: that must not read
+    as "never synced to wandb" (the run would be deleted with half its rows only here)."""
+    from trackstore import doctor as D
+
+    p = synced_run(root)
+    mark_synced(root, p, target="wandb", destination="ent/proj", fraction=0.5)
+    bad = _corrupt_cursor(root, p, content)
+    only_bad = make_run(root, ended_days_ago=40)  # its only cursor is the damaged one
+    _corrupt_cursor(root, only_bad, content)
+    for policy in (G.Policy(older_than_s=0), G.Policy(older_than_s=0, include_unsynced=True),
+                   G.Policy(older_than_s=0, require_synced_to=("mlflow",))):
+        plan = G.plan(root, policy)
+        assert plan.delete == []
+        reasons = {c.run_id: c.reason for c in plan.keep}
+        assert reasons[p.run_id].startswith(f"sync state unreadable: {bad.relative_to(root)}")
+        assert "trackstore doctor" in reasons[p.run_id] and "sync state unreadable" in reasons[only_bad.run_id]
+    # the file gc names is the one doctor reports
+    assert bad in {f.path for f in D.diagnose(root).findings if f.check == "unreadable_cursor"}
+    out = run_cli("gc", "--older-than", "0d", "--include-unsynced", "--yes", root=root)
+    assert out.returncode == 0, out.stderr
+    assert "2 sync state unreadable" in out.stdout and p.dir.exists() and only_bad.dir.exists()
+    _, res = G.gc(root, G.Policy(older_than_s=0, force=True))
+    assert {c.run_id for c in res.deleted} == {p.run_id, only_bad.run_id}
+
+
+def test_damaged_parts_keep_the_run_until_doctor_fixes_them(root):
+    """A truncated part's rows cannot be read, so sync never sent them and a cursor over the
+    readable rows looks complete; gc keeps the run until doctor has quarantined the file."""
+    from trackstore import doctor as D
+    from trackstore.doctor import QUARANTINE_DIR
+
+    truncated = make_run(root, ended_days_ago=40)
+    lost = truncated.parts("metrics")[-1]
+    _truncate(lost)
+    mark_synced(root, truncated)  # what a sync sees: every readable row, final status pushed
+    bad_pages = make_run(root, ended_days_ago=40)  # footer intact, the seq column's pages are not
+    _corrupt_column(bad_pages.parts("metrics")[0], "seq")
+    mark_synced(root, bad_pages)
+    unsynced = make_run(root, ended_days_ago=40)
+    _truncate(unsynced.parts("samples")[-1])
+    plan = G.plan(root, G.Policy(older_than_s=0, include_unsynced=True))
+    assert plan.delete == []
+    reasons = {c.run_id: c.reason for c in plan.keep}
+    assert reasons[truncated.run_id].startswith(f"damaged parts: {lost.relative_to(root)}")
+    assert "damaged parts" in reasons[bad_pages.run_id] and "damaged parts" in reasons[unsynced.run_id]
+    assert G.describe_kept(plan.keep) == {"damaged parts": 3}
+    forced = G.plan(root, G.Policy(older_than_s=0, force=True))
+    assert {c.run_id for c in forced.delete} == {truncated.run_id, bad_pages.run_id, unsynced.run_id}
+    assert "`trackstore doctor --fix`" in reasons[truncated.run_id]
+    assert "`trackstore doctor --deep --fix`" in reasons[bad_pages.run_id]  # its footer looks fine
+    # doctor --fix quarantines the truncated files (the data is kept there); then gc may delete
+    D.doctor(root, fix_problems=True)
+    assert not lost.exists() and list((root / QUARANTINE_DIR).rglob(lost.name))
+    plan = G.plan(root, G.Policy(older_than_s=0, include_unsynced=True))
+    assert {c.run_id for c in plan.delete} == {truncated.run_id, unsynced.run_id}
+    assert "damaged parts" in {c.run_id: c.reason for c in plan.keep}[bad_pages.run_id]
+    D.doctor(root, fix_problems=True, deep=True)
+    plan = G.plan(root, G.Policy(older_than_s=0, include_unsynced=True))
+    assert {c.run_id for c in plan.delete} == {truncated.run_id, bad_pages.run_id, unsynced.run_id}
+
+
+# ---------------------------------------------------------------------------- selection, through the CLI
+def _cli_actions(root, *args):
+    """The plan of ``trackstore gc ARGS --dry-run`` as {run_id: (action, reason)}."""
+    out = run_cli("gc", *args, "--dry-run", "--format", "json", root=root)
+    assert out.returncode == 0, out.stderr
+    return {r["run_id"]: (r["action"], r["reason"]) for r in json.loads(out.stdout)}
+
+
+def test_status_selects_runs(root):
+    finished = synced_run(root)
+    failed = synced_run(root, status="failed")
+    crashed = synced_run(root, status="crashed")
+    plan = G.plan(root, G.Policy(older_than_s=0, statuses=("failed",)))
+    assert [c.run_id for c in plan.delete] == [failed.run_id]
+    reasons = {c.run_id: c.reason for c in plan.keep}
+    assert reasons == {finished.run_id: "status finished not selected", crashed.run_id: "status crashed not selected"}
+    out = run_cli("gc", "--older-than", "0d", "--status", "failed", "--status", "crashed", "--yes", root=root)
+    assert out.returncode == 0, out.stderr
+    assert ids(root) == {finished.run_id} and "deleted 2 runs" in out.stdout
+    bad = run_cli("gc", "--older-than", "0d", "--status", "running", "--yes", root=root)
+    assert bad.returncode == 2 and "Live runs are never deleted" in bad.stderr
+
+
+def test_cli_max_size_deletes_oldest_first(root):
+    runs = [synced_run(root, days=d) for d in (50, 40, 30)]
+    rows = json.loads(run_cli("gc", "--keep-last", "0", "--dry-run", "--format", "json", root=root).stdout)
+    size = {r["run_id"]: r["bytes"] for r in rows}
+    total = sum(size.values())
+    limit = total - size[runs[0].run_id]  # exactly room for the two newest
+    actions = _cli_actions(root, "--max-size", str(limit))
+    assert {r: a for r, (a, _) in actions.items()} == {runs[0].run_id: "delete", runs[1].run_id: "keep",
+                                                       runs[2].run_id: "keep"}
+    assert actions[runs[1].run_id][1] == "store within --max-size"
+    out = run_cli("gc", "--max-size", str(limit - 1), "--yes", root=root)  # one byte short: two go
+    assert out.returncode == 0, out.stderr
+    assert ids(root) == {runs[2].run_id}
+    assert f"({size[runs[0].run_id] + size[runs[1].run_id]} bytes)" in out.stdout
+    bad = run_cli("gc", "--max-size", "lots", root=root)
+    assert bad.returncode == 2 and "invalid size" in bad.stderr
+
+
+def test_cli_keep_last(root):
+    a, b, c = (synced_run(root) for _ in range(3))  # created in this order
+    other = synced_run(root, "q")
+    actions = _cli_actions(root, "--keep-last", "2")
+    assert [r for r, (act, _) in actions.items() if act == "delete"] == [a.run_id]
+    assert "--keep-last" in actions[b.run_id][1] and "--keep-last" in actions[other.run_id][1]
+    out = run_cli("gc", "--older-than", "30d", "--keep-last", "1", "--yes", root=root)
+    assert out.returncode == 0, out.stderr
+    assert ids(root) == {c.run_id, other.run_id}
+    assert run_cli("gc", "--keep-last", "-1", root=root).returncode == 2
+
+
+def test_cli_require_synced_to(root):
+    only_mlflow = synced_run(root)
+    both = synced_run(root)
+    mark_synced(root, both, target="wandb", destination="ent/proj")
+    actions = _cli_actions(root, "--older-than", "0d", "--require-synced-to", "wandb")
+    assert actions[both.run_id][0] == "delete" and actions[only_mlflow.run_id][0] == "keep"
+    assert "not fully synced to wandb" in actions[only_mlflow.run_id][1]
+    out = run_cli("gc", "--older-than", "0d", "--require-synced-to", "wandb, mlflow", "--yes", root=root)
+    assert out.returncode == 0, out.stderr
+    assert ids(root) == {only_mlflow.run_id}
+    # without the flag, "every destination it was synced to" is only MLflow for the survivor
+    assert _cli_actions(root, "--older-than", "0d")[only_mlflow.run_id][0] == "delete"
+
+
+def test_cli_exit_6_while_the_maintenance_lock_is_held(root):
+    from trackstore import locks
+
+    p = synced_run(root)
+    with locks.acquire(root, "maintenance"):
+        out = run_cli("gc", "--older-than", "0d", "--yes", root=root)
+        assert out.returncode == 6, (out.returncode, out.stderr)
+        assert "maintenance" in out.stderr and p.dir.exists()
+        # the dry run takes no lock: the plan can be looked at while a compaction runs
+        assert run_cli("gc", "--older-than", "0d", "--dry-run", root=root).returncode == 0
+    out = run_cli("gc", "--older-than", "0d", "--yes", root=root)
+    assert out.returncode == 0 and not p.dir.exists()

@@ -16,6 +16,10 @@ The promises:
   replaces "every destination" with "at least one fully synced destination of each named
   target". ``include_unsynced`` also allows runs never synced anywhere; ``force`` ignores sync
   state entirely (still never live or locked runs).
+* **Damage is never mistaken for "done".** The sync readers skip what they cannot parse, so a
+  corrupt cursor would read as "never synced there" and a truncated part as "no rows pending".
+  gc therefore keeps (unless ``force``) a run with a cursor file that does not parse, or with
+  a part file that cannot be read, until ``trackstore doctor --fix`` has dealt with it.
 * **No half-deleted run is ever visible.** A run folder is first renamed, in one atomic
   ``rename(2)``, to ``<root>/_trash/<token>/project=<p>/run=<id>`` (outside every query glob),
   then removed. A crash in between leaves it in the trash, which the next gc or
@@ -46,7 +50,9 @@ from . import meta as _meta
 from .catalog import RunInfo, list_runs, load_run
 from .errors import UsageError
 from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
-from .syncstate import TERMINAL, Cursor, is_fully_synced, iter_cursors, pending_counts
+from .schema import KINDS
+from .syncstate import (TERMINAL, Cursor, is_fully_synced, iter_cursors, pending_counts, read_row_ids,
+                        unreadable_cursors)
 
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 
@@ -150,15 +156,25 @@ def end_time(info: RunInfo) -> float:
 
 
 def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
-    """None when sync state allows deleting the run, else why it must be kept."""
+    """None when sync state allows deleting the run, else why it must be kept.
+
+    Damage comes first: an unreadable cursor or part file hides how much is still unsynced,
+    so no policy short of ``force`` may treat it as absent.
+    """
     if policy.force:
         return None
+    unreadable = unreadable_cursors(root, project=info.project, run_id=info.run_id)
+    if unreadable:
+        return f"sync state unreadable: {_listing(root, unreadable)}; run `trackstore doctor` (--force deletes anyway)"
     cursors = list(iter_cursors(root, project=info.project, run_id=info.run_id))
     if not cursors:
         if policy.include_unsynced and not policy.require_synced_to:
-            return None
+            return _damage_verdict(root, damaged_parts(info.paths))
         return "never synced (sync it first, or pass --include-unsynced)"
-    complete = {id(c): is_fully_synced(info.paths, c, info.status) for c in cursors}
+    ids, damaged = stored_row_ids(info.paths)
+    if damaged:
+        return _damage_verdict(root, damaged)
+    complete = {id(c): is_fully_synced(info.paths, c, info.status, ids=ids) for c in cursors}
     if policy.require_synced_to:
         missing = [t for t in policy.require_synced_to if not any(c.target == t and complete[id(c)] for c in cursors)]
         if missing:
@@ -166,14 +182,76 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
         return None
     for c in cursors:
         if not complete[id(c)]:
-            return f"not fully synced to {c.target} {c.destination}: {_behind(info, c)} (use --force to delete anyway)"
+            return (f"not fully synced to {c.target} {c.destination}: {_behind(info, c, ids)} "
+                    "(use --force to delete anyway)")
     return None
 
 
-def _behind(info: RunInfo, c: Cursor) -> str:
+def stored_row_ids(paths: RunPaths) -> tuple[dict, list[Path]]:
+    """Row ids of every kind, read once per run for all its cursors, and the unreadable parts."""
+    ids, damaged = {}, []
+    for kind in KINDS:
+        ids[kind], bad = read_row_ids(paths, kind)
+        damaged += bad
+    return ids, damaged
+
+
+def damaged_parts(paths: RunPaths) -> list[Path]:
+    """Part files whose Parquet footer cannot be read (doctor's ``corrupt_parquet``).
+
+    For runs with no cursor, where nothing else reads the parts: one footer read per file
+    keeps the check cheap and still catches truncation, the usual damage.
+    """
+    bad = []
+    for kind in KINDS:
+        for part in paths.parts(kind):
+            try:
+                if not _footer_readable(part):
+                    bad.append(part)
+            except FileNotFoundError:
+                continue  # replaced by a compaction swap; the merged file was verified
+    return bad
+
+
+def _footer_readable(part: Path) -> bool:
+    """Whether a part's Parquet footer can be read; a vanished file raises FileNotFoundError."""
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(part)
+    except FileNotFoundError:
+        raise
+    except Exception:
+        return False
+    return True
+
+
+def _damage_verdict(root: Path, damaged: list[Path]) -> str | None:
+    """Why a run with unreadable parts is kept, naming the doctor run that quarantines them:
+    a plain ``doctor`` reads footers only, so pages damaged behind a good footer need ``--deep``."""
+    if not damaged:
+        return None
+    try:
+        deep = all(_footer_readable(p) for p in damaged)
+    except OSError:
+        deep = False  # a file vanished meanwhile: the plain doctor is the first step anyway
+    fix = "trackstore doctor --deep --fix" if deep else "trackstore doctor --fix"
+    return f"damaged parts: {_listing(root, damaged)}; run `{fix}` to quarantine them (--force deletes anyway)"
+
+
+def _listing(root: Path, files: list[Path]) -> str:
+    """The first file (relative to the root) and how many more, to keep a reason one line."""
+    try:
+        first = str(files[0].relative_to(root))
+    except ValueError:
+        first = str(files[0])
+    return first + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+
+
+def _behind(info: RunInfo, c: Cursor, ids: dict | None = None) -> str:
     if c.in_doubt:
         return "a batch is in doubt"
-    pending = {k: n for k, n in pending_counts(info.paths, c).items() if n}
+    pending = {k: n for k, n in pending_counts(info.paths, c, ids=ids).items() if n}
     if pending:
         return ", ".join(f"{n} {k} rows pending" for k, n in pending.items())
     return f"final status {info.status!r} not pushed yet"

@@ -26,7 +26,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from .atomic import read_json, write_json_atomic
@@ -159,9 +159,13 @@ def save_cursor(root: Path, cursor: Cursor) -> None:
     write_json_atomic(path, cursor.to_json())
 
 
-def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None = None,
-                 target: str | None = None) -> Iterator[Cursor]:
-    """Every stored cursor (optionally filtered). Unreadable cursor files are skipped."""
+# What a damaged cursor file raises while being parsed: I/O errors, invalid JSON or UTF-8
+# (ValueError), a missing field (KeyError), the wrong JSON shape (TypeError, AttributeError).
+CURSOR_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError)
+
+
+def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterator[Path]:
+    """Cursor files of live destinations (``_``/``.`` folders such as ``_gc`` are not live)."""
     base = sync_root(root)
     if not base.is_dir():
         return
@@ -174,55 +178,118 @@ def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None =
             for f in sorted(pdir.glob(f"{RUN_PREFIX}*.json")):
                 if run_id is not None and f.name != f"{RUN_PREFIX}{run_id}.json":
                     continue
-                try:
-                    c = Cursor.from_json(read_json(f))
-                except (OSError, ValueError, KeyError):
-                    continue
-                if target is None or c.target == target:
-                    yield c
+                yield f
 
 
-def row_ids(paths: RunPaths, kind: str):
-    """The ``writer``/``seq`` columns of every stored row of one kind (a pyarrow Table)."""
+def read_cursor_file(path: Path) -> Cursor:
+    """Parse one cursor file; raises one of :data:`CURSOR_ERRORS` when it is damaged."""
+    return Cursor.from_json(read_json(path))
+
+
+def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None = None,
+                 target: str | None = None) -> Iterator[Cursor]:
+    """Every stored cursor (optionally filtered). Unreadable cursor files are skipped.
+
+    Skipping suits readers that only report progress (``status``, the ``sync_state`` view);
+    anything that decides from the *absence* of a cursor (gc) must also ask
+    :func:`unreadable_cursors`, or a damaged file reads as "never synced there".
+    """
+    for f in _cursor_files(root, project, run_id):
+        try:
+            c = read_cursor_file(f)
+        except CURSOR_ERRORS:
+            continue
+        if target is None or c.target == target:
+            yield c
+
+
+def unreadable_cursors(root: Path, *, project: str | None = None, run_id: str | None = None) -> list[Path]:
+    """Cursor files that exist but cannot be parsed (the ones :func:`iter_cursors` skips).
+
+    Their target cannot be known for sure, so they match any target. A file that disappears
+    while being read (archived, or replaced atomically) is not damaged and is not listed.
+    """
+    bad = []
+    for f in _cursor_files(root, project, run_id):
+        try:
+            read_cursor_file(f)
+        except FileNotFoundError:
+            continue
+        except CURSOR_ERRORS:
+            bad.append(f)
+    return bad
+
+
+def read_row_ids(paths: RunPaths, kind: str, *, attempts: int = 3):
+    """The ``writer``/``seq`` columns of every readable row of one kind, and the parts that
+    could not be read: ``(pyarrow Table, [Path, ...])``.
+
+    A damaged part's rows can neither be counted nor synced; callers that must not mistake
+    them for "nothing pending" (gc) look at the second element. A part that vanishes while
+    being read was replaced by a compaction swap, so the kind is listed and read again
+    (undercounting would make pending rows look acknowledged).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tables = []
-    for part in paths.parts(kind):
-        try:
-            tables.append(pq.read_table(part, columns=["writer", "seq"]))
-        except Exception:
-            continue  # damaged part: doctor reports it; it cannot be synced either
+    for _ in range(attempts):
+        tables, damaged, vanished = [], [], []
+        for part in paths.parts(kind):
+            try:
+                tables.append(pq.read_table(part, columns=["writer", "seq"]))
+            except FileNotFoundError:
+                vanished.append(part)
+            except Exception:
+                damaged.append(part)  # doctor reports it; it cannot be synced either
+        if not vanished:
+            break
+    damaged += vanished  # still changing after every attempt: not known to be complete
     if not tables:
-        return pa.table({"writer": pa.array([], pa.string()), "seq": pa.array([], pa.int64())})
-    return pa.concat_tables(tables)
+        return pa.table({"writer": pa.array([], pa.string()), "seq": pa.array([], pa.int64())}), damaged
+    return pa.concat_tables(tables), damaged
 
 
-def pending_counts(paths: RunPaths, cursor: Cursor | None) -> dict[str, int]:
-    """Rows per kind that are stored but not acknowledged (nor reported as skipped)."""
+def row_ids(paths: RunPaths, kind: str):
+    """The ``writer``/``seq`` columns of every stored row of one kind (a pyarrow Table).
+
+    Damaged parts are skipped; :func:`read_row_ids` also says which they were.
+    """
+    return read_row_ids(paths, kind)[0]
+
+
+def pending_counts(paths: RunPaths, cursor: Cursor | None, *, ids: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Rows per kind that are stored but not acknowledged (nor reported as skipped).
+
+    ``ids`` (kind -> :func:`row_ids` table) lets a caller that checks several cursors of one run
+    read its part files once.
+    """
     import pyarrow.compute as pc
 
     out = {}
     for kind in KINDS:
-        ids = row_ids(paths, kind)
-        if ids.num_rows == 0:
+        kind_ids = ids[kind] if ids is not None and kind in ids else row_ids(paths, kind)
+        if kind_ids.num_rows == 0:
             out[kind] = 0
             continue
         acked = cursor.acked.get(kind) if cursor else None
         done = 0
         if acked:
-            done = pc.sum(acked.mask(ids).cast("int64")).as_py() or 0
-        out[kind] = ids.num_rows - done
+            done = pc.sum(acked.mask(kind_ids).cast("int64")).as_py() or 0
+        out[kind] = kind_ids.num_rows - done
     return out
 
 
-def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str) -> bool:
-    """True when every stored row is acknowledged and the final status has been pushed."""
+def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
+                    ids: Mapping[str, Any] | None = None) -> bool:
+    """True when every stored row is acknowledged and the final status has been pushed.
+
+    Rows of damaged parts are not counted (see :func:`read_row_ids`).
+    """
     if cursor.in_doubt:
         return False
     if run_status not in TERMINAL or cursor.synced_status != run_status:
         return False
-    return not any(pending_counts(paths, cursor).values())
+    return not any(pending_counts(paths, cursor, ids=ids).values())
 
 
 def sync_state_rows(root: Path) -> list[dict]:
