@@ -35,3 +35,29 @@ def fake_old_client(tmp_path, dist: str, version: str) -> dict:
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+
+
+_MLFLOW_TEMPLATE: Path | None = None
+
+
+def mlflow_sqlite_uri(tmp_path: Path, name: str = "m.db") -> str:
+    """A ``sqlite:///`` URI of a new, empty MLflow store in ``tmp_path``.
+
+    MLflow builds a new sqlite store by running its ~60 schema migrations, about 4 s on these
+    machines, in every process that opens it first. The tests that each need a fresh store copy
+    one migrated once per test process instead; what is being tested (trackstore writing into
+    an empty store) is the same.
+    """
+    global _MLFLOW_TEMPLATE
+    import shutil
+    import tempfile
+
+    if _MLFLOW_TEMPLATE is None:
+        from mlflow.tracking import MlflowClient
+
+        template = Path(tempfile.mkdtemp(prefix="trackstore-test-mlflow-")) / "empty.db"
+        MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()  # runs the migrations
+        _MLFLOW_TEMPLATE = template
+    db = tmp_path / name
+    shutil.copyfile(_MLFLOW_TEMPLATE, db)
+    return f"sqlite:///{db}"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import run_cli
+from tests.helpers import mlflow_sqlite_uri, run_cli
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -63,7 +63,7 @@ def local_points(run):
 @pytest.fixture(params=["sqlite", "filestore"])
 def mlflow_uri(request, tmp_path, monkeypatch):
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+        return mlflow_sqlite_uri(tmp_path, "mlflow.db")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     return (tmp_path / "mlruns").as_uri()
 
@@ -115,7 +115,7 @@ def test_incremental_live_run(root, mlflow_uri):
 
 
 def test_status_mapping_and_key_mapping(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     ok = make_run(root, steps=2, keys=1, name="ok", extra={"val/acc@1": 0.5, "weird key!": 2.0})
     with pytest.raises(RuntimeError):
         with trackstore.init("proj", name="bad", root=root) as bad:
@@ -153,7 +153,7 @@ def test_embedded_default_and_no_noise(root):
 
 
 def test_deleted_experiment_is_permanent_and_others_continue(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     a = make_run(root, project="gone", steps=2, keys=1)
     b = make_run(root, project="alive", steps=2, keys=1)
     c = client_for(uri)
@@ -257,7 +257,7 @@ def test_corrupt_file_store_run_metadata_is_named_in_the_error(root, tmp_path, m
 def test_remote_run_gone_for_good_is_replayed_whole_into_a_new_one(root, tmp_path):
     """The MLflow store was wiped (or the run purged by `mlflow gc`) after a sync: the next sync
     must not send only the points logged since into a fresh, partial run."""
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     run = make_run(root, steps=10, keys=2, finish=False)
     assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
     # the old run id from the cursor: a client in this process would keep the deleted file open
@@ -277,7 +277,7 @@ def test_remote_run_gone_for_good_is_replayed_whole_into_a_new_one(root, tmp_pat
 
 
 def test_nan_values_roundtrip(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     run = trackstore.init("proj", root=root)
     run.log({"x": float("nan")}, step=0)
     run.log({"x": 1.5}, step=1)
@@ -292,7 +292,7 @@ def test_lock_held_exits_6(root, tmp_path):
     from trackstore import locks
 
     make_run(root, steps=2, keys=1)
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     with locks.acquire(root, "sync-mlflow"):
         res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
     assert res.returncode == 6, res.stderr
@@ -302,7 +302,7 @@ def test_lock_held_exits_6(root, tmp_path):
 
 def test_stale_lock_from_killed_sync_is_taken_over(root, tmp_path):
     make_run(root, steps=2, keys=1)
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     code = ("import sys, time; from trackstore import locks; l = locks.acquire(sys.argv[1], 'sync-mlflow'); "
             "print('held', flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True)
@@ -350,7 +350,7 @@ def _agent_run(root, n_traces=3, finish=True):
 
 
 def test_traces_round_trip_and_never_duplicated(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     run = _agent_run(root)
     res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--verify", "--format", "json", root=root)
     assert res.returncode == 0, res.stderr
@@ -388,7 +388,7 @@ def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(root, 
     from trackstore.sync.adapter import NO_ROOT_SPAN
     from tests.helpers import python_child
 
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     code = f"""
 import sys, trackstore
 run = trackstore.init("proj", root={str(root)!r}, flush_interval=3600)  # no automatic checkpoint
@@ -426,7 +426,7 @@ sys.stdin.read()
 
 
 def test_artifacts_uploaded_once(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "model.safetensors").write_bytes(b"\x00" * 1000)
@@ -447,7 +447,7 @@ def test_artifacts_uploaded_once(root, tmp_path):
 
 
 def test_samples_as_table_artifacts(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     run = trackstore.init("proj", root=root)
     run.log_samples([{"input": "你好", "output": "世界", "score": 0.5, "ground_truth": "x"}] * 3, step=4)
     run.finish()
@@ -474,7 +474,7 @@ run.finish()
 def test_live_run_synced_repeatedly_while_written(root, tmp_path):
     """A login node syncing a run that a compute node is still writing: every round sends only
     what is new, and the end state is exact with the final status."""
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     writer = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(root), "live-run-1", "600"])
     rounds = 0
     while writer.poll() is None and rounds < 30:
@@ -492,7 +492,7 @@ def test_live_run_synced_repeatedly_while_written(root, tmp_path):
 
 
 def test_watch_mode_follows_a_live_run(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     run = trackstore.init("w", run_id="watched", root=root)
     run.log({"x": 1.0}, step=0)
     run.flush()
@@ -546,7 +546,7 @@ def test_two_real_syncs_at_once_one_gets_the_lock(root, tmp_path, monkeypatch):
 
 
 def test_selection_flags(root, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     a = make_run(root, project="a", steps=1, keys=1)
     live = make_run(root, project="b", steps=1, keys=1, finish=False)
     res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--finished-only", "--dry-run", "--format", "json", root=root)
@@ -563,7 +563,7 @@ def test_progress_bar_on_a_terminal(root, tmp_path):
     """On a TTY the sync draws a rich progress bar (rows, rate); without one, plain lines."""
     import pty
 
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     make_run(root, steps=50, keys=4)
     pid, fd = pty.fork()
     if pid == 0:  # child: the real CLI on a pseudo-terminal
@@ -587,7 +587,7 @@ def test_progress_bar_on_a_terminal(root, tmp_path):
 
 def test_watch_stops_on_sigterm_between_rounds(root, tmp_path):
     """systemd stops a --watch service with SIGTERM: it ends at once, with the last round's code."""
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_sqlite_uri(tmp_path)
     run = trackstore.init("w", run_id="term", root=root)
     run.log({"x": 1.0}, step=0)
     run.finish()
