@@ -61,3 +61,29 @@ def mlflow_sqlite_uri(tmp_path: Path, name: str = "m.db") -> str:
     db = tmp_path / name
     shutil.copyfile(_MLFLOW_TEMPLATE, db)
     return f"sqlite:///{db}"
+
+
+def start_run_with_an_orphan_span(root: Path, *, metrics: bool = False) -> tuple[subprocess.Popen, str]:
+    """A live writer process holding one complete trajectory and one whose root span was never
+    written (no checkpoint yet): what a SIGKILL mid-trajectory leaves. Returns (process, run id);
+    kill the process to make the run crashed."""
+    logs = 'run.log({"a": 1.0}, step=0)\nrun.log({"a": 2.0}, step=1)\n' if metrics else ""
+    code = f"""
+import sys, trackstore
+run = trackstore.init("proj", root={str(root)!r}, flush_interval=3600)  # no automatic checkpoint
+{logs}with run.trace(step=0, sample_index=0) as tr:       # complete
+    with tr.span("done", kind="llm"):
+        pass
+tr = run.trace(step=1, sample_index=1).__enter__()  # open: its root row is never written
+with tr.span("turn", kind="llm", inputs="hi") as sp:
+    sp.set_outputs("hello")
+run.flush()
+print(run.id, flush=True)
+sys.stdin.read()
+"""
+    p = python_child(code, stdin=subprocess.PIPE)
+    run_id = p.stdout.readline().strip()
+    if not run_id:
+        p.kill()
+        raise AssertionError(p.stderr.read())
+    return p, run_id

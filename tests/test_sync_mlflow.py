@@ -386,23 +386,10 @@ def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(root, 
     """Killed mid-trajectory before its root span was written: while the run is live the
     trajectory waits; once the run has ended it is reported, not left pending for ever."""
     from trackstore.sync.adapter import NO_ROOT_SPAN
-    from tests.helpers import python_child
+    from tests.helpers import start_run_with_an_orphan_span
 
     uri = mlflow_sqlite_uri(tmp_path)
-    code = f"""
-import sys, trackstore
-run = trackstore.init("proj", root={str(root)!r}, flush_interval=3600)  # no automatic checkpoint
-with run.trace(step=0, sample_index=0) as tr:       # complete
-    with tr.span("done", kind="llm"):
-        pass
-tr = run.trace(step=1, sample_index=1).__enter__()  # open: its root row is never written
-with tr.span("turn", kind="llm", inputs="hi") as sp:
-    sp.set_outputs("hello")
-run.flush()
-print(run.id, flush=True)
-sys.stdin.read()
-"""
-    p = python_child(code, stdin=subprocess.PIPE)
+    p, run_id = start_run_with_an_orphan_span(root)
 
     def sync():
         res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root)
@@ -410,8 +397,6 @@ sys.stdin.read()
         return json.loads(res.stdout)["runs"][0]
 
     try:
-        run_id = p.stdout.readline().strip()
-        assert run_id, p.stderr.read()
         live = sync()
         assert live["status"] == "running" and live["skipped_by_reason"] == {}, live
     finally:

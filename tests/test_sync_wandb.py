@@ -543,29 +543,10 @@ def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(wb, ro
     while the run is live the trajectory waits (the root may still come); once the run has
     ended it is reported as skipped, not left pending on every sync for ever."""
     from trackstore.sync.wandb import NO_ROOT
-    from tests.helpers import python_child
+    from tests.helpers import start_run_with_an_orphan_span
 
-    code = f"""
-import sys, trackstore
-run = trackstore.init("proj", root={str(root)!r}, flush_interval=3600)  # no automatic checkpoint
-run.log({{"a": 1.0}}, step=0)
-run.log({{"a": 2.0}}, step=1)
-with run.trace(step=0, sample_index=0) as tr:       # complete
-    with tr.span("done", kind="llm"):
-        pass
-tr = run.trace(step=1, sample_index=1).__enter__()  # open: its root row is never written
-with tr.span("turn", kind="llm", inputs="hi") as sp:
-    sp.set_outputs("hello")
-run.flush()
-print(run.id, flush=True)
-sys.stdin.read()
-"""
-    import subprocess
-
-    p = python_child(code, stdin=subprocess.PIPE)
+    p, run_id = start_run_with_an_orphan_span(root, metrics=True)
     try:
-        run_id = p.stdout.readline().strip()
-        assert run_id, p.stderr.read()
         live = _sync(root)[0]
         assert live["status"] == "running"
         assert live["sent"]["spans"] == 2 and live["skipped_by_reason"] == {}, live  # the complete one
