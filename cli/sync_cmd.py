@@ -197,40 +197,46 @@ class _WatchStop:
 
 def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
-    from trackstore.errors import TargetUnreachableError
-    from trackstore.sync import make_adapter
     from trackstore.sync import sync as do_sync
 
     while True:
         with _in_pass(stop):
-            if not dry_run:
-                adapter = make_adapter(to, options)
-                try:
-                    adapter.check_online()
-                except TargetUnreachableError as exc:
-                    if if_online:
-                        raise typer.Exit(0)
-                    if watch is None:
-                        raise
-                    echo_err(f"{exc}; retrying in {watch:.0f}s")
-                    unreachable = True
+            reachable = dry_run or _target_reachable(to, options, if_online=if_online, watch=watch)
+            if reachable:
+                if interactive:
+                    with _RichProgress() as progress:
+                        report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
                 else:
-                    unreachable = False
-                finally:
-                    adapter.close()
-                if unreachable:
-                    if stop.sleep(watch):
-                        raise KeyboardInterrupt
-                    continue
-            if interactive:
-                with _RichProgress() as progress:
-                    report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
-            else:
-                report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
-                                 wait_lock=wait)
+                    report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
+                                     wait_lock=wait)
+        if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
+            if stop.sleep(watch):
+                raise KeyboardInterrupt
+            continue
         _render(report, fmt)
         if watch is None or stop.stopped or stop.sleep(watch):
             return report
+
+
+def _target_reachable(to, options, *, if_online: bool, watch: float | None) -> bool:
+    """Whether the target answers. Unreachable: exit 0 with ``--if-online``, raise without
+    ``--watch``, else say so and return False (the watch loop retries)."""
+    from trackstore.errors import TargetUnreachableError
+    from trackstore.sync import make_adapter
+
+    adapter = make_adapter(to, options)
+    try:
+        adapter.check_online()
+        return True
+    except TargetUnreachableError as exc:
+        if if_online:
+            raise typer.Exit(0)
+        if watch is None:
+            raise
+        echo_err(f"{exc}; retrying in {watch:.0f}s")
+        return False
+    finally:
+        adapter.close()
 
 
 @contextlib.contextmanager

@@ -62,11 +62,6 @@ from typing import Any, ClassVar
 from trackstore.errors import TrackstoreError, UsageError
 
 
-#: skip reason shared by targets: a trajectory whose root span was never written (the run was
-#: killed mid-trajectory) cannot become a trace; while the run is live it may still arrive
-NO_ROOT_SPAN = "trajectory without a root span (the run ended before its root span was written)"
-
-
 def version_tuple(text: str) -> tuple[int, ...]:
     """``"0.31.0rc1"`` -> ``(0, 31, 0)``: the leading numeric release parts of a version string."""
     import re

@@ -188,12 +188,12 @@ class MlflowAdapter(Adapter):
             return []
         from urllib.parse import unquote, urlparse
 
+        import yaml  # MLflow's own dependency: the file store is YAML
+
         base = Path(unquote(urlparse(self.uri).path)) if self.uri.startswith("file:") else Path(self.uri)
         broken = []
         for meta in sorted(base.glob("*/meta.yaml")) + sorted(base.glob("*/*/meta.yaml")):
             try:
-                import yaml
-
                 ok = isinstance(yaml.safe_load(meta.read_text(encoding="utf-8")), dict)
             except Exception:
                 ok = False
@@ -275,9 +275,8 @@ class MlflowAdapter(Adapter):
             try:
                 r = self.client.get_run(remote_id)
             except Exception as exc:
-                err = self._wrap(exc, "get run")
                 if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
-                    raise err from exc
+                    raise self._wrap(exc, "get run") from exc
                 r, gone = None, True
             if r is not None and r.info.lifecycle_stage == "deleted":
                 raise PermanentError(f"MLflow run {remote_id} for {run.project}/{run.run_id} was deleted at "

@@ -18,24 +18,11 @@ from __future__ import annotations
 
 from trackstore.samples import decode_json
 
-from .adapter import NO_ROOT_SPAN, SendResult
+from .adapter import SendResult
+from .trajectories import ready_trajectories
 
 TRACE_TAG = "trackstore.trace_id"
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "UNKNOWN", "other": "UNKNOWN"}
-
-
-def _latest_per_span(rows: list[dict]) -> list[dict]:
-    """One row per span: the final row if any, else the newest checkpoint."""
-    best: dict[str, dict] = {}
-    for r in rows:
-        cur = best.get(r["span_id"])
-        if cur is None:
-            best[r["span_id"]] = r
-            continue
-        cur_final, new_final = cur["status"] != "unfinished", r["status"] != "unfinished"
-        if new_final and not cur_final or (new_final == cur_final and (r["writer"], r["seq"]) > (cur["writer"], cur["seq"])):
-            best[r["span_id"]] = r
-    return sorted(best.values(), key=lambda r: (r["start_ns"], r["seq"]))
 
 
 def _attributes(row: dict) -> dict:
@@ -65,19 +52,7 @@ def send_traces(adapter, rows, cursor) -> SendResult:
     rid = cursor.remote["run_id"]
     exp_id = cursor.remote["experiment_id"]
     run_live = getattr(adapter, "_run_status", "finished") == "running"
-    by_trace: dict[str, list[dict]] = {}
-    for i, r in enumerate(rows.to_pylist()):
-        r["_index"] = i
-        by_trace.setdefault(r["trace_id"], []).append(r)
-    for trace_id, trace_rows in by_trace.items():
-        spans = _latest_per_span(trace_rows)
-        root = next((s for s in spans if s["parent_span_id"] is None), None)
-        if root is None and not run_live:
-            result.skip(NO_ROOT_SPAN, len(trace_rows))
-            continue
-        if root is None or (root["status"] == "unfinished" and run_live):
-            result.defer([r["_index"] for r in trace_rows])
-            continue
+    for trace_id, root, spans in ready_trajectories(rows, run_live, result):
         existing = adapter._do("search traces", client.search_traces, locations=[exp_id],
                                filter_string=f"tags.`{TRACE_TAG}` = '{trace_id}'", max_results=1,
                                include_spans=False)

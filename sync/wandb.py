@@ -36,7 +36,9 @@ What wandb cannot take is counted and reported (``SendResult.skip``), never drop
 a point at a step the wandb run has already committed (logged late, after its step was
 synced), a second value for one key at one step (wandb keeps the last), null values, sample
 rows over wandb's 10 000-row table limit (an evenly spaced subset by ``sample_index`` is kept),
-the spans of a trajectory without a root span once its run has ended. For a live run the newest step is deferred (it may still be growing) until the next sync.
+the spans of a trajectory without a root span once its run has ended
+(:mod:`trackstore.sync.trajectories`). For a live run the newest step is deferred (it may still
+be growing) until the next sync.
 
 Acknowledgement (exactly once): wandb-core buffers records and writes the run's ``.wandb``
 transaction log only every ``x_transaction_log_flush_interval`` seconds (0.1 s here). After
@@ -69,8 +71,8 @@ from trackstore.errors import TargetUnreachableError
 from trackstore.ranges import RangeSet
 from trackstore.syncstate import redact_text, redact_url
 
-from .adapter import (NO_ROOT_SPAN, Adapter, PermanentError, RetryableError, SendResult, TargetOptions,
-                      require_client)
+from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .trajectories import ready_trajectories
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
@@ -86,7 +88,6 @@ LATE = "point at a step wandb already committed (logged after that step was sync
 SECOND = "second value for one key at one step (wandb keeps the last)"
 NULL = "metric value is null"
 OVER_TABLE = f"sample rows over wandb's {MAX_TABLE_ROWS}-row table limit (evenly spaced subset kept)"
-NO_ROOT = NO_ROOT_SPAN
 
 _BAD_PROJECT = re.compile(r"[/\\#?%:]")
 _ART_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -489,27 +490,11 @@ class WandbAdapter(Adapter):
         from .engine import _batch_id
         from trackstore.samples import decode_json as _loads
 
-        from .mlflow_traces import _latest_per_span
-
         wandb = self._import()
         result = SendResult()
         live = self._info is not None and self._info.status == "running"
-        by_trace: dict[str, list[dict]] = {}
-        for i, r in enumerate(rows.to_pylist()):
-            r["_index"] = i
-            by_trace.setdefault(r["trace_id"], []).append(r)
         data = []
-        for trace_id, trace_rows in by_trace.items():
-            spans = _latest_per_span(trace_rows)
-            root = next((s for s in spans if s["parent_span_id"] is None), None)
-            if root is None and not live:
-                # its root span was never written (the run was killed mid-trajectory, before any
-                # checkpoint): it cannot arrive any more, so report it instead of waiting for ever
-                result.skip(NO_ROOT, len(trace_rows))
-                continue
-            if root is None or (root["status"] == "unfinished" and live):
-                result.defer([r["_index"] for r in trace_rows])
-                continue
+        for trace_id, root, spans in ready_trajectories(rows, live, result):
             turns = [{"span_id": s["span_id"], "parent_span_id": s["parent_span_id"], "name": s["name"],
                       "kind": s["kind"], "start_ns": s["start_ns"], "end_ns": s["end_ns"], "status": s["status"],
                       "error": s["error"], "inputs": _loads(s["inputs"]), "outputs": _loads(s["outputs"]),

@@ -542,7 +542,7 @@ def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(wb, ro
     """A run killed mid-trajectory before its root span was ever written (no checkpoint yet):
     while the run is live the trajectory waits (the root may still come); once the run has
     ended it is reported as skipped, not left pending on every sync for ever."""
-    from trackstore.sync.wandb import NO_ROOT
+    from trackstore.sync.trajectories import NO_ROOT_SPAN as NO_ROOT
     from tests.helpers import start_run_with_an_orphan_span
 
     p, run_id = start_run_with_an_orphan_span(root, metrics=True)

@@ -51,8 +51,8 @@ from .catalog import RunInfo, list_runs, load_run
 from .errors import UsageError
 from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
 from .schema import KINDS
-from .syncstate import (TERMINAL, Cursor, is_fully_synced, iter_cursors, pending_counts, read_row_ids,
-                        unreadable_cursors)
+from .syncstate import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
+from .views import find_unreadable
 
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 
@@ -163,10 +163,9 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
     """
     if policy.force:
         return None
-    unreadable = unreadable_cursors(root, project=info.project, run_id=info.run_id)
+    cursors, unreadable = scan_cursors(root, project=info.project, run_id=info.run_id)
     if unreadable:
         return f"sync state unreadable: {_listing(root, unreadable)}; run `trackstore doctor` (--force deletes anyway)"
-    cursors = list(iter_cursors(root, project=info.project, run_id=info.run_id))
     if not cursors:
         if policy.include_unsynced and not policy.require_synced_to:
             return _damage_verdict(root, damaged_parts(info.paths))
@@ -200,41 +199,20 @@ def damaged_parts(paths: RunPaths) -> list[Path]:
     """Part files whose Parquet footer cannot be read (doctor's ``corrupt_parquet``).
 
     For runs with no cursor, where nothing else reads the parts: one footer read per file
-    keeps the check cheap and still catches truncation, the usual damage.
+    keeps the check cheap and still catches truncation, the usual damage. A file gone by now
+    was replaced by a compaction swap (the merged file was verified), not damaged.
     """
-    bad = []
-    for kind in KINDS:
-        for part in paths.parts(kind):
-            try:
-                if not _footer_readable(part):
-                    bad.append(part)
-            except FileNotFoundError:
-                continue  # replaced by a compaction swap; the merged file was verified
-    return bad
-
-
-def _footer_readable(part: Path) -> bool:
-    """Whether a part's Parquet footer can be read; a vanished file raises FileNotFoundError."""
-    import pyarrow.parquet as pq
-
-    try:
-        pq.read_metadata(part)
-    except FileNotFoundError:
-        raise
-    except Exception:
-        return False
-    return True
+    parts = [str(p) for kind in KINDS for p in paths.parts(kind)]
+    return [Path(p) for p in find_unreadable(parts) if os.path.exists(p)]
 
 
 def _damage_verdict(root: Path, damaged: list[Path]) -> str | None:
     """Why a run with unreadable parts is kept, naming the doctor run that quarantines them:
-    a plain ``doctor`` reads footers only, so pages damaged behind a good footer need ``--deep``."""
+    a plain ``doctor`` reads footers only, so pages damaged behind a good footer need ``--deep``
+    (a file that vanished meanwhile counts as unreadable: the plain doctor is the first step)."""
     if not damaged:
         return None
-    try:
-        deep = all(_footer_readable(p) for p in damaged)
-    except OSError:
-        deep = False  # a file vanished meanwhile: the plain doctor is the first step anyway
+    deep = not find_unreadable(str(p) for p in damaged)
     fix = "trackstore doctor --deep --fix" if deep else "trackstore doctor --fix"
     return f"damaged parts: {_listing(root, damaged)}; run `{fix}` to quarantine them (--force deletes anyway)"
 

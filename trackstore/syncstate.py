@@ -181,9 +181,23 @@ def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterat
                 yield f
 
 
-def read_cursor_file(path: Path) -> Cursor:
-    """Parse one cursor file; raises one of :data:`CURSOR_ERRORS` when it is damaged."""
-    return Cursor.from_json(read_json(path))
+def scan_cursors(root: Path, *, project: str | None = None,
+                 run_id: str | None = None) -> tuple[list[Cursor], list[Path]]:
+    """The stored cursors (optionally filtered), and the cursor files that exist but cannot be
+    parsed, each file read once.
+
+    An unreadable file's target cannot be known for sure, so it matches any target. A file that
+    disappears while being read (archived, or replaced atomically) is neither.
+    """
+    cursors, unreadable = [], []
+    for f in _cursor_files(root, project, run_id):
+        try:
+            cursors.append(Cursor.from_json(read_json(f)))
+        except FileNotFoundError:
+            continue
+        except CURSOR_ERRORS:
+            unreadable.append(f)
+    return cursors, unreadable
 
 
 def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None = None,
@@ -191,33 +205,12 @@ def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None =
     """Every stored cursor (optionally filtered). Unreadable cursor files are skipped.
 
     Skipping suits readers that only report progress (``status``, the ``sync_state`` view);
-    anything that decides from the *absence* of a cursor (gc) must also ask
-    :func:`unreadable_cursors`, or a damaged file reads as "never synced there".
+    anything that decides from the *absence* of a cursor (gc) must use :func:`scan_cursors`,
+    or a damaged file reads as "never synced there".
     """
-    for f in _cursor_files(root, project, run_id):
-        try:
-            c = read_cursor_file(f)
-        except CURSOR_ERRORS:
-            continue
+    for c in scan_cursors(root, project=project, run_id=run_id)[0]:
         if target is None or c.target == target:
             yield c
-
-
-def unreadable_cursors(root: Path, *, project: str | None = None, run_id: str | None = None) -> list[Path]:
-    """Cursor files that exist but cannot be parsed (the ones :func:`iter_cursors` skips).
-
-    Their target cannot be known for sure, so they match any target. A file that disappears
-    while being read (archived, or replaced atomically) is not damaged and is not listed.
-    """
-    bad = []
-    for f in _cursor_files(root, project, run_id):
-        try:
-            read_cursor_file(f)
-        except FileNotFoundError:
-            continue
-        except CURSOR_ERRORS:
-            bad.append(f)
-    return bad
 
 
 def read_row_ids(paths: RunPaths, kind: str, *, attempts: int = 3):
