@@ -17,7 +17,7 @@ import typer
 from typing_extensions import Annotated
 
 from .common import Format, RootOpt, emit
-from .sql_cmd import StrictOpt, open_store
+from .sql_cmd import StrictOpt, report_skipped_files
 
 
 def plot(
@@ -36,18 +36,19 @@ def plot(
     """Draw metric curves of one or more runs (terminal chart, --png image, or --format data)."""
     from trackstore.catalog import resolve_runs
     from trackstore.errors import UsageError
-    from trackstore.overview import curves, key_filter, run_label
+    from trackstore.overview import curves, run_label
+    from trackstore.points import run_keys
 
     if x not in ("step", "time"):
         raise UsageError(f"--x must be 'step' or 'time', got {x!r}")
     infos = _unique(resolve_runs(runs, root))
-    with open_store(root, strict=strict, sync_state=False, runs=infos) as con:
-        data = curves(con, infos, key, points=points, smooth=smooth, x=x)
+    on_corrupt = "error" if strict else "warn"
+    with report_skipped_files():
+        data = curves(infos, key, points=points, smooth=smooth, x=x, on_corrupt=on_corrupt)
         if data.num_rows == 0:
-            params: dict = {}
-            known = [r[0] for r in con.execute(
-                f"SELECT DISTINCT key FROM metrics WHERE {key_filter(None, params)} ORDER BY key LIMIT 30").fetchall()]
-            hint = f"; keys in these runs: {', '.join(known)}" if known else "; these runs have no metrics yet"
+            known = sorted({k for r in infos for k in run_keys(r.paths, on_corrupt=on_corrupt)})
+            shown = ", ".join(known[:30]) + (f" (and {len(known) - 30} more)" if len(known) > 30 else "")
+            hint = f"; keys in these runs: {shown}" if known else "; these runs have no metrics yet"
             raise UsageError(f"no finite points for --key {' '.join(key)}{hint}")
     if fmt is not None:
         emit(data.to_pylist(), fmt, columns=data.column_names, arrow_table=data)

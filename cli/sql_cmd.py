@@ -47,20 +47,34 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
 @contextmanager
 def open_store(root, *, strict: bool = False, **kw) -> Iterator:
     """A read-only connection; skipped damaged files are reported on stderr as one line each."""
-    from trackstore.views import SkippedFileWarning, connect
+    from trackstore.views import connect
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SkippedFileWarning)
+    with report_skipped_files():
         con = connect(root, on_corrupt="error" if strict else "warn", **kw)
-    for w in caught:
-        if issubclass(w.category, SkippedFileWarning):
-            sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     try:
         yield con
     finally:
         con.close()
+
+
+@contextmanager
+def report_skipped_files() -> Iterator[None]:
+    """Print each damaged file a read skipped (a SkippedFileWarning) on stderr as one line."""
+    from trackstore.views import SkippedFileWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedFileWarning)
+        try:
+            yield
+        finally:
+            seen = set()
+            for w in caught:
+                if issubclass(w.category, SkippedFileWarning):
+                    if str(w.message) not in seen:
+                        seen.add(str(w.message))
+                        sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def sql(

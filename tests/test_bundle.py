@@ -99,7 +99,7 @@ def test_growing_run_adds_only_new_parts(two, tmp_path):
     for i in range(3, 5):
         run.log({"x": i}, step=i)
         run.flush()
-    run.finish()
+    run.finish(compact=False)
     B.export_runs(a, list_runs(a), tmp_path / "2.tar")
     res = B.import_bundle(b, tmp_path / "2.tar")
     (r,) = res.runs

@@ -4,9 +4,12 @@ swaps kind folders atomically for readers, and recovers from a crash at any poin
 from __future__ import annotations
 
 import os
+import re
 import signal
 import textwrap
+import time
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -55,6 +58,40 @@ def test_compaction_keeps_rows_and_query_answers(root):
     assert not any(r.changed for r in C.compact(root, [a, b]))
 
 
+def test_merged_metrics_are_clustered_by_key_and_skippable(root, tmp_path):
+    """A merged metrics part is sorted by key (string order), then step and seq, keeps key
+    statistics and small row groups, so a question about one key skips the others' rows."""
+    run = trackstore.init("p", root=root, flush_interval=3600)
+    keys = [f"k{i:02d}" for i in range(40)][::-1]  # logged in reverse string order
+    for chunk in range(4):
+        for s in range(chunk * 1000, (chunk + 1) * 1000):
+            run.log({k: float(s) for k in keys}, step=s)
+        run.flush()
+    run.finish(compact=False)
+    paths = run.paths
+    assert len(paths.parts("metrics")) == 4
+    before = sql(root, "SELECT key, step, value, seq FROM metrics ORDER BY ALL")
+    latest_before = sql(root, "SELECT key, step, value FROM latest ORDER BY ALL")
+    assert C.compact(root, [paths])[0].changed
+    (merged,) = paths.parts("metrics")
+    table = pq.read_table(merged)
+    body = table.filter(pc.invert(table.column("last_of_key")))
+    order = list(zip(body.column("key").to_pylist(), body.column("step").to_pylist(), body.column("seq").to_pylist()))
+    assert order == sorted(order)
+    md = pq.ParquetFile(merged).metadata
+    assert md.num_row_groups > 4  # several per file, each holding a narrow range of keys
+    key_col = md.schema.names.index("key")
+    stats = [md.row_group(i).column(key_col).statistics for i in range(md.num_row_groups)]
+    assert all(st is not None and st.has_min_max for st in stats)
+    assert [sql(root, "SELECT key, step, value, seq FROM metrics ORDER BY ALL"),
+            sql(root, "SELECT key, step, value FROM latest ORDER BY ALL")] == [before, latest_before]
+    con = trackstore.connect(root)
+    plan = con.execute("EXPLAIN ANALYZE SELECT step, value FROM metrics WHERE key = 'k07'").fetchall()[0][1]
+    scanned, total = map(int, re.search(r"Row Groups Scanned: (\d+) / (\d+)", plan).groups())
+    assert scanned <= 2 < total
+    assert con.execute("SELECT count(*), min(step), max(step) FROM metrics WHERE key = 'k07'").fetchone() == (4000, 0, 3999)
+
+
 def test_cursor_stays_exact_across_compaction(root):
     """Sync half, compact, "sync the rest": the rest is exactly the unsent half."""
     p = make_run(root, chunks=8)
@@ -81,7 +118,7 @@ def test_live_run_is_not_compacted(root):
         run.flush()
     res = C.compact_run(run.paths)
     assert res.skipped == "a writer is alive" and len(run.paths.parts("metrics")) == 3
-    run.finish()
+    run.finish(compact=False)
     assert C.compact_run(run.paths).changed
 
 
@@ -171,6 +208,64 @@ def test_reader_sees_old_or_new_never_both(root):
     assert bad == 0, (ok, bad, missing, err)
     assert ok > 0
     assert read_kind(p, "metrics").num_rows == n
+
+
+def test_product_readers_stay_exact_while_compaction_swaps(root):
+    """The sync reader (read_kind), SQL over the views and curves (trackstore.points) list a
+    folder and then open its files; a swap in between must cost a retry, never a wrong count
+    or an error. Another process swaps the metrics folder between its flushed and merged forms."""
+    from trackstore.catalog import resolve_run
+    from trackstore.overview import curves
+    from trackstore.points import read_points
+    from trackstore.views import connect, run_sql
+
+    p = make_run(root, chunks=12, samples=False)
+    kind_dir = p.kind_dir("metrics")
+    n = read_kind(p, "metrics").num_rows
+    forms = [root / "flushed", root / "merged"]
+    forms[0].mkdir()
+    for f in kind_dir.iterdir():
+        os.link(f, forms[0] / f.name)
+    C.compact_run(p)
+    forms[1].mkdir()
+    for f in kind_dir.iterdir():
+        os.link(f, forms[1] / f.name)
+    stop = root / "stop"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        sys.path.insert(0, {REPO!r})
+        from trackstore import compact as C
+        kind_dir, forms = Path({str(kind_dir)!r}), [Path({str(forms[0])!r}), Path({str(forms[1])!r})]
+        swaps = 0
+        print("ready", flush=True)
+        while not os.path.exists({str(stop)!r}):
+            src = forms[swaps % 2]
+            current = {{f.name for f in kind_dir.iterdir() if f.suffix == ".parquet"}}
+            def build(staging, src=src, current=current):
+                for f in src.iterdir():
+                    os.link(f, staging / f.name)
+                return sorted(current - {{f.name for f in src.iterdir()}})
+            C.replace_kind_dir(kind_dir, build)
+            swaps += 1
+            time.sleep(0.02)  # a swap every ~25 ms: many reads straddle one, none meets a storm
+        print(swaps, flush=True)
+    """)
+    info = resolve_run(p.run_id, root)
+    con = connect(root)
+    swapper = python_child(code)
+    try:
+        assert swapper.stdout.readline().strip() == "ready"
+        for _ in range(60):
+            assert read_kind(p, "metrics").num_rows == n
+            assert run_sql(con, "SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": n}]
+            assert sum(t.num_rows for t in read_points(p, ["loss", "acc"]).values()) == n
+            assert sum(curves([info], ["loss"]).column("n").to_pylist()) == n // 2
+    finally:
+        stop.write_text("")
+        out, err = swapper.communicate(timeout=60)
+        con.close()
+    assert int(out.split()[-1]) > 10, err
 
 
 def _kill_at(root, p, where):
@@ -270,7 +365,7 @@ def test_sync_half_compact_sync_rest_is_exact_at_the_target(root, tmp_path, monk
     first = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root, timeout=300)
     assert first.returncode == 0, first.stderr
     log(range(50, 100))
-    run.finish()
+    run.finish(compact=False)
     assert len(run.paths.parts("metrics")) == 10
     (res,) = C.compact(root, [run.paths])
     assert res.changed and len(run.paths.parts("metrics")) == 1

@@ -233,6 +233,19 @@ def test_part_with_older_schema_flushed_after_connect(root):
     assert rows == [{"output": "new", "json_fields": ["input"]}, {"output": "old", "json_fields": None}]
 
 
+def test_run_deleted_after_connect_leaves_views_working(root):
+    """Views bind files by name for speed; when every file a view globs is gone (gc deleted the
+    run meanwhile) the connection falls back to the general form instead of failing."""
+    import shutil
+
+    run = make_run(root, "p", "gone", steps=3)
+    con = connect(root, runs=[("p", run.id)])
+    assert run_sql(con, "SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 6}]
+    shutil.rmtree(run.dir)
+    assert run_sql(con, "SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]
+    assert run_sql(con, "SELECT count(*) AS n FROM latest").to_pylist() == [{"n": 0}]
+
+
 def test_sync_state_view_reads_the_ledger(root):
     from trackstore.ranges import RangeSet
     from trackstore.syncstate import Cursor, save_cursor

@@ -72,6 +72,9 @@ def part_file_name(writer_id: str, first_seq: int) -> str:
     return f"part-{writer_id}-{first_seq:012d}{PART_SUFFIX}"
 
 
+_LIST_ATTEMPTS = 10
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """Paths of one run folder."""
@@ -105,12 +108,23 @@ class RunPaths:
         return self.dir / "artifacts"
 
     def parts(self, kind: str) -> list[Path]:
-        """Complete part files of one kind, sorted by name (temp files never match)."""
+        """Complete part files of one kind, sorted by name (temp files never match).
+
+        Compaction swaps a kind folder for a new one and then empties the old one: a listing
+        that began on the old folder could come back short. The folder's identity is checked
+        around the listing, and a listing that straddled a swap is taken again.
+        """
         d = self.kind_dir(kind)
-        try:
-            return sorted(p for p in d.iterdir() if p.name.endswith(PART_SUFFIX) and not p.name.startswith("."))
-        except FileNotFoundError:
-            return []
+        for _ in range(_LIST_ATTEMPTS):
+            try:
+                before = os.stat(d)
+                found = sorted(p for p in d.iterdir() if p.name.endswith(PART_SUFFIX) and not p.name.startswith("."))
+                after = os.stat(d)
+            except FileNotFoundError:
+                return []
+            if (before.st_dev, before.st_ino) == (after.st_dev, after.st_ino):
+                return found
+        return found
 
 
 def run_paths(root: Path, project: str, run_id: str) -> RunPaths:

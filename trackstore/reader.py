@@ -10,11 +10,14 @@ evaluation is put back where it belongs.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from .errors import CorruptFileError, StoreError
 from .layout import RunPaths
 from .ranges import RangeSet
+
+_RELIST_ATTEMPTS = 8
 
 
 def read_part(path, kind: str, columns: Sequence[str] | None = None):
@@ -33,8 +36,8 @@ def read_part(path, kind: str, columns: Sequence[str] | None = None):
             )
         cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
         return pf.read(columns=cols)
-    except (StoreError, CorruptFileError):
-        raise
+    except (StoreError, CorruptFileError, FileNotFoundError):
+        raise  # a vanished file is not a damaged one: the caller lists again (see read_kind)
     except Exception as exc:
         raise CorruptFileError(str(path), str(exc)) from exc
 
@@ -73,15 +76,24 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
     need = None
     if columns is not None:
         need = list(dict.fromkeys([*columns, "writer", "seq"] + (["step"] if "step" in schema.ROWS[kind].names else [])))
-    tables = []
-    for part in paths.parts(kind):
+    for attempt in range(_RELIST_ATTEMPTS):
+        tables = []
         try:
-            t = read_part(part, kind, need)
-        except CorruptFileError:
-            if skip_corrupt:
-                continue
-            raise
-        tables.append(_conform(t, kind, need))
+            for part in paths.parts(kind):
+                try:
+                    t = read_part(part, kind, need)
+                except CorruptFileError:
+                    if skip_corrupt:
+                        continue
+                    raise
+                tables.append(_conform(t, kind, need))
+            break
+        except FileNotFoundError:
+            # A compaction swapped the kind folder between our listing and our read: the
+            # same rows are now in other files. List again (never a mix of old and new).
+            if attempt == _RELIST_ATTEMPTS - 1:
+                raise StoreError(f"the {kind} files of {paths.dir} kept changing while being read; try again") from None
+            time.sleep(0.002 * 2 ** attempt)
     if not tables:
         names = need or schema.ROWS[kind].names
         return pa.Table.from_pylist([], schema=pa.schema([schema.ROWS[kind].field(n) for n in names]))

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping
 
 from . import meta as _meta
 from .errors import InvalidValueError, UsageError, WriteError
+from .files import warn
 from .atomic import is_temp_file
 from .layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from .names import validate_run_id
@@ -88,8 +89,10 @@ class Summary(dict):
 class Run:
     """One run being written by this process. Create it with :func:`trackstore.init`."""
 
-    def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int):
+    def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int,
+                 compact_on_finish: bool = True):
         self.paths = paths
+        self.compact_on_finish = compact_on_finish
         self.writer_id = new_writer_id()
         self._meta = meta
         self._known_keys: set[str] = set()
@@ -288,7 +291,8 @@ class Run:
             self._dirty = False
 
     # ------------------------------------------------------------------ finishing
-    def finish(self, exit_code: int | None = None, *, status: str | None = None, error: str | None = None) -> None:
+    def finish(self, exit_code: int | None = None, *, status: str | None = None, error: str | None = None,
+               compact: bool | None = None) -> None:
         """Flush everything and mark the run ended. Idempotent.
 
         ``status`` defaults to ``finished`` (``failed`` when ``exit_code`` is non-zero or an
@@ -297,6 +301,12 @@ class Run:
 
         When other processes are still writing the same run, only this writer's end is
         recorded; the last writer to finish sets the run's status (see :mod:`trackstore.meta`).
+
+        The last writer then merges the run's part files (one per flush) into a few, which is
+        what keeps queries over many finished runs fast; ``compact`` (default: the run's
+        ``compact_on_finish``) turns that off for this call. It is skipped when a sync, gc or
+        other writer is busy with the run, and never raises (see
+        :func:`trackstore.compact.compact_finished_run`).
         """
         with _signals_deferred():
             if self._finished:
@@ -313,7 +323,8 @@ class Run:
                 tracing.checkpoint_before_finish(self)
             self._finished = True
             try:
-                report = self._end(status, exit_code, error)
+                report = self._end(status, exit_code, error,
+                                   self.compact_on_finish if compact is None else bool(compact))
             finally:
                 self._done.set()
                 _live_runs.discard(self)
@@ -323,7 +334,7 @@ class Run:
         if not report.ok:
             raise WriteError(f"run {self.id}: {report.describe()}")
 
-    def _end(self, status: str, exit_code: int | None, error: str | None):
+    def _end(self, status: str, exit_code: int | None, error: str | None, compact: bool = True):
         report = self._writer.close()
         now = time.time()
         self._writer_info.update(status=status, ended_at=_meta.iso(now), heartbeat_at=_meta.iso(now))
@@ -358,7 +369,20 @@ class Run:
             report.last_error = report.last_error or str(exc)
             if report.ok:
                 report.unwritten_rows["run.json"] = 1
+            last = False
+        if last and compact and report.ok:
+            self._compact()
         return report
+
+    def _compact(self) -> None:
+        """Merge the finished run's part files; a failure only costs query speed, so it warns."""
+        from .compact import compact_finished_run
+
+        try:
+            compact_finished_run(self.paths)
+        except Exception as exc:  # the run is complete on disk either way: never fail finish()
+            warn(f"run {self.id} is finished and complete, but merging its part files failed ({exc}); "
+                 "queries still see every row. `trackstore compact` retries it.")
 
     def _closed_message(self) -> str:
         if self._forked:
@@ -450,6 +474,7 @@ def init(
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     group: str | None = None,
     job_type: str | None = None,
+    compact_on_finish: bool | None = None,
 ) -> Run:
     """Start (or with ``resume=True`` continue) a run and make it the current run.
 
@@ -458,6 +483,9 @@ def init(
     ``resume=True`` and an unknown id a new run with that id is created. Without ``resume``, an
     existing ``run_id`` is an error (nothing is overwritten). Names are validated before
     anything touches the disk.
+
+    ``compact_on_finish`` (default on, off with ``TRACKSTORE_COMPACT_ON_FINISH=0``): when the
+    run finishes, merge its part files, one per flush, into a few (see :meth:`Run.finish`).
     """
     global _current
     if run_id is not None:
@@ -520,7 +548,12 @@ def init(
     if job_type is not None:
         meta["job_type"] = job_type
     paths.dir.mkdir(parents=True, exist_ok=True)
-    run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step)
+    if compact_on_finish is None:
+        from .compact import compact_on_finish_default
+
+        compact_on_finish = compact_on_finish_default()
+    run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step,
+              compact_on_finish=bool(compact_on_finish))
     attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
     run._meta["attempts"] = attempts
     run._write_meta(durable=True)
