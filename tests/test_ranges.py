@@ -23,3 +23,25 @@ def test_mask_and_json_roundtrip():
     other = RangeSet()
     other.add_table(t)
     assert len(other) == 7
+
+
+def test_add_table_matches_add_seqs_in_any_order_with_duplicates():
+    import random
+
+    rng = random.Random(7)
+    rows = [(rng.choice("abc"), rng.randrange(0, 500)) for _ in range(3000)]
+    expected = RangeSet()
+    for w in "abc":
+        expected.add_seqs(w, [s for x, s in rows if x == w])
+    for writer_type in (pa.string(), pa.dictionary(pa.int32(), pa.string())):
+        got = RangeSet()
+        half = len(rows) // 2  # two chunks, like a concatenation of part files
+        table = pa.concat_tables([
+            pa.table({"writer": pa.array([w for w, _ in rows[i:j]]).cast(writer_type),
+                      "seq": pa.array([s for _, s in rows[i:j]], pa.int64())})
+            for i, j in ((0, half), (half, len(rows)))])
+        got.add_table(table)
+        assert got == expected
+    sorted_run = RangeSet()
+    sorted_run.add_table(pa.table({"writer": ["w"] * 6, "seq": [0, 1, 2, 4, 5, 9]}))
+    assert sorted_run.to_json() == {"w": [[0, 2], [4, 5], [9, 9]]}

@@ -364,7 +364,10 @@ def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
 
 
 # ---------------------------------------------------------------------------- at finish
-FINISH_MAX_BYTES = 256 << 20  # runs with more part bytes than this are left to `trackstore compact`
+# Runs with more part bytes than this are left to `trackstore compact` (merging costs about
+# 1 s per 10 MB of metrics parts here, and finish() should not hold a job's exit for long).
+FINISH_MAX_BYTES = 64 << 20
+_FINISH_NOTE_BYTES = 8 << 20  # above this, say on stderr why finish() takes a moment
 FINISH_ENV = "TRACKSTORE_COMPACT_ON_FINISH"
 
 
@@ -373,7 +376,7 @@ def compact_on_finish_default() -> bool:
     return os.environ.get(FINISH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def compact_finished_run(paths: RunPaths, *, max_bytes: int = FINISH_MAX_BYTES) -> CompactResult:
+def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> CompactResult:
     """Merge a run's part files right after its last writer finished (what ``finish()`` calls).
 
     A run flushes a part every few seconds, so a day of training leaves thousands of small
@@ -382,7 +385,8 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int = FINISH_MAX_BYTES) 
     the store as written as fast as a compacted one. It never competes with anyone: it is
     skipped (``result.skipped`` says why) when another writer of the run is alive, when a gc,
     compaction, import or doctor holds the maintenance lock, when a sync is working on the run,
-    or when the run holds more than ``max_bytes`` of parts (seconds of work at exit; cron's
+    or when the run holds more than ``max_bytes`` (default :data:`FINISH_MAX_BYTES`) of parts
+    (seconds of work at exit; cron's
     ``trackstore compact`` does those). Otherwise it is :func:`compact_run`, with its
     guarantees: every row keeps its (writer, seq), readers see old or new files, never both.
     """
@@ -395,7 +399,7 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int = FINISH_MAX_BYTES) 
     if not any(len(p) > 1 for p in parts.values()):
         return result  # nothing to merge: no lock, no listing of other processes
     size = sum(f.stat().st_size for p in parts.values() for f in p)
-    if size > max_bytes:
+    if size > (FINISH_MAX_BYTES if max_bytes is None else max_bytes):
         result.skipped = f"{size / 1e6:.0f} MB of parts is more than compaction at finish does; run `trackstore compact`"
         return result
     try:
@@ -408,6 +412,11 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int = FINISH_MAX_BYTES) 
         if unnamed or locks.run_in_use(paths.project, paths.run_id, named):
             result.skipped = "being synced"
             return result
+        if size > _FINISH_NOTE_BYTES:
+            from .files import warn_note
+
+            warn_note(f"merging the part files of run {paths.run_id} ({size / 1e6:.0f} MB) so queries read "
+                      "few files; this takes a few seconds")
         return compact_run(paths)
     finally:
         held.release()

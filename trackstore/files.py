@@ -44,3 +44,12 @@ def warn(msg: str) -> None:
     except Exception:
         pass
 
+
+
+def warn_note(msg: str) -> None:
+    """An informational line on stderr (why something takes a moment) that never raises."""
+    try:
+        sys.stderr.write(f"trackstore: {msg}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
