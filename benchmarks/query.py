@@ -5,23 +5,31 @@
 
 Stores are built once under ``--dir`` (default ``/tmp/trackstore-bench``) and reused when the
 sizes match. Parts are written with :func:`trackstore.writer.write_part` (the writer's own
-schema, encodings and atomic rename), so they are exactly what training would leave on disk:
+schema, encodings and atomic rename), so they are exactly what training leaves on disk:
 ``runs`` runs x ``steps`` steps x ``keys`` keys, in 5 part files per run (one per flush), plus
-100,000 samples (a fifth of them mention "reward hacking" somewhere in their text).
+100,000 samples (a fifth of them mention "reward hacking" somewhere in their text). Each store
+is then asked the questions twice:
 
-The questions, asked of every store:
+* **as finished runs leave it**: every run merged by
+  :func:`trackstore.compact.compact_finished_run`, what ``finish()`` does when a run's last
+  writer ends (one key-clustered metrics part per run);
+* **as flushed**: the 5 parts per run as they are while runs are still being written (or
+  finished with ``compact_on_finish=False``).
+
+The questions:
 
 1. latest value of every key of every run (``SELECT project, run_id, key, value FROM latest``);
 2. mean of one key over a step window, per run, across all runs;
-3. a 1,000-point downsampled curve of one key of one run (:func:`trackstore.overview.curves`);
+3. a 1,000-point downsampled curve of one key of one run (:func:`trackstore.overview.curves`,
+   what ``trackstore plot`` draws);
 4. a LIKE search over the 100,000 samples.
 
-Each figure is the median of 3 runs on an open connection, plus the first query on a fresh
-connection ("cold", which includes connecting and globbing the store). MLflow answers the same
-questions over a smaller sqlite store (``search_runs`` reads its latest-metric table,
+"warm" is the fastest of 5 runs on an open connection; "cold" is a new connection plus its
+first query (for the curve, which needs no connection, its first call). MLflow answers the
+same questions over a smaller sqlite store (``search_runs`` reads its latest-metric table,
 ``get_metric_history`` per run for the window mean and the curve, ``load_table`` + a substring
-filter for samples); times are scaled per point (per sample for question 4) and the ratio is
-MLflow's time per point over trackstore's.
+filter for samples); times are scaled per point (per sample for question 4, per point of one
+equally long history for the curve) and the ratio is MLflow's time per point over trackstore's.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
     from trackstore.writer import write_part
 
     marker = root / "_bench.json"
-    spec = {"runs": runs, "steps": steps, "keys": keys, "samples": samples, "v": 3}
+    spec = {"runs": runs, "steps": steps, "keys": keys, "samples": samples, "v": 4}
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return
     if root.exists():
@@ -110,23 +118,34 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
     print(f"  built {root} in {time.time() - t0:.1f} s ({_du(root) / 1e6:.0f} MB)", flush=True)
 
 
-def compacted_copy(root: Path) -> Path:
-    """A copy of ``root`` after ``trackstore compact`` (one metrics part per run), built once."""
+def finished_copy(root: Path) -> Path:
+    """A copy of ``root`` as finished runs leave it: each run merged as ``finish()`` merges it."""
     from trackstore.catalog import list_runs
-    from trackstore.compact import compact
+    from trackstore.compact import compact_finished_run
 
-    out = root.with_name(root.name + "-compacted")
+    out = root.with_name(root.name + "-finished")
     marker = (root / "_bench.json").read_text()
     if (out / "_bench.json").exists() and (out / "_bench.json").read_text() == marker:
         return out
     shutil.rmtree(out, ignore_errors=True)
-    t0 = time.perf_counter()
     shutil.copytree(root, out)
     (out / "_bench.json").unlink()
-    compact(out, [r.paths for r in list_runs(out)])
+    t0 = time.perf_counter()
+    runs = list_runs(out)
+    for r in runs:
+        res = compact_finished_run(r.paths)
+        if not res.changed:
+            raise SystemExit(f"finish-time compaction did not merge {r.run_id}: {res.skipped}")
+    took = time.perf_counter() - t0
     (out / "_bench.json").write_text(marker)
-    print(f"  compacted a copy in {time.perf_counter() - t0:.1f} s ({_du(out) / 1e6:.0f} MB)", flush=True)
+    print(f"  merged {len(runs)} runs as finish() does in {took:.1f} s ({took / len(runs) * 1000:.0f} ms per run "
+          f"of {_points(out) // len(runs):,} points; {_du(out) / 1e6:.0f} MB)", flush=True)
     return out
+
+
+def _points(root: Path) -> int:
+    spec = json.loads((root / "_bench.json").read_text()) if (root / "_bench.json").exists() else None
+    return spec["runs"] * spec["steps"] * spec["keys"] if spec else 0
 
 
 def _du(path: Path) -> int:
@@ -147,7 +166,7 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
         "window_mean": lambda con: run_sql(
             con, "SELECT project, run_id, avg(value) AS mean FROM metrics WHERE key = $k AND step BETWEEN $lo AND $hi "
                  "GROUP BY ALL", {"k": "critic/score/mean", "lo": lo, "hi": hi}),
-        "curve_1000": lambda con: curves(con, [run], ["critic/score/mean"], points=1000),
+        "curve_1000": lambda con: curves([run], ["critic/score/mean"], points=1000),  # reads the run's files
         "samples_like": lambda con: run_sql(
             con, "SELECT project, run_id, step, sample_index FROM samples WHERE output LIKE $pat",
             {"pat": f"%{PHRASE}%"}),
@@ -162,18 +181,12 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
           f"{time.perf_counter() - t0:.2f} s again (footers cached)", flush=True)
     for name, fn in questions.items():
         t0 = time.perf_counter()
-        con = connect(root, sync_state=False)
+        con = None if name == "curve_1000" else connect(root, sync_state=False)  # curves need no connection
         rows = fn(con).num_rows
         cold = time.perf_counter() - t0
         out[name] = (cold, _best(lambda: fn(con)), rows)
-        con.close()
-    # what `trackstore plot RUN` does: a connection limited to the run being drawn
-    t0 = time.perf_counter()
-    con = connect(root, sync_state=False, runs=[run])
-    rows = questions["curve_1000"](con).num_rows
-    cold = time.perf_counter() - t0
-    out["curve_1000_plot"] = (cold, _best(lambda: questions["curve_1000"](con)), rows)
-    con.close()
+        if con is not None:
+            con.close()
     return out
 
 
@@ -284,26 +297,25 @@ def main() -> int:
     sizes = [(100, 500), (250, 1000)] if args.quick else [(200, 2500), (500, 5000)]  # (runs, steps) x 20 keys
     mlflow_shape = (10, 100) if args.quick else (20, 250)  # runs, steps (x 20 keys): 20k / 100k points
     print(f"machine: {os.cpu_count()} cores; duckdb threads = cores; {_load()}")
-    print(f"warm = fastest of {WARM_REPEAT} on an open connection; cold = a new connection + its first query")
-    results = {}
+    print(f"warm = fastest of {WARM_REPEAT} on an open connection; cold = a new connection + its first query "
+          "(the curve needs no connection: its first call)")
+    results: dict[tuple[str, int], dict] = {}
     for runs, steps in sizes:
         points = runs * steps * KEYS_PER_RUN
         root = args.dir / f"store-{points // 1_000_000}M"
-        print(f"\n== trackstore, {points / 1e6:.0f}M points ({runs} runs x {steps} steps x {KEYS_PER_RUN} keys, "
-              f"{runs * PARTS_PER_RUN} metric parts, {SAMPLES // runs * runs:,} samples)", flush=True)
+        print(f"\n== {points / 1e6:.0f}M points ({runs} runs x {steps} steps x {KEYS_PER_RUN} keys, "
+              f"{SAMPLES // runs * runs:,} samples)", flush=True)
         build_store(root, runs, steps)
-        res = trackstore_questions(root, steps)
-        results[points] = res
-        for q, (cold, warm, rows) in res.items():
-            print(f"  {q:<16} warm {warm * 1000:8.1f} ms   cold {cold * 1000:8.1f} ms   ({rows} rows)")
-        print(f"  ({_load()})", flush=True)
-    biggest = max(results)
-    print(f"\n== trackstore, the {biggest / 1e6:.0f}M store after `trackstore compact` (1 metric part per run, as "
-          "finished runs are once a cron job compacts them)", flush=True)
-    compacted = trackstore_questions(compacted_copy(args.dir / f"store-{biggest // 1_000_000}M"), max(s for _r, s in sizes))
-    for q, (cold, warm, rows) in compacted.items():
-        print(f"  {q:<16} warm {warm * 1000:8.1f} ms   cold {cold * 1000:8.1f} ms   ({rows} rows)")
-    print(f"  ({_load()})", flush=True)
+        for layout, store in (("finished", finished_copy(root)), ("flushed", root)):
+            label = ("as finished runs leave it (1 metrics part per run)" if layout == "finished"
+                     else f"as flushed ({runs * PARTS_PER_RUN} metrics parts: runs still being written)")
+            print(f"  -- {label}", flush=True)
+            res = trackstore_questions(store, steps)
+            results[(layout, points)] = res
+            for q, (cold, warm, rows) in res.items():
+                print(f"  {q:<16} warm {warm * 1000:8.1f} ms   cold {cold * 1000:8.1f} ms   ({rows} rows)")
+            print(f"  ({_load()})", flush=True)
+    biggest = max(p for _l, p in results)
     if args.no_mlflow:
         return 0
     mruns, msteps = mlflow_shape
@@ -319,18 +331,17 @@ def main() -> int:
     print(f"  ({_load()})")
     print(f"\n== per point: trackstore at {biggest / 1e6:.0f}M points (warm) vs MLflow (per sample for samples_like, "
           f"per point of the {curve_steps}-step history for the curves)")
-    rows = [(q, v) for q, v in results[biggest].items()] + [(q + " (compacted)", v) for q, v in compacted.items()]
+    rows = [(f"{q} ({layout})", v) for layout in ("finished", "flushed") for q, v in results[(layout, biggest)].items()]
     for label, (cold, warm, _rows) in rows:
         q = label.split(" ")[0]
-        mq = "curve_1000" if q.startswith("curve") else q
         if q == "samples_like":
-            ts_unit, ml_unit = warm / SAMPLES, mres[mq] / (mruns * msamples_per_run)
-        elif mq == "curve_1000":  # one run's history of one key, same length on both sides
-            ts_unit, ml_unit = warm / curve_steps, mres[mq] / curve_steps
+            ts_unit, ml_unit = warm / SAMPLES, mres[q] / (mruns * msamples_per_run)
+        elif q == "curve_1000":  # one run's history of one key, same length on both sides
+            ts_unit, ml_unit = warm / curve_steps, mres[q] / curve_steps
         else:
-            ts_unit, ml_unit = warm / biggest, mres[mq] / mpoints
-        print(f"  {label:<28} trackstore {ts_unit * 1e9:10.2f} ns   MLflow {ml_unit * 1e9:11.2f} ns   "
-              f"ratio {ml_unit / ts_unit:8.1f}x   under 1 s: {'yes' if warm < 1 else 'NO'} "
+            ts_unit, ml_unit = warm / biggest, mres[q] / mpoints
+        print(f"  {label:<26} trackstore {ts_unit * 1e9:10.2f} ns   MLflow {ml_unit * 1e9:11.2f} ns   "
+              f"ratio {ml_unit / ts_unit:8.1f}x   under 1 s: {'yes' if warm < 1 and cold < 1 else 'NO'} "
               f"(warm {warm:.3f} s, cold {cold:.2f} s)")
     return 0
 

@@ -190,7 +190,7 @@ def _buckets(names: dict[str, list], xs: list, vs: list, points: int) -> "pa.Tab
         at = np.concatenate(([0], np.flatnonzero(edge) + 1))
         counts = np.diff(np.append(at, len(cx)))
         for c in names:
-            cols[c].append(np.full(len(at), names[c][i], dtype=object))
+            cols[c].append([names[c][i]] * len(at))
         cols["x"].append(np.add.reduceat(cx, at) / counts)
         cols["value"].append(np.add.reduceat(cv, at) / counts)
         cols["min"].append(np.minimum.reduceat(cv, at))
@@ -198,7 +198,8 @@ def _buckets(names: dict[str, list], xs: list, vs: list, points: int) -> "pa.Tab
         cols["n"].append(counts.astype(np.int64))
     types = {**{c: pa.string() for c in names}, "x": pa.float64(), "value": pa.float64(), "min": pa.float64(),
              "max": pa.float64(), "n": pa.int64()}
-    return pa.table({c: pa.array(np.concatenate(v) if v else [], types[c]) for c, v in cols.items()})
+    return pa.table({c: pa.array([x for part in v for x in part] if c in names else (np.concatenate(v) if v else []),
+                                 types[c]) for c, v in cols.items()})
 
 
 def run_label(run: "RunInfo", runs: Sequence["RunInfo"]) -> str:
