@@ -189,3 +189,28 @@ def test_sigkill_during_the_merge_at_finish_loses_nothing(root, where):
     paths = trackstore.catalog.resolve_run(run_id, root).paths
     assert not C.has_leftovers(paths.kind_dir("metrics"))
     assert read_kind(paths, "metrics").num_rows == 200
+
+
+def test_sigterm_finishes_without_merging(root):
+    """A pre-empted job has seconds before SIGKILL: its data is made safe, merging waits for cron."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {REPO!r})
+        import trackstore
+        run = trackstore.init("p", root={str(root)!r}, run_id="pre", flush_interval=3600)
+        for s in range(30):
+            run.log({{"loss": 1.0 / (s + 1)}}, step=s)
+            if s % 10 == 9:
+                run.flush()
+        print("ready", flush=True)
+        time.sleep(3600)
+    """)
+    child = python_child(code)
+    assert child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGTERM)
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGTERM
+    paths = trackstore.catalog.resolve_run("pre", root).paths
+    assert part_counts(paths) == {"metrics": 3}
+    assert trackstore.connect(root).execute("SELECT status FROM runs").fetchall() == [("failed",)]
+    assert C.compact_finished_run(paths).changed  # what `trackstore compact` does later

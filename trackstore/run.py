@@ -693,10 +693,10 @@ def _signals_deferred():
             _handle_sigterm(signum, frame)
 
 
-def _finish_all(status: str | None = None, error: str | None = None) -> None:
+def _finish_all(status: str | None = None, error: str | None = None, compact: bool | None = None) -> None:
     for run in list(_live_runs):
         try:
-            run.finish(status=status, error=error or run._failed_error)
+            run.finish(status=status, error=error or run._failed_error, compact=compact)
         except Exception as exc:  # atexit/signal context: report, never raise
             sys.stderr.write(f"trackstore: WARNING: {exc}\n")
 
@@ -731,7 +731,9 @@ def _handle_sigterm(signum, frame):
                 sys.stderr.write(f"trackstore: WARNING: flush on SIGTERM failed: {exc}\n")
         previous(signum, frame)
         return
-    _finish_all(status="failed", error=_SIGTERM_ERROR)
+    # No merging of part files here: a pre-empted job has seconds before SIGKILL, and the data
+    # is what must be safe. `trackstore compact` merges such runs later.
+    _finish_all(status="failed", error=_SIGTERM_ERROR, compact=False)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
