@@ -30,7 +30,7 @@ from .layout import RunPaths
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-COLUMNS = ("key", "step", "value", "ts", "writer", "seq")  # what read_points may return besides the key
+COLUMNS = ("key", "step", "value", "ts", "writer", "seq")  # the metric columns read here (key: the dict key)
 _RELIST_ATTEMPTS = 8
 
 
