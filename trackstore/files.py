@@ -38,18 +38,17 @@ def tree_bytes(path: str | os.PathLike) -> int:
 
 def warn(msg: str) -> None:
     """A loud warning on stderr that never raises (used where training must not be disturbed)."""
-    try:
-        sys.stderr.write(f"trackstore: WARNING: {msg}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
-
+    _say(f"WARNING: {msg}")
 
 
 def warn_note(msg: str) -> None:
     """An informational line on stderr (why something takes a moment) that never raises."""
+    _say(msg)
+
+
+def _say(line: str) -> None:
     try:
-        sys.stderr.write(f"trackstore: {msg}\n")
+        sys.stderr.write(f"trackstore: {line}\n")
         sys.stderr.flush()
     except Exception:
         pass
