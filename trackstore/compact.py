@@ -332,7 +332,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
 
         try:
             result.swap = replace_kind_dir(kind_dir, build)
-        except (ValueError, TrackstoreError) as exc:
+        except (ValueError, TrackstoreError, FileNotFoundError) as exc:  # a part vanished: someone else's work
             result.skipped = f"{kind}: {exc}; left unchanged (run `trackstore doctor`)"
             continue
         after_parts = paths.parts(kind)
@@ -385,10 +385,11 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
     the store as written as fast as a compacted one. It never competes with anyone: it is
     skipped (``result.skipped`` says why) when another writer of the run is alive, when a gc,
     compaction, import or doctor holds the maintenance lock, when a sync is working on the run,
-    or when the run holds more than ``max_bytes`` (default :data:`FINISH_MAX_BYTES`) of parts
-    (seconds of work at exit; cron's
-    ``trackstore compact`` does those). Otherwise it is :func:`compact_run`, with its
-    guarantees: every row keeps its (writer, seq), readers see old or new files, never both.
+    or when the run holds more than ``max_bytes`` (default :data:`FINISH_MAX_BYTES`) of parts:
+    seconds of work at exit, which cron's ``trackstore compact`` does instead. Otherwise it is
+    :func:`compact_run`, with its guarantees: every row keeps its (writer, seq), readers see
+    old or new files, never both. It holds the maintenance lock while it works, so a gc or
+    import starting in those moments exits 6 ("lock held") and runs at its next turn.
     """
     from . import locks
     from .errors import LockHeldError
