@@ -14,7 +14,7 @@ is then asked the questions twice:
   :func:`trackstore.compact.compact_finished_run`, what ``finish()`` does when a run's last
   writer ends (one key-clustered metrics part per run);
 * **as flushed**: the 5 parts per run as they are while runs are still being written (or
-  finished with ``compact_on_finish=False``).
+  finished with ``compact=False``).
 
 The questions:
 

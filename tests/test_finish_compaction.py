@@ -13,6 +13,7 @@ import trackstore
 from tests.helpers import python_child, run_cli
 from trackstore import compact as C
 from trackstore import locks
+from trackstore.catalog import resolve_run
 from trackstore.reader import read_kind
 from trackstore.schema import KINDS
 from trackstore.views import connect
@@ -66,13 +67,13 @@ def test_finish_merges_every_kind_and_keeps_every_row(root):
 
 
 def test_opt_out_per_run_per_call_and_by_environment(root, monkeypatch):
-    a = trackstore.init("p", root=root, flush_interval=3600, compact_on_finish=False)
+    a = trackstore.init("p", root=root, flush_interval=3600, compact=False)
     log_in_chunks(a, chunks=2)
     a.finish()
     b = trackstore.init("p", root=root, flush_interval=3600)
     log_in_chunks(b, chunks=2)
     b.finish(compact=False)
-    monkeypatch.setenv("TRACKSTORE_COMPACT_ON_FINISH", "0")
+    monkeypatch.setenv("TRACKSTORE_COMPACT", "0")
     c = trackstore.init("p", root=root, flush_interval=3600)
     log_in_chunks(c, chunks=2)
     c.finish()
@@ -186,7 +187,7 @@ def test_sigkill_during_the_merge_at_finish_loses_nothing(root, where):
     assert con.execute("SELECT count(*), count(DISTINCT step) FROM metrics").fetchone() == (200, 200)
     doctor = run_cli("doctor", "--fix", root=root)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    paths = trackstore.catalog.resolve_run(run_id, root).paths
+    paths = resolve_run(run_id, root).paths
     assert not C.has_leftovers(paths.kind_dir("metrics"))
     assert read_kind(paths, "metrics").num_rows == 200
 
@@ -210,7 +211,7 @@ def test_sigterm_finishes_without_merging(root):
     child.send_signal(signal.SIGTERM)
     child.communicate(timeout=60)
     assert child.returncode == -signal.SIGTERM
-    paths = trackstore.catalog.resolve_run("pre", root).paths
+    paths = resolve_run("pre", root).paths
     assert part_counts(paths) == {"metrics": 3}
     assert trackstore.connect(root).execute("SELECT status FROM runs").fetchall() == [("failed",)]
     assert C.compact_finished_run(paths).changed  # what `trackstore compact` does later

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import secrets
 import shutil
 from dataclasses import dataclass, field
@@ -223,8 +224,23 @@ class CompactResult:
         return any(k.files_before != k.files_after for k in self.kinds)
 
 
+_PART_NAME = re.compile(r"^part-(?P<writer>.+?)-\d{12}(?:-\d{12})?" + re.escape(PART_SUFFIX) + "$")
+
+
 def _writer_of(path: Path, kind: str) -> str | None:
-    """The single writer of a part file (None when the file holds several or is unreadable)."""
+    """The single writer of a part file, or None when the file is damaged or holds several.
+
+    Part names say their writer (``part-<writer>-<seq>...``), which saves reading a column of
+    every file: a run ends with thousands of them. The name is only a hint: :func:`_merge`
+    checks the rows, and refuses a group that is not one writer's.
+    """
+    from .views import check_part
+
+    if check_part(path) is not None:
+        return None  # damaged: compaction leaves it where it is, for doctor
+    m = _PART_NAME.match(path.name)
+    if m:
+        return m.group("writer")
     from .reader import read_part
 
     try:
@@ -276,17 +292,49 @@ def _merge(files: list[Path], kind: str):
     table = pa.concat_tables(tables)
     if len(ids) != table.num_rows:
         raise ValueError("duplicate (writer, seq) rows")
+    if len(ids.writers()) != 1:
+        raise ValueError(f"files named as one writer's hold rows of {len(ids.writers())} writers")
     if kind != "metrics":  # metrics are clustered by key when written (write_part(by_key=True))
         table = table.take(pc.sort_indices(table, sort_keys=[("seq", "ascending")]))
     return table, ids
 
 
+def _build_merged(staging: Path, kind: str, parts: list[Path], groups: list[list[Path]]) -> tuple[list[str], list[str], int]:
+    """Fill ``staging`` with a kind folder's new content: every part not in ``groups`` (hard
+    links), and one merged, verified file per group. Returns (names replaced, names created,
+    rows merged)."""
+    from .reader import read_part
+    from .schema import ROWS, with_metadata
+    from .writer import write_part
+
+    merged_inputs = {p.name for g in groups for p in g}
+    for p in parts:
+        if p.name not in merged_inputs:
+            try:
+                os.link(p, staging / p.name)
+            except OSError:
+                shutil.copy2(p, staging / p.name)
+    created, rows = [], 0
+    for g in groups:
+        table, ids = _merge(g, kind)
+        table = table.cast(with_metadata(ROWS[kind], kind))
+        writer = ids.writers()[0]
+        span = ids.to_json()[writer]
+        name = merged_part_name(writer, span[0][0], span[-1][1])
+        write_part(staging / name, table, kind, by_key=kind == "metrics")
+        check = RangeSet()
+        check.add_table(read_part(staging / name, kind, columns=["writer", "seq"]))
+        if check != ids:
+            raise OSError(f"merged file {name} does not hold exactly the input rows; nothing changed")
+        created.append(name)
+        rows += table.num_rows
+    return sorted(merged_inputs), created, rows
+
+
 def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
                 dry_run: bool = False) -> CompactResult:
     """Compact one run (every kind, or ``kinds``). Skips runs with a live writer."""
-    from .reader import read_part
-    from .schema import KINDS, ROWS, with_metadata
-    from .writer import write_part
+    from .schema import KINDS
 
     result = CompactResult(paths.project, paths.run_id)
     if _meta.any_writer_alive(paths) or _meta.run_status(paths) == "running":
@@ -301,34 +349,16 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
         if not groups:
             continue
         before = sum(p.stat().st_size for p in parts)
-        merged_inputs = {p.name for g in groups for p in g}
-        rows = 0
         if dry_run:
-            kr = KindResult(kind, len(parts), len(parts) - len(merged_inputs) + len(groups), 0, before, before)
-            result.kinds.append(kr)
+            merged = sum(len(g) for g in groups)
+            result.kinds.append(KindResult(kind, len(parts), len(parts) - merged + len(groups), 0, before, before))
             continue
+        rows = 0
 
         def build(staging: Path, kind=kind, parts=parts, groups=groups) -> list[str]:
             nonlocal rows
-            for p in parts:
-                if p.name not in merged_inputs:
-                    try:
-                        os.link(p, staging / p.name)
-                    except OSError:
-                        shutil.copy2(p, staging / p.name)
-            for g in groups:
-                table, ids = _merge(g, kind)
-                table = table.cast(with_metadata(ROWS[kind], kind))
-                writer = ids.writers()[0]
-                span = ids.to_json()[writer]
-                name = merged_part_name(writer, span[0][0], span[-1][1])
-                write_part(staging / name, table, kind, by_key=kind == "metrics")
-                check = RangeSet()
-                check.add_table(read_part(staging / name, kind, columns=["writer", "seq"]))
-                if check != ids:
-                    raise OSError(f"merged file {name} does not hold exactly the input rows; nothing changed")
-                rows += table.num_rows
-            return sorted(merged_inputs)
+            removed, _created, rows = _build_merged(staging, kind, parts, groups)
+            return removed
 
         try:
             result.swap = replace_kind_dir(kind_dir, build)
@@ -339,6 +369,23 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
         result.kinds.append(KindResult(kind, len(parts), len(after_parts), rows, before,
                                        sum(p.stat().st_size for p in after_parts)))
     return result
+
+
+def merge_own_parts(paths: RunPaths, kind: str, files: list[Path]) -> Path:
+    """Merge some part files of one live writer into one, in place (:mod:`trackstore.rolling`).
+
+    The same build, checks and folder swap as :func:`compact_run`; the caller (the writer
+    itself) guarantees that nobody else writes or merges these files meanwhile.
+    """
+    created: list[str] = []
+
+    def build(staging: Path) -> list[str]:
+        removed, made, _rows = _build_merged(staging, kind, paths.parts(kind), [files])
+        created.extend(made)
+        return removed
+
+    replace_kind_dir(paths.kind_dir(kind), build)
+    return paths.kind_dir(kind) / created[0]
 
 
 def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
@@ -368,12 +415,13 @@ def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
 # 1 s per 10 MB of metrics parts here, and finish() should not hold a job's exit for long).
 FINISH_MAX_BYTES = 64 << 20
 _FINISH_NOTE_BYTES = 8 << 20  # above this, say on stderr why finish() takes a moment
-FINISH_ENV = "TRACKSTORE_COMPACT_ON_FINISH"
+COMPACT_ENV = "TRACKSTORE_COMPACT"
 
 
-def compact_on_finish_default() -> bool:
-    """Whether runs compact themselves when they finish: yes, unless ``TRACKSTORE_COMPACT_ON_FINISH=0``."""
-    return os.environ.get(FINISH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+def compact_default() -> bool:
+    """Whether runs merge their own part files (as they go and at finish): yes, unless
+    ``TRACKSTORE_COMPACT=0``."""
+    return os.environ.get(COMPACT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> CompactResult:

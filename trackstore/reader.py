@@ -18,6 +18,7 @@ from .layout import RunPaths
 from .ranges import RangeSet
 
 _RELIST_ATTEMPTS = 8
+_THREADED_ROWS = 262_144
 
 
 def read_part(path, kind: str, columns: Sequence[str] | None = None):
@@ -35,7 +36,8 @@ def read_part(path, kind: str, columns: Sequence[str] | None = None):
                 f"up to {schema.SCHEMA_VERSION}); upgrade trackstore to read it"
             )
         cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
-        return pf.read(columns=cols)
+        # threads pay off on big files only: on a few-second flush they double the read's cost
+        return pf.read(columns=cols, use_threads=pf.metadata.num_rows > _THREADED_ROWS)
     except (StoreError, CorruptFileError, FileNotFoundError):
         raise  # a vanished file is not a damaged one: the caller lists again (see read_kind)
     except Exception as exc:

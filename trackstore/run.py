@@ -90,9 +90,9 @@ class Run:
     """One run being written by this process. Create it with :func:`trackstore.init`."""
 
     def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int,
-                 compact_on_finish: bool = True):
+                 compact: bool = True):
         self.paths = paths
-        self.compact_on_finish = compact_on_finish
+        self._compact = compact
         self.writer_id = new_writer_id()
         self._meta = meta
         self._known_keys: set[str] = set()
@@ -121,7 +121,7 @@ class Run:
         _meta.write_writer_file(paths, self._writer_info, durable=True)
         self._meta_parts = -1  # writer.parts_written when run.json was last written
         self._writer = Writer(paths, self.writer_id, flush_interval=flush_interval, on_tick=self._tick,
-                              tick_interval=_meta.HEARTBEAT_INTERVAL_S)
+                              tick_interval=_meta.HEARTBEAT_INTERVAL_S, merge_parts=compact)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -302,10 +302,10 @@ class Run:
         When other processes are still writing the same run, only this writer's end is
         recorded; the last writer to finish sets the run's status (see :mod:`trackstore.meta`).
 
-        The last writer then merges the run's part files (one per flush) into a few, which is
-        what keeps queries over many finished runs fast; ``compact`` (default: the run's
-        ``compact_on_finish``) turns that off for this call. It is skipped when a sync, gc or
-        other writer is busy with the run, and never raises (see
+        The last writer then merges the run's part files into one per kind, which is what keeps
+        queries over many finished runs fast; ``compact`` (default: the ``compact`` given to
+        :func:`init`) turns that off for this call. It is skipped when a sync, gc or other
+        writer is busy with the run, and never raises (see
         :func:`trackstore.compact.compact_finished_run`).
         """
         with _signals_deferred():
@@ -323,8 +323,7 @@ class Run:
                 tracing.checkpoint_before_finish(self)
             self._finished = True
             try:
-                report = self._end(status, exit_code, error,
-                                   self.compact_on_finish if compact is None else bool(compact))
+                report = self._end(status, exit_code, error, self._compact if compact is None else bool(compact))
             finally:
                 self._done.set()
                 _live_runs.discard(self)
@@ -371,10 +370,10 @@ class Run:
                 report.unwritten_rows["run.json"] = 1
             last = False
         if last and compact and report.ok:
-            self._compact()
+            self._merge_parts_at_end()
         return report
 
-    def _compact(self) -> None:
+    def _merge_parts_at_end(self) -> None:
         """Merge the finished run's part files; a failure only costs query speed, so it warns."""
         from .compact import compact_finished_run
 
@@ -474,7 +473,7 @@ def init(
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     group: str | None = None,
     job_type: str | None = None,
-    compact_on_finish: bool | None = None,
+    compact: bool | None = None,
 ) -> Run:
     """Start (or with ``resume=True`` continue) a run and make it the current run.
 
@@ -484,8 +483,10 @@ def init(
     existing ``run_id`` is an error (nothing is overwritten). Names are validated before
     anything touches the disk.
 
-    ``compact_on_finish`` (default on, off with ``TRACKSTORE_COMPACT_ON_FINISH=0``): when the
-    run finishes, merge its part files, one per flush, into a few (see :meth:`Run.finish`).
+    ``compact`` (default on, off with ``TRACKSTORE_COMPACT=0``): keep the run's part files
+    few. The writer merges its own files as it goes (:mod:`trackstore.rolling`) and the last
+    writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
+    flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
     """
     global _current
     if run_id is not None:
@@ -548,12 +549,11 @@ def init(
     if job_type is not None:
         meta["job_type"] = job_type
     paths.dir.mkdir(parents=True, exist_ok=True)
-    if compact_on_finish is None:
-        from .compact import compact_on_finish_default
+    if compact is None:
+        from .compact import compact_default
 
-        compact_on_finish = compact_on_finish_default()
-    run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step,
-              compact_on_finish=bool(compact_on_finish))
+        compact = compact_default()
+    run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
     attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
     run._meta["attempts"] = attempts
     run._write_meta(durable=True)

@@ -83,6 +83,7 @@ class Writer:
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         on_tick: Callable[[], None] | None = None,
         tick_interval: float = DEFAULT_TICK_INTERVAL,
+        merge_parts: bool = False,
     ):
         if not flush_interval > 0:
             raise ValueError("flush_interval must be > 0 seconds")
@@ -93,6 +94,12 @@ class Writer:
         self.max_pending_bytes = int(max_pending_bytes)
         self._on_tick = on_tick
         self._tick_interval = float(tick_interval)
+        # merge this writer's own parts as it goes (trackstore.rolling), in this thread
+        self._rolling = None
+        if merge_parts:
+            from .rolling import RollingMerger
+
+            self._rolling = RollingMerger(paths, writer_id)
         self._io_lock = threading.Lock()  # one flush at a time (thread vs. explicit flush)
         self._count_lock = threading.Lock()  # only for the rare dropped-row counters
         # One entry per log call: (step, ts, {key: value}). Appended without a lock (atomic);
@@ -163,6 +170,8 @@ class Writer:
             return self._write_pending()
         finally:
             self._io_lock.release()
+            if self._rolling is not None and threading.current_thread() is not self._thread and self._rolling.due():
+                self._wake.set()  # merges run in the writer's thread, never in the caller's
 
     def _loop(self) -> None:
         try:  # pay pyarrow's import now, off the training thread
@@ -190,6 +199,7 @@ class Writer:
                     self.flush()
                 except Exception as exc:  # never let the thread die: that would stop all flushing
                     self._record_error(f"unexpected flush error: {exc!r}")
+                self._roll()
                 next_flush = time.monotonic() + self.flush_interval
             if self._on_tick is not None and now >= next_tick:
                 try:
@@ -197,6 +207,22 @@ class Writer:
                 except Exception as exc:
                     self._record_error(f"heartbeat failed: {exc!r}")
                 next_tick = time.monotonic() + self._tick_interval
+
+    def _roll(self) -> None:
+        """Rolling merges of this writer's own parts, when due (never during a failing disk)."""
+        rolling = self._rolling
+        if rolling is None or self._failing or not rolling.due():
+            return
+        if not self._io_lock.acquire(blocking=False):
+            return  # an explicit flush is running: merge after a later one
+        try:
+            rolling.merge()
+        except Exception as exc:
+            rolling.enabled = False
+            warn(f"merging the part files of run {self.paths.run_id} as it goes stopped ({exc!r}); every row "
+                 "is safe in its own file, and finish() or `trackstore compact` merges them later")
+        finally:
+            self._io_lock.release()
 
     def _take_buffers(self) -> None:
         """Move buffered rows into Arrow tables with seq numbers assigned (under ``_io_lock``)."""
@@ -319,8 +345,9 @@ class Writer:
     def _write_pending(self) -> bool:
         while self._pending:
             kind, first, table = self._pending[0]
+            path = self.paths.kind_dir(kind) / part_file_name(self.writer_id, first)
             try:
-                write_part(self.paths.kind_dir(kind) / part_file_name(self.writer_id, first), table, kind)
+                write_part(path, table, kind)
             except Exception as exc:  # OSError mostly (full, read-only, quota, EFBIG); keep and retry
                 self._failing = True
                 self._record_error(f"could not write {kind} part to {self.paths.kind_dir(kind)}: {exc}")
@@ -328,6 +355,8 @@ class Writer:
             self._pending.pop(0)
             self._pending_bytes -= table.nbytes
             self.parts_written += 1
+            if self._rolling is not None:
+                self._rolling.wrote(kind, path)
         if self._failing:
             self._failing = False
             self._warned = False
