@@ -26,15 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
-
-def _best(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from query import fastest_of  # noqa: E402  (the same "fastest of N" as the query benchmark)
 
 
 def trackstore_live(root: Path, steps: int, keys: int, compact: bool) -> dict[str, float]:
@@ -53,11 +47,11 @@ def trackstore_live(root: Path, steps: int, keys: int, compact: bool) -> dict[st
     time.sleep(1.0)  # let the writer's thread finish the merges the last flushes called for
     info = resolve_run(run.id, root)
     out = {"log+flush per step": logging / steps, "parts while live": len(info.paths.parts("metrics"))}
-    out["curve"] = _best(lambda: curves([info], [names[7]], points=1000))
+    out["curve"] = fastest_of(lambda: curves([info], [names[7]], points=1000))
     t0 = time.perf_counter()
     con = connect(root, runs=[info], sync_state=False)
     out["connect"] = time.perf_counter() - t0
-    out["latest"] = _best(lambda: run_sql(con, "SELECT key, value FROM latest"))
+    out["latest"] = fastest_of(lambda: run_sql(con, "SELECT key, value FROM latest"))
     con.close()
     t0 = time.perf_counter()
     run.finish()
@@ -88,7 +82,7 @@ def mlflow_run(workdir: Path, steps: int, keys: int) -> dict[str, float]:
         width = max(1, -(-len(hist) // 1000))
         return [sum(m.value for m in hist[i:i + width]) / len(hist[i:i + width]) for i in range(0, len(hist), width)]
 
-    return {"curve": _best(curve), "latest": _best(lambda: client.get_run(run_id).data.metrics)}
+    return {"curve": fastest_of(curve), "latest": fastest_of(lambda: client.get_run(run_id).data.metrics)}
 
 
 def main() -> int:

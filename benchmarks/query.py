@@ -184,13 +184,13 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
         con = None if name == "curve_1000" else connect(root, sync_state=False)  # curves need no connection
         rows = fn(con).num_rows
         cold = time.perf_counter() - t0
-        out[name] = (cold, _best(lambda: fn(con)), rows)
+        out[name] = (cold, fastest_of(lambda: fn(con)), rows)
         if con is not None:
             con.close()
     return out
 
 
-def _best(fn, repeat: int = WARM_REPEAT) -> float:
+def fastest_of(fn, repeat: int = WARM_REPEAT) -> float:
     """Fastest of ``repeat`` runs: on a shared machine, the least disturbed one."""
     times = []
     for _ in range(repeat):
@@ -282,7 +282,7 @@ def mlflow_questions(workdir: Path, runs: int, steps: int, keys: int, samples_pe
     for name, fn in (("latest", latest), ("window_mean", window_mean), ("curve_1000", curve_1000),
                      ("samples_like", samples_like)):
         fn()
-        out[name] = _best(fn)
+        out[name] = fastest_of(fn)
     return out
 
 
