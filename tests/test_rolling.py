@@ -174,3 +174,21 @@ def test_levels_are_a_base_fanout_counter(tmp_path):
     assert R._due_group([(1, "a")] * 15 + [(0, "b")] * 17) == 15
     assert R._due_group([(1, "a")] * 16 + [(0, "b")]) == 0
     assert R._due_group([(2, "a"), (1, "b")] * 3) is None
+
+
+def test_merges_run_in_the_writers_thread_never_the_callers(root, monkeypatch):
+    import threading
+
+    threads = []
+    real = C.merge_own_parts
+
+    def recording(paths, kind, files):
+        threads.append(threading.current_thread().name)
+        return real(paths, kind, files)
+
+    monkeypatch.setattr(C, "merge_own_parts", recording)
+    run = trackstore.init("p", root=root, flush_interval=3600)
+    flush_steps(run, 0, 40)  # explicit flushes from this (the training) thread
+    assert wait_for(lambda: len(threads) >= 2)
+    assert all(name.startswith("trackstore-writer-") for name in threads), threads
+    run.finish()
