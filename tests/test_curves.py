@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 
 import pyarrow.parquet as pq
@@ -137,3 +138,24 @@ def test_curves_validate_their_arguments(root):
     with pytest.raises(UsageError):
         curves([run], ["loss"], x="wall")
     assert curves([run], ["nope"]).num_rows == 0
+
+
+def test_curves_of_a_live_run_with_merged_and_flushed_parts(root):
+    """While a run trains, its files are a mix: rolling merges (key-clustered) and recent flushes."""
+    import time
+
+    run = trackstore.init("p", name="live", root=root, flush_interval=3600)
+    for s in range(700):
+        run.log({"loss": 1.0 / (s + 1), "actor/kl": s * 0.001, "reward": math.sin(s / 30)}, step=s)
+        if s % 20 == 19:
+            run.flush()  # 35 flushes: two level-1 merges, three parts left as flushed
+    deadline = time.monotonic() + 20
+    while len(run.paths.parts("metrics")) > 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    names = [p.name for p in run.paths.parts("metrics")]
+    merged = [n for n in names if re.search(r"-\d{12}-\d{12}\.parquet$", n)]
+    assert len(names) == 5 and len(merged) == 2, names  # 2 merged files of 16 flushes, 3 as flushed
+    info = resolve_run(run.id, root)
+    for keys, points in ((["loss"], 100), (["actor/*", "reward"], 1000)):
+        same(curves([info], keys, points=points).to_pylist(), reference(root, [info], keys, points=points))
+    run.finish()
