@@ -377,3 +377,30 @@ def test_sync_half_compact_sync_rest_is_exact_at_the_target(root, tmp_path, monk
     got = sorted((k, m.step, m.value) for k in keys for m in client.get_metric_history(remote.info.run_id, k))
     want = sorted((r["key"], r["step"], r["value"]) for r in read_kind(run.paths, "metrics").to_pylist())
     assert len(got) == 300 and got == want
+
+
+def test_a_listing_begun_before_a_swap_stays_whole_while_the_old_folder_settles(root):
+    """The old folder is emptied only ``settle`` seconds after the swap: a reader that opened it
+    just before (a DuckDB glob, say) still reads every name meanwhile."""
+    import threading
+
+    p = make_run(root, chunks=6, samples=False)
+    kind_dir = p.kind_dir("metrics")
+    old_names = sorted(f.name for f in kind_dir.iterdir())
+    old_inode = os.stat(kind_dir).st_ino
+    listing = os.scandir(kind_dir)  # opendir now, read later
+    try:
+        parts = p.parts("metrics")
+        worker = threading.Thread(target=C.replace_kind_dir, args=(kind_dir, lambda staging: C._build_merged(
+            staging, "metrics", parts, [parts])[0]), kwargs={"settle": 0.5})
+        worker.start()
+        deadline = time.monotonic() + 10
+        while os.stat(kind_dir).st_ino == old_inode and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert os.stat(kind_dir).st_ino != old_inode  # swapped; the old folder is settling
+        time.sleep(0.2)  # a slow reader: without the settle time the old folder is empty by now
+        assert sorted(e.name for e in listing) == old_names
+    finally:
+        listing.close()
+        worker.join(timeout=30)
+    assert len(p.parts("metrics")) == 1

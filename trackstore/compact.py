@@ -38,6 +38,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -51,6 +52,7 @@ from .ranges import RangeSet
 STAGING_PREFIX = ".compact-"
 MARKER = ".compact.json"
 DEFAULT_TARGET_BYTES = 256 << 20  # inputs of one merged file, compressed bytes on disk
+LIVE_SETTLE_S = 0.02  # see replace_kind_dir: merges of runs that readers may be watching right now
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -112,13 +114,18 @@ def _read_marker(d: Path) -> dict | None:
         return None
 
 
-def replace_kind_dir(kind_dir: Path, build: Callable[[Path], list[str]]) -> str:
+def replace_kind_dir(kind_dir: Path, build: Callable[[Path], list[str]], *, settle: float = 0.0) -> str:
     """Replace ``kind_dir``'s content with what ``build(staging)`` puts in a fresh folder.
 
     ``build`` fills the staging folder with the complete new content and returns the names of
     current files it intends to remove (replaced by merged files); any other current file that
     is missing from the staging folder after the swap (a part written meanwhile) is moved in.
     Returns the swap method used. See the module docstring for the guarantees.
+
+    ``settle`` seconds pass between the swap and emptying the old folder. A reader that opened
+    the old folder just before the swap still lists it whole meanwhile (emptying it under a
+    listing in progress would make the listing come back short); merges of live runs, which
+    readers are watching, use a few milliseconds of it.
     """
     kind_dir.parent.mkdir(parents=True, exist_ok=True)
     recover_kind_dir(kind_dir)
@@ -142,6 +149,8 @@ def replace_kind_dir(kind_dir: Path, build: Callable[[Path], list[str]]) -> str:
         os.rename(staging, kind_dir)
         staging = aside
     fsync_dir(kind_dir.parent)
+    if settle > 0:
+        time.sleep(settle)
     _finish_swap(kind_dir, staging, marker)
     return method
 
@@ -332,8 +341,10 @@ def _build_merged(staging: Path, kind: str, parts: list[Path], groups: list[list
 
 
 def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
-                dry_run: bool = False) -> CompactResult:
-    """Compact one run (every kind, or ``kinds``). Skips runs with a live writer."""
+                dry_run: bool = False, settle: float = 0.0) -> CompactResult:
+    """Compact one run (every kind, or ``kinds``). Skips runs with a live writer.
+
+    ``settle``: see :func:`replace_kind_dir` (used for runs that just finished)."""
     from .schema import KINDS
 
     result = CompactResult(paths.project, paths.run_id)
@@ -361,7 +372,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
             return removed
 
         try:
-            result.swap = replace_kind_dir(kind_dir, build)
+            result.swap = replace_kind_dir(kind_dir, build, settle=settle)
         except (ValueError, TrackstoreError, FileNotFoundError) as exc:  # a part vanished: someone else's work
             result.skipped = f"{kind}: {exc}; left unchanged (run `trackstore doctor`)"
             continue
@@ -384,7 +395,7 @@ def merge_own_parts(paths: RunPaths, kind: str, files: list[Path]) -> Path:
         created.extend(made)
         return removed
 
-    replace_kind_dir(paths.kind_dir(kind), build)
+    replace_kind_dir(paths.kind_dir(kind), build, settle=LIVE_SETTLE_S)
     return paths.kind_dir(kind) / created[0]
 
 
@@ -466,7 +477,7 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
 
             warn_note(f"merging the part files of run {paths.run_id} ({size / 1e6:.0f} MB) so queries read "
                       "few files; this takes a few seconds")
-        return compact_run(paths)
+        return compact_run(paths, settle=LIVE_SETTLE_S)
     finally:
         held.release()
 
