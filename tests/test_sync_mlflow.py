@@ -172,7 +172,8 @@ def cursor_mtime(root):
 
 
 SYNC_CHILD = """
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1)  # a test that times out asks for every thread's stack
 from trackstore.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -583,7 +584,14 @@ def test_watch_stops_on_sigterm_between_rounds(root, tmp_path):
         while line and not line.startswith("└"):  # the summary table's last line: now it sleeps 30 s
             line = watcher.stdout.readline()
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=15)
+        try:
+            out, err = watcher.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # say where it hangs, not just that it does
+            watcher.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            watcher.kill()
+            _out, err = watcher.communicate(timeout=30)
+            pytest.fail(f"--watch did not stop within 30 s of SIGTERM; its threads:\n{err[-6000:]}")
     finally:
         watcher.kill()
     assert watcher.returncode == 0, err
