@@ -192,3 +192,44 @@ def test_merges_run_in_the_writers_thread_never_the_callers(root, monkeypatch):
     assert wait_for(lambda: len(threads) >= 2)
     assert all(name.startswith("trackstore-writer-") for name in threads), threads
     run.finish()
+
+
+def test_maintenance_commands_wait_for_a_runs_brief_merge_but_not_for_a_gc(root):
+    """A cron gc (or compact, import, export, doctor --fix) started while a run merges its files
+    waits the few moments that takes; while another maintenance job holds the lock, exit 6 at once."""
+    run = trackstore.init("p", root=root, flush_interval=3600)
+    flush_steps(run, 0, 3)
+    run.finish(compact=False)
+
+    def holder(job, seconds):
+        code = textwrap.dedent(f"""
+            import sys, time
+            sys.path.insert(0, {REPO!r})
+            from trackstore import locks
+            lk = locks.acquire({str(root)!r}, "maintenance", info={{"job": {job!r}}})
+            print("held", flush=True)
+            time.sleep({seconds})
+            lk.release()
+        """)
+        child = python_child(code)
+        assert child.stdout.readline().strip() == "held"
+        return child
+
+    child = holder(locks.BRIEF_JOB, 1.5)
+    try:
+        t0 = time.monotonic()
+        res = run_cli("compact", root=root)
+        assert res.returncode == 0, res.stderr
+        assert time.monotonic() - t0 >= 1.0  # it waited for the merge, then did its work
+        assert len(run.paths.parts("metrics")) == 1
+    finally:
+        child.wait(timeout=30)
+    child = holder("gc", 30)
+    try:
+        t0 = time.monotonic()
+        res = run_cli("compact", root=root)
+        assert res.returncode == 6 and "maintenance" in res.stderr
+        assert time.monotonic() - t0 < 25
+    finally:
+        child.kill()
+        child.wait()

@@ -282,7 +282,7 @@ def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.
     runs = list(runs)
     if not runs:
         raise UsageError("no runs to export: none matched (name runs, or use --project / --since / --all)")
-    with locks.acquire(root, "maintenance"):
+    with locks.acquire_maintenance(root, job="export"):
         b = _Bundle(Path(out), compress, split_bytes)
         entries = []
         try:
@@ -745,7 +745,7 @@ def import_bundle(root: str | Path | None, bundle: str | os.PathLike, *, expect:
 
     root = resolve_root(root)
     root.mkdir(parents=True, exist_ok=True)
-    with locks.acquire(root, "maintenance"):
+    with locks.acquire_maintenance(root, job="import"):
         st = _extract_verified(root, bundle)
         try:
             kind = st.manifest.get("kind")

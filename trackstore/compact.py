@@ -405,7 +405,7 @@ def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
     from . import locks
 
     runs = list(runs)
-    held = None if dry_run else locks.acquire(root, "maintenance")
+    held = None if dry_run else locks.acquire_maintenance(root, job="compact")
     try:
         out = []
         for paths in runs:
@@ -463,7 +463,8 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
         result.skipped = f"{size / 1e6:.0f} MB of parts is more than compaction at finish does; run `trackstore compact`"
         return result
     try:
-        held = locks.acquire(paths.root, "maintenance")
+        held = locks.acquire(paths.root, locks.MAINTENANCE,
+                             info={"job": locks.BRIEF_JOB, "runs": [f"{paths.project}/{paths.run_id}"]})
     except LockHeldError as exc:
         result.skipped = f"maintenance running ({exc})"
         return result

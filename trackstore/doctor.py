@@ -308,7 +308,7 @@ def fix(report: Report) -> Report:
 
     root = report.root
     q = _Quarantine(root)
-    with locks.acquire(root, "maintenance"):
+    with locks.acquire_maintenance(root, job="doctor"):
         for f in report.findings:
             try:
                 f.fixed = _fix_one(root, f, q, archive_cursors, clean_trash, recover_kind_dir)

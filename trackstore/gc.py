@@ -376,7 +376,7 @@ def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Ca
     """Delete the runs the plan selected, re-checking each one at the last moment."""
     root = resolve_root(root)
     result = Result()
-    with _locks.acquire(root, "maintenance") as lock:
+    with _locks.acquire_maintenance(root, job="gc") as lock:
         result.trash_cleaned = clean_trash(root)
         for c in the_plan.delete:
             named, unnamed = _locks.runs_in_use(root)

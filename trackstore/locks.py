@@ -351,6 +351,31 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
         time.sleep(POLL_S)
 
 
+MAINTENANCE = "maintenance"
+BRIEF_JOB = "merge"  # the ``job`` a run's own merge (rolling or at finish) declares in its lock
+BRIEF_WAIT_S = 30.0
+
+
+def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | None = None) -> Lock:
+    """Take the store's maintenance lock for ``job`` (gc, compact, import, export, doctor...).
+
+    Runs merge their own part files under this lock too, for milliseconds to a few seconds,
+    every few dozen flushes of each live run. A cron gc must not fail because one of those
+    was in progress, so a holder that declares itself a brief merge is waited for (up to
+    :data:`BRIEF_WAIT_S`); any other holder raises :class:`LockHeldError` at once, as before.
+    """
+    info: dict = {"job": job}
+    if runs is not None:
+        info["runs"] = runs
+    try:
+        return acquire(root, MAINTENANCE, info=info)
+    except LockHeldError:
+        holder = read_lock(root, MAINTENANCE)
+        if holder is None or holder.info.get("job") == BRIEF_JOB:
+            return acquire(root, MAINTENANCE, wait=True, timeout=BRIEF_WAIT_S, info=info)
+        raise
+
+
 def is_lock_file(path: Path) -> bool:
     return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
 

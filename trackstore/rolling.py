@@ -63,7 +63,8 @@ class RollingMerger:
         from .errors import LockHeldError
 
         try:
-            held = locks.acquire(self.paths.root, "maintenance")
+            held = locks.acquire(self.paths.root, locks.MAINTENANCE,
+                                 info={"job": locks.BRIEF_JOB, "runs": [f"{self.paths.project}/{self.paths.run_id}"]})
         except LockHeldError:
             return  # a gc/import/export/doctor is at work: try again after a later flush
         try:
