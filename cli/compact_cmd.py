@@ -22,9 +22,11 @@ def compact(
 ) -> None:
     """Merge small part files per run and kind, keeping every row and its (writer, seq).
 
-    Runs with a live writer and runs a sync is working on are skipped. Queries give the same
-    answers before and after; sync cursors stay valid. Exit 0 on success, 6 when another
-    gc/compact/import holds the store's maintenance lock.
+    Runs with a live writer and runs a sync is working on are skipped. Finished runs usually
+    merged themselves already; this catches the rest (crashed, multi-writer, too large at
+    exit, merging turned off). Queries give the same answers before and after; sync cursors
+    stay valid. Exit 0 on success, 6 when another gc/compact/import holds the store's
+    maintenance lock (a run merging its own files is waited for, up to 30 s).
     """
     from trackstore.catalog import list_runs, resolve_runs
     from trackstore.compact import compact as do_compact

@@ -404,3 +404,21 @@ def test_a_listing_begun_before_a_swap_stays_whole_while_the_old_folder_settles(
         listing.close()
         worker.join(timeout=30)
     assert len(p.parts("metrics")) == 1
+
+
+def test_a_part_that_vanishes_mid_merge_leaves_the_kind_unchanged(root, monkeypatch):
+    """Someone else's work (a doctor quarantine, say) removes a part between planning and
+    merging: compaction reports the kind as left unchanged instead of crashing."""
+    p = make_run(root, chunks=4, samples=False)
+    real = C._plan_groups
+
+    def plan_then_lose_one(parts, kind, target_bytes):
+        groups = real(parts, kind, target_bytes)
+        if kind == "metrics" and groups:
+            os.unlink(groups[0][1])
+        return groups
+
+    monkeypatch.setattr(C, "_plan_groups", plan_then_lose_one)
+    res = C.compact_run(p)
+    assert res.skipped and "left unchanged" in res.skipped
+    assert len(p.parts("metrics")) == 3 and not C.has_leftovers(p.kind_dir("metrics"))

@@ -277,7 +277,7 @@ def _plan_groups(parts: list[Path], kind: str, target_bytes: int) -> list[list[P
         chunk: list[Path] = []
         size = 0
         for p in files:  # sorted by name = by first seq (zero-padded)
-            s = p.stat().st_size
+            s = _bytes([p])
             if chunk and size + s > target_bytes:
                 groups.append(chunk)
                 chunk, size = [], 0
@@ -306,6 +306,17 @@ def _merge(files: list[Path], kind: str):
     if kind != "metrics":  # metrics are clustered by key when written (write_part(by_key=True))
         table = table.take(pc.sort_indices(table, sort_keys=[("seq", "ascending")]))
     return table, ids
+
+
+def _bytes(parts: list[Path]) -> int:
+    """Bytes of ``parts`` on disk; a file gone meanwhile (someone else's work) counts 0."""
+    total = 0
+    for p in parts:
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _build_merged(staging: Path, kind: str, parts: list[Path], groups: list[list[Path]]) -> tuple[list[str], list[str], int]:
@@ -359,7 +370,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
         groups = _plan_groups(parts, kind, target_bytes)
         if not groups:
             continue
-        before = sum(p.stat().st_size for p in parts)
+        before = _bytes(parts)
         if dry_run:
             merged = sum(len(g) for g in groups)
             result.kinds.append(KindResult(kind, len(parts), len(parts) - merged + len(groups), 0, before, before))
@@ -378,7 +389,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
             continue
         after_parts = paths.parts(kind)
         result.kinds.append(KindResult(kind, len(parts), len(after_parts), rows, before,
-                                       sum(p.stat().st_size for p in after_parts)))
+                                       _bytes(after_parts)))
     return result
 
 
@@ -458,7 +469,7 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
     parts = {kind: paths.parts(kind) for kind in KINDS}
     if not any(len(p) > 1 for p in parts.values()):
         return result  # nothing to merge: no lock, no listing of other processes
-    size = sum(f.stat().st_size for p in parts.values() for f in p)
+    size = sum(_bytes(p) for p in parts.values())
     if size > (FINISH_MAX_BYTES if max_bytes is None else max_bytes):
         result.skipped = f"{size / 1e6:.0f} MB of parts is more than compaction at finish does; run `trackstore compact`"
         return result

@@ -82,6 +82,7 @@ class CorruptFileError(StoreError):
 
     def __init__(self, path: str, detail: str = ""):
         self.path = path
+        self.detail = detail
         msg = f"unreadable data file {path}"
         if detail:
             msg += f": {detail}"

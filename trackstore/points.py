@@ -18,8 +18,6 @@ compaction swaps away mid-read is taken again, so no row is missed or read twice
 
 from __future__ import annotations
 
-import time
-import warnings
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from . import schema as _schema
@@ -31,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
 COLUMNS = ("key", "step", "value", "ts", "writer", "seq")  # the metric columns read here (key: the dict key)
-_RELIST_ATTEMPTS = 8
 
 
 def read_points(paths: RunPaths, keys: Iterable[str], columns: Sequence[str] = ("step", "value"), *,
@@ -63,32 +60,30 @@ def run_keys(paths: RunPaths, *, on_corrupt: str = "warn") -> list[str]:
 
 
 def _each_part(paths: RunPaths, on_corrupt: str, read) -> list:
-    """``read(ParquetFile)`` of every metrics part; the listing is taken again if a file vanished."""
+    """``read(ParquetFile)`` of every metrics part, as :func:`trackstore.reader.each_part` lists
+    them; a damaged one is skipped with a warning, or raises with ``on_corrupt="error"``."""
     import pyarrow.parquet as pq
 
-    from .views import SkippedFileWarning
+    from .reader import each_part
+    from .views import warn_skipped
 
     if on_corrupt not in ("warn", "error"):
         raise ValueError("on_corrupt must be 'warn' or 'error'")
-    for attempt in range(_RELIST_ATTEMPTS):
-        out = []
+
+    def read_file(path):
         try:
-            for path in paths.parts("metrics"):
-                try:
-                    out.append(read(pq.ParquetFile(path)))
-                except FileNotFoundError:
-                    raise
-                except Exception as exc:
-                    if on_corrupt == "error":
-                        raise CorruptFileError(str(path), str(exc)) from None
-                    warnings.warn(f"skipping damaged data file {path}: {exc} (run `trackstore doctor` to "
-                                  "quarantine it)", SkippedFileWarning, stacklevel=3)
-            return out
+            return read(pq.ParquetFile(path))
         except FileNotFoundError:
-            if attempt == _RELIST_ATTEMPTS - 1:
-                raise
-            time.sleep(0.002 * 2 ** attempt)  # a swap is over in microseconds; back off anyway
-    return []  # pragma: no cover (the loop returns or raises)
+            raise  # a swap: each_part lists again
+        except Exception as exc:
+            raise CorruptFileError(str(path), str(exc)) from None
+
+    def damaged(path, exc):
+        if on_corrupt == "error":
+            raise exc
+        warn_skipped(path, exc.detail, stacklevel=5)
+
+    return each_part(paths, "metrics", read_file, damaged)
 
 
 def _row_groups_for(pf, wanted: Sequence[str]) -> list[int]:

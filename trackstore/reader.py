@@ -11,13 +11,15 @@ evaluation is put back where it belongs.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
 
 from .errors import CorruptFileError, StoreError
 from .layout import RunPaths
 from .ranges import RangeSet
 
 _RELIST_ATTEMPTS = 8
+T = TypeVar("T")
 _THREADED_ROWS = 262_144
 
 
@@ -63,6 +65,32 @@ def _conform(table, kind: str, columns: Sequence[str] | None):
     return pa.Table.from_arrays(arrays, schema=pa.schema([target.field(n) for n in names]))
 
 
+def each_part(paths: RunPaths, kind: str, read: Callable[[Path], T],
+              damaged: Callable[[Path, CorruptFileError], None]) -> list[T]:
+    """``read(part)`` for every complete part file of one kind of a run, in name order.
+
+    A part ``read`` finds damaged (it raises :class:`CorruptFileError`) goes to
+    ``damaged(part, error)``, which raises to stop or returns to skip it. A part that vanished
+    between the listing and the read means a compaction swapped the kind folder meanwhile:
+    the same rows are now in other files, so the whole listing is taken again (never a mix of
+    old and new files).
+    """
+    for attempt in range(_RELIST_ATTEMPTS):
+        out = []
+        try:
+            for part in paths.parts(kind):
+                try:
+                    out.append(read(part))
+                except CorruptFileError as exc:
+                    damaged(part, exc)
+            return out
+        except FileNotFoundError:
+            if attempt == _RELIST_ATTEMPTS - 1:
+                raise StoreError(f"the {kind} files of {paths.dir} kept changing while being read; try again") from None
+            time.sleep(0.002 * 2 ** attempt)  # a swap is over in microseconds; back off anyway
+    return []  # pragma: no cover (the loop returns or raises)
+
+
 def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
               columns: Sequence[str] | None = None, skip_corrupt: bool = False):
     """All stored rows of one kind for one run, minus ``exclude``, in replay order.
@@ -78,24 +106,12 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
     need = None
     if columns is not None:
         need = list(dict.fromkeys([*columns, "writer", "seq"] + (["step"] if "step" in schema.ROWS[kind].names else [])))
-    for attempt in range(_RELIST_ATTEMPTS):
-        tables = []
-        try:
-            for part in paths.parts(kind):
-                try:
-                    t = read_part(part, kind, need)
-                except CorruptFileError:
-                    if skip_corrupt:
-                        continue
-                    raise
-                tables.append(_conform(t, kind, need))
-            break
-        except FileNotFoundError:
-            # A compaction swapped the kind folder between our listing and our read: the
-            # same rows are now in other files. List again (never a mix of old and new).
-            if attempt == _RELIST_ATTEMPTS - 1:
-                raise StoreError(f"the {kind} files of {paths.dir} kept changing while being read; try again") from None
-            time.sleep(0.002 * 2 ** attempt)
+
+    def damaged(_path, exc):
+        if not skip_corrupt:
+            raise exc
+
+    tables = each_part(paths, kind, lambda part: _conform(read_part(part, kind, need), kind, need), damaged)
     if not tables:
         names = need or schema.ROWS[kind].names
         return pa.Table.from_pylist([], schema=pa.schema([schema.ROWS[kind].field(n) for n in names]))

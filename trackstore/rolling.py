@@ -42,7 +42,6 @@ class RollingMerger:
         self.paths = paths
         self.writer_id = writer_id
         self.enabled = True
-        self.merges = 0
         self._files: dict[str, list[tuple[int, Path]]] = {}  # kind -> [(level, file)], oldest first
         self._exchange: bool | None = None
 
@@ -74,7 +73,6 @@ class RollingMerger:
                     group = [path for _lvl, path in files[start:start + FANOUT]]
                     merged = merge_own_parts(self.paths, kind, group)
                     files[start:start + FANOUT] = [(level + 1, merged)]
-                    self.merges += 1
         finally:
             held.release()
 

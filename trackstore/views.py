@@ -82,6 +82,12 @@ class SkippedFileWarning(UserWarning):
     """A damaged part file was left out of the views (the message names it)."""
 
 
+def warn_skipped(path, problem, *, stacklevel: int = 2) -> None:
+    """Warn that a damaged part file is left out of an answer (views, curves)."""
+    warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` to quarantine it)",
+                  SkippedFileWarning, stacklevel=stacklevel + 1)
+
+
 # ---------------------------------------------------------------------- part file checks
 _frame_cache: dict[tuple[str, int, int], str | None] = {}
 
@@ -231,8 +237,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     for path, problem in sorted(bad.items()):
         if on_corrupt == "error":
             raise CorruptFileError(path, problem)
-        warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` to "
-                      "quarantine it)", SkippedFileWarning, stacklevel=2)
+        warn_skipped(path, problem, stacklevel=3)
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET preserve_insertion_order = false")
@@ -256,8 +261,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                 for path, problem in culprits.items():
                     if on_corrupt == "error":
                         raise CorruptFileError(path, problem) from None
-                    warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` "
-                                  "to quarantine it)", SkippedFileWarning, stacklevel=2)
+                    warn_skipped(path, problem, stacklevel=3)
                 con.execute(f"DROP VIEW IF EXISTS _raw_{kind}")
                 con.execute(f"DROP TABLE IF EXISTS _empty_{kind}")
                 con.execute("DELETE FROM _trackstore_views WHERE kind = $kind", {"kind": kind})
