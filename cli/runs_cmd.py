@@ -143,7 +143,7 @@ def show(
     meta.add_column(style="bold")
     meta.add_column(overflow="fold")
     for key in ("name", "status", "created_at", "ended_at", "last_step", "host", "user", "tags", "notes",
-                "group", "job_type", "exit_code", "error"):
+                "group", "job_type", "exit_code", "error", "write_errors"):
         value = row.get(key)
         if value not in (None, [], ""):
             meta.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))

@@ -242,7 +242,11 @@ def test_memory_bound_reports_dropped_rows(root):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     msg = json.loads(out)["error"]
-    assert "5000 metrics rows dropped (memory bound reached)" in msg, msg
+    assert "5000 metrics rows dropped (memory bound reached while the disk failed)" in msg, msg
+    # a run missing rows never looks complete: it ends failed, saying what was lost
+    meta = json.loads((RunPaths(root, "disk", "r1").run_file).read_text())
+    assert meta["status"] == "failed" and "5000 metrics rows dropped" in meta["write_errors"]
+    assert "could not be stored" in meta["error"]
     # Everything up to the bound was kept and written once the disk came back.
     got = rows(RunPaths(root, "disk", "r1"))
     assert len(got["seq"]) == 110 * 50 and sorted(set(got["step"])) == list(range(110))

@@ -49,3 +49,72 @@ def constant_bools(value: bool, n: int):
     import pyarrow as pa
 
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer((b"\xff" if value else b"\x00") * ((n + 7) // 8))])
+
+
+_EPOCH = None
+
+
+def column(values: list, type_):
+    """A pyarrow array of ``type_`` from Python values (``None`` is null), never importing pandas.
+
+    ``pa.array`` asks pyarrow's pandas shim whether its argument is array-like, and the shim
+    imports pandas when it is installed, whether the argument is a list or a numpy array. At
+    interpreter shutdown that import fails (pandas starts a thread pool, which Python refuses
+    then), and the rows being converted were lost. This builds the array from its buffers for
+    the types the row kinds use (strings, int64, float64, bool, timestamps, lists of those); any
+    other type, or a machine without numpy (where pyarrow never looks for pandas), goes through
+    ``pa.array``. Raises ``TypeError``/``ValueError``/``OverflowError`` for a value that does not
+    fit the type, as ``pa.array`` does.
+    """
+    import pyarrow as pa
+
+    try:
+        import numpy as np
+    except ImportError:
+        return pa.array(values, type_)
+    n = len(values)
+    valid = [v is not None for v in values]
+    nulls = n - sum(valid)
+    bitmap = None if not nulls else pa.py_buffer(np.packbits(np.fromiter(valid, np.bool_, n), bitorder="little"))
+    if pa.types.is_string(type_):
+        bad = next((v for v in values if v is not None and not isinstance(v, str)), None)
+        if bad is not None:
+            raise TypeError(f"expected a string, got {type(bad).__name__}")
+        data = [v.encode("utf-8") if v is not None else b"" for v in values]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, data), np.int64, n), out=offsets[1:])
+        if offsets[-1] >= 1 << 31:
+            raise ValueError("more than 2 GiB of text in one column")
+        return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(offsets.astype(np.int32)),
+                                                pa.py_buffer(b"".join(data))], null_count=nulls)
+    if pa.types.is_list(type_):
+        items = [v for v in values if v is not None]
+        if any(isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) for v in items):
+            raise TypeError(f"expected lists for a {type_} column")
+        lengths = np.fromiter((len(v) if v is not None else 0 for v in values), np.int64, n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        child = column([x for v in items for x in v], type_.value_type)
+        return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(offsets.astype(np.int32))],
+                                     null_count=nulls, children=[child])
+    if pa.types.is_timestamp(type_) and type_.unit == "us":
+        global _EPOCH
+        from datetime import datetime, timedelta, timezone
+
+        if _EPOCH is None:
+            _EPOCH = (datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1))
+        epoch, us = _EPOCH
+        raw = np.fromiter(((v - epoch) // us if v is not None else 0 for v in values), np.int64, n)
+        return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(raw)], null_count=nulls)
+    if pa.types.is_boolean(type_):
+        if any(type(v) is not bool for v in values if v is not None):
+            raise TypeError("expected True or False")
+        bits = np.packbits(np.fromiter((bool(v) for v in values), np.bool_, n), bitorder="little")
+        return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(bits)], null_count=nulls)
+    dtype = {pa.int64(): np.int64, pa.float64(): np.float64}.get(type_)
+    if dtype is None:
+        return pa.array(values, type_)
+    if dtype is np.int64 and any(isinstance(v, (bool, float)) or not isinstance(v, int) for v in values if v is not None):
+        raise TypeError(f"expected integers for an {type_} column")
+    raw = np.fromiter((v if v is not None else 0 for v in values), dtype, n)
+    return pa.Array.from_buffers(type_, n, [bitmap, pa.py_buffer(raw)], null_count=nulls)

@@ -64,6 +64,7 @@ class RunInfo:
             "summary": m.get("summary") or {},
             "exit_code": m.get("exit_code"),
             "error": m.get("error"),
+            "write_errors": m.get("write_errors"),
         }
 
 

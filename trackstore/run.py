@@ -307,6 +307,9 @@ class Run:
         :func:`init`) turns that off for this call. It is skipped when a sync, gc or other
         writer is busy with the run, and never raises (see
         :func:`trackstore.compact.compact_finished_run`).
+
+        A run some of whose rows could not be stored (the disk failed until the end, a value
+        that could not be converted) ends ``failed`` with ``write_errors`` saying what was lost.
         """
         with _signals_deferred():
             if self._finished:
@@ -335,6 +338,10 @@ class Run:
 
     def _end(self, status: str, exit_code: int | None, error: str | None, compact: bool = True):
         report = self._writer.close()
+        if not report.ok:  # a run missing rows never looks complete
+            if status == "finished":
+                status = "failed"
+            error = error or f"some data could not be stored: {report.describe()}"
         now = time.time()
         self._writer_info.update(status=status, ended_at=_meta.iso(now), heartbeat_at=_meta.iso(now))
         if error:
@@ -560,6 +567,9 @@ def init(
     _live_runs.add(run)
     _install_process_hooks()
     _current = run
+    # The writer thread has been loading pyarrow meanwhile; wait for it (about 0.3 s, once), so
+    # that the first flush comes flush_interval from now and nothing is imported at exit.
+    run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
     return run
 
 
@@ -614,6 +624,7 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
 
 
 _KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
+_WRITER_START_TIMEOUT_S = 60.0
 TEMP_GRACE_S = 60.0  # only temp files older than this are a dead writer's leftovers
 
 
@@ -670,10 +681,14 @@ def finish(exit_code: int | None = None, **kw: Any) -> None:
 # ---------------------------------------------------------------------- process hooks
 # Signal handlers run in the main thread between two bytecodes, possibly while that thread is
 # itself inside Run.flush/finish (holding the writer's I/O lock). Flushing again from the
-# handler would deadlock, so while the main thread is inside such a section a SIGTERM is only
-# noted, and handled the moment the section ends.
+# handler would deadlock, and a KeyboardInterrupt raised in the middle of the final flush would
+# lose what it was writing. So while the main thread is inside such a section, SIGTERM and
+# SIGINT are only noted, and handled the moment the section ends (at interpreter exit, a SIGINT
+# is then only reported: the process is ending anyway).
 _busy_depth = 0
 _deferred_signals: list[tuple[int, Any]] = []
+_exiting = False  # set by the atexit hook: nothing may be imported from here on
+_exit_code: Any = None  # what the program passed to sys.exit, if it did
 
 
 @contextmanager
@@ -682,22 +697,81 @@ def _signals_deferred():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    outer = _busy_depth == 0
+    previous_int = _defer_sigint() if outer else None
     _busy_depth += 1
     try:
         yield
     finally:
         _busy_depth -= 1
+        if outer:
+            _restore_sigint(previous_int)
         if _busy_depth == 0 and _deferred_signals:
-            signum, frame = _deferred_signals.pop(0)
+            pending = list(_deferred_signals)
             _deferred_signals.clear()
-            _handle_sigterm(signum, frame)
+            terms = [(n, f) for n, f in pending if n != signal.SIGINT]
+            if terms:
+                _handle_sigterm(*terms[0])
+            elif not _exiting and callable(previous_int):
+                previous_int(signal.SIGINT, pending[0][1])  # the interrupt, now that the data is safe
+
+
+def _on_deferred_sigint(signum, frame):
+    if not any(n == signal.SIGINT for n, _f in _deferred_signals):
+        sys.stderr.write("trackstore: saving buffered data before stopping; the interrupt takes effect right "
+                         "after (kill -9 abandons what is not yet written)\n")
+    _deferred_signals.append((signum, frame))
+
+
+def _defer_sigint():
+    """Note SIGINT instead of raising KeyboardInterrupt; returns the handler to restore."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous in (signal.SIG_IGN, None) or previous is _on_deferred_sigint:
+            return None
+        signal.signal(signal.SIGINT, _on_deferred_sigint)
+        return previous
+    except (ValueError, OSError):  # not the main thread of the main interpreter
+        return None
+
+
+def _restore_sigint(previous) -> None:
+    if previous is None:
+        return
+    try:
+        signal.signal(signal.SIGINT, previous)
+    except (ValueError, OSError):
+        pass
+
+
+def _exit_status() -> tuple[str | None, int | None, str | None]:
+    """(status, exit code, error) for runs ended by the interpreter's exit, from ``sys.exit``."""
+    code = _exit_code
+    if code is None or code == 0:
+        return None, None, None
+    if isinstance(code, int):
+        return "failed", code, f"exited with sys.exit({code})"
+    return "failed", 1, f"exited with sys.exit({str(code)[:200]!r})"
+
+
+def _finish_at_exit() -> None:
+    """The atexit hook: end every run this process still has open, data first."""
+    global _exiting
+    _exiting = True
+    status, code, error = _exit_status()
+    with _signals_deferred():
+        for run in list(_live_runs):
+            try:
+                run.finish(code, status=status, error=run._failed_error or error)
+            except Exception as exc:  # atexit context: report, never raise
+                sys.stderr.write(f"trackstore: WARNING: {exc}\n")
 
 
 def _finish_all(status: str | None = None, error: str | None = None, compact: bool | None = None) -> None:
     for run in list(_live_runs):
         try:
             run.finish(status=status, error=error or run._failed_error, compact=compact)
-        except Exception as exc:  # atexit/signal context: report, never raise
+        except Exception as exc:  # signal context: report, never raise
             sys.stderr.write(f"trackstore: WARNING: {exc}\n")
 
 
@@ -752,18 +826,23 @@ def _after_fork_in_child() -> None:
 
 
 def _install_process_hooks() -> None:
-    """atexit, sys.excepthook and SIGTERM, installed once per process, chaining what exists.
+    """atexit, sys.excepthook, sys.exit and SIGTERM, installed once per process, chaining what
+    exists.
 
-    SIGINT needs no handler: it raises KeyboardInterrupt, which the excepthook records and
-    ``atexit`` (or the ``with`` block) turns into a ``failed`` run. A SIGTERM the program
-    ignores (``SIG_IGN``) stays ignored.
+    SIGINT needs no handler of its own: it raises KeyboardInterrupt, which the excepthook
+    records and ``atexit`` (or the ``with`` block) turns into a ``failed`` run; from the moment
+    the main thread dies of an exception, and during every final flush, further SIGINTs are
+    only noted (see :func:`_signals_deferred`). ``sys.exit(n)`` is recorded (the exit code is
+    not visible to ``atexit``), so a non-zero exit ends the runs ``failed`` with that code. An
+    uncaught exception in another thread does not end the process, so it does not end the run
+    either. A SIGTERM the program ignores (``SIG_IGN``) stays ignored.
     """
     global _hooks_installed, _previous_sigterm
     with _hooks_lock:
         if _hooks_installed:
             return
         _hooks_installed = True
-    atexit.register(_finish_all)
+    atexit.register(_finish_at_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
@@ -773,9 +852,22 @@ def _install_process_hooks() -> None:
         err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
         for run in list(_live_runs):
             run._fail(err)
+        if _live_runs and threading.current_thread() is threading.main_thread() and not hasattr(sys, "ps1"):
+            _defer_sigint()  # the process is ending: a second Ctrl-C must not cut the final flush
         previous_hook(exc_type, exc, tb)
 
     sys.excepthook = _excepthook
+
+    previous_exit = sys.exit
+
+    def _exit(status: Any = None):
+        global _exit_code
+        if threading.current_thread() is threading.main_thread():
+            _exit_code = status
+        previous_exit(status)
+
+    _exit.__doc__ = previous_exit.__doc__
+    sys.exit = _exit
 
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be installed from the main thread

@@ -406,7 +406,7 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
         ("created_at", ts), ("ended_at", ts), ("updated_at", ts), ("last_step", pa.int64()),
         ("host", pa.string()), ("user", pa.string()), ("tags", pa.list_(pa.string())), ("notes", pa.string()),
         ("group", pa.string()), ("job_type", pa.string()), ("config", pa.string()), ("summary", pa.string()),
-        ("exit_code", pa.int64()), ("error", pa.string()),
+        ("exit_code", pa.int64()), ("error", pa.string()), ("write_errors", pa.string()),
     ]
     cols: dict[str, list] = {name: [] for name, _ in fields}
     for r in rows:

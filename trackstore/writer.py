@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable, Mapping
 
-from .arrays import from_numpy, string_array
+from .arrays import column, from_numpy, string_array
 from .files import warn
 from .layout import RunPaths, part_file_name
 
@@ -47,11 +47,21 @@ class WriteReport:
 
     unwritten_rows: dict[str, int] = field(default_factory=dict)
     dropped_rows: dict[str, int] = field(default_factory=dict)
+    rejected_rows: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not any(self.unwritten_rows.values()) and not any(self.dropped_rows.values())
+        return not any(self.lost().values())
+
+    def lost(self) -> dict[str, int]:
+        """Rows per kind that are not on disk, whatever the reason."""
+        out: dict[str, int] = {}
+        for counts in (self.unwritten_rows, self.dropped_rows, self.rejected_rows):
+            for kind, n in counts.items():
+                if n:
+                    out[kind] = out.get(kind, 0) + n
+        return out
 
     def describe(self) -> str:
         parts = []
@@ -60,7 +70,10 @@ class WriteReport:
                 parts.append(f"{n} {kind} rows not written")
         for kind, n in self.dropped_rows.items():
             if n:
-                parts.append(f"{n} {kind} rows dropped (memory bound reached)")
+                parts.append(f"{n} {kind} rows dropped (memory bound reached while the disk failed)")
+        for kind, n in self.rejected_rows.items():
+            if n:
+                parts.append(f"{n} {kind} rows rejected (values that cannot be stored)")
         if self.last_error:
             parts.append(f"last error: {self.last_error}")
         return "; ".join(parts) or "all data written"
@@ -69,8 +82,11 @@ class WriteReport:
 class Writer:
     """Owns one process's buffers and part files for one run. Thread-safe for callers.
 
-    ``ready`` is set once the background thread has imported pyarrow (about 0.3 s, paid off
-    the training thread); ``flush`` and ``close`` work before that too.
+    ``ready`` is set once the background thread has imported what flushing and merging will
+    need (pyarrow, numpy; about 0.3 s). Nothing the writer does after ``ready`` imports a
+    module, so a flush at interpreter shutdown (when Python refuses some imports) converts and
+    writes like any other; :func:`trackstore.init` waits for ``ready``, which also makes the
+    first flush come ``flush_interval`` after init.
     """
 
     def __init__(
@@ -111,6 +127,7 @@ class Writer:
         self._pending: list[tuple[str, int, Any]] = []  # (kind, first_seq, pa.Table) not yet on disk
         self._pending_bytes = 0
         self._dropped: dict[str, int] = {}
+        self._rejected: dict[str, int] = {}
         self._last_error: str | None = None
         self._failing = False
         self._warned = False
@@ -174,17 +191,12 @@ class Writer:
                 self._wake.set()  # merges run in the writer's thread, never in the caller's
 
     def _loop(self) -> None:
-        try:  # pay pyarrow's import now, off the training thread
-            import pyarrow.parquet  # noqa: F401
-
-            from . import schema  # noqa: F401
-        except Exception:
-            pass
         try:
-            import numpy  # noqa: F401
-        except ImportError:
-            pass
-        self.ready.set()
+            preload(merging=self._rolling is not None)
+        except Exception as exc:  # a broken install: flushes will report it
+            self._record_error(f"could not load pyarrow: {exc!r}", disk=False)
+        finally:
+            self.ready.set()
         now = time.monotonic()
         next_flush = now + self.flush_interval
         next_tick = now + self._tick_interval
@@ -248,13 +260,55 @@ class Writer:
         first = self._next_seq.get(kind, 0)
         try:
             table = build(payload, first)
-        except Exception as exc:  # a row pyarrow cannot convert: report it, keep the writer going
-            self._count_dropped(kind, n)
-            self._record_error(f"could not convert {n} {kind} rows: {exc!r}")
-            return
+        except Exception as exc:  # a value that cannot be stored: it alone is lost, not its batch
+            payload, kept = self._salvage(kind, build, payload)
+            self._count_rejected(kind, n - kept, exc)
+            if not kept:
+                return
+            n = kept
+            try:
+                table = build(payload, first)
+            except Exception as exc2:
+                self._count_rejected(kind, n, exc2)
+                return
         self._next_seq[kind] = first + n
         self._pending.append((kind, first, table))
         self._pending_bytes += table.nbytes
+
+    def _salvage(self, kind: str, build: Callable, payload: Any) -> tuple[Any, int]:
+        """What of a batch that failed to convert can be stored: ``(payload, rows kept)``.
+
+        Callers' values are checked when they are logged, so this is a last line of defence
+        (a value that changed after the check, a type nobody foresaw): each row or point is
+        tried alone and only those that fail are left out.
+        """
+        if kind == "metrics":
+            kept_batch = []
+            kept = 0
+            for step, ts, values in payload:
+                if not -(1 << 63) <= step < (1 << 63):
+                    continue
+                good = {k: v for k, v in values.items() if _storable_float(v)}
+                if good:
+                    kept_batch.append((step, ts, good))
+                    kept += len(good)
+            return kept_batch, kept
+        kind_, rows = payload
+        good_rows = []
+        for row in rows:
+            try:
+                build((kind_, [row]), 0)
+            except Exception:
+                continue
+            good_rows.append(row)
+        return (kind_, good_rows), len(good_rows)
+
+    def _count_rejected(self, kind: str, n: int, exc: BaseException) -> None:
+        if n <= 0:
+            return
+        with self._count_lock:
+            self._rejected[kind] = self._rejected.get(kind, 0) + n
+        self._record_error(f"{n} {kind} rows could not be stored and were left out: {exc!r}", disk=False)
 
     def _metrics_table(self, batch: list, first_seq: int):
         """One Arrow table from many log calls.
@@ -294,8 +348,6 @@ class Writer:
                     per_call[i] = li
         layout_codes = self._layout_codes
         last_call = {li: i for i, li in enumerate(per_call)}  # the last call of each layout
-        for i in sorted(last_call.values()):
-            self.last_values.update(vals[i])
         counts = [len(layout_codes[li]) for li in per_call]
         n = sum(counts)
         flat = chain.from_iterable(map(dict.values, vals))
@@ -303,10 +355,7 @@ class Writer:
             for codes in layout_codes[len(self._layout_arrays):]:
                 self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
             indices = from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))), pa.int32())
-            try:
-                values = from_numpy(np.fromiter(flat, np.float64, n), pa.float64())
-            except (OverflowError, TypeError, ValueError):  # e.g. an int beyond float range
-                values = pa.array([float(v) for v in chain.from_iterable(map(dict.values, vals))], pa.float64())
+            values = from_numpy(np.fromiter(flat, np.float64, n), pa.float64())  # raises for an int beyond float range
             c = np.asarray(counts, dtype=np.int64)
             steps = from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
             micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
@@ -327,6 +376,8 @@ class Writer:
             steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64()).cast(schema.TS_TYPE)
             seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
             writer = pa.array([self.writer_id] * n, pa.string())
+        for i in sorted(last_call.values()):  # only once every value converted
+            self.last_values.update(vals[i])
         keys = pa.DictionaryArray.from_arrays(indices, string_array(list(self._key_names)))
         cols = [steps, keys, values, times, writer, seqs]
         return pa.Table.from_arrays(cols, names=schema.METRIC_POINTS.names)  # write_part applies the schema
@@ -340,7 +391,11 @@ class Writer:
         for i, row in enumerate(rows):
             row["writer"] = self.writer_id
             row["seq"] = first_seq + i
-        return pa.Table.from_pylist(rows, schema=schema.with_metadata(schema.SCHEMAS[kind], kind))
+        target = schema.with_metadata(schema.SCHEMAS[kind], kind)
+        # column(), not Table.from_pylist: pyarrow's list conversion imports pandas when it is
+        # installed, which fails at interpreter shutdown (see trackstore.arrays.column)
+        return pa.Table.from_arrays([column([row.get(f.name) for row in rows], f.type) for f in target],
+                                    schema=target)
 
     def _write_pending(self) -> bool:
         while self._pending:
@@ -363,9 +418,11 @@ class Writer:
             warn(f"writing to {self.paths.dir} works again; all buffered data is now on disk")
         return True
 
-    def _record_error(self, msg: str) -> None:
+    def _record_error(self, msg: str, disk: bool = True) -> None:
         self._last_error = msg
-        if not self._warned:
+        if not disk:
+            warn(f"{msg}. Training continues; the other rows are stored.")
+        elif not self._warned:
             self._warned = True
             warn(f"{msg}. Training continues; data is kept in memory (up to "
                   f"{self.max_pending_bytes >> 20} MiB) and written when the disk recovers.")
@@ -383,13 +440,18 @@ class Writer:
         for attempt in range(max(1, retries)):
             try:
                 ok = self.flush(timeout=timeout)
+                # a log call that passed its run's "finished" check just before finish() set it
+                # may append after the flush took the buffers: flush those too
+                while ok and self._buffered_counts():
+                    ok = self.flush(timeout=timeout)
             except Exception as exc:
                 self._record_error(f"flush at close failed: {exc!r}")
                 ok = False
             if ok:
                 break
             time.sleep(retry_delay * (attempt + 1))
-        report = WriteReport(dropped_rows=dict(self._dropped), last_error=None if ok else self._last_error)
+        report = WriteReport(dropped_rows=dict(self._dropped), rejected_rows=dict(self._rejected),
+                             last_error=self._last_error if (not ok or self._rejected) else None)
         for kind, _first, table in self._pending:
             report.unwritten_rows[kind] = report.unwritten_rows.get(kind, 0) + table.num_rows
         for kind, n in self._buffered_counts().items():  # left in the buffers (flush timed out)
@@ -411,6 +473,36 @@ class Writer:
     @property
     def next_seq(self) -> dict[str, int]:
         return dict(self._next_seq)
+
+
+def _storable_float(v: Any) -> bool:
+    try:
+        float(v)
+    except Exception:
+        return False
+    return True
+
+
+def preload(merging: bool) -> None:
+    """Import what a flush (and with ``merging``, a merge of parts) will need, so that none of
+    it is imported later: at interpreter shutdown some imports fail, and a flush then must not
+    be the first to need a module. Also run one conversion of every row kind, which loads
+    whatever pyarrow loads lazily on first use."""
+    import pyarrow as pa
+    import pyarrow.parquet  # noqa: F401
+
+    from . import atomic, last_rows, schema  # noqa: F401
+
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+    for sch in schema.SCHEMAS.values():
+        pa.Table.from_arrays([column([], f.type) for f in sch], schema=sch)
+    if merging:
+        import pyarrow.compute  # noqa: F401
+
+        from . import compact, locks, reader, rolling, views  # noqa: F401
 
 
 def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
