@@ -84,7 +84,6 @@ def run_trackstore(dicts, tmp):
 
     t0 = time.perf_counter()
     run = trackstore.init("bench", root=tmp / "store")
-    run._writer.ready.wait(30)  # the writer thread's one-time pyarrow import, counted in init
     t1 = time.perf_counter()
     log = run.log
     for step, d in enumerate(dicts):
