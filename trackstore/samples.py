@@ -169,10 +169,10 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
     ts = _ts_now()
     with _counters_lock:
         counters = _counters.setdefault(run, {})
-        indexes = _assign_indexes(built, counters.get((step, split), 0), step)
+        indexes, nxt = _assign_indexes(built, counters.get((step, split), 0), step)
         for r, index in zip(built, indexes):
             r["sample_index"], r["step"], r["split"], r["ts"] = index, step, split, ts
-        counters[(step, split)] = max(indexes) + 1
+        counters[(step, split)] = nxt
     for r in built:
         run._append("samples", r)
     return len(built)
@@ -231,9 +231,9 @@ def _as_index(value: Any, where: str) -> int:
     return as_index(value, f"{where}: sample_index")
 
 
-def _assign_indexes(built: list[dict], nxt: int, step: int) -> list[int]:
-    """Each row's sample_index: its own, or the next free one from ``nxt``. Nothing is changed
-    (and the call raises) when an automatic index would pass the int64 maximum."""
+def _assign_indexes(built: list[dict], nxt: int, step: int) -> tuple[list[int], int]:
+    """Each row's sample_index (its own, or the next free one from ``nxt``) and the next free
+    index after them. Raises when an automatic index would pass the int64 maximum."""
     out = []
     for i, r in enumerate(built):
         index = r["sample_index"]
@@ -246,7 +246,7 @@ def _assign_indexes(built: list[dict], nxt: int, step: int) -> list[int]:
             index = nxt
         nxt = max(nxt, index + 1)
         out.append(index)
-    return out
+    return out, nxt
 
 
 def decode_row(row: Mapping[str, Any]) -> dict:

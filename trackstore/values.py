@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Mapping
 
 from .errors import InvalidValueError
 from .names import validate_key
@@ -35,6 +35,7 @@ FLOAT64_INT_LIMIT = (1 << 1024) - (1 << 970)
 # Types the hot path accepts without looking further: float and the float subclasses seen in
 # practice (numpy.float64 subclasses float), added at run time.
 FAST_TYPES: set[type] = {float}
+_INT_TYPES = {int, bool}
 
 
 class Unset:
@@ -63,17 +64,18 @@ def to_float64(what: str, value: int | float) -> float:
     return float(value)
 
 
-def plain_numbers(values: Iterable[Any]) -> bool:
-    """True if every value is of a fast type or an int that converts to a float64.
+def plain_numbers(values: Collection[Any]) -> bool:
+    """True if every value is of a fast type, a bool, or an int that converts to a float64.
 
     Run.log asks this only when the sum of a call's values is not a plain float (numpy.float64
     values among them): the sum then proves nothing about ints that a numpy scalar absorbed.
     """
-    for v in values:
-        t = type(v)
-        if t not in FAST_TYPES and t is not bool and not (t is int and -FLOAT64_INT_LIMIT < v < FLOAT64_INT_LIMIT):
-            return False
-    return True
+    types = set(map(type, values))
+    if types <= FAST_TYPES:
+        return True
+    if not types <= FAST_TYPES | _INT_TYPES:
+        return False
+    return all(-FLOAT64_INT_LIMIT < v < FLOAT64_INT_LIMIT for v in values if type(v) is int)
 
 
 def as_step(step: Any, what: str = "step") -> int:
