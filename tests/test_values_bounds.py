@@ -89,6 +89,16 @@ def test_int_beyond_float64_is_refused_at_the_call_and_costs_no_neighbour(root, 
     assert stored(root, "SELECT count(*), count(*) FILTER (WHERE step = 500) FROM metrics") == [(n, 0)]
 
 
+def test_plain_numbers_looks_at_ints_a_numpy_sum_absorbed():
+    """Run.log's fast path asks this when a call's sum is not a plain float (numpy values among
+    them): with numpy 1.x, a float64 sum may absorb a huge int without raising."""
+    from trackstore.values import plain_numbers
+
+    assert plain_numbers([1.0, 2, True, -(2 ** 1000)])
+    assert not plain_numbers([1.0, BIG]) and not plain_numbers([-BIG]) and not plain_numbers([2 ** 1024])
+    assert not plain_numbers(["1"]) and not plain_numbers([np.int64(1)]) and not plain_numbers([None])
+
+
 def test_largest_float64_ints_are_accepted(root):
     run = trackstore.init("p", root=root, flush_interval=WINDOW)
     edge = 2 ** 1024 - 2 ** 970 - 1  # rounds down to the largest float64
@@ -173,6 +183,15 @@ def test_sample_index_at_int64_max_leaves_no_automatic_index(root):
     finish_cleanly(run)
     assert stored(root, "SELECT step, sample_index, output FROM samples ORDER BY seq") == [
         (3, INT64_MAX, "top"), (3, 5, "own"), (4, 0, "other step")]
+
+
+def test_a_row_index_below_the_counter_does_not_move_it_back(root):
+    run = trackstore.init("p", root=root, flush_interval=WINDOW)
+    run.log_samples([("q", "a"), ("q", "b"), ("q", "c")], step=1)
+    run.log_samples([{"input": "q", "output": "again", "sample_index": 0}, ("q", "next")], step=1)
+    finish_cleanly(run)
+    assert stored(root, "SELECT sample_index, output FROM samples ORDER BY seq") == [
+        (0, "a"), (1, "b"), (2, "c"), (0, "again"), (3, "next")]
 
 
 # ---------------------------------------------------------------------- traces
