@@ -154,6 +154,19 @@ def test_int64_bounds_are_steps_and_the_counter_stops_at_the_top(root):
         assert res.returncode == 0, res.stderr
 
 
+def test_a_run_resumed_at_the_int64_maximum_keeps_logging(root):
+    run = trackstore.init("p", root=root, run_id="top", flush_interval=WINDOW)
+    run.log({"a": 1.0}, step=INT64_MAX)
+    finish_cleanly(run)
+    run = trackstore.init("p", root=root, run_id="top", resume=True, flush_interval=WINDOW)
+    assert run.step == INT64_MAX
+    run.log({"a": 2.0})
+    run.log_samples([("q", "a")])
+    finish_cleanly(run)
+    assert stored(root, "SELECT step, value FROM metrics ORDER BY value") == [(INT64_MAX, 1.0), (INT64_MAX, 2.0)]
+    assert stored(root, "SELECT step FROM samples") == [(INT64_MAX,)]
+
+
 # ---------------------------------------------------------------------- samples
 @pytest.mark.parametrize("kw,row,why", [
     ({"step": 2 ** 63}, {}, r"step .*64-bit"),

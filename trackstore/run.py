@@ -32,7 +32,7 @@ from .files import warn
 from .atomic import is_temp_file
 from .layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from .names import validate_run_id
-from .values import as_step, json_safe, normalize, plain_numbers
+from .values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
@@ -523,7 +523,7 @@ def init(
         if notes is not None:
             meta["notes"] = notes
         _close_dead_writers(paths, now)
-        first_step = _max_step_on_disk(paths, meta) + 1
+        first_step = min(_max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
     else:
         attempts = []
         meta = {
