@@ -4,7 +4,7 @@
 
     with run.trace(step=10, sample_index=3, rollout_n=0) as tr:          # one trajectory
         with tr.span("assistant", kind="llm", inputs=messages) as s:
-            s.set_outputs(reply)
+            s.set_outputs(reply)                 # or tr.span(..., outputs=reply) when known up front
         result = run_tool(call)              # @traced(kind="tool") nests it under the trace
         tr.set_reward(1.0)
 
@@ -23,7 +23,9 @@ The promises this module keeps:
   (:func:`latest_rows` does this in Python; the ``spans`` SQL view does it in DuckDB). Spans
   that end before the checkpointer looks at them (most of them) are written once.
 * Tracing never raises into training for disk trouble; the caller's own mistakes (a bad
-  ``kind``, a finished run) raise :class:`~trackstore.errors.TrackstoreError` subclasses early.
+  ``kind``, a step, ``sample_index`` or ``rollout_n`` beyond int64, a reward too large for a
+  float64, a finished run) raise :class:`~trackstore.errors.TrackstoreError` subclasses early,
+  before anything of that trace is buffered.
   An exception inside a span is recorded (status ``error``) and re-raised unchanged.
 * :func:`configure` sets, per run, a bounded sampler (``max_samples_per_step``, deterministic
   by ``seed``: which trajectories are kept depends only on the seed, the step and the sample
