@@ -82,8 +82,7 @@ def as_step(step: Any, what: str = "step") -> int:
     """An int64 step from an int, a numpy/torch integer or an integral float; bools are refused."""
     if isinstance(step, bool):
         raise InvalidValueError(f"{what} must be an integer, got {step!r}")
-    item = getattr(step, "item", None)
-    value = item() if callable(item) else step
+    value = _item(step, what)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -93,11 +92,21 @@ def as_step(step: Any, what: str = "step") -> int:
 
 def as_index(value: Any, what: str) -> int:
     """An int64 index (``sample_index``, ``rollout_n``) from an int or a numpy/torch integer."""
-    item = getattr(value, "item", None)
-    v = item() if callable(item) else value
+    v = _item(value, what)
     if isinstance(v, bool) or not isinstance(v, int):
         raise InvalidValueError(f"{what} must be an integer, got {value!r:.60}")
     return _in_int64(int(v), what)
+
+
+def _item(value: Any, what: str) -> Any:
+    """A numpy/torch scalar's Python value (``.item()``); anything else as it is."""
+    item = getattr(value, "item", None)
+    if not callable(item):
+        return value
+    try:
+        return item()
+    except Exception as exc:  # e.g. a multi-element array, or a tensor whose device is gone
+        raise InvalidValueError(f"{what} could not be read with .item(): {exc}") from exc
 
 
 def _in_int64(value: int, what: str) -> int:
