@@ -30,8 +30,8 @@ BAD_PROJECTS = [
     ("a\x85b", "U+0085"),
     ("safe\u202eexe.txt", "U+202E"),
     ("bad\udc80name", "not valid Unicode"),  # a lone surrogate, as from a mis-decoded file name
-    ("x" * 129, "too long"),
-    ("实验" * 35, "UTF-8 bytes"),  # 70 characters but 210 bytes
+    ("x" * 129, "too long: 129 characters, 129 bytes in UTF-8; the limit is 128 characters"),
+    ("实验" * 35, "too long: 70 characters, 210 bytes in UTF-8; the limit is 200 bytes"),
     (123, "must be a string"),
     (None, "must be a string"),
 ]
@@ -55,6 +55,28 @@ def test_bad_run_ids_fail_before_anything_is_written(root, run_id):
     with pytest.raises(trackstore.InvalidNameError, match="run id"):
         trackstore.init("p", root=root, run_id=run_id, resume=True)
     assert list(root.iterdir()) == []
+
+
+def test_length_messages_say_which_limit_and_give_both_counts(root, tmp_path):
+    """A 128-character Chinese name is within the character limit: the byte limit refuses it."""
+    with pytest.raises(trackstore.InvalidNameError) as exc:
+        trackstore.init("模" * 128, root=root)
+    msg = str(exc.value)
+    assert "project name" in msg and "128 characters, 384 bytes in UTF-8; the limit is 200 bytes" in msg
+    assert "limit is 128 characters" not in msg
+    run = trackstore.init("p", root=root)
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"w")
+    with pytest.raises(trackstore.InvalidNameError, match="artifact name .* 67 characters, 201 bytes in UTF-8; "
+                                                         "the limit is 200 bytes"):
+        run.log_artifact(f, name="模" * 67)
+    with pytest.raises(trackstore.InvalidNameError, match="artifact name .* 129 characters, 129 bytes in UTF-8; "
+                                                         "the limit is 128 characters"):
+        run.log_artifact(f, name="a" * 129)
+    run.log_artifact(f, name="模" * 66)  # 198 bytes: accepted
+    run.finish()
+    with pytest.raises(trackstore.InvalidNameError, match="run id .* 65 characters; the limit is 64 characters"):
+        trackstore.init("p", root=root, run_id="r" * 65)
 
 
 def test_bad_arguments_to_init_fail_before_anything_is_written(root):
@@ -88,7 +110,7 @@ BAD_KEYS = [
     ({"": 1.0}, "must not be empty"),
     ({"a\nb": 1.0}, "control character (U+000A)"),
     ({"a\u2028b": 1.0}, "U+2028"),
-    ({"k" * 1001: 1.0}, "longer than 1000"),
+    ({"k" * 1001: 1.0}, "too long: 1001 characters; the limit is 1000 characters"),
     ({1: 1.0}, "must be a string"),
     ({"a": {2: 1.0}}, "must be a string"),
     ({"a": {"b": 1.0}, "a/b": 2.0}, "given twice"),

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from .files import sha256_file, warn
 from .errors import InvalidNameError, InvalidValueError, UsageError
 from .names import validate_artifact_name
-from .values import json_safe
+from .values import as_step, json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
     from .run import Run
@@ -109,8 +109,6 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
     then nothing is written, and the given aliases and metadata are not recorded), or ``None``
     after a warning if the copy failed for an I/O reason.
     """
-    from .run import _as_step
-
     if run.finished:
         raise UsageError(f"run {run.id} is finished; artifacts cannot be added to it")
     src = Path(path)
@@ -125,7 +123,7 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
         raise InvalidValueError(f"artifact type must be a short printable string such as 'model', got {type!r:.60}")
     alias_list = _aliases(aliases)
     meta = _metadata(metadata)
-    step = run.step if step is None else _as_step(step)  # (`type` is a parameter here)
+    step = as_step(run.step if step is None else step)  # an int64, or InvalidValueError naming it
     try:
         sources = _list_files(src)
     except OSError as exc:

@@ -9,6 +9,14 @@ Accepts lists (nested too), numpy arrays and tensors. Tensors are duck-typed (``
 runs in numpy (a 10M-element gradient takes well under a second); without it, in pure Python.
 NaN and +-inf are counted in ``nan_count``/``inf_count`` and left out of the bins and the
 statistics, so one bad value never hides the shape of the rest.
+
+Any finite float64 values can be binned, up to +-1.8e308: where the width of the range or the
+statistics would overflow, they are computed on the values scaled by a power of two (exact) and
+scaled back, so the edges, ``mean`` and ``std`` stay finite. A single repeated value gets one
+unit either side of it (numpy's convention), or a relative margin where a unit is lost in
+rounding. What the store cannot hold is refused with
+:class:`~trackstore.errors.InvalidValueError` when the histogram is built: an int too large for
+a float64, or counts adding up to more than a 64-bit ``count``.
 """
 
 from __future__ import annotations
@@ -17,8 +25,13 @@ import math
 from typing import Any, Sequence
 
 from .errors import InvalidValueError
+from .values import INT64_MAX
 
 MAX_BINS = 512  # wandb's limit; a histogram with more bins is refused at log time
+_FLOAT_MAX = 1.7976931348623157e308
+# Beyond this magnitude, sums of squared deviations may overflow: statistics are computed on
+# values scaled by a power of two (exact), then scaled back.
+_SCALE_ABOVE = 2.0 ** 256
 
 
 def _numpy():
@@ -64,6 +77,11 @@ def _to_floats(values: Any) -> list[float]:
                 out.append(float(v))
             except (TypeError, ValueError):
                 raise InvalidValueError(f"histogram values must be numbers, got {type(v).__name__}") from None
+            except OverflowError:
+                raise InvalidValueError(
+                    "histogram values must fit a float64: got an integer too large for a float64 (largest "
+                    "about 1.8e308)"
+                ) from None
 
     _walk(values)
     return out
@@ -73,8 +91,8 @@ def _to_array(np: Any, values: Any):
     values = _untensor(values)
     try:
         arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        # ragged nested lists or non-numbers: the list path gives the precise error or flattens
+    except (TypeError, ValueError, OverflowError):
+        # ragged nested lists, non-numbers or huge ints: the list path gives the precise error or flattens
         arr = np.asarray(_to_floats(values), dtype=np.float64)
     return arr.ravel()
 
@@ -120,13 +138,18 @@ class Histogram:
             raise InvalidValueError("Histogram counts must be finite and >= 0")
         self.counts, self.edges = c, e
         total = sum(c)
+        if not total <= INT64_MAX or int(round(total)) > INT64_MAX:
+            raise InvalidValueError(
+                f"Histogram counts add up to {total:.4g}; the count is stored as a 64-bit integer (at most 2**63-1)"
+            )
         self.count = int(round(total))
         self.min, self.max = e[0], e[-1]
         if total > 0:  # statistics from the bin midpoints: the best the counts can tell
-            mids = [(a + b) / 2 for a, b in zip(e, e[1:])]
+            k = _scale_exponent(e[0], e[-1])
+            mids = [math.ldexp(a / 2 + b / 2, -k) for a, b in zip(e, e[1:])]
             mean = sum(m * w for m, w in zip(mids, c)) / total
             var = sum(w * (m - mean) ** 2 for m, w in zip(mids, c)) / total
-            self.mean, self.std = mean, math.sqrt(var)
+            self.mean, self.std = _unscaled_stats(mean, math.sqrt(var), mids[0], mids[-1], k)
         else:
             self.mean = self.std = None
 
@@ -141,13 +164,14 @@ class Histogram:
             return
         lo, hi = float(finite.min()), float(finite.max())
         self.min, self.max = lo, hi
-        self.mean = float(finite.mean())
-        self.std = float(finite.std())
-        if lo == hi:
-            lo, hi = lo - 0.5, hi + 0.5
-        counts, edges = np.histogram(finite, bins=bins, range=(lo, hi))
+        k = _scale_exponent(lo, hi)
+        scaled = finite if k == 0 else np.ldexp(finite, -k)
+        self.mean, self.std = _unscaled_stats(float(scaled.mean()), float(scaled.std()), math.ldexp(lo, -k),
+                                              math.ldexp(hi, -k), k)
+        lo, hi, k = _bin_range(lo, hi)
+        counts, edges = np.histogram(finite if k == 0 else np.ldexp(finite, -k), bins=bins, range=(lo, hi))
         self.counts = counts.astype(np.float64).tolist()
-        self.edges = edges.tolist()
+        self.edges = (edges if k == 0 else np.ldexp(edges, k)).tolist()
 
     def _from_list(self, vals: list[float], bins: int) -> None:
         self.nan_count = sum(1 for v in vals if math.isnan(v))
@@ -160,16 +184,20 @@ class Histogram:
         lo, hi = min(finite), max(finite)
         self.min, self.max = lo, hi
         n = len(finite)
-        self.mean = math.fsum(finite) / n
-        self.std = math.sqrt(math.fsum((v - self.mean) ** 2 for v in finite) / n)
-        if lo == hi:
-            lo, hi = lo - 0.5, hi + 0.5
+        k = _scale_exponent(lo, hi)
+        scaled = finite if k == 0 else [math.ldexp(v, -k) for v in finite]
+        mean = math.fsum(scaled) / n
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in scaled) / n)
+        self.mean, self.std = _unscaled_stats(mean, std, math.ldexp(lo, -k), math.ldexp(hi, -k), k)
+        lo, hi, k = _bin_range(lo, hi)
+        if k:
+            finite = [math.ldexp(v, -k) for v in finite]
         width = (hi - lo) / bins
         counts = [0.0] * bins
         for v in finite:  # like numpy: half-open bins, the last one closed
             counts[min(int((v - lo) / width), bins - 1)] += 1
         self.counts = counts
-        self.edges = [lo + i * width for i in range(bins)] + [hi]
+        self.edges = [math.ldexp(lo + i * width, k) for i in range(bins)] + [math.ldexp(hi, k)]
 
     def _empty(self) -> None:
         self.edges, self.counts = [0.0, 1.0], [0.0]
@@ -193,3 +221,34 @@ class Histogram:
 
     def __repr__(self) -> str:
         return f"Histogram(bins={len(self.counts)}, count={self.count})"
+
+
+def _scale_exponent(lo: float, hi: float) -> int:
+    """0 for ordinary magnitudes; else ``k`` such that values times ``2**-k`` lie in (-1, 1)."""
+    m = max(abs(lo), abs(hi))
+    return math.frexp(m)[1] if m > _SCALE_ABOVE else 0
+
+
+def _unscaled_stats(mean: float, std: float, lo: float, hi: float, k: int) -> tuple[float, float]:
+    """``mean`` and ``std`` of values scaled by ``2**-k`` (whose range is ``lo..hi``), scaled back.
+
+    Rounding can put a mean an ulp outside the range; clamped, it never overflows scaling back.
+    """
+    mean = min(max(mean, lo), hi)
+    std = min(std, hi / 2 - lo / 2)
+    return math.ldexp(mean, k), math.ldexp(std, k)
+
+
+def _bin_range(lo: float, hi: float) -> tuple[float, float, int]:
+    """The range to bin ``lo..hi`` over, and the power of two ``k`` the values and the range are
+    scaled by (``2**-k``) so that numpy's ``hi - lo`` cannot overflow; the edges scale back by ``2**k``.
+
+    One repeated value gets 0.5 either side (numpy's convention), or 2**-20 of itself where 0.5
+    is lost in rounding (beyond 2**53), so the range is never empty.
+    """
+    if lo == hi:
+        d = 0.5 if lo - 0.5 < lo < lo + 0.5 else abs(lo) * 2.0 ** -20
+        return max(lo - d, -_FLOAT_MAX), min(hi + d, _FLOAT_MAX), 0
+    if math.isfinite(hi - lo):
+        return lo, hi, 0
+    return lo / 2, hi / 2, 1  # halving is exact for such magnitudes, and hi/2 - lo/2 <= 1.8e308

@@ -55,12 +55,27 @@ def _validate_component(name: object, what: str) -> str:
             "'=', '%' and control characters are not allowed"
         )
     _check_utf8(name, what)
-    if len(name) > MAX_NAME_CHARS or len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        raise InvalidNameError(
-            f"{what} is too long ({len(name)} characters); the limit is {MAX_NAME_CHARS} "
-            f"characters and {MAX_NAME_BYTES} UTF-8 bytes"
-        )
+    _check_length(name, what)
     return name
+
+
+def _check_length(name: str, what: str) -> None:
+    """At most MAX_NAME_CHARS characters and MAX_NAME_BYTES bytes of UTF-8 (what the folder name
+    costs the filesystem): the message says which limit the name passed, with both counts."""
+    chars, size = len(name), len(name.encode("utf-8"))
+    if chars <= MAX_NAME_CHARS and size <= MAX_NAME_BYTES:
+        return
+    counts = f"{chars} characters, {size} bytes in UTF-8"
+    if size > MAX_NAME_BYTES:
+        raise InvalidNameError(
+            f"{what} {name[:20]!r}... is too long: {counts}; the limit is {MAX_NAME_BYTES} bytes "
+            f"(and {MAX_NAME_CHARS} characters). Characters beyond ASCII take 2 to 4 bytes each "
+            "(a Chinese character takes 3): shorten the name"
+        )
+    raise InvalidNameError(
+        f"{what} {name[:20]!r}... is too long: {counts}; the limit is {MAX_NAME_CHARS} characters "
+        f"(and {MAX_NAME_BYTES} bytes): shorten the name"
+    )
 
 
 def _check_utf8(text: str, what: str, error: type = InvalidNameError) -> None:
@@ -82,7 +97,10 @@ def validate_run_id(run_id: object) -> str:
     if not run_id:
         raise InvalidNameError("run id must not be empty")
     if len(run_id) > MAX_RUN_ID_CHARS:
-        raise InvalidNameError(f"run id {run_id[:20]!r}... is longer than {MAX_RUN_ID_CHARS} characters")
+        raise InvalidNameError(
+            f"run id {run_id[:20]!r}... is too long: {len(run_id)} characters; the limit is {MAX_RUN_ID_CHARS} "
+            "characters (run ids are ASCII: one byte each)"
+        )
     if not _RUN_ID.match(run_id):
         raise InvalidNameError(
             f"run id {run_id!r} is not valid: use letters, digits, '.', '_' and '-', "
@@ -98,7 +116,10 @@ def validate_key(key: object) -> str:
     if not key:
         raise InvalidValueError("metric key must not be empty")
     if len(key) > MAX_KEY_CHARS:
-        raise InvalidValueError(f"metric key {key[:40]!r}... is longer than {MAX_KEY_CHARS} characters")
+        raise InvalidValueError(
+            f"metric key {key[:40]!r}... is too long: {len(key)} characters; the limit is {MAX_KEY_CHARS} "
+            "characters (of any script: keys are stored as text, not as paths)"
+        )
     _check_utf8(key, "metric key", InvalidValueError)
     bad = _CONTROL.search(key)
     if bad:

@@ -32,7 +32,7 @@ from .files import warn
 from .atomic import is_temp_file
 from .layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from .names import validate_run_id
-from .values import FAST_TYPES, json_safe, normalize
+from .values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
@@ -168,28 +168,34 @@ class Run:
 
         Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`;
         nested dicts flatten with ``/``; ``None`` values are skipped (warned once per key).
-        With ``commit=False`` the step counter does not advance, so the next call without a
-        step lands on the same step. Raises ``ValueError`` (:class:`InvalidValueError`) for a
-        bad key or value, before anything is recorded; never raises for disk trouble.
+        Values are stored as float64 and steps as int64: ``step`` goes from ``-2**63`` to
+        ``2**63-1``, and the counter stops at ``2**63-1``. With ``commit=False`` the step
+        counter does not advance, so the next call without a step lands on the same step.
+        Raises ``ValueError`` (:class:`InvalidValueError`) for a bad key, value or step (an
+        int too large for a float64, a step beyond int64), naming it, before anything of the
+        call is recorded; never raises for disk trouble.
         """
         if self._finished:
             raise UsageError(self._closed_message())
         if step is None:
             step = self._step
-        elif type(step) is not int:
-            step = _as_step(step)
+        if type(step) is not int or not -0x8000_0000_0000_0000 <= step <= 0x7FFF_FFFF_FFFF_FFFF:
+            step = _as_step(step)  # converts, or refuses a step beyond int64
         # Fast path: a plain dict, every key seen before, every value a plain number. ``sum``
-        # checks the values in one C loop (a few ns each): it raises for None, strings, dicts
-        # and lists, and its result is an exact int or float only when every value is a plain
-        # int, float or bool. The dict's copy (one C call) is what gets buffered, so the
-        # caller may reuse and mutate its dict. Everything else goes through ``normalize``.
+        # from 0.0 checks the values in one C loop (a few ns each): it raises for None,
+        # strings, dicts and lists, and for an int too large for a float64 (adding it to a
+        # float overflows); its result is an exact float only when every value is a plain
+        # int, float or bool. A sum of another type (numpy.float64 values among them) proves
+        # less, so ``plain_numbers`` looks at each value. The dict's copy (one C call) is what
+        # gets buffered, so the caller may reuse and mutate its dict. Everything else goes
+        # through ``normalize``, which names the bad key.
         values = None
         if type(data) is dict and self._known_keys.issuperset(data.keys()):
             try:
-                total = sum(data.values())
+                total = sum(data.values(), 0.0)
             except Exception:
                 total = None
-            if type(total) is float or type(total) is int or FAST_TYPES.issuperset(map(type, data.values())):
+            if type(total) is float or (total is not None and plain_numbers(data.values())):
                 values = data.copy()
         if values is None:
             values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
@@ -197,8 +203,8 @@ class Run:
                 self._log_histograms(hists, step)
         if values:
             self._writer.log_metrics(step, time.time(), values)
-        if commit:
-            self._step = step + 1
+        if commit:  # the counter stops at the int64 maximum: it never holds a step the store cannot
+            self._step = step + 1 if step != 0x7FFF_FFFF_FFFF_FFFF else step
         elif step > self._step:
             self._step = step
 
@@ -455,15 +461,8 @@ def _ts_now():
 
 
 def _as_step(step: Any) -> int:
-    if isinstance(step, bool):
-        raise InvalidValueError(f"step must be an integer, got {step!r}")
-    item = getattr(step, "item", None)
-    value = item() if callable(item) else step
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        raise InvalidValueError(f"step must be an integer, got {type(step).__name__} {step!r}")
-    return int(value)
+    """A step given by the caller as an int64, or :class:`InvalidValueError` (see :func:`values.as_step`)."""
+    return as_step(step)
 
 
 # ---------------------------------------------------------------------- init and module API
@@ -531,7 +530,7 @@ def init(
         if notes is not None:
             meta["notes"] = notes
         _close_dead_writers(paths, now)
-        first_step = _max_step_on_disk(paths, meta) + 1
+        first_step = min(_max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
     else:
         attempts = []
         meta = {

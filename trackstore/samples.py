@@ -9,7 +9,8 @@ The promise: what was logged is what a reader gets back. Each row becomes one ``
 * text of any length and language is stored whole; a non-text ``input``/``output`` (a chat
   message list, a dict) is stored as JSON text and named in ``json_fields``, so
   :func:`decode_row` gives back the same structure;
-* ``score`` is a float (NaN kept as NaN), ``NULL`` when absent;
+* ``score`` is a float (NaN kept as NaN), ``NULL`` when absent; ``step`` and ``sample_index``
+  are 64-bit integers (negative allowed), and an int score must fit a float64;
 * the whole call is validated before anything is buffered: a bad row raises
   :class:`~trackstore.errors.InvalidValueError` naming the row, and nothing of that call is
   stored. Disk trouble never raises here (the writer reports it at ``finish``).
@@ -27,7 +28,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .errors import InvalidValueError, UsageError
-from .values import json_safe
+from .values import INT64_MAX, as_index, as_step, json_safe, to_float64
 
 if TYPE_CHECKING:  # pragma: no cover
     from .run import Run
@@ -115,21 +116,22 @@ def decode_json(text: str | None) -> Any:
         return text
 
 
-def as_score(value: Any, where: str) -> float | None:
-    """A float (NaN and inf kept) or None; numpy/torch scalars through ``.item()``."""
+def as_score(value: Any, what: str) -> float | None:
+    """A float (NaN and inf kept) or None; numpy/torch scalars through ``.item()``; an int too
+    large for a float64 is refused. ``what`` names the field in errors (``sample row 3: score``)."""
     if value is None:
         return None
     if isinstance(value, (bool, int, float)):
-        return float(value)
+        return to_float64(what, value)
     item = getattr(value, "item", None)
     if callable(item):
         try:
             v = item()
         except Exception as exc:
-            raise InvalidValueError(f"{where}: score could not be read with .item(): {exc}") from exc
+            raise InvalidValueError(f"{what} could not be read with .item(): {exc}") from exc
         if isinstance(v, (bool, int, float)):
-            return float(v)
-    raise InvalidValueError(f"{where}: score must be a number or None, got {type(value).__name__} {value!r:.60}")
+            return to_float64(what, v)
+    raise InvalidValueError(f"{what} must be a number or None, got {type(value).__name__} {value!r:.60}")
 
 
 def _text(value: Any, field: str, json_fields: list[str]) -> str | None:
@@ -153,9 +155,9 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
         raise UsageError(f"log_samples got unknown arguments: {', '.join(sorted(kw))}")
     if run.finished:
         raise UsageError(f"run {run.id} is finished; start a new run or resume it to log more samples")
-    from .run import _as_step, _ts_now
+    from .run import _ts_now
 
-    step = run.step if step is None else (step if type(step) is int else _as_step(step))
+    step = as_step(run.step if step is None else step)
     if not isinstance(split, str) or not split or len(split) > MAX_SPLIT_CHARS or not split.isprintable():
         raise InvalidValueError(f"split must be a short printable string such as 'val', got {split!r:.60}")
     rows = _as_rows(rows)
@@ -167,14 +169,9 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
     ts = _ts_now()
     with _counters_lock:
         counters = _counters.setdefault(run, {})
-        nxt = counters.get((step, split), 0)
-        for r in built:
-            if r["sample_index"] is None:
-                r["sample_index"] = nxt
-                nxt += 1
-            else:
-                nxt = max(nxt, r["sample_index"] + 1)
-            r["step"], r["split"], r["ts"] = step, split, ts
+        indexes, nxt = _assign_indexes(built, counters.get((step, split), 0), step)
+        for r, index in zip(built, indexes):
+            r["sample_index"], r["step"], r["split"], r["ts"] = index, step, split, ts
         counters[(step, split)] = nxt
     for r in built:
         run._append("samples", r)
@@ -210,7 +207,7 @@ def _build(row: Any, i: int) -> dict:
         out = {
             "input": _text(row["input"], "input", json_fields),
             "output": _text(row["output"], "output", json_fields),
-            "score": as_score(row.get("score"), where),
+            "score": as_score(row.get("score"), f"{where}: score"),
             "extra": encode_json(extra) if extra else None,
             "sample_index": index,
         }
@@ -218,7 +215,7 @@ def _build(row: Any, i: int) -> dict:
         out = {
             "input": _text(row[0], "input", json_fields),
             "output": _text(row[1], "output", json_fields),
-            "score": as_score(row[2], where) if len(row) == 3 else None,
+            "score": as_score(row[2], f"{where}: score") if len(row) == 3 else None,
             "extra": None,
             "sample_index": None,
         }
@@ -231,11 +228,25 @@ def _build(row: Any, i: int) -> dict:
 
 
 def _as_index(value: Any, where: str) -> int:
-    item = getattr(value, "item", None)
-    v = item() if callable(item) else value
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InvalidValueError(f"{where}: sample_index must be an integer, got {value!r:.60}")
-    return int(v)
+    return as_index(value, f"{where}: sample_index")
+
+
+def _assign_indexes(built: list[dict], nxt: int, step: int) -> tuple[list[int], int]:
+    """Each row's sample_index (its own, or the next free one from ``nxt``) and the next free
+    index after them. Raises when an automatic index would pass the int64 maximum."""
+    out = []
+    for i, r in enumerate(built):
+        index = r["sample_index"]
+        if index is None:
+            if nxt > INT64_MAX:
+                raise InvalidValueError(
+                    f"sample row {i}: no automatic sample_index is left at step {step} (an earlier row took "
+                    f"{INT64_MAX}, the 64-bit maximum); give each row its own sample_index"
+                )
+            index = nxt
+        nxt = max(nxt, index + 1)
+        out.append(index)
+    return out, nxt
 
 
 def decode_row(row: Mapping[str, Any]) -> dict:

@@ -4,7 +4,7 @@
 
     with run.trace(step=10, sample_index=3, rollout_n=0) as tr:          # one trajectory
         with tr.span("assistant", kind="llm", inputs=messages) as s:
-            s.set_outputs(reply)
+            s.set_outputs(reply)                 # or tr.span(..., outputs=reply) when known up front
         result = run_tool(call)              # @traced(kind="tool") nests it under the trace
         tr.set_reward(1.0)
 
@@ -23,7 +23,9 @@ The promises this module keeps:
   (:func:`latest_rows` does this in Python; the ``spans`` SQL view does it in DuckDB). Spans
   that end before the checkpointer looks at them (most of them) are written once.
 * Tracing never raises into training for disk trouble; the caller's own mistakes (a bad
-  ``kind``, a finished run) raise :class:`~trackstore.errors.TrackstoreError` subclasses early.
+  ``kind``, a step, ``sample_index`` or ``rollout_n`` beyond int64, a reward too large for a
+  float64, a finished run) raise :class:`~trackstore.errors.TrackstoreError` subclasses early,
+  before anything of that trace is buffered.
   An exception inside a span is recorded (status ``error``) and re-raised unchanged.
 * :func:`configure` sets, per run, a bounded sampler (``max_samples_per_step``, deterministic
   by ``seed``: which trajectories are kept depends only on the seed, the step and the sample
@@ -47,8 +49,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from .files import warn
 from .errors import InvalidValueError, UsageError
-from .run import _as_step, _ts_now
+from .run import _ts_now
 from .samples import as_score, clean_text, encode_json, plain
+from .values import as_index, as_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from .run import Run
@@ -271,14 +274,14 @@ class Span:
     """One operation in a trajectory. Use as a context manager, or call :meth:`end`."""
 
     def __init__(self, trace: "Trace", name: str, kind: str, parent: "Span | None", inputs: Any = _UNSET,
-                 attributes: Mapping[str, Any] | None = None):
+                 attributes: Mapping[str, Any] | None = None, outputs: Any = _UNSET):
         self.trace = trace
         self.name = _check_name(name)
         self.kind = _check_kind(kind)
         self.parent = parent
         self.span_id = new_span_id()
         self.inputs = inputs
-        self.outputs: Any = _UNSET
+        self.outputs: Any = outputs
         self.attributes: dict[str, Any] = dict(attributes or {})
         self.start_ns: int = 0
         self.end_ns: int | None = None
@@ -322,10 +325,11 @@ class Span:
         self.error = _error_text(error)
         return self
 
-    def span(self, name: str, kind: str = "other", inputs: Any = _UNSET,
+    def span(self, name: str, kind: str = "other", inputs: Any = _UNSET, outputs: Any = _UNSET,
              attributes: Mapping[str, Any] | None = None) -> "Span":
-        """A child of this span (not yet started: use it in a ``with``)."""
-        return Span(self.trace, name, kind, self, inputs=inputs, attributes=attributes)
+        """A child of this span (not yet started: use it in a ``with``). ``outputs`` may be
+        given now or set later with :meth:`set_outputs`."""
+        return Span(self.trace, name, kind, self, inputs=inputs, attributes=attributes, outputs=outputs)
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "Span":
@@ -440,9 +444,9 @@ class Trace:
         if run.finished:
             raise UsageError(f"run {run.id} is finished; traces cannot be added to it")
         self.run = run
-        self.step = run.step if step is None else (step if type(step) is int else _as_step(step))
-        self.sample_index = None if sample_index is None else _as_int(sample_index, "sample_index")
-        self.rollout_n = None if rollout_n is None else _as_int(rollout_n, "rollout_n")
+        self.step = as_step(run.step if step is None else step)
+        self.sample_index = None if sample_index is None else as_index(sample_index, "sample_index")
+        self.rollout_n = None if rollout_n is None else as_index(rollout_n, "rollout_n")
         if not isinstance(validate, bool):
             raise InvalidValueError(f"validate must be True or False, got {validate!r}")
         self.validate = validate
@@ -477,16 +481,17 @@ class Trace:
         self.root.set_outputs(outputs)
         return self
 
-    def span(self, name: str, kind: str = "other", inputs: Any = _UNSET,
+    def span(self, name: str, kind: str = "other", inputs: Any = _UNSET, outputs: Any = _UNSET,
              attributes: Mapping[str, Any] | None = None) -> Span:
         """A new span under the innermost open span of this trace (the root if none).
+        ``outputs`` may be given now or set later with :meth:`Span.set_outputs`.
 
         A trace used without ``with``/:meth:`start` is started here, so its spans are never
         orphans; end it with :meth:`end` (else it is kept as ``unfinished`` when the run ends).
         """
         if not self.root.start_ns:
             self.root.start()
-        return Span(self, name, kind, self._parent(), inputs=inputs, attributes=attributes)
+        return Span(self, name, kind, self._parent(), inputs=inputs, attributes=attributes, outputs=outputs)
 
     def _parent(self) -> Span:
         cur = _current.get()
@@ -646,14 +651,6 @@ def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidValueError(f"span name must be a non-empty string, got {name!r:.60}")
     return clean_text(name)
-
-
-def _as_int(value: Any, what: str) -> int:
-    item = getattr(value, "item", None)
-    v = item() if callable(item) else value
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InvalidValueError(f"{what} must be an integer, got {value!r:.60}")
-    return int(v)
 
 
 def _error_text(error: BaseException | str) -> str:
