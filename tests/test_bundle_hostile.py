@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import os
+import shutil
 import tarfile
 import textwrap
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.fixtures.stores import make_run, store_snapshot
 from tests.helpers import python_child, run_cli
 from trackstore import bundle as B
+from trackstore import compact as C
+from trackstore import doctor as D
 from trackstore.catalog import list_runs
 from trackstore.errors import BundleError, WriteError
 
@@ -198,3 +204,64 @@ def test_manifest_must_come_first(two, tmp_path):
         B.import_bundle(b, last)
     assert tree(b) == {}
     assert manifest["version"] == B.BUNDLE_VERSION == 2
+
+
+# ---------------------------------------------------------------------------- repeated row ids
+def _metrics_parts(members):
+    return [(m, d) for m, d in members if "/metrics/" in m.name and m.name.endswith(".parquet")]
+
+
+def test_import_refuses_a_run_repeating_ids_across_parts(two, tmp_path):
+    a, b = two
+    p = make_run(a)
+    manifest, members = read_bundle(exported(a, tmp_path))
+    first, data = _metrics_parts(members)[0]
+    copy = first.name.rsplit("-", 1)[0] + "-999999999999.parquet"  # same rows, another name
+    rel = copy.split("/", 1)[1]
+    manifest["files"].append(listing(rel, data))
+    crafted = tmp_path / "repeat.tar"
+    write_bundle(crafted, manifest, [*members, member(rel, data)])
+    with pytest.raises(BundleError) as err:
+        B.import_bundle(b, crafted)
+    msg = str(err.value)
+    ids = pq.read_table(io.BytesIO(data))
+    writer = ids.column("writer")[0].as_py()
+    assert f"run {p.project}/{p.run_id} repeats row ids: {ids.num_rows} metrics row ids" in msg
+    assert f"writer {writer} seq 0 in " in msg and os.path.basename(copy) in msg
+    assert tree(b) == {}
+    cli = run_cli("import", str(crafted), root=b)
+    assert cli.returncode == 9 and "repeats row ids" in cli.stderr
+
+
+def test_import_refuses_a_part_repeating_ids_within_itself(two, tmp_path):
+    a, b = two
+    make_run(a)
+    manifest, members = read_bundle(exported(a, tmp_path))
+    first, data = _metrics_parts(members)[0]
+    table = pq.read_table(io.BytesIO(data))
+    twice = io.BytesIO()
+    pq.write_table(pa.concat_tables([table, table.slice(2, 1)]), twice)  # one row id twice
+    twice = twice.getvalue()
+    rel = first.name.split("/", 1)[1]
+    manifest["files"] = [f if f["path"] != rel else listing(rel, twice) for f in manifest["files"]]
+    crafted = tmp_path / "twice.tar"
+    write_bundle(crafted, manifest, [member(rel, twice) if m is first else (m, d) for m, d in members])
+    with pytest.raises(BundleError, match=r"repeats row ids: 1 metrics row ids .* seq 2 in "):
+        B.import_bundle(b, crafted)
+    assert tree(b) == {}
+
+
+def test_doctor_deep_finds_repeated_ids(root, tmp_path):
+    p = make_run(root)
+    compacted = make_run(root, "q")
+    C.compact(root, [compacted])  # merged files keep their ids: no repeats there
+    parts = p.parts("samples")
+    shutil.copyfile(parts[1], parts[1].with_name(parts[1].name.replace(".parquet", "0.parquet")))
+    assert not [f for f in D.diagnose(root).findings if f.check == "repeated_rows"]  # only --deep reads rows
+    report = D.diagnose(root, deep=True)
+    (f,) = [f for f in report.findings if f.check == "repeated_rows"]
+    assert f.path == p.kind_dir("samples") and f.severity == "error" and not report.healthy
+    assert f.problem.startswith("1 samples row ids (writer, seq) are held by more than one row, e.g. writer ")
+    assert parts[1].name in f.problem and "move the files repeating rows" in f.advice
+    cli = run_cli("doctor", "--deep", root=root)
+    assert cli.returncode == 4 and "repeated_rows" in cli.stdout + cli.stderr

@@ -25,8 +25,9 @@ What import promises:
   at that member. Errors say which it is: hostile (``refusing bundle``), damaged or
   truncated, or the disk (a :class:`~trackstore.errors.WriteError`, exit code 4).
 * **Nothing becomes visible before everything is verified.** The stream is extracted into a
-  staging folder inside the store (``<root>/_import/<token>/``, outside every query glob) and
-  no listed file may be missing; only then are runs moved into place — a new run with one
+  staging folder inside the store (``<root>/_import/<token>/``, outside every query glob), no
+  listed file may be missing, and a run whose files repeat a ``(writer, seq)`` row id is
+  refused (:func:`repeated_row_ids`); only then are runs moved into place — a new run with one
   ``rename(2)``. Any failure removes the staging folder: the store is unchanged.
 * **Hostile archives are refused** before a byte of theirs is written: absolute paths, ``..``,
   paths outside ``trackstore-bundle/``, invalid project/run names, symlinks, hard links,
@@ -61,7 +62,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 from .files import sha256_file
 from . import meta as _meta
@@ -645,6 +646,88 @@ def _coverage(path: Path, kind: str) -> RangeSet:
     return rs
 
 
+@dataclass
+class RepeatedIds:
+    """Row ids ``(writer, seq)`` that more than one row of one kind of a run holds."""
+
+    kind: str
+    count: int                                  # ids held by two rows or more
+    examples: list[tuple[str, int, list[str]]]  # (writer, seq, files holding it) for the first few
+
+    def describe(self) -> str:
+        shown = "; ".join(f"writer {w} seq {s} in {', '.join(files)}" for w, s, files in self.examples)
+        return f"{self.count} {self.kind} row ids (writer, seq) are held by more than one row, e.g. {shown}"
+
+
+def repeated_row_ids(parts: Sequence[Path], kind: str, *, examples: int = 3) -> RepeatedIds | None:
+    """The ``(writer, seq)`` ids held by more than one row of ``parts`` (a run's files of ``kind``).
+
+    Every row keeps its id for ever (compaction and import included), so a repeat is damage or a
+    crafted run, and queries and sync would count those rows twice: import refuses such a run
+    and ``doctor --deep`` reports it. Reads only the two id columns (a part they cannot be read
+    from is left out: no query reads it either, and doctor reports it as damaged). Per writer,
+    ids in increasing order across its files (a live run's parts) are seen in one pass; others
+    (a compacted part is ordered by key) are counted in one pass over their dense seq range.
+    """
+    by_writer: dict[str, list[tuple[Any, int]]] = {}
+    for i, path in enumerate(parts):
+        for writer, seqs in _ids_by_writer(path):
+            by_writer.setdefault(writer, []).append((seqs, i))
+    count, found = 0, []
+    for writer, chunks in by_writer.items():
+        repeated = _repeated([seqs for seqs, _i in chunks])
+        count += len(repeated)
+        for seq in repeated[: max(0, examples - len(found))].tolist():
+            files = sorted({parts[i].name for seqs, i in chunks if (seqs == seq).any()})
+            found.append((writer, seq, files))
+    return RepeatedIds(kind, count, found) if count else None
+
+
+def _ids_by_writer(path: Path) -> list[tuple[str, Any]]:
+    """``[(writer, seqs as a numpy array), ...]`` of one part file (none if it cannot be read)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    try:  # writer ids as stored: dictionary-encoded, no hashing of strings
+        table = pq.ParquetFile(path, read_dictionary=["writer"]).read(columns=["writer", "seq"])
+    except Exception:  # unreadable, or gone (a compaction swapped the folder): no query reads it
+        return []
+    writers = table.column("writer").unify_dictionaries().combine_chunks()
+    seqs = np.asarray(table.column("seq").to_numpy(), dtype=np.int64)
+    names = writers.dictionary.to_pylist()
+    if len(names) == 1:
+        return [(names[0], seqs)]
+    codes = writers.indices.to_numpy(zero_copy_only=False)
+    return [(w, seqs[codes == c]) for c, w in enumerate(names)]
+
+
+def _repeated(chunks: list[Any]) -> Any:
+    """The values occurring more than once in the numpy arrays ``chunks`` (sorted)."""
+    import numpy as np
+
+    chunks = sorted((c for c in chunks if len(c)), key=lambda c: c[0])
+    if all(len(c) < 2 or bool(np.all(c[1:] > c[:-1])) for c in chunks) and all(
+            a[-1] < b[0] for a, b in zip(chunks, chunks[1:])):
+        return np.empty(0, np.int64)  # increasing across the files: no repeats
+    seqs = np.concatenate(chunks)
+    lo = int(seqs.min())
+    if int(seqs.max()) - lo <= 4 * len(seqs) + (1 << 20):  # seqs are dense from 0: count each
+        return np.flatnonzero(np.bincount(seqs - lo) > 1) + lo
+    ordered = np.sort(seqs)
+    return np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+
+
+def _refuse_repeated_ids(staged: RunPaths) -> None:
+    """Refuse a bundled run whose files hold one row id twice (see :func:`repeated_row_ids`)."""
+    from .schema import KINDS
+
+    for kind in KINDS:
+        rep = repeated_row_ids(staged.parts(kind), kind)
+        if rep:
+            raise BundleError(f"refusing bundle: run {staged.project}/{staged.run_id} repeats row ids: "
+                              f"{rep.describe()}; nothing was imported")
+
+
 def _relation(a: RangeSet, covered: RangeSet) -> str:
     """``subset``, ``disjoint`` or ``overlap`` of ``a`` against ``covered``."""
     cov = covered.to_json()
@@ -809,6 +892,7 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
         staged_run = st.dir / base
         if not (staged_run / RUN_FILE).is_file():
             raise BundleError(f"bundle lists run {project}/{run_id} but carries no run.json for it")
+        _refuse_repeated_ids(RunPaths(st.dir / "runs", project, run_id))
         local = RunPaths(root, project, run_id)
         if local.dir.exists():
             _merge_run(root, staged_run, local, st.files, base, apply=False)  # conflicts first
