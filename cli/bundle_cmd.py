@@ -1,8 +1,9 @@
 """``trackstore export`` / ``trackstore import``: carry runs across an air gap, and receipts back.
 
-Exit codes: 0 done; 2 bad options; 3 a named run does not exist; 6 another gc, compact,
-import or export holds the maintenance lock; 9 the bundle is invalid, tampered with, or
-conflicts with the store (nothing was imported).
+Exit codes: 0 done; 2 bad options; 3 a named run does not exist; 4 the disk is full, or the
+bundle's files do not fit in the free space (nothing was imported); 6 another gc, compact,
+import or export holds the maintenance lock; 9 the bundle is invalid, damaged, tampered
+with, hostile, or conflicts with the store (nothing was imported).
 """
 
 from __future__ import annotations

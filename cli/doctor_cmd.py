@@ -15,7 +15,7 @@ from .common import Format, FormatOpt, RootOpt, console, emit
 def doctor(
     root: RootOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be repaired; move what cannot under <root>/_quarantine/ (never deletes data).")] = False,
-    deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer.")] = False,
+    deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer, and find rows whose (writer, seq) id another row of the run also holds.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Check the store: temp files, unreadable Parquet, stuck runs, broken run.json, orphaned sync state, trash."""

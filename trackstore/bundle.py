@@ -5,23 +5,33 @@ A bundle is a POSIX tar stream (optionally zstd- or gzip-compressed, optionally 
 
 ::
 
+    trackstore-bundle/manifest.json                           first member
     trackstore-bundle/runs/project=<p>/run=<id>/...          run folders (temp files left out)
     trackstore-bundle/sync/<dest_id>/...                      receipts: sync cursors
-    trackstore-bundle/manifest.json                           last member
 
 The manifest lists every file's path, size and sha256, each run's row counts per kind and
-schema versions, the source host and the trackstore version.
+schema versions, the source host and the trackstore version. It comes first (bundle format 2;
+format 1, trackstore 0.1.0's first bundles, put it last and must be exported again), so export
+hashes every file before writing it (immutable files are read again and checked while being
+written; run.json and heartbeats, which a live run rewrites, are snapshots).
 
 What import promises:
 
+* **Every member is checked against the manifest before and while it is written.** Refused
+  before a byte of it is written: a member that is not listed, or whose tar header gives
+  another size than listed (a gzip bomb is refused at its header, never inflated), and a
+  bundle whose listed files do not fit in the free disk space. A member is written no further
+  than its listed size, its sha256 is computed as it streams, and a mismatch stops the import
+  at that member. Errors say which it is: hostile (``refusing bundle``), damaged or
+  truncated, or the disk (a :class:`~trackstore.errors.WriteError`, exit code 4).
 * **Nothing becomes visible before everything is verified.** The stream is extracted into a
-  staging folder inside the store (``<root>/_import/<token>/``, outside every query glob), every
-  file is checked against the manifest (no file missing, none extra, sizes and sha256 equal),
-  and only then are runs moved into place — a new run with one ``rename(2)``. Any failure
-  removes the staging folder: the store is unchanged.
+  staging folder inside the store (``<root>/_import/<token>/``, outside every query glob), no
+  listed file may be missing, and a run whose files repeat a ``(writer, seq)`` row id is
+  refused (:func:`repeated_row_ids`); only then are runs moved into place — a new run with one
+  ``rename(2)``. Any failure removes the staging folder: the store is unchanged.
 * **Hostile archives are refused** before a byte of theirs is written: absolute paths, ``..``,
   paths outside ``trackstore-bundle/``, invalid project/run names, symlinks, hard links,
-  devices and FIFOs, duplicate members.
+  devices and FIFOs, duplicate members, members not listed or of another size.
 * **An existing run is never overwritten with different content.** Part files are immutable
   and named by writer and first seq, so runs merge by row identity: an incoming part whose
   ``(writer, seq)`` rows are already present (even in a compacted file) is skipped, a part with
@@ -40,6 +50,7 @@ was uploaded.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -48,15 +59,16 @@ import secrets
 import shutil
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 from .files import sha256_file
 from . import meta as _meta
 from .atomic import is_temp_file, read_json, write_bytes_atomic
 from .catalog import RunInfo
-from .errors import BundleError, InvalidNameError, UsageError
+from .errors import BundleError, InvalidNameError, UsageError, WriteError
 from .layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
 from .names import validate_project, validate_run_id
 from .ranges import RangeSet
@@ -64,9 +76,11 @@ from .ranges import RangeSet
 TOP = "trackstore-bundle"
 MANIFEST = "manifest.json"
 FORMAT = "trackstore-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2  # 2: the manifest is the first member (1, trackstore 0.1.0's first bundles: the last)
 IMPORT_DIR = "_import"
 CHUNK = 1 << 20
+MAX_MANIFEST = 256 << 20  # a million files listed take about 150 MB
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -181,6 +195,36 @@ class ExportResult:
     manifest: dict
 
 
+@dataclass
+class _Member:
+    """One file of a bundle: its name under ``trackstore-bundle/``, what the manifest says of it,
+    and where its bytes come from: a snapshot in memory (files that may change while a run is
+    live: run.json, writer heartbeats, sync cursors) or an immutable file read again, and
+    checked again, when it is written."""
+
+    name: str
+    size: int
+    sha256: str
+    mtime: float
+    path: Path | None = None
+    data: bytes | None = None
+
+    @classmethod
+    def of_bytes(cls, name: str, data: bytes, mtime: float | None = None) -> "_Member":
+        return cls(name, len(data), hashlib.sha256(data).hexdigest(), mtime or time.time(), data=data)
+
+    @classmethod
+    def of_file(cls, name: str, path: Path) -> "_Member":
+        mtime = path.stat().st_mtime
+        size, sha = sha256_file(path)
+        return cls(name, size, sha, mtime, path=path)
+
+    @classmethod
+    def snapshot(cls, name: str, path: Path) -> "_Member":
+        mtime = path.stat().st_mtime
+        return cls.of_bytes(name, path.read_bytes(), mtime)
+
+
 def _run_files(paths: RunPaths) -> Iterator[Path]:
     """Files of a run folder worth carrying: no temp files, no compaction leftovers."""
     from .compact import MARKER, STAGING_PREFIX
@@ -207,7 +251,7 @@ def _part_stats(path: Path) -> tuple[int, int | None]:
 
 
 class _Bundle:
-    """A tar stream being written; every member is hashed as it goes into the manifest."""
+    """A tar stream being written: the manifest first, then every member, checked as it goes."""
 
     def __init__(self, out: Path, compress: str | None, split_bytes: int | None):
         self.sink = _SplitWriter(out, split_bytes)
@@ -226,17 +270,27 @@ class _Bundle:
         else:
             raise BundleError(f"unknown compression {compress!r} (use zstd or gzip)")
         self.tar = tarfile.open(fileobj=self.stream, mode="w|", format=tarfile.PAX_FORMAT)
-        self.files: list[dict] = []
 
-    def add_bytes(self, name: str, data: bytes, mtime: float | None = None) -> None:
-        self._add(name, io.BytesIO(data), len(data), mtime)
+    def write(self, manifest: dict, members: list[_Member]) -> list[Path]:
+        """The manifest (listing every member's path, size and sha256), then the members."""
+        manifest["files"] = [{"path": m.name, "size": m.size, "sha256": m.sha256} for m in members]
+        data = json.dumps(manifest, indent=1, ensure_ascii=False).encode()
+        self._add(MANIFEST, io.BytesIO(data), len(data), time.time())
+        for m in members:
+            if m.data is not None:
+                self._add(m.name, io.BytesIO(m.data), m.size, m.mtime)
+                continue
+            with open(m.path, "rb") as f:
+                sha = self._add(m.name, f, m.size, m.mtime)
+            if sha != m.sha256:
+                raise BundleError(f"{m.path} changed while it was being exported; export again")
+        self.tar.close()
+        self.stream.close()
+        if not self.sink.closed:
+            self.sink.close()
+        return self.sink.paths
 
-    def add_file(self, name: str, path: Path) -> None:
-        st = path.stat()
-        with open(path, "rb") as f:
-            self._add(name, f, st.st_size, st.st_mtime)
-
-    def _add(self, name: str, fobj, size: int, mtime: float | None) -> None:
+    def _add(self, name: str, fobj, size: int, mtime: float) -> str:
         h = hashlib.sha256()
 
         class _Hashing:
@@ -246,21 +300,9 @@ class _Bundle:
                 return b
 
         info = tarfile.TarInfo(f"{TOP}/{name}")
-        info.size, info.mode, info.mtime = size, 0o644, int(mtime or time.time())
+        info.size, info.mode, info.mtime = size, 0o644, int(mtime)
         self.tar.addfile(info, _Hashing())
-        self.files.append({"path": name, "size": size, "sha256": h.hexdigest()})
-
-    def close(self, manifest: dict) -> list[Path]:
-        manifest["files"] = self.files
-        data = json.dumps(manifest, indent=1, ensure_ascii=False).encode()
-        info = tarfile.TarInfo(f"{TOP}/{MANIFEST}")
-        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-        self.tar.addfile(info, io.BytesIO(data))
-        self.tar.close()
-        self.stream.close()
-        if not self.sink.closed:
-            self.sink.close()
-        return self.sink.paths
+        return h.hexdigest()
 
 
 def _manifest_base(kind: str, compress: str | None) -> dict:
@@ -272,53 +314,67 @@ def _manifest_base(kind: str, compress: str | None) -> dict:
             "compression": compress}
 
 
+def _run_members(info: RunInfo) -> tuple[dict, list[_Member]]:
+    """One run's manifest entry and its members (run.json and heartbeats as snapshots)."""
+    from .schema import KINDS
+
+    base = f"runs/{PROJECT_PREFIX}{info.project}/{RUN_PREFIX}{info.run_id}"
+    run_json = info.paths.run_file.read_bytes()  # one consistent snapshot, taken first
+    rows = {}
+    versions: set[int] = set()
+    for kind in KINDS:
+        n = 0
+        for p in info.paths.parts(kind):
+            r, v = _part_stats(p)
+            n += r
+            if v is not None:
+                versions.add(v)
+        rows[kind] = n
+    members = []
+    for p in _run_files(info.paths):
+        rel = p.relative_to(info.paths.dir).as_posix()
+        if rel == RUN_FILE:
+            continue
+        live = rel.startswith(f"{WRITERS_DIR}/")  # heartbeats are rewritten while a run lives
+        members.append((_Member.snapshot if live else _Member.of_file)(f"{base}/{rel}", p))
+    members.append(_Member.of_bytes(f"{base}/{RUN_FILE}", run_json, info.paths.run_file.stat().st_mtime))
+    meta = json.loads(run_json)
+    entry = {"project": info.project, "run_id": info.run_id, "name": info.name, "status": info.status,
+             "created_at": meta.get("created_at"), "updated_at": meta.get("updated_at"), "rows": rows,
+             "schema_versions": sorted(versions), "files": len(members)}
+    return entry, members
+
+
+def _write_bundle(out: str | os.PathLike, compress: str | None, split_bytes: int | None, manifest: dict,
+                  members: list[_Member]) -> list[Path]:
+    """Write a bundle; on any failure remove what was written of it."""
+    b = _Bundle(Path(out), compress, split_bytes)
+    try:
+        return b.write(manifest, members)
+    except BaseException:
+        for p in b.sink.paths:
+            p.unlink(missing_ok=True)
+        raise
+
+
 def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.PathLike, *,
                 compress: str | None = None, split_bytes: int | None = None) -> ExportResult:
     """Write the given runs to a bundle at ``out`` (see the module docstring)."""
     from . import locks
-    from .schema import KINDS
 
     root = resolve_root(root)
     runs = list(runs)
     if not runs:
         raise UsageError("no runs to export: none matched (name runs, or use --project / --since / --all)")
     with locks.acquire_maintenance(root, job="export"):
-        b = _Bundle(Path(out), compress, split_bytes)
-        entries = []
-        try:
-            for info in runs:
-                base = f"runs/{PROJECT_PREFIX}{info.project}/{RUN_PREFIX}{info.run_id}"
-                run_json = info.paths.run_file.read_bytes()  # one consistent snapshot
-                rows = {}
-                versions: set[int] = set()
-                for kind in KINDS:
-                    n = 0
-                    for p in info.paths.parts(kind):
-                        r, v = _part_stats(p)
-                        n += r
-                        if v is not None:
-                            versions.add(v)
-                    rows[kind] = n
-                n_files = 0
-                for p in _run_files(info.paths):
-                    rel = p.relative_to(info.paths.dir).as_posix()
-                    if rel == RUN_FILE:
-                        continue
-                    b.add_file(f"{base}/{rel}", p)
-                    n_files += 1
-                b.add_bytes(f"{base}/{RUN_FILE}", run_json)
-                meta = json.loads(run_json)
-                entries.append({"project": info.project, "run_id": info.run_id, "name": info.name,
-                                "status": info.status, "created_at": meta.get("created_at"),
-                                "updated_at": meta.get("updated_at"), "rows": rows,
-                                "schema_versions": sorted(versions), "files": n_files + 1})
-            manifest = _manifest_base("runs", compress)
-            manifest["runs"] = entries
-            paths = b.close(manifest)
-        except BaseException:
-            for p in b.sink.paths:
-                p.unlink(missing_ok=True)
-            raise
+        entries, members = [], []
+        for info in runs:
+            entry, files = _run_members(info)
+            entries.append(entry)
+            members.extend(files)
+        manifest = _manifest_base("runs", compress)
+        manifest["runs"] = entries
+        paths = _write_bundle(out, compress, split_bytes, manifest, members)
     return ExportResult(paths, len(entries), len(manifest["files"]), sum(p.stat().st_size for p in paths), manifest)
 
 
@@ -329,30 +385,24 @@ def export_receipt(root: str | Path | None, out: str | os.PathLike, *, runs: Ite
 
     root = resolve_root(root)
     wanted = set(runs) if runs is not None else None
-    b = _Bundle(Path(out), compress, None)
-    entries = []
+    entries, members = [], []
     seen_dest: set[str] = set()
-    try:
-        for c in iter_cursors(root, project=project):
-            if wanted is not None and (c.project, c.run_id) not in wanted:
-                continue
-            path = cursor_path(root, c.target, c.destination, c.project, c.run_id)
-            rel = path.relative_to(sync_root(root)).as_posix()
-            dest_dir = rel.split("/", 1)[0]
-            desc = sync_root(root) / dest_dir / "destination.json"
-            if dest_dir not in seen_dest and desc.is_file():
-                b.add_file(f"sync/{dest_dir}/destination.json", desc)
-                seen_dest.add(dest_dir)
-            b.add_file(f"sync/{rel}", path)
-            entries.append({"target": c.target, "destination": c.destination, "project": c.project,
-                            "run_id": c.run_id, "synced_status": c.synced_status, "last_sync_at": c.last_sync_at})
-        manifest = _manifest_base("receipt", compress)
-        manifest["cursors"] = entries
-        paths = b.close(manifest)
-    except BaseException:
-        for p in b.sink.paths:
-            p.unlink(missing_ok=True)
-        raise
+    for c in iter_cursors(root, project=project):
+        if wanted is not None and (c.project, c.run_id) not in wanted:
+            continue
+        path = cursor_path(root, c.target, c.destination, c.project, c.run_id)
+        rel = path.relative_to(sync_root(root)).as_posix()
+        dest_dir = rel.split("/", 1)[0]
+        desc = sync_root(root) / dest_dir / "destination.json"
+        if dest_dir not in seen_dest and desc.is_file():
+            members.append(_Member.snapshot(f"sync/{dest_dir}/destination.json", desc))
+            seen_dest.add(dest_dir)
+        members.append(_Member.snapshot(f"sync/{rel}", path))
+        entries.append({"target": c.target, "destination": c.destination, "project": c.project,
+                        "run_id": c.run_id, "synced_status": c.synced_status, "last_sync_at": c.last_sync_at})
+    manifest = _manifest_base("receipt", compress)
+    manifest["cursors"] = entries
+    paths = _write_bundle(out, compress, None, manifest, members)
     return ExportResult(paths, len({(e["project"], e["run_id"]) for e in entries}), len(manifest["files"]),
                         sum(p.stat().st_size for p in paths), manifest)
 
@@ -409,75 +459,156 @@ class Staged:
     files: dict[str, tuple[int, str]]
 
 
-def _extract_verified(root: Path, bundle: str | os.PathLike) -> Staged:
-    """Extract into ``<root>/_import/<token>`` and verify everything; on error remove it all."""
-    staging = root / IMPORT_DIR / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
-    staging.mkdir(parents=True)
+def _read_manifest(tf: tarfile.TarFile, first: tarfile.TarInfo | None, bundle) -> dict:
+    """The manifest, which must be the bundle's first member (so every other is checked against it)."""
+    if first is None or _check_member(first) != MANIFEST:
+        raise BundleError(f"{bundle} does not start with {TOP}/{MANIFEST}: it is damaged, not a trackstore "
+                          f"bundle, or from trackstore 0.1.0's first format (manifest last): export it again; "
+                          "nothing was imported")
+    if first.size > MAX_MANIFEST:
+        raise BundleError(f"refusing bundle {bundle}: its manifest claims {first.size} bytes, more than any "
+                          f"trackstore writes ({MAX_MANIFEST}); nothing was imported")
     try:
-        stream, _ = _open_read(bundle)
-        got: dict[str, tuple[int, str]] = {}
-        manifest_bytes = None
+        manifest = json.loads(tf.extractfile(first).read())
+    except ValueError as exc:
+        raise BundleError(f"bundle manifest is not valid JSON: {exc}; nothing was imported") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(f"{bundle} is not a trackstore bundle")
+    if int(manifest.get("version") or 0) > BUNDLE_VERSION:
+        raise BundleError(f"bundle format version {manifest.get('version')} is newer than this trackstore "
+                          f"reads ({BUNDLE_VERSION}); upgrade trackstore")
+    return manifest
+
+
+def _listed_files(manifest: dict, bundle) -> dict[str, tuple[int, str]]:
+    """``{path: (size, sha256)}`` of every file the manifest lists (a malformed list is refused)."""
+    listed: dict[str, tuple[int, str]] = {}
+    try:
+        for f in manifest.get("files") or []:
+            path, size, sha = f["path"], f["size"], f["sha256"]
+            if not (isinstance(path, str) and type(size) is int and size >= 0 and isinstance(sha, str)
+                    and len(sha) == 64) or path in listed or path == MANIFEST:
+                raise ValueError(f"bad entry {f!r}")
+            listed[path] = (size, sha)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"refusing bundle {bundle}: its manifest's file list is malformed ({exc}); "
+                          "nothing was imported") from None
+    return listed
+
+
+def _check_space(root: Path, need: int) -> None:
+    """Refuse up front when the files the manifest lists cannot fit on the store's disk."""
+    from .units import format_bytes
+
+    free = shutil.disk_usage(root).free
+    if need > free:
+        raise WriteError(f"not enough space to import into {root}: the bundle holds {format_bytes(need)}, "
+                         f"{format_bytes(free)} are free; nothing was imported (free some space and import "
+                         "again, or export fewer runs per bundle)")
+
+
+def _write_failed(exc: OSError, dest: Path) -> WriteError:
+    """The error for a failed write of ``dest`` while staging: disk full, or another write problem."""
+    if exc.errno in _NO_SPACE:
+        return WriteError(f"the disk is full (or a quota or file-size limit was hit) while importing: "
+                          f"{exc.strerror} writing {dest}; nothing was imported (the bundle was fine as far as "
+                          "it was read): free some space and import again")
+    return WriteError(f"cannot write {dest} while importing: {exc.strerror or exc}; nothing was imported")
+
+
+def _copy_member(src: IO[bytes], dest: Path, name: str, size: int, sha: str, bundle) -> None:
+    """Stream one member to ``dest``, never past its listed size, checking its sha256 at its end."""
+    h = hashlib.sha256()
+    n = 0
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        out = open(dest, "xb")
+    except OSError as exc:
+        raise _write_failed(exc, dest) from None
+    with out:
+        while chunk := src.read(min(CHUNK, size - n + 1)):  # one byte more than listed shows an excess
+            n += len(chunk)
+            if n > size:
+                raise BundleError(f"refusing bundle: member {name!r} is larger than the {size} bytes its "
+                                  "manifest lists; nothing was imported")
+            h.update(chunk)
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                raise _write_failed(exc, dest) from None
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as tf:
-                for m in tf:
-                    rel = _check_member(m)
-                    if m.isdir() or not rel:
-                        continue
-                    if rel in got or (rel == MANIFEST and manifest_bytes is not None):
-                        raise BundleError(f"refusing bundle: member {m.name!r} appears twice")
-                    src = tf.extractfile(m)
-                    if rel == MANIFEST:
-                        manifest_bytes = src.read()
-                        continue
-                    dest = staging / rel
-                    if not dest.resolve().is_relative_to(staging.resolve()):
-                        raise BundleError(f"refusing bundle: member {m.name!r} escapes the staging folder")
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    h = hashlib.sha256()
-                    n = 0
-                    with open(dest, "xb") as out:
-                        while True:
-                            chunk = src.read(CHUNK)
-                            if not chunk:
-                                break
-                            h.update(chunk)
-                            out.write(chunk)
-                            n += len(chunk)
-                        out.flush()
-                        os.fsync(out.fileno())
-                    os.utime(dest, (m.mtime, m.mtime))
-                    got[rel] = (n, h.hexdigest())
-        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-            if isinstance(exc, BundleError):
-                raise
-            raise BundleError(f"bundle {bundle} is damaged or truncated: {exc}") from exc
-        finally:
-            stream.close()
-        if manifest_bytes is None:
-            raise BundleError(f"bundle {bundle} has no {TOP}/{MANIFEST} (truncated, or not a trackstore bundle)")
+            out.flush()
+            os.fsync(out.fileno())
+        except OSError as exc:
+            raise _write_failed(exc, dest) from None
+    if n != size or h.hexdigest() != sha:
+        raise BundleError(f"bundle {bundle} is damaged or was tampered with: {name} does not match the size and "
+                          "checksum (sha256) its manifest lists; nothing was imported")
+
+
+def _extract_listed(tf: tarfile.TarFile, members: Iterator[tarfile.TarInfo], staging: Path,
+                    listed: dict[str, tuple[int, str]], bundle) -> set[str]:
+    """Extract every member after the manifest, each refused at its header unless listed with its size."""
+    got: set[str] = set()
+    for m in members:
+        rel = _check_member(m)
+        if m.isdir() or not rel:
+            continue
+        if rel == MANIFEST or rel in got:
+            raise BundleError(f"refusing bundle: member {m.name!r} appears twice; nothing was imported")
+        if rel not in listed:
+            raise BundleError(f"refusing bundle: member {m.name!r} is not listed in its manifest; nothing was imported")
+        size, sha = listed[rel]
+        if m.size != size:
+            raise BundleError(f"refusing bundle: member {m.name!r} holds {m.size} bytes but its manifest lists "
+                              f"{size}; nothing was imported")
+        dest = staging / rel
+        if not dest.resolve().is_relative_to(staging.resolve()):
+            raise BundleError(f"refusing bundle: member {m.name!r} escapes the staging folder")
+        _copy_member(tf.extractfile(m), dest, m.name, size, sha, bundle)
         try:
-            manifest = json.loads(manifest_bytes)
-        except ValueError as exc:
-            raise BundleError(f"bundle manifest is not valid JSON: {exc}") from exc
-        if manifest.get("format") != FORMAT:
-            raise BundleError(f"{bundle} is not a trackstore bundle")
-        if int(manifest.get("version") or 0) > BUNDLE_VERSION:
-            raise BundleError(f"bundle format version {manifest.get('version')} is newer than this trackstore "
-                              f"reads ({BUNDLE_VERSION}); upgrade trackstore")
-        listed = {f["path"]: (int(f["size"]), f["sha256"]) for f in manifest.get("files") or []}
-        missing = sorted(set(listed) - set(got))
-        extra = sorted(set(got) - set(listed))
-        bad = sorted(p for p in set(listed) & set(got) if listed[p] != got[p])
-        if missing or extra or bad:
-            detail = "; ".join(s for s in (
-                f"missing {missing[:3]}" if missing else "", f"not in manifest {extra[:3]}" if extra else "",
-                f"checksum or size mismatch {bad[:3]}" if bad else "") if s)
-            raise BundleError(f"bundle {bundle} failed verification ({detail}); nothing was imported")
-        return Staged(staging, manifest, got)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        _remove_empty(root / IMPORT_DIR)
-        raise
+            os.utime(dest, (m.mtime, m.mtime))
+        except OSError as exc:
+            raise _write_failed(exc, dest) from None
+        got.add(rel)
+    return got
+
+
+def _extract_verified(root: Path, bundle: str | os.PathLike) -> Staged:
+    """Stream the bundle into ``<root>/_import/<token>``, every member checked against the manifest
+    (its first member) before and while it is written; on any error remove it all.
+
+    Refused before a byte is written: a bundle whose files do not fit on the disk, and every
+    member that is unsafe, not listed, or of another size than listed. A member whose bytes do
+    not match its sha256 stops the import at that member.
+    """
+    stream, _ = _open_read(bundle)
+    staging = root / IMPORT_DIR / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+    done = False
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tf:
+            members = iter(tf)
+            manifest = _read_manifest(tf, next(members, None), bundle)
+            listed = _listed_files(manifest, bundle)
+            _check_space(root, sum(size for size, _sha in listed.values()))
+            try:
+                staging.mkdir(parents=True)
+            except OSError as exc:
+                raise _write_failed(exc, staging) from None
+            got = _extract_listed(tf, members, staging, listed, bundle)
+        missing = sorted(set(listed) - got)
+        if missing:
+            raise BundleError(f"bundle {bundle} is truncated or damaged: {len(missing)} files its manifest lists "
+                              f"are missing ({', '.join(missing[:3])}); nothing was imported")
+        done = True
+        return Staged(staging, manifest, listed)
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:  # reading the bundle
+        raise BundleError(f"bundle {bundle} is damaged or truncated: {exc}; nothing was imported") from exc
+    finally:
+        stream.close()
+        if not done:
+            shutil.rmtree(staging, ignore_errors=True)
+            _remove_empty(root / IMPORT_DIR)
 
 
 def _remove_empty(d: Path) -> None:
@@ -513,6 +644,88 @@ def _coverage(path: Path, kind: str) -> RangeSet:
     rs = RangeSet()
     rs.add_table(read_part(path, kind, columns=["writer", "seq"]))
     return rs
+
+
+@dataclass
+class RepeatedIds:
+    """Row ids ``(writer, seq)`` that more than one row of one kind of a run holds."""
+
+    kind: str
+    count: int                                  # ids held by two rows or more
+    examples: list[tuple[str, int, list[str]]]  # (writer, seq, files holding it) for the first few
+
+    def describe(self) -> str:
+        shown = "; ".join(f"writer {w} seq {s} in {', '.join(files)}" for w, s, files in self.examples)
+        return f"{self.count} {self.kind} row ids (writer, seq) are held by more than one row, e.g. {shown}"
+
+
+def repeated_row_ids(parts: Sequence[Path], kind: str, *, examples: int = 3) -> RepeatedIds | None:
+    """The ``(writer, seq)`` ids held by more than one row of ``parts`` (a run's files of ``kind``).
+
+    Every row keeps its id for ever (compaction and import included), so a repeat is damage or a
+    crafted run, and queries and sync would count those rows twice: import refuses such a run
+    and ``doctor --deep`` reports it. Reads only the two id columns (a part they cannot be read
+    from is left out: no query reads it either, and doctor reports it as damaged). Per writer,
+    ids in increasing order across its files (a live run's parts) are seen in one pass; others
+    (a compacted part is ordered by key) are counted in one pass over their dense seq range.
+    """
+    by_writer: dict[str, list[tuple[Any, int]]] = {}
+    for i, path in enumerate(parts):
+        for writer, seqs in _ids_by_writer(path):
+            by_writer.setdefault(writer, []).append((seqs, i))
+    count, found = 0, []
+    for writer, chunks in by_writer.items():
+        repeated = _repeated([seqs for seqs, _i in chunks])
+        count += len(repeated)
+        for seq in repeated[: max(0, examples - len(found))].tolist():
+            files = sorted({parts[i].name for seqs, i in chunks if (seqs == seq).any()})
+            found.append((writer, seq, files))
+    return RepeatedIds(kind, count, found) if count else None
+
+
+def _ids_by_writer(path: Path) -> list[tuple[str, Any]]:
+    """``[(writer, seqs as a numpy array), ...]`` of one part file (none if it cannot be read)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    try:  # writer ids as stored: dictionary-encoded, no hashing of strings
+        table = pq.ParquetFile(path, read_dictionary=["writer"]).read(columns=["writer", "seq"])
+    except Exception:  # unreadable, or gone (a compaction swapped the folder): no query reads it
+        return []
+    writers = table.column("writer").unify_dictionaries().combine_chunks()
+    seqs = np.asarray(table.column("seq").to_numpy(), dtype=np.int64)
+    names = writers.dictionary.to_pylist()
+    if len(names) == 1:
+        return [(names[0], seqs)]
+    codes = writers.indices.to_numpy(zero_copy_only=False)
+    return [(w, seqs[codes == c]) for c, w in enumerate(names)]
+
+
+def _repeated(chunks: list[Any]) -> Any:
+    """The values occurring more than once in the numpy arrays ``chunks`` (sorted)."""
+    import numpy as np
+
+    chunks = sorted((c for c in chunks if len(c)), key=lambda c: c[0])
+    if all(len(c) < 2 or bool(np.all(c[1:] > c[:-1])) for c in chunks) and all(
+            a[-1] < b[0] for a, b in zip(chunks, chunks[1:])):
+        return np.empty(0, np.int64)  # increasing across the files: no repeats
+    seqs = np.concatenate(chunks)
+    lo = int(seqs.min())
+    if int(seqs.max()) - lo <= 4 * len(seqs) + (1 << 20):  # seqs are dense from 0: count each
+        return np.flatnonzero(np.bincount(seqs - lo) > 1) + lo
+    ordered = np.sort(seqs)
+    return np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+
+
+def _refuse_repeated_ids(staged: RunPaths) -> None:
+    """Refuse a bundled run whose files hold one row id twice (see :func:`repeated_row_ids`)."""
+    from .schema import KINDS
+
+    for kind in KINDS:
+        rep = repeated_row_ids(staged.parts(kind), kind)
+        if rep:
+            raise BundleError(f"refusing bundle: run {staged.project}/{staged.run_id} repeats row ids: "
+                              f"{rep.describe()}; nothing was imported")
 
 
 def _relation(a: RangeSet, covered: RangeSet) -> str:
@@ -679,6 +892,7 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
         staged_run = st.dir / base
         if not (staged_run / RUN_FILE).is_file():
             raise BundleError(f"bundle lists run {project}/{run_id} but carries no run.json for it")
+        _refuse_repeated_ids(RunPaths(st.dir / "runs", project, run_id))
         local = RunPaths(root, project, run_id)
         if local.dir.exists():
             _merge_run(root, staged_run, local, st.files, base, apply=False)  # conflicts first

@@ -23,6 +23,8 @@ check                    --fix
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
 ``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.compact.recover`)
+``repeated_rows``        (``deep`` only) row ids ``(writer, seq)`` held by more than one row of a
+                         kind of a run (:func:`trackstore.bundle.repeated_row_ids`): reported only
 ``import_leftover``      staging folder of an interrupted import: quarantined
 ``stale_lock``           lock file of a dead process: removed (reported only as a warning;
                          the next acquire takes it over anyway)
@@ -171,6 +173,24 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
         if has_leftovers(kd):
             out.append(Finding("compaction_leftover", kd, "an interrupted compaction left a staging folder",
                                "run `trackstore doctor --fix` (or `trackstore compact`) to resolve it"))
+    if deep:
+        out += _check_repeated_ids(paths)
+    return out
+
+
+def _check_repeated_ids(paths: RunPaths) -> list[Finding]:
+    """``--deep``: row ids ``(writer, seq)`` held by more than one row of a kind of the run."""
+    from .bundle import repeated_row_ids
+    from .schema import KINDS
+
+    out = []
+    for kind in KINDS:
+        rep = repeated_row_ids(paths.parts(kind), kind)
+        if rep:
+            out.append(Finding("repeated_rows", paths.kind_dir(kind), rep.describe(),
+                               "queries and sync count these rows more than once: a file was copied in twice "
+                               "or the run was crafted; move the files repeating rows out of the run folder, "
+                               "or import the run again from a sound bundle (--fix leaves them alone)"))
     return out
 
 

@@ -34,10 +34,13 @@ The promises this module keeps:
 * ``runs`` comes from ``run.json`` through :func:`trackstore.catalog.list_runs`, so its
   ``status`` is the *effective* one (a run whose writer died is ``crashed``).
 * Read-only: with ``read_only=True`` (the default) the connection is in memory, may read files
-  only under the store root, and its configuration is locked; :func:`run_sql` (used by
-  :func:`query` and ``trackstore sql``) additionally refuses every statement that is not a
-  query (COPY, ATTACH, CREATE, INSERT, INSTALL/LOAD, SET, ...) with a
-  :class:`~trackstore.errors.QueryError`. User values are bound parameters (``$name``).
+  only under the store root (DuckDB's temp folder is a private one of its own, see
+  :func:`confine`; files reached through a link leading out of the store are refused by
+  DuckDB and left out of the views), and its configuration is locked; :func:`run_sql` (used
+  by :func:`query` and ``trackstore sql``) additionally refuses every statement that is not a
+  query (COPY, ATTACH, CREATE, INSERT, INSTALL/LOAD, SET, an EXPLAIN ANALYZE of any of these,
+  ...) with a :class:`~trackstore.errors.QueryError`. User values are bound parameters
+  (``$name``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -72,8 +77,9 @@ SYNC_STATE_COLUMNS = (
     ("remote_id", "string"), ("synced_status", "string"), ("last_sync_at", "ts"), ("last_error", "string"),
 )
 
-# Statement types a read-only query may use. DESCRIBE, SHOW and SUMMARIZE parse as SELECT.
-_ALLOWED_STATEMENTS = ("SELECT", "EXPLAIN")
+# Statement types a read-only query may use. DESCRIBE, SHOW and SUMMARIZE parse as SELECT;
+# EXPLAIN is allowed when what it explains is a SELECT.
+_ALLOWED_STATEMENTS = ("SELECT",)
 _ALLOWED_PRAGMAS = re.compile(r"^\s*PRAGMA\s+(table_info|show|show_tables|show_tables_expanded|version)\b",
                               re.IGNORECASE)
 
@@ -181,13 +187,20 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
 
     Only ``project=*/run=*`` folders are visited (so never ``_trash``, ``_quarantine`` or
     ``_sync``) and only names ending in ``.parquet`` that do not start with a dot. ``only``
-    limits the scan to some ``(project, run_id)`` pairs.
+    limits the scan to some ``(project, run_id)`` pairs. A file reached through a symbolic
+    link that leads outside the store counts as damaged: the views never read it (and the
+    read-only sandbox could not: one such link would fail every query).
     """
     root_path = resolve_root(root)
+    real_root = os.path.realpath(root_path)
+    linked_projects: dict[Path, bool] = {}
     found = StoreParts({k: [] for k in RECORD_KINDS}, {k: set() for k in RECORD_KINDS}, {})
     for project, run_id, rdir in iter_run_dirs(root_path):
         if only is not None and (project, run_id) not in only:
             continue
+        if rdir.parent not in linked_projects:
+            linked_projects[rdir.parent] = os.path.islink(rdir.parent)
+        run_linked = linked_projects[rdir.parent] or os.path.islink(rdir)
         for kind in RECORD_KINDS:
             d = rdir / _KIND_GLOB[kind].rsplit("/", 1)[0]
             try:
@@ -195,10 +208,12 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
             except (FileNotFoundError, NotADirectoryError):
                 continue
             with entries:
+                linked = run_linked or _linked_below(rdir, d)
                 for e in entries:
                     if not e.name.endswith(PART_SUFFIX) or e.name.startswith("."):
                         continue
-                    problem = check_part(e.path)
+                    problem = _outside_store(e.path, real_root) if linked or e.is_symlink() else None
+                    problem = problem or check_part(e.path)
                     if problem is None:
                         try:
                             found.schemas[kind].add(part_schema(e.path))
@@ -209,6 +224,23 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
                     else:
                         found.bad[e.path] = problem
     return found
+
+
+def _linked_below(top: Path, d: Path) -> bool:
+    """Whether a folder between ``top`` (excluded) and ``d`` (included) is a symbolic link."""
+    while d != top:
+        if os.path.islink(d):
+            return True
+        d = d.parent
+    return False
+
+
+def _outside_store(path: str, real_root: str) -> str | None:
+    """Why ``path`` is not read (it leads outside the store through a link), or None."""
+    real = os.path.realpath(path)
+    if real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return f"a symbolic link to {real}, outside the store (only the store's own files are read)"
 
 
 # ---------------------------------------------------------------------- connecting
@@ -223,7 +255,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     :class:`SkippedFileWarning` naming each) or ``"error"`` (raise
     :class:`~trackstore.errors.CorruptFileError` for the first one). With ``read_only=True``
     the connection can read only files under the root and cannot change its configuration
-    (no ATTACH, COPY TO elsewhere, INSTALL or LOAD). ``sync_state=False`` leaves the
+    (no ATTACH or COPY outside it, no INSTALL or LOAD). ``sync_state=False`` leaves the
     ``sync_state`` view empty, which saves reading every part's ``(writer, seq)`` columns.
     """
     if on_corrupt not in ("warn", "error"):
@@ -273,14 +305,27 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                     {"root": str(root_path), "only": source})
         _create_helper_views(con)
         if read_only:
-            allowed = str(root_path).replace("'", "''")
-            con.execute(f"SET allowed_directories = ['{allowed}']")
-            con.execute("SET enable_external_access = false")
-            con.execute("SET lock_configuration = true")
+            confine(con, root_path)
     except Exception:
         con.close()
         raise
     return con
+
+
+def confine(con, root: Path) -> None:
+    """Lock ``con`` into reading only the files under ``root`` (see the module docstring).
+
+    DuckDB always allows its temp folder too (``<cwd>/.tmp`` by default, where other programs'
+    files may be); it is moved to a fresh, private folder that DuckDB creates only if a query
+    spills to disk and removes when the connection closes, so it never holds anything but
+    this connection's own spill files. Then external access is turned off, except for the
+    store root, and the configuration is locked so no statement can undo it.
+    """
+    spill = Path(tempfile.gettempdir()) / f"trackstore-duckdb-{secrets.token_hex(8)}"
+    con.execute(f"SET temp_directory = {sql_string(spill)}")
+    con.execute(f"SET allowed_directories = [{sql_string(root)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def _kind_of(path: str) -> str:
@@ -488,12 +533,53 @@ def check_read_only(sql: str) -> None:
         raise QueryError(f"one statement at a time, got {len(statements)} (remove the ';'-separated extras)")
     st = statements[0]
     kind = st.type.name
+    if kind == "EXPLAIN":  # EXPLAIN ANALYZE runs what it explains: that must be a query too
+        if not _explains_a_query(st.query):
+            raise QueryError("refused: EXPLAIN may only explain a query (EXPLAIN ANALYZE runs the statement "
+                             "it explains); trackstore SQL is read-only")
+        return
     if kind in _ALLOWED_STATEMENTS:
         return
     if kind == "PRAGMA" and _ALLOWED_PRAGMAS.match(st.query):
         return
     raise QueryError(f"refused: {kind} statements are not allowed; trackstore SQL is read-only "
                      "(SELECT, WITH, EXPLAIN, DESCRIBE, SHOW, SUMMARIZE, PRAGMA table_info)")
+
+
+def _explains_a_query(sql: str) -> bool:
+    """Whether an ``EXPLAIN [ANALYZE] [(options)] <statement>`` wraps one SELECT.
+
+    The wrapped statement starts right after EXPLAIN/ANALYZE, or after the parenthesized
+    option list (a query may start with a parenthesis too): it is a query if either parses
+    as exactly one SELECT (no option list parses as a query).
+    """
+    import duckdb
+
+    found = duckdb.tokenize(sql)
+    ends = [pos for pos, _t in found[1:]] + [len(sql)]
+    words = [(pos, sql[pos:end].strip()) for (pos, typ), end in zip(found, ends)
+             if typ != duckdb.token_type.comment]
+    i = 1  # words[0] is EXPLAIN
+    if i < len(words) and words[i][1].lower() in ("analyze", "analyse"):
+        i += 1
+    starts = [i]
+    depth = 0
+    while i < len(words) and (depth or words[i][1].startswith("(")):  # skip an option list
+        depth += words[i][1].count("(") - words[i][1].count(")")
+        i += 1
+        if not depth:
+            starts.append(i)
+            break
+    for start in starts:
+        if start >= len(words):
+            continue
+        try:
+            inner = duckdb.extract_statements(sql[words[start][0]:])
+        except duckdb.Error:
+            continue
+        if len(inner) == 1 and inner[0].type.name == "SELECT":
+            return True
+    return False
 
 
 def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> "pa.Table":
@@ -593,6 +679,9 @@ def _clean(exc: BaseException) -> str:
 
 def _translate(exc: BaseException) -> Exception:
     msg = _clean(exc)
+    if type(exc).__name__ == "PermissionException":  # the sandbox said no (see confine)
+        what = msg.splitlines()[0].removeprefix("Permission Error: ").split(" - file system")[0]
+        return QueryError(f"refused: {what}: trackstore SQL reads only the files under the store root")
     m = _PATH_IN_ERROR.search(msg)
     if m and type(exc).__name__ in ("IOException", "InvalidInputException", "InternalException",
                                     "SerializationException", "ConversionException"):
