@@ -1,5 +1,9 @@
 """What every command shares: the ``--root`` option, output formats, and error reporting.
 
+``RootOpt`` resolves and checks the store root once for every command that reads or
+maintains a store (:func:`existing_root`); only ``demo`` and ``run``, which write new runs,
+take ``NewRootOpt`` and may create it.
+
 Output goes through :func:`emit` only: a rich table for people, ``csv``/``json``/``jsonl``/
 ``parquet`` for programs. ``json`` is always an array of objects whose field names are the
 column names of the matching SQL view. rich is imported only when a table is drawn.
@@ -19,14 +23,33 @@ from typing import Any, Iterable, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
+_ROOT_HELP = "Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns."
+
+
+def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
+    """The one root check of the CLI: the resolved ``--root``, which must be a store.
+
+    A missing path, a file, or a folder holding only other files is a usage error (exit 2)
+    naming the path and where it came from (``--root``, ``$TRACKSTORE_DIR`` or the default),
+    so a mistyped root never reads as an empty store nor gets ``_locks/`` created in it.
+    """
+    from trackstore.layout import ENV_ROOT, resolve_root
+
+    origin = getattr(ctx.get_parameter_source(param.name), "name", "")
+    source = {"COMMANDLINE": "--root", "ENVIRONMENT": f"${ENV_ROOT}"}.get(origin)
+    return resolve_root(value, must_exist=True, source=source)
+
+
 RootOpt = Annotated[
     Optional[Path],
-    typer.Option(
-        "--root",
-        envvar="TRACKSTORE_DIR",
-        help="Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns.",
-        show_default=False,
-    ),
+    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist (an empty folder is a "
+                 "valid empty store).", show_default=False, callback=existing_root),
+]
+# demo and run write runs: the first run written creates the root
+NewRootOpt = Annotated[
+    Optional[Path],
+    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " Created by the first run written.",
+                 show_default=False),
 ]
 
 
