@@ -53,6 +53,28 @@ NewRootOpt = Annotated[
 ]
 
 
+def choices(name: str, values: Iterable[str]) -> type[Enum]:
+    """A str Enum for an option that takes a fixed set: typer then refuses any other value
+    (exit 2) listing the valid ones, and ``--help`` shows them."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+def check_targets(names: Iterable[str], root: Path, option: str) -> None:
+    """Refuse sync target names that no installed adapter serves and the store's ledger never saw."""
+    from trackstore.errors import UsageError
+    from trackstore.sync import available
+
+    known = set(available())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        from trackstore.syncstate import iter_cursors
+
+        known |= {c.target for c in iter_cursors(root)}  # also targets synced by a plugin since removed
+        unknown = [n for n in unknown if n not in known]
+    if unknown:
+        raise UsageError(f"{option}: unknown sync target {unknown[0]!r}; available: {', '.join(sorted(known))}")
+
+
 class Format(str, Enum):
     table = "table"
     csv = "csv"
