@@ -452,6 +452,13 @@ def _exclude_readers(root: Path) -> tuple[int | None, bool]:
     return fd, False
 
 
+def _readers_present(root: Path) -> bool:
+    """Whether a process holds the root folder's flock (a reader, or a holder not yet in its file)."""
+    fd, busy = _exclude_readers(root)
+    _close(fd)
+    return busy
+
+
 def read_only_filesystem(root: str | os.PathLike) -> bool:
     """True when the filesystem holding ``root`` is mounted read-only (nothing can change the store)."""
     try:
@@ -499,12 +506,13 @@ def reading(root: str | os.PathLike, *, job: str) -> Iterator[None]:
 
 
 def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | None = None) -> Lock:
-    """Take the store's maintenance lock for ``job`` (gc, compact, import, export, doctor...).
+    """Take the store's maintenance lock for ``job`` (gc, compact, import, doctor...).
 
     Runs merge their own part files under this lock too, for milliseconds to a few seconds,
     every few dozen flushes of each live run. A cron gc must not fail because one of those
     was in progress, so a holder that declares itself a brief merge is waited for (up to
-    :data:`BRIEF_WAIT_S`); any other holder raises :class:`LockHeldError` at once, as before.
+    :data:`BRIEF_WAIT_S`); any other holder, and a reader (:func:`reading`: an export),
+    raises :class:`LockHeldError` at once, as before.
     """
     info: dict = {"job": job}
     if runs is not None:
@@ -513,7 +521,8 @@ def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | 
         return acquire(root, MAINTENANCE, info=info)
     except LockHeldError:
         holder = read_lock(root, MAINTENANCE)
-        if holder is None or holder.info.get("job") == BRIEF_JOB:
+        gone = holder is None and not _readers_present(Path(root))  # released just now
+        if gone or (holder is not None and holder.info.get("job") == BRIEF_JOB):
             return acquire(root, MAINTENANCE, wait=True, timeout=BRIEF_WAIT_S, info=info)
         raise
 
