@@ -1,5 +1,9 @@
 """What every command shares: the ``--root`` option, output formats, and error reporting.
 
+``RootOpt`` resolves and checks the store root once for every command that reads or
+maintains a store (:func:`existing_root`); only ``demo`` and ``run``, which write new runs,
+take ``NewRootOpt`` and may create it.
+
 Output goes through :func:`emit` only: a rich table for people, ``csv``/``json``/``jsonl``/
 ``parquet`` for programs. ``json`` is always an array of objects whose field names are the
 column names of the matching SQL view. rich is imported only when a table is drawn.
@@ -19,15 +23,56 @@ from typing import Any, Iterable, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
+_ROOT_HELP = "Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns."
+
+
+def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
+    """The one root check of the CLI: the resolved ``--root``, which must be a store.
+
+    A missing path, a file, or a folder holding only other files is a usage error (exit 2)
+    naming the path and where it came from (``--root``, ``$TRACKSTORE_DIR`` or the default),
+    so a mistyped root never reads as an empty store nor gets ``_locks/`` created in it.
+    """
+    from trackstore.layout import ENV_ROOT, resolve_root
+
+    origin = getattr(ctx.get_parameter_source(param.name), "name", "")
+    source = {"COMMANDLINE": "--root", "ENVIRONMENT": f"${ENV_ROOT}"}.get(origin)
+    return resolve_root(value, must_exist=True, source=source)
+
+
 RootOpt = Annotated[
     Optional[Path],
-    typer.Option(
-        "--root",
-        envvar="TRACKSTORE_DIR",
-        help="Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns.",
-        show_default=False,
-    ),
+    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist (an empty folder is a "
+                 "valid empty store).", show_default=False, callback=existing_root),
 ]
+# demo and run write runs: the first run written creates the root
+NewRootOpt = Annotated[
+    Optional[Path],
+    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " Created by the first run written.",
+                 show_default=False),
+]
+
+
+def choices(name: str, values: Iterable[str]) -> type[Enum]:
+    """A str Enum for an option that takes a fixed set: typer then refuses any other value
+    (exit 2) listing the valid ones, and ``--help`` shows them."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+def check_targets(names: Iterable[str], root: Path, option: str) -> None:
+    """Refuse sync target names that no installed adapter serves and the store's ledger never saw."""
+    from trackstore.errors import UsageError
+    from trackstore.sync import available
+
+    known = set(available())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        from trackstore.syncstate import iter_cursors
+
+        known |= {c.target for c in iter_cursors(root)}  # also targets synced by a plugin since removed
+        unknown = [n for n in unknown if n not in known]
+    if unknown:
+        raise UsageError(f"{option}: unknown sync target {unknown[0]!r}; available: {', '.join(sorted(known))}")
 
 
 class Format(str, Enum):

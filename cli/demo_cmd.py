@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 from typing_extensions import Annotated
 
-from .common import RootOpt, console
+from .common import NewRootOpt, console
 
 
 def demo(
-    root: RootOpt = None,
+    root: NewRootOpt = None,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps to simulate.")] = 200,
     project: Annotated[str, typer.Option("--project", help="Project name of the demo run.")] = "demo-grpo",
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same values).")] = 0,

@@ -15,15 +15,41 @@ HEADER = """# Command-line reference
 Generated from `trackstore --help` by `python -m trackstore.cli.docgen > docs/cli.md`; do not
 edit by hand. Every command accepts `--root DIR` (default `$TRACKSTORE_DIR`, else `./tsruns`).
 
+## The store root
+
+The root is `--root DIR`, else `$TRACKSTORE_DIR`, else `./tsruns` in the current directory.
+Every command but `demo` and `run` (which write new runs, so their first run may create it)
+needs a store there, and refuses with exit code 2, naming the path and where it came from,
+when the path
+
+- does not exist (a mistyped `--root` in a cron job fails every time instead of
+  "succeeding" on an empty store),
+- is not a folder, or
+- is a folder holding other things only: a store is an empty folder (hidden entries aside)
+  or one with a `project=*` folder or one of trackstore's own `_*` folders (`_sync`,
+  `_locks`, ...). `import` into a new store therefore needs `mkdir` first.
+
+Commands that only read create nothing in the store: `runs`, `show`, `sql`, `plot`,
+`compare`, `status`, `doctor` (without `--fix`), `sync --dry-run`, `gc --dry-run` and
+`export` (which writes only its bundle). They also work on a read-only store (a snapshot, a
+read-only mount): `export` holds gc, compaction and import off with a shared lock on the
+root folder instead of a lock file. Commands that change the store (`gc`, `compact`, `sync`,
+`import`, `doctor --fix`) cannot take their lock there and exit with code 4 and a one-line
+message.
+
+Options that take a fixed set of values (`--format`, `runs --status`, `plot --x`,
+`sync --mode`, `sync --to`, `status --to`, `gc --status`, `gc --require-synced-to`) refuse
+any other value with exit code 2, listing the valid ones.
+
 ## Exit codes
 
 | code | meaning |
 |---|---|
 | 0 | success |
 | 1 | unexpected error |
-| 2 | usage error: bad option, bad name or value |
+| 2 | usage error: bad option, bad name or value, a value outside an option's choices, a store root that does not exist or is not a store |
 | 3 | run not found, or the reference is ambiguous (the message lists candidates) |
-| 4 | the store is damaged or data could not be written (`trackstore doctor` helps) |
+| 4 | the store is damaged or data could not be written (`trackstore doctor` helps), or a command that changes the store met a read-only one |
 | 5 | the SQL query failed or was refused (read-only) |
 | 6 | another process holds the lock (sync of the same target, gc, compaction) |
 | 7 | the sync target is unreachable |

@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, FormatOpt, RootOpt, console, emit
+from .common import Format, FormatOpt, RootOpt, check_targets, console, emit
 
 COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes", "reason"]
 
@@ -46,13 +46,15 @@ def gc(
     from trackstore.layout import resolve_root
     from trackstore.units import format_bytes, parse_duration, parse_size
 
+    targets = tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip())
+    check_targets(targets, root, "--require-synced-to")
     policy = G.Policy(
         older_than_s=parse_duration(older_than) if older_than is not None else None,
         max_size=parse_size(max_size) if max_size is not None else None,
         keep_last=keep_last,
         project=project,
         statuses=tuple(status) if status else G.TERMINAL,
-        require_synced_to=tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip()),
+        require_synced_to=targets,
         include_unsynced=include_unsynced,
         force=force,
     )

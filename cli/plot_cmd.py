@@ -16,8 +16,10 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, RootOpt, emit
+from .common import Format, RootOpt, choices, emit
 from .sql_cmd import StrictOpt, report_skipped_files
+
+XAxis = choices("XAxis", ("step", "time"))
 
 
 def plot(
@@ -25,7 +27,7 @@ def plot(
     key: Annotated[List[str], typer.Option("--key", "-k", help="Metric key to plot (repeatable; globs like 'actor/*' allowed). One chart per key.")],
     root: RootOpt = None,
     smooth: Annotated[Optional[int], typer.Option("--smooth", "-s", min=1, help="Trailing moving average over N logged points.")] = None,
-    x: Annotated[str, typer.Option("--x", help="X axis: 'step', or 'time' (seconds since the run's first point).")] = "step",
+    x: Annotated[XAxis, typer.Option("--x", help="X axis: 'step', or 'time' (seconds since the run's first point).")] = XAxis.step,
     points: Annotated[int, typer.Option("--points", min=2, help="Downsample each curve to at most this many points.")] = 1000,
     png: Annotated[Optional[Path], typer.Option("--png", help="Write a PNG image here instead of drawing in the terminal (needs matplotlib: pip install 'trackstore[plot]').")] = None,
     fmt: Annotated[Optional[Format], typer.Option("--format", "-f", case_sensitive=False, help="Print the downsampled points in this format instead of drawing.")] = None,
@@ -39,8 +41,7 @@ def plot(
     from trackstore.overview import curves, run_label
     from trackstore.points import run_keys
 
-    if x not in ("step", "time"):
-        raise UsageError(f"--x must be 'step' or 'time', got {x!r}")
+    x = XAxis(x).value
     infos = _unique(resolve_runs(runs, root))
     on_corrupt = "error" if strict else "warn"
     with report_skipped_files():

@@ -21,7 +21,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import RootOpt
+from .common import NewRootOpt
 
 SHIM = '''"""trackstore run: this process's `import wandb` is trackstore's local drop-in."""
 import sys
@@ -48,7 +48,7 @@ def shim_env(shim_dir: Path, base: dict, root: Optional[Path] = None, project: O
 def run(
     command: Annotated[List[str], typer.Argument(help="The command to run, after `--` (e.g. -- python train.py --lr 1e-4).",
                                                  show_default=False)],
-    root: RootOpt = None,
+    root: NewRootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Store every run of the command in this project, whatever wandb.init(project=...) says.")] = None,
 ) -> None:
     """Run COMMAND so that its `import wandb` logs to the local store instead of wandb's servers."""

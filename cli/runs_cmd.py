@@ -11,9 +11,12 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, _cell, console, emit
+from trackstore.meta import STATUSES
+
+from .common import Format, FormatOpt, OutputOpt, RootOpt, _cell, choices, console, emit
 from .sql_cmd import ParamOpt
 
+RunStatus = choices("RunStatus", STATUSES)
 LIST_COLUMNS = ["project", "run_id", "name", "status", "last_step", "updated_at"]
 
 
@@ -21,7 +24,7 @@ def runs(
     root: RootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this project.")] = None,
     status: Annotated[
-        Optional[List[str]],
+        Optional[List[RunStatus]],
         typer.Option("--status", "-s", help="Only runs with this status (running, finished, failed, crashed); repeatable."),
     ] = None,
     tag: Annotated[Optional[List[str]], typer.Option("--tag", "-t", help="Only runs carrying this tag; repeatable (all must match).")] = None,
@@ -38,7 +41,7 @@ def runs(
 
     from .sql_cmd import open_store, parse_params
 
-    sql, values = runs_query(project=project, status=status, tag=tag, since=since, where=where,
+    sql, values = runs_query(project=project, status=[s.value for s in status or []], tag=tag, since=since, where=where,
                              params=parse_params(params), sort=sort, limit=limit)
     from trackstore.views import run_sql
 

@@ -15,10 +15,15 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, RootOpt, console, echo_err, emit
+from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit
 
 TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
                                         "(or one registered by a plugin).")]
+SummaryFormat = choices("SummaryFormat", ("table", "json"))
+Mode = choices("Mode", ("online", "offline", "local", "cloud"))
+# the --mode values each built-in target takes (a plugin's target gets any of them)
+TARGET_MODES = {"mlflow": (), "wandb": ("online", "offline"), "wandb-offline": ("offline",),
+                "swanlab": ("cloud", "online", "offline", "local")}
 
 
 class _CronProgress:
@@ -112,7 +117,7 @@ def sync(
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Rows per request (capped by the "
                                                       "target's own limit).")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Read back what the target holds and compare counts.")] = False,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Summary format: table or json.")] = Format.table,
+    fmt: Annotated[SummaryFormat, typer.Option("--format", "-f", help="Summary format: table or json.")] = SummaryFormat.table,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for another sync of this target to finish instead of "
                                        "exiting with code 6.")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
@@ -121,21 +126,21 @@ def sync(
     remote_project: Annotated[Optional[str], typer.Option("--remote-project", help="wandb/SwanLab project to write to "
                                                           "(default: the trackstore project).")] = None,
     host: Annotated[Optional[str], typer.Option("--host", help="SwanLab API host (self-hosted SwanLab).")] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="wandb/SwanLab client mode: online (default), "
-                                                "offline or local.")] = None,
+    mode: Annotated[Optional[Mode], typer.Option("--mode", help="Client mode: wandb online (default) or offline; "
+                                                 "SwanLab cloud (default), offline or local.")] = None,
     logdir: Annotated[Optional[str], typer.Option("--logdir", help="Where offline/local modes write.")] = None,
     proxy: Annotated[Optional[str], typer.Option("--proxy", help="HTTP(S) proxy URL (default: the standard proxy "
                                                  "variables). Never printed.")] = None,
 ) -> None:
     """Replay stored runs to a tracking platform: original steps and timestamps, exactly once, resumable."""
-    from trackstore.errors import TargetUnreachableError, UsageError
+    from trackstore.errors import TargetUnreachableError
     from trackstore.layout import resolve_root
     from trackstore.sync import SyncOptions, TargetOptions, make_adapter
     from trackstore.sync import sync as do_sync
     from trackstore.units import parse_duration
 
-    if fmt not in (Format.table, Format.json):
-        raise UsageError("--format must be table or json for sync")
+    fmt = Format(SummaryFormat(fmt).value)
+    mode = _check_mode(to, mode)
     root_path = resolve_root(root)
     opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since) if since else None,
                        finished_only=finished_only, include_synced=all_runs, dry_run=dry_run,
@@ -156,6 +161,20 @@ def sync(
         if stop is not None:
             stop.restore()
     raise typer.Exit(_exit_code(report, if_online))
+
+
+def _check_mode(to: str, mode) -> str | None:
+    """``--mode`` as a string, refused (exit 2) when the built-in target ``to`` has no such mode."""
+    from trackstore.errors import UsageError
+
+    if mode is None:
+        return None
+    mode = Mode(mode).value
+    valid = TARGET_MODES.get(to)
+    if valid is not None and mode not in valid:
+        takes = f"takes {', '.join(valid)}" if valid else "has no modes"
+        raise UsageError(f"--mode {mode}: sync target {to!r} {takes}")
+    return mode
 
 
 class _WatchStop:
@@ -317,6 +336,8 @@ def status(
     from trackstore.syncstate import iter_cursors, pending_counts
 
     root_path = resolve_root(root)
+    if to is not None:
+        check_targets([to], root_path, "--to")
     infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
     rows = []
     seen = set()

@@ -366,7 +366,7 @@ def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.
     runs = list(runs)
     if not runs:
         raise UsageError("no runs to export: none matched (name runs, or use --project / --since / --all)")
-    with locks.acquire_maintenance(root, job="export"):
+    with locks.reading(root, job="export"):  # writes nothing into the store (works on a read-only one)
         entries, members = [], []
         for info in runs:
             entry, files = _run_members(info)

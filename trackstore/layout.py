@@ -13,7 +13,11 @@
     <root>/_quarantine/               damaged files moved aside by doctor
 
 The root is ``root=`` / ``--root``, else ``$TRACKSTORE_DIR``, else ``./tsruns`` in the
-current working directory (like ``wandb/`` or ``mlruns/``).
+current working directory (like ``wandb/`` or ``mlruns/``). Writing a run creates it; reading
+(``resolve_root(..., must_exist=True)``: ``connect()`` and every CLI command but ``demo`` and
+``run``) requires a store there, so a mistyped path is an error, never an empty store: a folder
+is a store when it is empty (hidden entries aside) or holds a ``project=*`` folder or one of
+trackstore's own ``_*`` folders (``_sync``, ``_locks``, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .errors import UsageError
 from .names import validate_project, validate_run_id
 
 ENV_ROOT = "TRACKSTORE_DIR"
@@ -43,11 +48,54 @@ PART_SUFFIX = ".parquet"
 _ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """The store root: explicit argument, then ``$TRACKSTORE_DIR``, then ``./tsruns``."""
+def resolve_root(root: str | os.PathLike | None = None, *, must_exist: bool = False,
+                 source: str | None = None) -> Path:
+    """The store root: explicit argument, then ``$TRACKSTORE_DIR``, then ``./tsruns``.
+
+    With ``must_exist`` the root must be a store (:func:`check_store_root`); ``source`` names
+    where the path came from in the error (``--root``; by default ``root=``, the variable or
+    the default).
+    """
+    origin = "root="
     if root is None or root == "":
-        root = os.environ.get(ENV_ROOT) or DEFAULT_ROOT
-    return Path(root).expanduser().absolute()
+        env = os.environ.get(ENV_ROOT)
+        default = f"the default ./{DEFAULT_ROOT}, used when neither root nor ${ENV_ROOT} is set"
+        root, origin = (env, f"${ENV_ROOT}") if env else (DEFAULT_ROOT, default)
+    path = Path(root).expanduser().absolute()
+    if must_exist:
+        check_store_root(path, source or origin)
+    return path
+
+
+def store_root_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a store ("does not exist", ...), or None when it can."""
+    others = []
+    try:
+        with os.scandir(path) as entries:
+            for e in entries:
+                if e.name.startswith((PROJECT_PREFIX, "_")):
+                    return None  # trackstore's own entries: a store
+                if not e.name.startswith("."):
+                    others.append(e.name)
+    except FileNotFoundError:
+        return "does not exist"
+    except NotADirectoryError:
+        return "is not a directory"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if others:
+        return (f"is not a trackstore store: it holds {len(others)} other entries (e.g. {min(others)!r}) "
+                f"and no {PROJECT_PREFIX}* or _* folder")
+    return None  # empty: a new store
+
+
+def check_store_root(path: Path, source: str) -> Path:
+    """``path`` if it is a store; else a UsageError naming the path and where it came from."""
+    problem = store_root_problem(path)
+    if problem is not None:
+        raise UsageError(f"store root {path} {problem} (from {source}). Check the path; an empty folder is a "
+                         f"valid new store, and logging a run (trackstore.init, trackstore demo) creates one")
+    return path
 
 
 def new_run_id(now: float | None = None) -> str:

@@ -28,11 +28,27 @@ API:
   being worked on); :func:`live_locks` and :func:`runs_in_use` read them back for gc.
 * :meth:`Lock.release` (idempotent) removes the file only if it is still ours.
 
+Reading without writing. :func:`reading` keeps maintenance away while a command that only
+reads needs the store to hold still (``export``), and writes nothing into the store: it
+takes a shared ``flock`` on the root folder itself, which every ``maintenance`` holder takes
+exclusively (besides its lock file) for as long as it holds the lock. A reader waits up to
+:data:`BRIEF_WAIT_S` for a run merging its own files and otherwise raises
+:class:`~trackstore.errors.LockHeldError`; a maintenance job that finds readers does the
+same. Where the root folder cannot be flocked, a reader checks the lock file only and says
+so in one line (on a read-only filesystem nothing can change the store, so nothing is
+lost). flock on a folder is local to one host on NFS: a gc started on another host during
+an export is not excluded there (the lock file check still sees one already running).
+
+A store that cannot be written (a read-only mount or snapshot, no permission) makes
+:func:`acquire` raise :class:`~trackstore.errors.StoreError` (exit 4) in one line naming the
+path, never a traceback: commands that change the store cannot run there.
+
 Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters). The
 names in use: ``sync-<target>`` (the sync engine, one per target; it should declare its runs,
 best at once with ``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock
 that names no runs as "every run is in use") and ``maintenance`` (gc, compaction, import,
-export and ``doctor --fix``: at most one of them changes the store at a time).
+``doctor --fix`` and runs merging their own files: at most one of them changes the store at a
+time; ``export`` holds them off with :func:`reading`).
 
 How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
 local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
@@ -64,7 +80,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import meta as _meta
-from .errors import LockHeldError, UsageError
+from .errors import LockHeldError, StoreError, UsageError
 
 LOCKS_DIR = "_locks"
 LOCK_SUFFIX = ".lock"
@@ -72,6 +88,9 @@ GUARD_SUFFIX = ".guard"
 STALE_AFTER_S = 300.0
 POLL_S = 0.2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
+MAINTENANCE = "maintenance"
+BRIEF_JOB = "merge"  # the ``job`` a run's own merge (rolling or at finish) declares in its lock
+BRIEF_WAIT_S = 30.0
 
 
 def locks_dir(root: str | os.PathLike) -> Path:
@@ -215,6 +234,7 @@ class Lock:
         self._data = data
         self.stale_after = stale_after
         self.held = True
+        self._root_fd: int | None = None  # maintenance only: the root folder's exclusive flock (readers)
 
     @property
     def token(self) -> str:
@@ -258,6 +278,11 @@ class Lock:
                 current = _read(self.path)
                 if current is not None and current.get("token") == self.token:
                     self.path.unlink()
+        except OSError:
+            pass
+        fd, self._root_fd = self._root_fd, None
+        try:
+            _close(fd)
         except OSError:
             pass
 
@@ -321,7 +346,10 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
     """Take lock ``name`` in the store at ``root``; see the module docstring."""
     root = Path(root)
     path = lock_path(root, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(name, path.parent, exc) from None
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         now = time.time()
@@ -336,33 +364,155 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
             "info": dict(info or {}),
         }
         with _guard(path):
-            if _try_create(path, data):
-                return Lock(root, name, path, data, stale_after)
-            judged = _identity(path)
+            root_fd, readers = _exclude_readers(root) if name == MAINTENANCE else (None, False)
+            if not readers:
+                try:
+                    lock = _create_or_take_over(root, name, path, data, stale_after)
+                except OSError as exc:
+                    _close(root_fd)
+                    raise _unwritable(name, path, exc) from None
+                if lock is not None:
+                    lock._root_fd = root_fd
+                    return lock
+                _close(root_fd)
             current = _read(path)
-            if _is_stale(current, path, stale_after):
-                _take_over(path, judged)
-                if _try_create(path, data):
-                    return Lock(root, name, path, data, stale_after)
-                current = _read(path)
         if not wait or (deadline is not None and time.monotonic() >= deadline):
-            holder = LockState(name, path, current or {}, False)
-            raise LockHeldError(f"{holder.describe()}; wait for it to finish, or retry later")
+            raise LockHeldError(_held_message(root, name, path, current, readers, stale_after))
         time.sleep(POLL_S)
 
 
-MAINTENANCE = "maintenance"
-BRIEF_JOB = "merge"  # the ``job`` a run's own merge (rolling or at finish) declares in its lock
-BRIEF_WAIT_S = 30.0
+def _create_or_take_over(root: Path, name: str, path: Path, data: dict, stale_after: float) -> Lock | None:
+    """Create the lock file, or replace a stale one; None when a live holder has it (call under the guard)."""
+    if _try_create(path, data):
+        return Lock(root, name, path, data, stale_after)
+    judged = _identity(path)
+    if _is_stale(_read(path), path, stale_after):
+        _take_over(path, judged)
+        if _try_create(path, data):
+            return Lock(root, name, path, data, stale_after)
+    return None
+
+
+def _held_message(root: Path, name: str, path: Path, current: dict | None, readers: bool,
+                  stale_after: float) -> str:
+    if readers and (not current or _is_stale(current, path, stale_after)):
+        return (f"lock {name!r}: the store {root} is being read by a command that needs it unchanged "
+                "(trackstore export); wait for it to finish, or retry later")
+    holder = LockState(name, path, current or {}, False)
+    return f"{holder.describe()}; wait for it to finish, or retry later"
+
+
+def _unwritable(name: str, path: Path, exc: OSError) -> StoreError:
+    why = exc.strerror or str(exc)
+    return StoreError(f"cannot take the {name!r} lock: {why} ({path}). This command changes the store, so it "
+                      "needs a writable store; commands that only read (runs, show, sql, status, doctor, export, "
+                      "--dry-run) work on a read-only one")
+
+
+# ---------------------------------------------------------------------------- readers
+def _root_fd(root: Path) -> int | None:
+    try:
+        return os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing releases the flock
+
+
+def _flock_root(fd: int | None, exclusive: bool) -> bool | None:
+    """flock the root folder without waiting: True taken, False someone else holds it, None not possible here."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        return None
+    if fd is None:
+        return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+
+
+def _exclude_readers(root: Path) -> tuple[int | None, bool]:
+    """A maintenance holder's exclusive flock on the root folder: ``(fd to keep, readers or a holder present)``."""
+    fd = _root_fd(root)
+    got = _flock_root(fd, exclusive=True)
+    if got is False:
+        _close(fd)
+        return None, True
+    if got is None:  # no flock on this filesystem: the lock file alone decides, as before
+        _close(fd)
+        return None, False
+    return fd, False
+
+
+def _readers_present(root: Path) -> bool:
+    """Whether a process holds the root folder's flock (a reader, or a holder not yet in its file)."""
+    fd, busy = _exclude_readers(root)
+    _close(fd)
+    return busy
+
+
+def read_only_filesystem(root: str | os.PathLike) -> bool:
+    """True when the filesystem holding ``root`` is mounted read-only (nothing can change the store)."""
+    try:
+        return bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+@contextmanager
+def reading(root: str | os.PathLike, *, job: str) -> Iterator[None]:
+    """Hold maintenance (gc, compact, import, ``doctor --fix``, run merges) off the store while
+    ``job`` reads it, writing nothing into the store; see the module docstring.
+
+    Raises :class:`~trackstore.errors.LockHeldError` when a maintenance job holds the store
+    (a run merging its own files is waited for, up to :data:`BRIEF_WAIT_S`).
+    """
+    root = Path(root)
+    deadline = time.monotonic() + BRIEF_WAIT_S
+    while True:
+        fd = _root_fd(root)
+        got = _flock_root(fd, exclusive=False)
+        holder = read_lock(root, MAINTENANCE)
+        live = holder if holder is not None and not holder.stale else None
+        if got is not False and live is None:
+            break
+        _close(fd)
+        brief = live is None or live.info.get("job") == BRIEF_JOB  # None: a holder between flock and file
+        if not brief or time.monotonic() >= deadline:
+            who = live.describe() if live is not None else f"a maintenance job holds {root}"
+            raise LockHeldError(f"{who}; {job} needs the store unchanged: wait for it to finish, or retry later")
+        time.sleep(POLL_S)
+    if got is None:
+        from .files import warn_note
+
+        if read_only_filesystem(root):
+            warn_note(f"note: {root} is on a read-only filesystem: nothing can change it, "
+                      f"{job} reads it without a lock")
+        else:
+            warn_note(f"note: cannot flock {root}: {job} checked that no gc, compact or import runs, but cannot "
+                      "keep one from starting meanwhile")
+    try:
+        yield
+    finally:
+        _close(fd)
 
 
 def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | None = None) -> Lock:
-    """Take the store's maintenance lock for ``job`` (gc, compact, import, export, doctor...).
+    """Take the store's maintenance lock for ``job`` (gc, compact, import, doctor...).
 
     Runs merge their own part files under this lock too, for milliseconds to a few seconds,
     every few dozen flushes of each live run. A cron gc must not fail because one of those
     was in progress, so a holder that declares itself a brief merge is waited for (up to
-    :data:`BRIEF_WAIT_S`); any other holder raises :class:`LockHeldError` at once, as before.
+    :data:`BRIEF_WAIT_S`); any other holder, and a reader (:func:`reading`: an export),
+    raises :class:`LockHeldError` at once, as before.
     """
     info: dict = {"job": job}
     if runs is not None:
@@ -371,7 +521,8 @@ def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | 
         return acquire(root, MAINTENANCE, info=info)
     except LockHeldError:
         holder = read_lock(root, MAINTENANCE)
-        if holder is None or holder.info.get("job") == BRIEF_JOB:
+        gone = holder is None and not _readers_present(Path(root))  # released just now
+        if gone or (holder is not None and holder.info.get("job") == BRIEF_JOB):
             return acquire(root, MAINTENANCE, wait=True, timeout=BRIEF_WAIT_S, info=info)
         raise
 
@@ -381,4 +532,4 @@ def is_lock_file(path: Path) -> bool:
 
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
-           "STALE_AFTER_S", "lock_path", "locks_dir"]
+           "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem"]

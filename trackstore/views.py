@@ -257,12 +257,14 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     the connection can read only files under the root and cannot change its configuration
     (no ATTACH or COPY outside it, no INSTALL or LOAD). ``sync_state=False`` leaves the
     ``sync_state`` view empty, which saves reading every part's ``(writer, seq)`` columns.
+    A root that is not a store (missing, not a folder, other files only) raises
+    :class:`~trackstore.errors.UsageError` naming it (:func:`trackstore.layout.check_store_root`).
     """
     if on_corrupt not in ("warn", "error"):
         raise ValueError("on_corrupt must be 'warn' or 'error'")
     import duckdb
 
-    root_path = resolve_root(root)
+    root_path = resolve_root(root, must_exist=True)  # a mistyped root is an error, not an empty store
     only = None if runs is None else {(r.project, r.run_id) if hasattr(r, "run_id") else tuple(r) for r in runs}
     parts = scan_parts(root_path, only)
     good, bad = parts.files, parts.bad
