@@ -376,9 +376,62 @@ def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | 
         raise
 
 
+# ---------------------------------------------------------------------------- deletion announcements
+DELETING = "deleting"  # maintenance lock info: the ``project/run_id`` gc is deleting right now
+DELETION_WAIT_S = 60.0  # how long a resuming writer waits for gc's verdict on its run
+
+
+def announce(lock: Lock, **fields: Any) -> None:
+    """``lock.set_info(**fields)``, made durable (file and folder fsynced) before it returns:
+    for announcements another process must see before this one acts on them."""
+    from .atomic import fsync_dir
+
+    lock.set_info(**fields)
+    try:
+        fd = os.open(lock.path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    fsync_dir(lock.path.parent)
+
+
+def deletion_announced(root: str | os.PathLike, project: str, run_id: str) -> LockState | None:
+    """The live maintenance lock if its holder announced that it is deleting this run, else None.
+
+    Reads one small file and creates nothing, so a writer can afford it on every resume.
+    """
+    state = read_lock(root, MAINTENANCE)
+    if state is None or state.stale or state.info.get(DELETING) != f"{project}/{run_id}":
+        return None
+    return state
+
+
+def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str, *,
+                              timeout: float = DELETION_WAIT_S) -> bool:
+    """Return once no live gc announces the deletion of this run (True if one did and this
+    waited for it); LockHeldError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    waited = False
+    while True:
+        holder = deletion_announced(root, project, run_id)
+        if holder is None:
+            return waited
+        waited = True
+        if time.monotonic() >= deadline:
+            raise LockHeldError(
+                f"run {project}/{run_id} is being deleted by trackstore gc ({holder.describe()}) and gc has "
+                f"not decided within {timeout:.0f} s; wait for that gc to end (or stop it), then resume the run again")
+        time.sleep(POLL_S / 4)
+
+
 def is_lock_file(path: Path) -> bool:
     return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
 
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
-           "STALE_AFTER_S", "lock_path", "locks_dir"]
+           "STALE_AFTER_S", "lock_path", "locks_dir", "announce", "deletion_announced", "wait_for_deletion_verdict"]
