@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -239,3 +240,130 @@ def test_resume_after_the_rename_starts_afresh_and_never_writes_into_the_trash(r
     assert points(root, victim.run_id) == 50  # the new run holds exactly the new points
     con = trackstore.connect(root)
     assert con.execute("SELECT min(step) FROM metrics WHERE run_id = ?", [victim.run_id]).fetchone()[0] == 100
+
+
+# ---------------------------------------------------------------------------- model-based
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule  # noqa: E402
+
+
+RUNS = 2  # runs per example; run 0 starts synced (so planned for deletion), run 1 not
+
+
+class GcAgainstWriters(RuleBasedStateMachine):
+    """gc executes a plan made earlier (at the start, then right after its previous execution)
+    while runs are resumed, logged to, left open, finished and synced (cursors as the sync engine writes them, for all rows or half). Whatever the
+    interleaving, gc deletes only runs that were fully synced and had no live writer when it
+    deleted them, and every run it keeps holds every point logged to it."""
+
+    base = None  # the test's own store root: each example gets a fresh store below it
+
+    def __init__(self):
+        super().__init__()
+        import tempfile
+
+        self.root = Path(tempfile.mkdtemp(dir=self.base)) / "store"
+        self.root.mkdir()
+        self.ids: list[str] = []
+        self.points: dict[str, int] = {}  # run id -> points logged (runs in the store)
+        self.synced: set[str] = set()  # runs whose every row and final status a cursor holds
+        self.open: dict[str, trackstore.Run] = {}  # runs with a live writer (this process)
+        self.plan = None
+
+    def _paths(self, run_id):
+        from trackstore.layout import RunPaths
+
+        return RunPaths(self.root, "p", run_id)
+
+    def _log(self, run, n):
+        for s in range(run.step, run.step + n):
+            run.log({"x": float(s)}, step=s)
+        self.points[run.id] += n
+        self.synced.discard(run.id)
+
+    def _resumable(self, i):
+        run_id = self.ids[i]
+        return run_id if run_id in self.points and run_id not in self.open else None
+
+    @initialize()
+    def runs_and_a_plan(self):
+        for i in range(RUNS):
+            run = trackstore.init("p", root=self.root, compact=False)
+            self.ids.append(run.id)
+            self.points[run.id] = 0
+            self._log(run, 2)
+            run.finish()
+            if i == 0:
+                self.sync(i, True)
+        self.plan_gc()
+
+    @rule(i=st.integers(0, RUNS - 1), n=st.integers(1, 3))
+    def resume_log_finish(self, i, n):
+        if run_id := self._resumable(i):
+            run = trackstore.init("p", run_id=run_id, resume=True, root=self.root, compact=False)
+            self._log(run, n)
+            run.finish()
+
+    @rule(i=st.integers(0, RUNS - 1))
+    def resume_and_leave_open(self, i):
+        if run_id := self._resumable(i):
+            run = trackstore.init("p", run_id=run_id, resume=True, root=self.root, compact=False)
+            self._log(run, 1)
+            run.flush()
+            self.open[run_id] = run
+
+    @rule(i=st.integers(0, RUNS - 1))
+    def finish_open(self, i):
+        run = self.open.pop(self.ids[i], None)
+        if run is not None:
+            run.finish()
+
+    @rule(i=st.integers(0, RUNS - 1), full=st.booleans())
+    def sync(self, i, full):
+        """What a sync leaves: a cursor holding every row and the final status, or half the rows."""
+        if run_id := self._resumable(i):
+            mark_synced(self.root, self._paths(run_id), fraction=1.0 if full else 0.5)
+            if full:
+                self.synced.add(run_id)
+            else:
+                self.synced.discard(run_id)
+
+    def plan_gc(self):
+        self.plan = G.plan(self.root, G.Policy(older_than_s=0))
+
+    @rule()
+    def execute_gc_and_plan_again(self):
+        """Execute the plan made at the end of the previous gc step (or at the start)."""
+        result = G.execute(self.root, self.plan)
+        self.plan_gc()
+        for c in result.deleted:
+            assert c.run_id in self.synced and c.run_id not in self.open, \
+                f"gc deleted {c.run_id} with unsynced rows or a live writer"
+            del self.points[c.run_id]
+        self.every_kept_run_is_whole()
+
+    def every_kept_run_is_whole(self):
+        from trackstore.reader import read_kind
+
+        for run_id, n in self.points.items():
+            assert read_kind(self._paths(run_id), "metrics").num_rows == n, run_id
+
+    def teardown(self):
+        """Every plan is executed in the end: the one made last too."""
+        import shutil
+
+        try:
+            self.execute_gc_and_plan_again()
+        finally:
+            for run in self.open.values():
+                run.finish()
+            shutil.rmtree(self.root.parent, ignore_errors=True)
+
+
+def test_gc_against_writers(root, monkeypatch):
+    from hypothesis.stateful import run_state_machine_as_test
+
+    monkeypatch.setattr(GcAgainstWriters, "base", root)
+    run_state_machine_as_test(GcAgainstWriters, settings=settings(max_examples=8, stateful_step_count=6,
+                                                                  deadline=None, database=None))
