@@ -510,7 +510,8 @@ def compactable(the_plan: Plan, policy: Policy) -> list[RunPaths]:
     ``trackstore gc --compact`` merges, so old runs cost few files even when they stay."""
     out = []
     for c in the_plan.keep:
-        if c.info.status not in TERMINAL or c.reason.startswith(("live", "other project", "being synced", "a sync")):
+        if c.info.status not in TERMINAL or c.reason.startswith(("live", "other project", "being synced", "a sync",
+                                                                    CHANGED, CHANGED_WHILE_PLANNING)):
             continue
         if policy.older_than_s is not None and the_plan.created_at - c.ended_ts < policy.older_than_s:
             continue

@@ -34,6 +34,12 @@ best at once with ``acquire(..., info={"runs": [...]})``, because gc treats a li
 that names no runs as "every run is in use") and ``maintenance`` (gc, compaction, import,
 export and ``doctor --fix``: at most one of them changes the store at a time).
 
+Deletion announcements. While gc deletes a run it names it in the maintenance lock's info,
+``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
+A resuming writer writes its own writer file first, then calls
+:func:`wait_for_deletion_verdict` (a single read of the lock file when nothing is announced),
+so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.gc`).
+
 How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
 local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
 heartbeat_at, info}``. A lock file is *stale* when
