@@ -168,8 +168,9 @@ def wait_for(predicate, what: str, timeout: float = 60):
 
 
 def new_writer_files(paths, before: set) -> set:
+    """Files in the run's ``_writers`` folder that were not there ``before`` (claims included)."""
     try:
-        return {p.name for p in paths.writers_dir.iterdir() if p.suffix == ".json"} - before
+        return {p.name for p in paths.writers_dir.iterdir() if not p.name.startswith(".")} - before
     except FileNotFoundError:
         return set()
 
@@ -184,9 +185,9 @@ def test_resume_between_recheck_and_rename_keeps_the_run(root, tmp_path):
     gc = paused_gc(root, go, after_rename=False)
     resumer = python_child(resume_code(root, victim, range(100, 150)))
     try:
-        # the resumer's first act is a writer file in the run folder (then it waits for gc)
+        # the resumer's first act is a claim in the run's _writers folder (then it waits for gc)
         wait_for(lambda: new_writer_files(victim, writers_before) or resumer.poll() is not None,
-                 "the resumer's writer file")
+                 "the resumer's claim")
         go.write_text("")
         out, err = gc.communicate(timeout=120)
         r_out, r_err = resumer.communicate(timeout=120)
@@ -201,9 +202,9 @@ def test_resume_between_recheck_and_rename_keeps_the_run(root, tmp_path):
     assert points(root, victim.run_id) == before + 50
     assert G.trash_entries(root) == []
     # the claim the resumer wrote before its own writer file is gone; its attempt is recorded
-    from trackstore.meta import read_run_json, read_writer_files
+    from trackstore.meta import read_run_json
 
-    assert not [w for w in read_writer_files(victim) if w.get("claim")]
+    assert not list(victim.writers_dir.glob("*.claim"))
     assert len(read_run_json(victim)["attempts"]) == 2
 
 

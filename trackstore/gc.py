@@ -3,7 +3,7 @@
 The promises:
 
 * **Never a live run.** A run with a live writer (pid alive on this host, fresh heartbeat from
-  another) is never deleted, whatever the flags.
+  another) or a live claim (a resume joining it) is never deleted, whatever the flags.
 * **Nothing that changed since the plan.** The plan records a fingerprint of each run it
   selects (every file and folder of the run: path, inode, size, mtime; and its sync cursor
   files). At the moment of deletion gc re-checks everything it decided on — liveness, sync
@@ -26,11 +26,11 @@ The promises:
   a part file that cannot be read, until ``trackstore doctor --fix`` has dealt with it.
 * **No race with a resuming writer.** gc first announces the deletion of a run, durably, in the
   ``maintenance`` lock it holds (:func:`trackstore.locks.announce`, info ``deleting``), THEN
-  re-checks, THEN renames. ``trackstore.init(..., resume=True)`` first writes its writer file
-  into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
+  re-checks, THEN renames. ``trackstore.init(..., resume=True)`` first writes a claim
+  (:func:`trackstore.locks.claim_run`) into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
   verdict (:func:`trackstore.locks.wait_for_deletion_verdict`). Each side writes before it
-  checks, so one always sees the other: either gc's re-check sees the writer and keeps the run,
-  or the writer waits. A writer file that lands between the re-check and the rename is found
+  checks, so one always sees the other: either gc's re-check sees the claim and keeps the run,
+  or the writer waits. A claim that lands between the re-check and the rename is found
   by a second check of the moved folder, which is then renamed back: the run is kept. A writer
   that arrives after the rename finds its run gone and starts it afresh (see
   :func:`trackstore.run.init`); it never writes into a folder gc moved.
@@ -252,6 +252,11 @@ def _behind(info: RunInfo, c: Cursor, ids: dict | None = None) -> str:
     return f"final status {info.status!r} not pushed yet"
 
 
+def live(paths: RunPaths) -> bool:
+    """A live writer, or a live process claiming the run to resume it (:mod:`trackstore.locks`)."""
+    return _meta.any_writer_alive(paths) or _locks.run_claimed(paths)
+
+
 def cursor_files(root: Path, project: str, run_id: str) -> list[Path]:
     """The run's cursor files in every live destination folder (not the ``_gc`` archive)."""
     base = Path(root) / SYNC_DIR
@@ -317,7 +322,7 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
         result.store_bytes += c.bytes
         if policy.project is not None and info.project != policy.project:
             c.reason = "other project"
-        elif info.status == "running" or _meta.any_writer_alive(info.paths):
+        elif info.status == "running" or live(info.paths):
             c.reason = "live: a writer is running"
         elif info.status not in policy.statuses:
             c.reason = f"status {info.status} not selected"
@@ -437,7 +442,7 @@ def changed_since_plan(root: Path, c: Candidate, paths: RunPaths | None = None) 
     fresh = load_run(paths)
     if fresh is None:
         return "its run.json is gone"
-    if fresh.status not in TERMINAL or _meta.any_writer_alive(paths):
+    if fresh.status not in TERMINAL or live(paths):
         return "a writer is live"
     named, unnamed = _locks.runs_in_use(root)
     if unnamed or _locks.run_in_use(c.project, c.run_id, named):

@@ -38,7 +38,9 @@ Deletion announcements. While gc deletes a run it names it in the maintenance lo
 ``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
 A resuming writer writes its own writer file first, then calls
 :func:`wait_for_deletion_verdict` (a single read of the lock file when nothing is announced),
-so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.gc`).
+so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.gc`). That
+first write is a *claim*, ``<run>/_writers/<id>.claim`` (:func:`claim_run`), which gc counts as
+a live writer (:func:`run_claimed`) until the process has its own writer file.
 
 How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
 local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
@@ -71,6 +73,7 @@ from typing import Any, Iterator
 
 from . import meta as _meta
 from .errors import LockHeldError, UsageError
+from .layout import RunPaths
 
 LOCKS_DIR = "_locks"
 LOCK_SUFFIX = ".lock"
@@ -435,9 +438,71 @@ def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str
         time.sleep(POLL_S / 4)
 
 
+# ---------------------------------------------------------------------------- run claims
+CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
+
+
+def claim_run(paths: RunPaths) -> Path | None:
+    """Claim an existing run folder for a process about to write it: ``_writers/<id>.claim``
+    (host, pid, process start time, time), written durably. gc counts a live claim as a live
+    writer. Never creates the run folder: None when it is not there (being deleted, or gone).
+    A claim is not a writer file, so it is never recorded as an attempt of the run."""
+    from .atomic import write_json_atomic
+    from .layout import new_writer_id
+
+    now = _meta.iso(time.time())
+    claim = {"claim_id": new_writer_id(), "host": _meta.hostname(), "pid": os.getpid(),
+             "pid_start": _meta.process_start_ticks(os.getpid()), "heartbeat_at": now}
+    path = paths.writers_dir / f"{claim['claim_id']}{CLAIM_SUFFIX}"
+    try:
+        paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder
+        write_json_atomic(path, claim, durable=True)
+    except FileNotFoundError:
+        return None
+    return path
+
+
+def _claims(paths: RunPaths) -> list[tuple[Path, dict | None]]:
+    try:
+        files = sorted(paths.writers_dir.glob(f"*{CLAIM_SUFFIX}"))
+    except OSError:
+        return []
+    return [(f, _read(f)) for f in files]
+
+
+def run_claimed(paths: RunPaths) -> bool:
+    """Does a live process hold a claim on this run folder? (Alive as for writer files:
+    :func:`trackstore.meta.writer_alive`; an unreadable claim counts while it is fresh.)"""
+    now = time.time()
+    for f, data in _claims(paths):
+        if data is None:
+            try:
+                if now - f.stat().st_mtime < _meta.STALE_AFTER_S:
+                    return True
+            except OSError:
+                pass
+        elif _meta.writer_alive(data, now):
+            return True
+    return False
+
+
+def dead_claims(paths: RunPaths) -> list[Path]:
+    """Claims whose process died before it became a writer (readable ones only)."""
+    return [f for f, data in _claims(paths) if data is not None and not _meta.writer_alive(data)]
+
+
+def release_claim(path: Path) -> None:
+    """Remove a claim; never raises (a claim that left with a deleted folder is gone already)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
 def is_lock_file(path: Path) -> bool:
     return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
 
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
-           "STALE_AFTER_S", "lock_path", "locks_dir", "announce", "deletion_announced", "wait_for_deletion_verdict"]
+           "STALE_AFTER_S", "lock_path", "locks_dir", "announce", "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",
+           "dead_claims"]

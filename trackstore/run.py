@@ -580,15 +580,18 @@ def _joining(paths: RunPaths, resume: bool):
         yield
     finally:
         if claim is not None:
-            _drop_claim(claim)
+            from .locks import release_claim
+
+            release_claim(claim)
 
 
 def _claim_existing_run(paths: RunPaths):
     """Make sure no ``trackstore gc`` deletes the run folder this process is about to join.
 
-    Write first, then check: a *claim* (a writer file: status running, this pid) goes into the
-    folder, THEN gc's announcement that it is deleting this run is looked for and, if present,
-    its verdict awaited (``LockHeldError`` after :data:`trackstore.locks.DELETION_WAIT_S`). gc
+    Write first, then check: a *claim* (:func:`trackstore.locks.claim_run`, which gc counts as
+    a live writer) goes into the folder, THEN gc's announcement that it is deleting this run is
+    looked for and, if present, its verdict awaited (``LockHeldError`` after
+    :data:`trackstore.locks.DELETION_WAIT_S`). gc
     announces before its last re-check, so either gc sees the claim and keeps the run, or this
     sees the announcement. The claim is the proof: still in place afterwards, the folder is ours
     to write; moved away with the folder, the run was deleted and None is returned (init then
@@ -600,49 +603,28 @@ def _claim_existing_run(paths: RunPaths):
 
     claim = None
     waited = False
-    while True:
+    for _attempt in range(100):  # more than a couple only if the folder keeps coming and going
         if claim is None:
-            claim = _write_claim(paths)  # None: no folder (a new id, or a run gc is deleting)
+            claim = _locks.claim_run(paths)  # None: no folder (a new id, or a run gc is deleting)
         try:
             waited = _locks.wait_for_deletion_verdict(paths.root, paths.project, paths.run_id) or waited
         except BaseException:
             if claim is not None:
-                _drop_claim(claim)
+                _locks.release_claim(claim)
             raise
         if claim is not None and claim.exists():
             return claim
         if claim is None and paths.dir.exists():
             continue  # the folder is there now (gc put it back, or another process created it)
         break  # our claim left with the folder, or there is none: nothing to join
+    else:
+        raise UsageError(f"run {paths.project}/{paths.run_id}: its folder keeps appearing and disappearing "
+                         f"({paths.dir}); check what else writes or deletes it, then resume again")
     if claim is None and not waited:
         return None  # an unknown run id: init creates it, as documented
     warn(f"run {paths.project}/{paths.run_id} was deleted by `trackstore gc` while this process was resuming "
-         "it; it starts again as a new run with the same id (the deleted part is not in this store any more)")
+         "it; it starts again as a new run with the same id (what gc deleted is not in this store any more)")
     return None
-
-
-def _write_claim(paths: RunPaths):
-    """Write a claim on the run folder (see :func:`_claim_existing_run`); None if it is gone."""
-    from .atomic import write_json_atomic
-
-    now = _meta.iso(time.time())
-    info = {"writer_id": new_writer_id(), "host": _meta.hostname(), "pid": os.getpid(),
-            "pid_start": _meta.process_start_ticks(os.getpid()), "started_at": now, "heartbeat_at": now,
-            "status": "running", "claim": True}
-    path = paths.writer_file(info["writer_id"])
-    try:
-        paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder
-        write_json_atomic(path, info, durable=True)
-    except FileNotFoundError:
-        return None
-    return path
-
-
-def _drop_claim(claim) -> None:
-    try:
-        claim.unlink()
-    except OSError:
-        pass  # moved away with a deleted folder
 
 
 def _tags(tags: Iterable[str] | None) -> list[str]:
@@ -662,8 +644,7 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
 def _close_dead_writers(paths: RunPaths, now: float) -> None:
     """On resume: mark writers that died without finishing as ``crashed`` (a superseded attempt,
     see :func:`trackstore.meta.ended_status`) and delete the temp files they left mid-write.
-    The claim of a resume that died while joining (:func:`_claim_existing_run`) was never an
-    attempt: it is deleted.
+    Claims of resumes that died while joining (:func:`_claim_existing_run`) are deleted.
 
     Temp files of live writers (other ranks writing this run now) are never touched.
     """
@@ -671,14 +652,14 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
     alive = {w.get("writer_id") for w in writers if _meta.writer_alive(w)}
     for w in writers:
         if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
-            wid = w.get("writer_id")
-            if w.get("claim") and isinstance(wid, str) and wid == os.path.basename(wid) and not wid.startswith("."):
-                _drop_claim(paths.writer_file(wid))
-                continue
             try:
                 _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": _meta.iso(now)}, durable=True)
             except OSError:
                 pass
+    from .locks import dead_claims, release_claim
+
+    for claim in dead_claims(paths):
+        release_claim(claim)
     dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in _KINDS)]
     for d in dirs:
         try:
