@@ -176,7 +176,7 @@ def new_writer_files(paths, before: set) -> set:
 
 
 def test_resume_between_recheck_and_rename_keeps_the_run(root, tmp_path):
-    """The re-check passed, then a resume writes its writer file before gc renames the folder:
+    """The re-check passed, then a resume writes its claim before gc renames the folder:
     gc finds it in the moved folder and puts the run back; the resume goes on in it."""
     victim = synced_run(root)
     before = points(root, victim.run_id)
