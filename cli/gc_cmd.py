@@ -1,6 +1,7 @@
 """``trackstore gc``: delete old runs that are safely synced (rules in trackstore.gc, docs/gc.md).
 
-Exit codes: 0 deleted what the plan said, nothing to delete, or ``--dry-run``; 1 the user
+Exit codes: 0 deleted what the plan said (runs that changed since the plan are kept and listed,
+"run gc again"), nothing to delete, or ``--dry-run``; 1 the user
 answered no; 2 bad options, or no terminal to confirm and no ``--yes``; 6 another gc, compact
 or import holds the store's maintenance lock.
 """

@@ -3,8 +3,12 @@
 The promises:
 
 * **Never a live run.** A run with a live writer (pid alive on this host, fresh heartbeat from
-  another) is never deleted, whatever the flags; liveness is checked again right before each
-  deletion.
+  another) or a live claim (a resume joining it) is never deleted, whatever the flags.
+* **Nothing that changed since the plan.** The plan records a fingerprint of each run it
+  selects (every file and folder of the run: path, inode, size, mtime; and its sync cursor
+  files). At the moment of deletion gc re-checks everything it decided on — liveness, sync
+  locks, and that fingerprint, which stands for status, end time, stored rows and sync state —
+  and keeps a run that changed ("changed since the plan (...); run gc again").
 * **Never a run a sync is working on.** Runs named in a live ``sync-*`` lock
   (:mod:`trackstore.locks`) are skipped; a live sync lock that names no runs makes gc delete
   nothing at all. gc itself holds the store's ``maintenance`` lock, so it never races
@@ -20,6 +24,16 @@ The promises:
   corrupt cursor would read as "never synced there" and a truncated part as "no rows pending".
   gc therefore keeps (unless ``force``) a run with a cursor file that does not parse, or with
   a part file that cannot be read, until ``trackstore doctor --fix`` has dealt with it.
+* **No race with a resuming writer.** gc first announces the deletion of a run, durably, in the
+  ``maintenance`` lock it holds (:func:`trackstore.locks.announce`, info ``deleting``), THEN
+  re-checks, THEN renames. ``trackstore.init(..., resume=True)`` first writes a claim
+  (:func:`trackstore.locks.claim_run`) into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
+  verdict (:func:`trackstore.locks.wait_for_deletion_verdict`). Each side writes before it
+  checks, so one always sees the other: either gc's re-check sees the claim and keeps the run,
+  or the writer waits. A claim that lands between the re-check and the rename is found
+  by a second check of the moved folder, which is then renamed back: the run is kept. A writer
+  that arrives after the rename finds its run gone and starts it afresh (see
+  :func:`trackstore.run.init`); it never writes into a folder gc moved.
 * **No half-deleted run is ever visible.** A run folder is first renamed, in one atomic
   ``rename(2)``, to ``<root>/_trash/<token>/project=<p>/run=<id>`` (outside every query glob),
   then removed. A crash in between leaves it in the trash, which the next gc or
@@ -55,6 +69,8 @@ from .syncstate import TERMINAL, Cursor, is_fully_synced, pending_counts, read_r
 from .views import find_unreadable
 
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
+CHANGED = "changed since the plan"
+CHANGED_WHILE_PLANNING = "changed while gc was planning; run gc again"
 
 
 @dataclass
@@ -90,6 +106,7 @@ class Candidate:
     ended_ts: float
     delete: bool = False
     reason: str = ""
+    fingerprint: frozenset | None = None  # of the runs selected for deletion, taken before deciding
 
     @property
     def project(self) -> str:
@@ -235,6 +252,54 @@ def _behind(info: RunInfo, c: Cursor, ids: dict | None = None) -> str:
     return f"final status {info.status!r} not pushed yet"
 
 
+def live(paths: RunPaths) -> bool:
+    """A live writer, or a live process claiming the run to resume it (:mod:`trackstore.locks`)."""
+    return _meta.any_writer_alive(paths) or _locks.run_claimed(paths)
+
+
+def cursor_files(root: Path, project: str, run_id: str) -> list[Path]:
+    """The run's cursor files in every live destination folder (not the ``_gc`` archive)."""
+    base = Path(root) / SYNC_DIR
+    try:
+        dests = sorted(d for d in base.iterdir() if d.is_dir() and not d.name.startswith((".", "_")))
+    except OSError:
+        return []
+    files = (d / f"{PROJECT_PREFIX}{project}" / f"{RUN_PREFIX}{run_id}.json" for d in dests)
+    return [f for f in files if f.is_file()]
+
+
+def fingerprint(root: Path, paths: RunPaths) -> frozenset:
+    """What gc's decision about a run rests on, as cheap ``lstat`` facts: every file and folder
+    under the run folder and the run's cursor files (path, inode, size, mtime).
+
+    Files in a store are written to a temp name and renamed, never changed in place, so any
+    write (a resumed writer's heartbeat file, a part, run.json, a cursor) changes it. Paths
+    are relative to the run folder, so a folder moved by ``rename`` keeps its fingerprint.
+    """
+    entries = set()
+    for dirpath, dirs, files in os.walk(paths.dir):
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue  # gone: missing from this fingerprint, so it differs anyway
+            entries.add((os.path.relpath(full, paths.dir), st.st_ino, st.st_size, st.st_mtime_ns))
+    for f in cursor_files(root, paths.project, paths.run_id):
+        try:
+            st = os.lstat(f)
+        except OSError:
+            continue
+        entries.add((str(f.relative_to(root)), st.st_ino, st.st_size, st.st_mtime_ns))
+    return frozenset(entries)
+
+
+def _changed_while_planning(info: RunInfo) -> bool:
+    """Did run.json or a writer file change between listing the run and its fingerprint?"""
+    fresh = load_run(info.paths)
+    return fresh is None or fresh.meta != info.meta or fresh.writers != info.writers
+
+
 # ---------------------------------------------------------------------------- planning
 def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -> Plan:
     """Decide, without changing anything, which runs gc deletes and why the others stay."""
@@ -257,7 +322,7 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
         result.store_bytes += c.bytes
         if policy.project is not None and info.project != policy.project:
             c.reason = "other project"
-        elif info.status == "running" or _meta.any_writer_alive(info.paths):
+        elif info.status == "running" or live(info.paths):
             c.reason = "live: a writer is running"
         elif info.status not in policy.statuses:
             c.reason = f"status {info.status} not selected"
@@ -270,7 +335,10 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
         elif _locks.run_in_use(info.project, info.run_id, named):
             c.reason = "being synced right now"
         else:
-            verdict = sync_verdict(root, info, policy)
+            # Fingerprint first, then confirm what was listed and read the sync state: whatever
+            # changes after this point shows at the re-check before deletion.
+            c.fingerprint = fingerprint(root, info.paths)
+            verdict = CHANGED_WHILE_PLANNING if _changed_while_planning(info) else sync_verdict(root, info, policy)
             if verdict:
                 c.reason = verdict
             else:
@@ -299,14 +367,8 @@ def archive_cursors(root: Path, project: str, run_id: str) -> int:
     """Move a run's cursor files to ``_sync/_gc/`` (idempotent); returns how many moved."""
     base = Path(root) / SYNC_DIR
     moved = 0
-    if not base.is_dir():
-        return 0
-    for dest in sorted(base.iterdir()):
-        if not dest.is_dir() or dest.name.startswith((".", "_")):
-            continue
-        src = dest / f"{PROJECT_PREFIX}{project}" / f"{RUN_PREFIX}{run_id}.json"
-        if not src.is_file():
-            continue
+    for src in cursor_files(root, project, run_id):
+        dest = src.parent.parent
         dst = base / ARCHIVE_DIR / dest.name / src.parent.name / src.name
         dst.parent.mkdir(parents=True, exist_ok=True)
         if (dest / "destination.json").exists() and not (dst.parent.parent / "destination.json").exists():
@@ -372,23 +434,69 @@ def move_to_trash(root: Path, paths: RunPaths) -> Path:
     return dest.parent
 
 
+def changed_since_plan(root: Path, c: Candidate, paths: RunPaths | None = None) -> str | None:
+    """Why the planned deletion of ``c`` no longer holds, or None: liveness, sync locks, and
+    the fingerprint (everything else the plan decided on). ``paths``: where the run folder is
+    now (the store, or its place in ``_trash`` after the rename)."""
+    paths = c.info.paths if paths is None else paths
+    fresh = load_run(paths)
+    if fresh is None:
+        return "its run.json is gone"
+    if fresh.status not in TERMINAL or live(paths):
+        return "a writer is live"
+    named, unnamed = _locks.runs_in_use(root)
+    if unnamed or _locks.run_in_use(c.project, c.run_id, named):
+        return "a sync is working on it"
+    if fingerprint(root, paths) != c.fingerprint:
+        return "new data, metadata or sync state"
+    return None
+
+
+def _put_back(moved: RunPaths, paths: RunPaths) -> bool:
+    """Rename a trashed run folder back into the store (its trash entry left empty)."""
+    from .atomic import fsync_dir
+
+    try:
+        os.rename(moved.dir, paths.dir)
+    except OSError:  # the path was taken meanwhile by a new run of the same id
+        return False
+    fsync_dir(paths.dir.parent)
+    return True
+
+
+def take_out(root: Path, lock: _locks.Lock, c: Candidate) -> Path | None:
+    """Move one planned run into ``_trash`` unless it changed since the plan (the protocol is in
+    the module docstring). Returns the trash entry, or None with ``c.reason`` saying why the
+    run stays."""
+    _locks.announce(lock, **{_locks.DELETING: f"{c.project}/{c.run_id}"})
+    try:
+        why = changed_since_plan(root, c)
+        if why is None:
+            entry = move_to_trash(root, c.info.paths)
+            moved = RunPaths(entry, c.project, c.run_id)
+            why = changed_since_plan(root, c, moved)  # a writer that arrived just before the rename
+            if why is None or not _put_back(moved, c.info.paths):
+                archive_cursors(root, c.project, c.run_id)
+                return entry
+            _remove_tree(entry)
+    finally:
+        lock.set_info(**{_locks.DELETING: None})
+    c.reason = f"{CHANGED} ({why}); run gc again"
+    return None
+
+
 def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Candidate], None] | None = None) -> Result:
-    """Delete the runs the plan selected, re-checking each one at the last moment."""
+    """Delete the runs the plan selected, each re-checked at the moment of deletion."""
     root = resolve_root(root)
     result = Result()
     with _locks.acquire_maintenance(root, job="gc") as lock:
         result.trash_cleaned = clean_trash(root)
         for c in the_plan.delete:
-            named, unnamed = _locks.runs_in_use(root)
-            fresh = load_run(c.info.paths) if c.info.paths.run_file.exists() else None
-            if (fresh is None or fresh.status not in TERMINAL or _meta.any_writer_alive(c.info.paths)
-                    or unnamed or _locks.run_in_use(c.project, c.run_id, named)):
-                c.reason = "changed since the plan (live, being synced or gone): kept"
+            entry = take_out(root, lock, c)
+            if entry is None:
                 c.delete = False
                 result.skipped.append(c)
                 continue
-            entry = move_to_trash(root, c.info.paths)
-            archive_cursors(root, c.project, c.run_id)
             _remove_tree(entry)
             try:
                 c.info.paths.dir.parent.rmdir()  # the project folder, when it became empty
@@ -407,7 +515,8 @@ def compactable(the_plan: Plan, policy: Policy) -> list[RunPaths]:
     ``trackstore gc --compact`` merges, so old runs cost few files even when they stay."""
     out = []
     for c in the_plan.keep:
-        if c.info.status not in TERMINAL or c.reason.startswith(("live", "other project", "being synced", "a sync")):
+        if c.info.status not in TERMINAL or c.reason.startswith(("live", "other project", "being synced", "a sync",
+                                                                    CHANGED, CHANGED_WHILE_PLANNING)):
             continue
         if policy.older_than_s is not None and the_plan.created_at - c.ended_ts < policy.older_than_s:
             continue

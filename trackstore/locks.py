@@ -50,6 +50,14 @@ that names no runs as "every run is in use") and ``maintenance`` (gc, compaction
 ``doctor --fix`` and runs merging their own files: at most one of them changes the store at a
 time; ``export`` holds them off with :func:`reading`).
 
+Deletion announcements. While gc deletes a run it names it in the maintenance lock's info,
+``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
+A resuming writer writes its own writer file first, then calls
+:func:`wait_for_deletion_verdict` (a single read of the lock file when nothing is announced),
+so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.gc`). That
+first write is a *claim*, ``<run>/_writers/<id>.claim`` (:func:`claim_run`), which gc counts as
+a live writer (:func:`run_claimed`) until the process has its own writer file.
+
 How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
 local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
 heartbeat_at, info}``. A lock file is *stale* when
@@ -81,6 +89,7 @@ from typing import Any, Iterator
 
 from . import meta as _meta
 from .errors import LockHeldError, StoreError, UsageError
+from .layout import RunPaths
 
 LOCKS_DIR = "_locks"
 LOCK_SUFFIX = ".lock"
@@ -527,9 +536,125 @@ def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | 
         raise
 
 
+# ---------------------------------------------------------------------------- deletion announcements
+DELETING = "deleting"  # maintenance lock info: the ``project/run_id`` gc is deleting right now
+DELETION_WAIT_S = 60.0  # how long a resuming writer waits for gc's verdict on its run
+
+
+def announce(lock: Lock, **fields: Any) -> None:
+    """``lock.set_info(**fields)``, made durable (file and folder fsynced) before it returns:
+    for announcements another process must see before this one acts on them."""
+    from .atomic import fsync_dir
+
+    lock.set_info(**fields)
+    try:
+        fd = os.open(lock.path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    fsync_dir(lock.path.parent)
+
+
+def deletion_announced(root: str | os.PathLike, project: str, run_id: str) -> LockState | None:
+    """The live maintenance lock if its holder announced that it is deleting this run, else None.
+
+    Reads one small file and creates nothing, so a writer can afford it on every resume.
+    """
+    state = read_lock(root, MAINTENANCE)
+    if state is None or state.stale or state.info.get(DELETING) != f"{project}/{run_id}":
+        return None
+    return state
+
+
+def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str, *,
+                              timeout: float = DELETION_WAIT_S) -> bool:
+    """Return once no live gc announces the deletion of this run (True if one did and this
+    waited for it); LockHeldError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    waited = False
+    while True:
+        holder = deletion_announced(root, project, run_id)
+        if holder is None:
+            return waited
+        waited = True
+        if time.monotonic() >= deadline:
+            raise LockHeldError(
+                f"run {project}/{run_id} is being deleted by trackstore gc ({holder.describe()}) and gc has "
+                f"not decided within {timeout:.0f} s; wait for that gc to end (or stop it), then resume the run again")
+        time.sleep(POLL_S / 4)
+
+
+# ---------------------------------------------------------------------------- run claims
+CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
+
+
+def claim_run(paths: RunPaths) -> Path | None:
+    """Claim an existing run folder for a process about to write it: ``_writers/<id>.claim``
+    (host, pid, process start time, time), written durably. gc counts a live claim as a live
+    writer. Never creates the run folder: None when it is not there (being deleted, or gone).
+    A claim is not a writer file, so it is never recorded as an attempt of the run."""
+    from .atomic import write_json_atomic
+    from .layout import new_writer_id
+
+    now = _meta.iso(time.time())
+    claim = {"claim_id": new_writer_id(), "host": _meta.hostname(), "pid": os.getpid(),
+             "pid_start": _meta.process_start_ticks(os.getpid()), "heartbeat_at": now}
+    path = paths.writers_dir / f"{claim['claim_id']}{CLAIM_SUFFIX}"
+    try:
+        paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder
+        write_json_atomic(path, claim, durable=True)
+    except FileNotFoundError:
+        return None
+    return path
+
+
+def _claims(paths: RunPaths) -> list[tuple[Path, dict | None]]:
+    try:
+        files = sorted(paths.writers_dir.glob(f"*{CLAIM_SUFFIX}"))
+    except OSError:
+        return []
+    return [(f, _read(f)) for f in files]
+
+
+def run_claimed(paths: RunPaths) -> bool:
+    """Does a live process hold a claim on this run folder? (Alive as for writer files:
+    :func:`trackstore.meta.writer_alive`; an unreadable claim counts while it is fresh.)"""
+    now = time.time()
+    for f, data in _claims(paths):
+        if data is None:
+            try:
+                if now - f.stat().st_mtime < _meta.STALE_AFTER_S:
+                    return True
+            except OSError:
+                pass
+        elif _meta.writer_alive(data, now):
+            return True
+    return False
+
+
+def dead_claims(paths: RunPaths) -> list[Path]:
+    """Claims whose process died before it became a writer (readable ones only)."""
+    return [f for f, data in _claims(paths) if data is not None and not _meta.writer_alive(data)]
+
+
+def release_claim(path: Path) -> None:
+    """Remove a claim; never raises (a claim that left with a deleted folder is gone already)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
 def is_lock_file(path: Path) -> bool:
     return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
 
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
-           "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem"]
+           "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
+           "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",
+           "dead_claims"]

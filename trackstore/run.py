@@ -489,6 +489,12 @@ def init(
     existing ``run_id`` is an error (nothing is overwritten). Names are validated before
     anything touches the disk.
 
+    Resuming is safe against a ``trackstore gc`` deleting the run at the same moment: the run
+    is either kept by gc and continued here, or (deleted before this process got to it) started
+    afresh as a new run with the same id, with a warning. Only when gc is deleting this very
+    run does init wait, for gc's verdict (milliseconds; :class:`LockHeldError` after 60 s). A
+    new run pays nothing for this. See :mod:`trackstore.gc`.
+
     ``compact`` (default on, off with ``TRACKSTORE_COMPACT=0``): keep the run's part files
     few. The writer merges its own files as it goes (:mod:`trackstore.rolling`) and the last
     writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
@@ -503,63 +509,65 @@ def init(
     if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
         raise InvalidValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
     tag_list = _tags(tags)
-    now = time.time()
-    existing = _meta.read_run_json(paths) if paths.run_file.exists() else None
-    if paths.dir.exists() and existing is None and any(paths.dir.iterdir()):
-        if not resume:
-            raise UsageError(f"{paths.dir} exists but has no readable run.json; run `trackstore doctor`")
-    if existing is not None and not resume:
-        raise UsageError(
-            f"run {paths.run_id} already exists in project {paths.project!r}; pass resume=True to "
-            "continue it, or choose another run_id"
-        )
-    env = _meta.environment_info()
-    if existing is not None:
-        meta = dict(existing)
-        attempts = list(meta.get("attempts") or [])
-        cfg = dict(meta.get("config") or {})
-        cfg.update(json_safe(dict(config or {})))
-        meta.update(status="running", ended_at=None, config=cfg, resumed_at=_meta.iso(now))
-        meta.pop("error", None)
-        meta.pop("exit_code", None)
-        if name is not None:
-            meta["name"] = name
-        if tags is not None:
-            old_tags = list(meta.get("tags") or [])
-            meta["tags"] = old_tags + [t for t in tag_list if t not in old_tags]
-        if notes is not None:
-            meta["notes"] = notes
-        _close_dead_writers(paths, now)
-        first_step = min(_max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
-    else:
-        attempts = []
-        meta = {
-            "format_version": _meta.META_VERSION,
-            "project": paths.project,
-            "run_id": paths.run_id,
-            "name": name or paths.run_id,
-            "status": "running",
-            "created_at": _meta.iso(now),
-            "ended_at": None,
-            **env,
-            "config": json_safe(dict(config or {})),
-            "tags": tag_list,
-            "notes": notes,
-            "group": group,
-            "job_type": job_type,
-            "summary": {},
-        }
-        first_step = 0
-    if group is not None:
-        meta["group"] = group
-    if job_type is not None:
-        meta["job_type"] = job_type
-    paths.dir.mkdir(parents=True, exist_ok=True)
-    if compact is None:
-        from .compact import compact_default
+    # A resume claims the run folder before it reads it: see _claim_existing_run.
+    with _joining(paths, resume):
+        now = time.time()
+        existing = _meta.read_run_json(paths) if paths.run_file.exists() else None
+        if paths.dir.exists() and existing is None and any(paths.dir.iterdir()):
+            if not resume:
+                raise UsageError(f"{paths.dir} exists but has no readable run.json; run `trackstore doctor`")
+        if existing is not None and not resume:
+            raise UsageError(
+                f"run {paths.run_id} already exists in project {paths.project!r}; pass resume=True to "
+                "continue it, or choose another run_id"
+            )
+        env = _meta.environment_info()
+        if existing is not None:
+            meta = dict(existing)
+            attempts = list(meta.get("attempts") or [])
+            cfg = dict(meta.get("config") or {})
+            cfg.update(json_safe(dict(config or {})))
+            meta.update(status="running", ended_at=None, config=cfg, resumed_at=_meta.iso(now))
+            meta.pop("error", None)
+            meta.pop("exit_code", None)
+            if name is not None:
+                meta["name"] = name
+            if tags is not None:
+                old_tags = list(meta.get("tags") or [])
+                meta["tags"] = old_tags + [t for t in tag_list if t not in old_tags]
+            if notes is not None:
+                meta["notes"] = notes
+            _close_dead_writers(paths, now)
+            first_step = min(_max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
+        else:
+            attempts = []
+            meta = {
+                "format_version": _meta.META_VERSION,
+                "project": paths.project,
+                "run_id": paths.run_id,
+                "name": name or paths.run_id,
+                "status": "running",
+                "created_at": _meta.iso(now),
+                "ended_at": None,
+                **env,
+                "config": json_safe(dict(config or {})),
+                "tags": tag_list,
+                "notes": notes,
+                "group": group,
+                "job_type": job_type,
+                "summary": {},
+            }
+            first_step = 0
+        if group is not None:
+            meta["group"] = group
+        if job_type is not None:
+            meta["job_type"] = job_type
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        if compact is None:
+            from .compact import compact_default
 
-        compact = compact_default()
-    run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
+            compact = compact_default()
+        run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
     attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
     run._meta["attempts"] = attempts
     run._write_meta(durable=True)
@@ -570,6 +578,62 @@ def init(
     # that the first flush comes flush_interval from now and nothing is imported at exit.
     run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
     return run
+
+
+@contextmanager
+def _joining(paths: RunPaths, resume: bool):
+    """While init resumes a run, hold a claim on its folder (removed once the run's own writer
+    file exists, or if init fails). A new run needs none: no gc can have planned its deletion."""
+    claim = _claim_existing_run(paths) if resume else None
+    try:
+        yield
+    finally:
+        if claim is not None:
+            from .locks import release_claim
+
+            release_claim(claim)
+
+
+def _claim_existing_run(paths: RunPaths):
+    """Make sure no ``trackstore gc`` deletes the run folder this process is about to join.
+
+    Write first, then check: a *claim* (:func:`trackstore.locks.claim_run`, which gc counts as
+    a live writer) goes into the folder, THEN gc's announcement that it is deleting this run is
+    looked for and, if present, its verdict awaited (``LockHeldError`` after
+    :data:`trackstore.locks.DELETION_WAIT_S`). gc
+    announces before its last re-check, so either gc sees the claim and keeps the run, or this
+    sees the announcement. The claim is the proof: still in place afterwards, the folder is ours
+    to write; moved away with the folder, the run was deleted and None is returned (init then
+    starts it afresh, warning). Nothing here creates the run folder, so a folder gc moved is
+    never silently recreated. Returns the claim file, or None when there is no folder (a run id
+    not in the store: one failed ``mkdir`` and one lock file read).
+    """
+    from . import locks as _locks
+
+    claim = None
+    waited = False
+    for _attempt in range(100):  # more than a couple only if the folder keeps coming and going
+        if claim is None:
+            claim = _locks.claim_run(paths)  # None: no folder (a new id, or a run gc is deleting)
+        try:
+            waited = _locks.wait_for_deletion_verdict(paths.root, paths.project, paths.run_id) or waited
+        except BaseException:
+            if claim is not None:
+                _locks.release_claim(claim)
+            raise
+        if claim is not None and claim.exists():
+            return claim
+        if claim is None and paths.dir.exists():
+            continue  # the folder is there now (gc put it back, or another process created it)
+        break  # our claim left with the folder, or there is none: nothing to join
+    else:
+        raise UsageError(f"run {paths.project}/{paths.run_id}: its folder keeps appearing and disappearing "
+                         f"({paths.dir}); check what else writes or deletes it, then resume again")
+    if claim is None and not waited:
+        return None  # an unknown run id: init creates it, as documented
+    warn(f"run {paths.project}/{paths.run_id} was deleted by `trackstore gc` while this process was resuming "
+         "it; it starts again as a new run with the same id (what gc deleted is not in this store any more)")
+    return None
 
 
 def _tags(tags: Iterable[str] | None) -> list[str]:
@@ -589,6 +653,7 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
 def _close_dead_writers(paths: RunPaths, now: float) -> None:
     """On resume: mark writers that died without finishing as ``crashed`` (a superseded attempt,
     see :func:`trackstore.meta.ended_status`) and delete the temp files they left mid-write.
+    Claims of resumes that died while joining (:func:`_claim_existing_run`) are deleted.
 
     Temp files of live writers (other ranks writing this run now) are never touched.
     """
@@ -600,6 +665,10 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
                 _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": _meta.iso(now)}, durable=True)
             except OSError:
                 pass
+    from .locks import dead_claims, release_claim
+
+    for claim in dead_claims(paths):
+        release_claim(claim)
     dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in _KINDS)]
     for d in dirs:
         try:
