@@ -1,6 +1,6 @@
 """``trackstore doctor``: find damage in the store and say what to do; ``--fix`` repairs or quarantines.
 
-Exit codes: 0 the store is healthy (warnings may remain); 4 problems remain (run with --fix,
+Exit codes: 0 the store is healthy (warnings and info may remain); 4 errors remain (run with --fix,
 or follow the advice column); 6 (--fix only) a gc, compact or import holds the maintenance lock.
 """
 
@@ -18,7 +18,12 @@ def doctor(
     deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer, and find rows whose (writer, seq) id another row of the run also holds.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Check the store: temp files, unreadable Parquet, stuck runs, broken run.json, orphaned sync state, trash."""
+    """Check the store: temp files, unreadable Parquet, crashed runs, broken run.json, orphaned sync state, trash.
+
+    Each finding is an error (damage: something unreadable or at risk), a warning, or info (a
+    normal state the store handles, such as a crashed run). Exit 0 when no error remains, 4
+    when errors remain, 6 (--fix only) when a gc, compact or import holds the maintenance lock.
+    """
     from trackstore.doctor import doctor as run_doctor
     from trackstore.errors import StoreError
     from trackstore.layout import resolve_root
@@ -38,7 +43,7 @@ def doctor(
     if report.quarantine is not None:
         con.print(f"quarantined files are in {report.quarantine} (see reasons.json there)")
     if report.healthy:
-        con.print("store is healthy" + (" (warnings above)" if rows and not fix else ""))
+        con.print("store is healthy" + (" (findings above)" if rows and not fix else ""))
         return
     n = len(report.remaining)
     raise StoreError((f"{n} problems remain" if n != 1 else "1 problem remains") + ("" if fix else "; run `trackstore doctor --fix`"))

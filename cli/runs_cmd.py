@@ -132,8 +132,11 @@ def show(
     """Show one run: metadata, config, summary and a metric overview (keys, step range, last/min/max)."""
     from trackstore.catalog import resolve_run
 
-    info = resolve_run(run, root)
-    row = info.row()
+    from .sql_cmd import report_skipped_files
+
+    with report_skipped_files():  # a run.json read in part is named on stderr
+        info = resolve_run(run, root, unreadable=True)  # shown with what can be read
+        row = info.row()
     overview = _metric_overview(info, root, keys)
     if fmt is not Format.table:
         row["metrics"] = [{c: m[c] for c in OVERVIEW_COLUMNS} for m in overview]
@@ -152,7 +155,7 @@ def show(
             meta.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
     m = info.meta
     if m.get("git"):
-        meta.add_row("git", f"{m['git'].get('commit', '')[:12]} ({m['git'].get('branch')})"
+        meta.add_row("git", f"{(m['git'].get('commit') or '')[:12]} ({m['git'].get('branch')})"
                      + (" dirty" if m["git"].get("dirty") else ""))
     meta.add_row("command", " ".join(m.get("command") or []))
     meta.add_row("path", str(info.paths.dir))

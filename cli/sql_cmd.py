@@ -59,22 +59,26 @@ def open_store(root, *, strict: bool = False, **kw) -> Iterator:
 
 @contextmanager
 def report_skipped_files() -> Iterator[None]:
-    """Print each damaged file a read skipped (a SkippedFileWarning) on stderr as one line."""
+    """Print each damaged file a read skipped or read in part (a SkippedFileWarning or
+    RunJsonWarning) on stderr as one line; other warnings pass on unchanged."""
+    from trackstore.meta import RunJsonWarning
     from trackstore.views import SkippedFileWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SkippedFileWarning)
-        try:
+    ours = (SkippedFileWarning, RunJsonWarning)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            for category in ours:
+                warnings.simplefilter("always", category)
             yield
-        finally:
-            seen = set()
-            for w in caught:
-                if issubclass(w.category, SkippedFileWarning):
-                    if str(w.message) not in seen:
-                        seen.add(str(w.message))
-                        sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    finally:  # outside catch_warnings, so warnings passed on are not recorded again
+        seen = set()
+        for w in caught:
+            if issubclass(w.category, ours):
+                if str(w.message) not in seen:
+                    seen.add(str(w.message))
+                    sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def sql(

@@ -13,10 +13,19 @@ check                    --fix
 ``corrupt_parquet``      truncated or unreadable part file (footer, or with ``deep`` every
                          column): quarantined, so queries and sync work again
 ``newer_format``         part written by a newer trackstore: reported only (upgrade)
-``stuck_running``        run.json says ``running`` but no writer is alive: marked ``crashed``
-                         with ``ended_at`` = last heartbeat
-``broken_run_json``      run.json unreadable or missing: the damaged file is quarantined and a
-                         minimal run.json (status ``crashed``) is rebuilt from the folder
+``stuck_running``        (info) run.json says ``running`` but no writer is alive: the run
+                         crashed, which the store handles (readers report it ``crashed``, with
+                         ``last_step`` and ``ended_at`` from its data). --fix records that in
+                         run.json: status ``crashed``, ``ended_at`` = its last sign of life
+                         (heartbeats, newest row), ``last_step`` = the largest step stored
+``broken_run_json``      run.json unreadable (not JSON, not UTF-8, not an object) or missing:
+                         the damaged file is quarantined and a minimal run.json (status
+                         ``crashed``) is rebuilt from the folder
+``bad_run_json``         run.json has values readers cannot use (an out-of-range step, a
+                         wrong type; readers show them as missing), or lacks a required field
+                         (a warning when that is all): the file is quarantined and rewritten
+                         without those values, ``last_step`` recomputed from the data and
+                         required fields filled from the folder (not while a writer is live)
 ``orphan_cursor``        sync cursor of a run no longer in the store: archived under
                          ``_sync/_gc/`` (where gc keeps cursors of deleted runs)
 ``unreadable_cursor``    sync cursor that is not valid JSON: quarantined
@@ -30,8 +39,10 @@ check                    --fix
                          the next acquire takes it over anyway)
 =======================  =====================================================================
 
-Problems are ``error`` or ``warning``; :attr:`Report.healthy` is True when no error remains
-after fixing. The CLI exits 0 when healthy and 4 when errors remain.
+Findings are ``error`` (damage: something is unreadable or would be lost), ``warning``
+(worth a look, nothing is lost) or ``info`` (a normal state the store handles, such as a
+crashed run); :attr:`Report.healthy` is True when no error remains after fixing. The CLI exits
+0 when healthy and 4 when errors remain.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,27 +140,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
                         "rename or remove the folder by hand", severity="warning")]
     writers = _meta.read_writer_files(paths)
     live = any(_meta.writer_alive(w, now) for w in writers)
-    # run.json
-    meta = None
-    try:
-        meta = read_json(paths.run_file)
-        if not isinstance(meta, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        if not live:
-            out.append(Finding("broken_run_json", paths.run_file, "run folder has no run.json",
-                               "run `trackstore doctor --fix` to rebuild a minimal run.json (status crashed)"))
-        meta = None
-    except (OSError, ValueError) as exc:
-        out.append(Finding("broken_run_json", paths.run_file, f"run.json is unreadable: {str(exc)[:120]}",
-                           "run `trackstore doctor --fix`: the broken file is quarantined and a minimal "
-                           "run.json (status crashed) rebuilt so the run's data stays visible"))
-        meta = None
-    if meta is not None and meta.get("status", "running") == "running" and not live:
-        if _meta.effective_status(meta, writers, now) == "crashed":
-            out.append(Finding("stuck_running", paths.run_file, "run is recorded as running but no writer is alive",
-                               "run `trackstore doctor --fix` to mark it crashed (resume it with "
-                               "trackstore.init(..., run_id=..., resume=True) to continue)"))
+    out += _check_run_json(paths, writers, live, now)
     # files
     for dirpath, dirs, files in os.walk(run_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".compact-"))
@@ -191,6 +183,38 @@ def _check_repeated_ids(paths: RunPaths) -> list[Finding]:
                                "queries and sync count these rows more than once: a file was copied in twice "
                                "or the run was crafted; move the files repeating rows out of the run folder, "
                                "or import the run again from a sound bundle (--fix leaves them alone)"))
+    return out
+
+
+def _check_run_json(paths: RunPaths, writers: list[dict], live: bool, now: float) -> list[Finding]:
+    """run.json: missing, unreadable, values readers cannot use, or a crash not yet recorded."""
+    doc = _meta.load_run_json(paths)
+    if doc is None:
+        if live:
+            return []
+        return [Finding("broken_run_json", paths.run_file, "run folder has no run.json",
+                        "run `trackstore doctor --fix` to rebuild a minimal run.json (status crashed)")]
+    if doc.unreadable:
+        return [Finding("broken_run_json", paths.run_file, f"run.json {'; '.join(doc.problems)}",
+                        "run `trackstore doctor --fix`: the broken file is quarantined and a minimal "
+                        "run.json (status crashed) rebuilt so the run's data stays visible")]
+    out = []
+    if doc.problems or doc.missing:
+        what = doc.problems + ([f"missing {', '.join(doc.missing)}"] if doc.missing else [])
+        fix_it = ("not while a writer is live; when it has ended, " if live else "") + (
+            "run `trackstore doctor --fix`: the file is quarantined and rewritten without them, last_step "
+            "recomputed from the data, missing fields filled from the folder")
+        out.append(Finding("bad_run_json", paths.run_file,
+                           f"run.json has values readers cannot use (shown as missing): {'; '.join(what)}"
+                           if doc.problems else f"run.json lacks required fields: {', '.join(doc.missing)}",
+                           fix_it, severity="error" if doc.problems else "warning"))
+    meta = doc.meta
+    if meta.get("status") in (None, "running") and not live and _meta.effective_status(meta, writers, now) == "crashed":
+        out.append(Finding("stuck_running", paths.run_file,
+                           "the run crashed (recorded as running, no writer is alive); readers report it crashed "
+                           "with last_step and ended_at from its data",
+                           "nothing is needed; `trackstore doctor --fix` records the crash in run.json; resume it "
+                           "with trackstore.init(..., run_id=..., resume=True) to continue", severity="info"))
     return out
 
 
@@ -307,17 +331,43 @@ def _rebuild_run_json(paths: RunPaths) -> dict:
             "recovered_by": "trackstore doctor", "recovered_at": _meta.iso(time.time())}
 
 
-def _mark_crashed(paths: RunPaths) -> str:
-    meta = _meta.read_run_json(paths) or {}
-    writers = _meta.read_writer_files(paths)
-    beats = [_meta.parse_iso(w.get("heartbeat_at")) for w in writers] + [_meta.parse_iso(meta.get("heartbeat_at")),
-                                                                         _meta.parse_iso(meta.get("updated_at"))]
-    beats = [b for b in beats if b is not None]
-    ended = max(beats) if beats else time.time()
-    meta.update(status="crashed", ended_at=_meta.iso(ended), crash_detected_by="trackstore doctor",
-                crash_detected_at=_meta.iso(time.time()))
+def _mark_crashed(paths: RunPaths) -> str | None:
+    """Record a crash readers already derive: status, ended_at and last_step as they show them."""
+    from .catalog import load_run
+
+    info = load_run(paths)
+    if info is None or info.status != "crashed":
+        return None
+    meta = dict(info.meta)
+    meta.update(status="crashed", ended_at=info.ended_at or _meta.iso(time.time()),
+                crash_detected_by="trackstore doctor", crash_detected_at=_meta.iso(time.time()))
+    if info.last_step is not None:
+        meta["last_step"] = info.last_step
     _meta.write_run_json(paths, meta)
-    return f"marked crashed (ended_at {meta['ended_at']})"
+    step = f", last_step {meta['last_step']}" if meta.get("last_step") is not None else ""
+    return f"marked crashed (ended_at {meta['ended_at']}{step})"
+
+
+def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
+    """Rewrite a run.json without the values readers cannot use (the original is quarantined)."""
+    from .catalog import data_extent, load_run
+
+    with warnings.catch_warnings():  # the values it names are what this repairs
+        warnings.simplefilter("ignore", _meta.RunJsonWarning)
+        info = load_run(paths)
+    if info is None or _meta.any_writer_alive(paths):
+        return None  # changed meanwhile, or a writer is live and owns the file
+    rebuilt = _rebuild_run_json(paths)  # what the folder tells, under what could be read
+    meta = {**rebuilt, **{k: v for k, v in info.meta.items() if v is not None or k not in rebuilt}}
+    ended = (info.ended_at or meta.get("ended_at")) if info.status != "running" else None
+    meta.update(status=info.status, ended_at=ended)
+    step = max((s for s in (info.last_step, data_extent(paths).last_step) if s is not None), default=None)
+    if step is not None:
+        meta["last_step"] = step
+    dest = q.move(f.path, f.problem)
+    _meta.write_run_json(paths, meta)
+    return (f"quarantined the file to {dest.relative_to(q.root)}; rewrote it without the unreadable values"
+            + (f", last_step {step} from the data" if step is not None else ""))
 
 
 def fix(report: Report) -> Report:
@@ -358,6 +408,8 @@ def _fix_one(root, f: Finding, q: _Quarantine, archive_cursors, clean_trash, rec
         if _meta.any_writer_alive(paths):
             return None
         return _mark_crashed(paths)
+    if f.check == "bad_run_json":
+        return _repair_run_json(_paths_of_run_file(root, f.path), f, q)
     if f.check == "broken_run_json":
         paths = _paths_of_run_file(root, f.path)
         moved = ""

@@ -32,7 +32,10 @@ The promises this module keeps:
   ``union_by_name``, which would re-read every footer at every query. If a part with other
   columns is flushed later, the views switch to ``union_by_name`` and the query is retried.
 * ``runs`` comes from ``run.json`` through :func:`trackstore.catalog.list_runs`, so its
-  ``status`` is the *effective* one (a run whose writer died is ``crashed``).
+  ``status`` is the *effective* one (a run whose writer died is ``crashed``, with
+  ``last_step`` and ``ended_at`` derived from its data). One bad run.json never fails a
+  query: a value no reader can use is NULL (a warning names the file), and a run whose
+  run.json cannot be parsed is listed with what its folder and writer files tell.
 * Read-only: with ``read_only=True`` (the default) the connection is in memory, may read files
   only under the store root (DuckDB's temp folder is a private one of its own, see
   :func:`confine`; files reached through a link leading out of the store are refused by
@@ -444,8 +447,11 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     import pyarrow as pa
 
     from .catalog import list_runs
+    from .meta import INT64_MAX, INT64_MIN, parse_time
 
-    rows = [info.row() for info in list_runs(root)
+    # Every run, also one whose run.json is unreadable (shown with what its folder tells);
+    # values of run.json that fail their check arrive as None (trackstore.meta.load_run_json).
+    rows = [info.row() for info in list_runs(root, unreadable=True)
             if only is None or (info.project, info.run_id) in only]
     ts = _schema.TS_TYPE
     fields = [
@@ -460,13 +466,13 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
         for name, typ in fields:
             v = r.get(name)
             if typ == ts:
-                v = _ts(v)
+                v = parse_time(v)
             elif name in ("config", "summary"):
                 v = _json(v if v is not None else {})
             elif name == "tags":
                 v = [str(t) for t in (v or [])]
             elif typ == pa.int64():
-                v = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                v = v if isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX else None
             elif v is not None and not isinstance(v, str):
                 v = str(v)
             cols[name].append(v)
