@@ -2,7 +2,11 @@
 
 Exit codes (docs/sync.md; cron reads them): 0 everything selected is synced (or, with
 ``--if-online``, the target is unreachable), 2 usage error, 6 another sync of this target holds
-the lock, 7 the target is unreachable, 8 some runs failed while others synced.
+the lock, 7 the target is unreachable, 8 some runs failed (a permanent error, or part files it
+cannot read) while others synced; ``--dry-run`` exits 8 when the sync would.
+
+Rows a run's writer could not write (``write_errors``) are reported with the run, in every
+output form: they are not in the store, so no sync can send them.
 """
 
 from __future__ import annotations
@@ -264,6 +268,10 @@ def _exit_code(report, if_online: bool) -> int:
     return EXIT_PARTIAL
 
 
+def _lost_line(result) -> str:
+    return f"WARNING: rows lost before sync (the writer could not write them): {result.write_errors}"
+
+
 def _render(report, fmt: Format) -> None:
     rows = [r.row() for r in report.runs]
     if fmt is Format.json:
@@ -272,7 +280,9 @@ def _render(report, fmt: Format) -> None:
         out = {"target": report.target, "destination": report.destination, "dry_run": report.dry_run,
                "ok": report.ok, "runs": [{**r.row(), "pending": r.pending, "sent": r.sent, "skipped_by_reason": r.skipped,
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
-                                          "verified": r.verified, "verify_ok": r.verify_ok} for r in report.runs]}
+                                          "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
+                                          "write_errors": r.write_errors, "verified": r.verified,
+                                          "verify_ok": r.verify_ok} for r in report.runs]}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return
     if report.dry_run:
@@ -281,8 +291,9 @@ def _render(report, fmt: Format) -> None:
             plan.append({"project": r.project, "run_id": r.run_id, "status": r.status,
                          **{k: v for k, v in r.pending.items()},
                          "cannot hold": "; ".join(f"{reason}: {n}" if n else reason for reason, n in r.skipped.items()),
-                         "notes": "; ".join(r.notes)})
+                         "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
         emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}")
+        _print_lost(report.runs)
         return
     if not rows:
         print(f"nothing to sync to {report.target} {report.destination}")
@@ -292,6 +303,7 @@ def _render(report, fmt: Format) -> None:
         print(f"{len(rows)} runs already up to date at {report.target} {report.destination}")
         return
     emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}")
+    _print_lost(changed)
     skipped = {}
     for r in report.runs:
         for reason, n in r.skipped.items():
@@ -303,6 +315,13 @@ def _render(report, fmt: Format) -> None:
         print(f"note: {n}")
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
+
+
+def _print_lost(runs) -> None:
+    """One line per run whose writer lost rows: they are in neither the store nor the target."""
+    for r in runs:
+        if r.write_errors:
+            print(f"{r.project}/{r.run_id}: {_lost_line(r)}")
 
 
 def status(
