@@ -334,9 +334,25 @@ def status(
     from trackstore.files import tree_bytes
     from trackstore.layout import resolve_root
     from trackstore.syncstate import iter_cursors, pending_counts
+    from trackstore.sync.gaps import write_errors
 
     root_path = resolve_root(root)
     infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
+    stored = {}  # (project, run_id) -> (row ids per kind, unreadable part count), read once per run
+
+    def row(info, cursor, target, destination):
+        if (info.project, info.run_id) not in stored:
+            stored[(info.project, info.run_id)] = _stored_ids(info.paths)
+        ids, unreadable = stored[(info.project, info.run_id)]
+        pending = pending_counts(info.paths, cursor, ids=ids)
+        return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
+                "status": info.status, "pending_metrics": pending.get("metrics", 0),
+                "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                "bytes": tree_bytes(info.paths.dir), "synced_status": cursor.synced_status if cursor else None,
+                "last_sync_at": cursor.last_sync_at if cursor else None,
+                "last_error": cursor.last_error if cursor else None,
+                "unreadable_parts": unreadable, "write_errors": write_errors(info.meta, info.writers)}
+
     rows = []
     seen = set()
     for c in iter_cursors(root_path, target=to):
@@ -344,19 +360,21 @@ def status(
         if info is None:
             continue
         seen.add((c.project, c.run_id))
-        pending = pending_counts(info.paths, c)
-        rows.append({"target": c.target, "destination": c.destination, "project": c.project, "run_id": c.run_id,
-                     "status": info.status, "pending_metrics": pending.get("metrics", 0),
-                     "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                     "bytes": tree_bytes(info.paths.dir), "synced_status": c.synced_status,
-                     "last_sync_at": c.last_sync_at, "last_error": c.last_error})
+        rows.append(row(info, c, c.target, c.destination))
     for key, info in infos.items():
         if key not in seen:
-            pending = pending_counts(info.paths, None)
-            rows.append({"target": to or "-", "destination": "(never synced)", "project": info.project,
-                         "run_id": info.run_id, "status": info.status, "pending_metrics": pending.get("metrics", 0),
-                         "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                         "bytes": tree_bytes(info.paths.dir), "synced_status": None, "last_sync_at": None,
-                         "last_error": None})
+            rows.append(row(info, None, to or "-", "(never synced)"))
     emit(rows, fmt, title="sync status")
 
+
+def _stored_ids(paths) -> tuple[dict, int]:
+    """Row ids of every kind of a run, and how many part files could not be read (their rows,
+    not counted as pending, are what `trackstore sync` stops on)."""
+    from trackstore.schema import KINDS
+    from trackstore.syncstate import read_row_ids
+
+    ids, unreadable = {}, 0
+    for kind in KINDS:
+        ids[kind], damaged = read_row_ids(paths, kind)
+        unreadable += len(damaged)
+    return ids, unreadable

@@ -126,9 +126,12 @@ def test_truncated_part_stops_that_run_until_doctor_quarantines_it(root, mlflow_
     assert out[good.id]["result"] == "ok" and out[good.id]["verify_ok"] is True
     assert mlflow_target.points(good) == local_points(good) and mlflow_target.status(good) == "FINISHED"
 
-    # the plain-text summary names the file too (what cron mails)
+    # the plain-text summary names the file too (what cron mails), and so does `status`
     text = mlflow_target.sync(root)
     assert text.returncode == 8 and victim.name in text.stdout and "doctor --fix" in text.stdout
+    status = {r["run_id"]: r for r in json.loads(run_cli("status", "--format", "json", root=root).stdout)}
+    assert status[bad.id]["unreadable_parts"] == 1 and victim.name in status[bad.id]["last_error"]
+    assert status[bad.id]["synced_status"] is None and status[good.id]["unreadable_parts"] == 0
 
     # doctor --fix quarantines it; the next sync sends the rest exactly once and finishes the run
     assert run_cli("doctor", "--fix", root=root).returncode == 0
@@ -238,6 +241,8 @@ def test_rows_the_writer_could_not_write_are_reported(root, mlflow_target):
     assert mlflow_target.points(run) == local_points(run) and mlflow_target.status(run) == "FAILED"
     res, out = mlflow_target.sync_json(root, "--all")
     assert lost in out[run.id]["write_errors"]
+    (status,) = json.loads(run_cli("status", "--format", "json", root=root).stdout)
+    assert lost in status["write_errors"] and "12 samples rows not written" in status["write_errors"]
 
 
 # ---------------------------------------------------------------------------- every target
