@@ -24,7 +24,7 @@ and gets its final status, and the summary notes the quarantined files with the 
 
 **Rows the writer could not write** (``write_errors`` in ``run.json`` or in a writer's
 heartbeat file: a full disk, a dropped buffer). They never reached the store, so sync sends
-what exists and reports, with every sync of the run, what was lost.
+what exists and reports what was lost whenever it sends anything of the run.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def quarantined_parts(root: Path) -> dict[tuple[str, str], int]:
 
 def quarantined_note(n: int) -> str:
     return (f"{n} part file(s) of this run were quarantined by `trackstore doctor` (see `<root>/_quarantine/*/"
-            "reasons.json`): their rows are in neither the store nor the target")
+            "reasons.json`): their rows are no longer in the store, and are at the target only if a sync sent them "
+            "before")
 
 
 def write_errors(meta: dict, writers: list[dict]) -> str | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,6 +220,40 @@ def test_part_of_the_wrong_schema_stops_the_run_and_doctor_finds_it(root, mlflow
     res, out = mlflow_target.sync_json(root, "--verify")
     assert res.returncode == 0 and out[run.id]["verify_ok"] is True, res.stdout + res.stderr
     assert mlflow_target.points(run) == local_points(run) and len(local_points(run)) == ROWS_PER_PART
+
+
+NO_DAC_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+                   "--inh-caps", "-dac_override,-dac_read_search"]
+
+
+def as_plain_user(*args, root):
+    """The CLI without the power to read files whatever their mode (tests run as root)."""
+    cmd = [*NO_DAC_OVERRIDE, sys.executable, "-m", "trackstore.cli.main", *args, "--root", str(root)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_part_this_user_may_not_read_stops_the_run_with_the_right_advice(root, mlflow_target, tmp_path):
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    probe.chmod(0)
+    try:
+        check = subprocess.run([*NO_DAC_OVERRIDE, "cat", str(probe)], capture_output=True)
+    except OSError:
+        pytest.skip("setpriv is not available to drop the root's file-permission override")
+    if check.returncode == 0:
+        pytest.skip("cannot make a file unreadable for this process (setpriv did not drop CAP_DAC_OVERRIDE)")
+    run = log_parts(root, 2)
+    victim = parts_of(run)[1]
+    victim.chmod(0)
+    res = as_plain_user("sync", "--to", "mlflow", "--uri", mlflow_target.uri, "--format", "json", root=root)
+    assert res.returncode == 8, res.stdout + res.stderr
+    (out,) = json.loads(res.stdout)["runs"]
+    assert str(victim) in out["error"] and "read access" in out["error"], out["error"]
+    assert mlflow_target.points(run) == []
+    victim.chmod(0o644)
+    res = as_plain_user("sync", "--to", "mlflow", "--uri", mlflow_target.uri, root=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert mlflow_target.points(run) == local_points(run) and mlflow_target.status(run) == "FINISHED"
 
 
 def test_rows_the_writer_could_not_write_are_reported(root, mlflow_target):
