@@ -2,7 +2,11 @@
 
 Exit codes (docs/sync.md; cron reads them): 0 everything selected is synced (or, with
 ``--if-online``, the target is unreachable), 2 usage error, 6 another sync of this target holds
-the lock, 7 the target is unreachable, 8 some runs failed while others synced.
+the lock, 7 the target is unreachable, 8 some runs failed (a permanent error, or part files it
+cannot read) while others synced; ``--dry-run`` exits 8 when the sync would.
+
+Rows a run's writer could not write (``write_errors``) are reported with the run, in every
+output form: they are not in the store, so no sync can send them.
 """
 
 from __future__ import annotations
@@ -283,6 +287,10 @@ def _exit_code(report, if_online: bool) -> int:
     return EXIT_PARTIAL
 
 
+def _lost_line(result) -> str:
+    return f"WARNING: rows lost before sync (the writer could not write them): {result.write_errors}"
+
+
 def _render(report, fmt: Format) -> None:
     rows = [r.row() for r in report.runs]
     if fmt is Format.json:
@@ -291,7 +299,9 @@ def _render(report, fmt: Format) -> None:
         out = {"target": report.target, "destination": report.destination, "dry_run": report.dry_run,
                "ok": report.ok, "runs": [{**r.row(), "pending": r.pending, "sent": r.sent, "skipped_by_reason": r.skipped,
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
-                                          "verified": r.verified, "verify_ok": r.verify_ok} for r in report.runs]}
+                                          "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
+                                          "write_errors": r.write_errors, "verified": r.verified,
+                                          "verify_ok": r.verify_ok} for r in report.runs]}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return
     if report.dry_run:
@@ -300,8 +310,9 @@ def _render(report, fmt: Format) -> None:
             plan.append({"project": r.project, "run_id": r.run_id, "status": r.status,
                          **{k: v for k, v in r.pending.items()},
                          "cannot hold": "; ".join(f"{reason}: {n}" if n else reason for reason, n in r.skipped.items()),
-                         "notes": "; ".join(r.notes)})
+                         "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
         emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}")
+        _print_lost(report.runs)
         return
     if not rows:
         print(f"nothing to sync to {report.target} {report.destination}")
@@ -311,6 +322,7 @@ def _render(report, fmt: Format) -> None:
         print(f"{len(rows)} runs already up to date at {report.target} {report.destination}")
         return
     emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}")
+    _print_lost(changed)
     skipped = {}
     for r in report.runs:
         for reason, n in r.skipped.items():
@@ -324,6 +336,13 @@ def _render(report, fmt: Format) -> None:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
 
 
+def _print_lost(runs) -> None:
+    """One line per run whose writer lost rows: they are in neither the store nor the target."""
+    for r in runs:
+        if r.write_errors:
+            print(f"{r.project}/{r.run_id}: {_lost_line(r)}")
+
+
 def status(
     root: RootOpt = None,
     to: Annotated[Optional[str], typer.Option("--to", "-t", help="Only this target.")] = None,
@@ -334,11 +353,27 @@ def status(
     from trackstore.files import tree_bytes
     from trackstore.layout import resolve_root
     from trackstore.syncstate import iter_cursors, pending_counts
+    from trackstore.sync.gaps import write_errors
 
     root_path = resolve_root(root)
     if to is not None:
         check_targets([to], root_path, "--to")
     infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
+    stored = {}  # (project, run_id) -> (row ids per kind, unreadable part count), read once per run
+
+    def row(info, cursor, target, destination):
+        if (info.project, info.run_id) not in stored:
+            stored[(info.project, info.run_id)] = _stored_ids(info.paths)
+        ids, unreadable = stored[(info.project, info.run_id)]
+        pending = pending_counts(info.paths, cursor, ids=ids)
+        return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
+                "status": info.status, "pending_metrics": pending.get("metrics", 0),
+                "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                "bytes": tree_bytes(info.paths.dir), "synced_status": cursor.synced_status if cursor else None,
+                "last_sync_at": cursor.last_sync_at if cursor else None,
+                "last_error": cursor.last_error if cursor else None,
+                "unreadable_parts": unreadable, "write_errors": write_errors(info.meta, info.writers)}
+
     rows = []
     seen = set()
     for c in iter_cursors(root_path, target=to):
@@ -346,19 +381,21 @@ def status(
         if info is None:
             continue
         seen.add((c.project, c.run_id))
-        pending = pending_counts(info.paths, c)
-        rows.append({"target": c.target, "destination": c.destination, "project": c.project, "run_id": c.run_id,
-                     "status": info.status, "pending_metrics": pending.get("metrics", 0),
-                     "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                     "bytes": tree_bytes(info.paths.dir), "synced_status": c.synced_status,
-                     "last_sync_at": c.last_sync_at, "last_error": c.last_error})
+        rows.append(row(info, c, c.target, c.destination))
     for key, info in infos.items():
         if key not in seen:
-            pending = pending_counts(info.paths, None)
-            rows.append({"target": to or "-", "destination": "(never synced)", "project": info.project,
-                         "run_id": info.run_id, "status": info.status, "pending_metrics": pending.get("metrics", 0),
-                         "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                         "bytes": tree_bytes(info.paths.dir), "synced_status": None, "last_sync_at": None,
-                         "last_error": None})
+            rows.append(row(info, None, to or "-", "(never synced)"))
     emit(rows, fmt, title="sync status")
 
+
+def _stored_ids(paths) -> tuple[dict, int]:
+    """Row ids of every kind of a run, and how many part files could not be read (their rows,
+    not counted as pending, are what `trackstore sync` stops on)."""
+    from trackstore.schema import KINDS
+    from trackstore.syncstate import read_row_ids
+
+    ids, unreadable = {}, 0
+    for kind in KINDS:
+        ids[kind], damaged = read_row_ids(paths, kind)
+        unreadable += len(damaged)
+    return ids, unreadable

@@ -14,6 +14,11 @@ For each run, in order:
    the batch (in doubt) or after it: a crash anywhere is repaired by step 2 on the next run.
 5. When the run has ended, ``adapter.finish_run`` pushes summary and final status.
 
+Nothing is skipped silently: a part file that cannot be read and holds rows the target lacks
+stops that run before anything of it is sent (:mod:`.gaps`), so the target never looks complete
+over a gap and ``--verify`` never agrees with one; rows the writer could not write
+(``write_errors``) are reported with the run.
+
 Transient errors are retried with exponential backoff and full jitter; permanent errors stop
 that run with a precise message while the other runs continue. The engine never deletes or
 changes anything a writer owns: syncing a live run from a login node is safe.
@@ -36,6 +41,7 @@ from trackstore.meta import iso
 from trackstore.reader import read_kind
 from trackstore.syncstate import Cursor, load_cursor, redact_text, save_cursor
 
+from . import gaps
 from .adapter import Adapter, PermanentError, RetryableError, SendResult
 
 KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
@@ -70,8 +76,10 @@ class RunResult:
     retries: int = 0
     reconciled: int = 0
     error: str | None = None
-    error_kind: str | None = None         # "permanent" | "unreachable" | "error"
+    error_kind: str | None = None         # "permanent" | "unreachable" | "damaged" | "error"
     notes: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # part files that could not be read
+    write_errors: str | None = None       # what the writer could not write (never in the store)
     verified: dict[str, int] | None = None
     verify_ok: bool | None = None
     up_to_date: bool = False
@@ -144,6 +152,7 @@ class Engine:
         self.target = adapter.name
         self.destination = adapter.destination()
         self._rng = random.Random(opts.seed)
+        self._quarantined: dict | None = None  # (project, run_id) -> parts doctor moved away, read once
 
     # ------------------------------------------------------------------ public
     def sync(self, runs: Iterable[RunInfo]) -> SyncReport:
@@ -161,23 +170,48 @@ class Engine:
             report.runs.append(res)
         return report
 
-    def pending_tables(self, info: RunInfo, cursor: Cursor) -> dict:
-        return {kind: read_kind(info.paths, kind, exclude=cursor.acked.get(kind), skip_corrupt=True)
-                for kind in KIND_ORDER}
+    def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
+        """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
+        tables, unreadable = {}, []
+        for kind in KIND_ORDER:
+            damaged: dict = {}
+            tables[kind] = read_kind(info.paths, kind, exclude=cursor.acked.get(kind), damaged=damaged)
+            unreadable += gaps.unreadable_parts(info.paths, kind, damaged)
+        return tables, unreadable
+
+    def _check_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> str | None:
+        """Record what is missing; the message that stops the run when unreadable parts hide unsent rows."""
+        if self._quarantined is None:
+            self._quarantined = gaps.quarantined_parts(self.root)
+        quarantined = self._quarantined.get((res.project, res.run_id))
+        if quarantined:
+            res.notes.append(gaps.quarantined_note(quarantined))
+        res.unreadable = [str(p.path) for p in unreadable]
+        blocking, synced = gaps.split(unreadable, cursor.acked)
+        if synced:
+            res.notes.append(gaps.already_synced_note(synced))
+        return gaps.blocking_message(blocking) if blocking else None
 
     def dry_run_one(self, info: RunInfo) -> RunResult:
         cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
         self.adapter.recover(info, cursor)  # in memory only: a dry run saves nothing
-        for kind, table in self.pending_tables(info, cursor).items():
+        tables, unreadable = self.pending_tables(info, cursor)
+        for kind, table in tables.items():
             res.pending[kind] = table.num_rows
             for reason, n in self.adapter.unsupported(kind, table).items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
+        res.write_errors = gaps.write_errors(info.meta, info.writers)
+        blocked = self._check_gaps(res, unreadable, cursor)
+        if blocked:  # what the sync would do: stop this run (and exit 8)
+            res.error, res.error_kind = blocked, "damaged"
+            return res
+        work = cursor.in_doubt or (info.status != cursor.synced_status and info.status in TERMINAL)
         if cursor.in_doubt:
             res.notes.append(f"one {cursor.in_doubt.get('kind')} batch is in doubt and will be reconciled first")
         if info.status != cursor.synced_status and info.status in TERMINAL:
             res.notes.append(f"final status {info.status!r} will be pushed")
-        res.up_to_date = not any(res.pending.values()) and not res.notes
+        res.up_to_date = not any(res.pending.values()) and not work
         return res
 
     def sync_one(self, info: RunInfo) -> RunResult:
@@ -185,8 +219,10 @@ class Engine:
         res = RunResult(info.project, info.run_id, info.name, info.status)
         try:
             self.adapter.recover(info, cursor)
-            tables = self.pending_tables(info, cursor)
+            tables, unreadable = self.pending_tables(info, cursor)
             res.pending = {k: t.num_rows for k, t in tables.items()}
+            res.write_errors = gaps.write_errors(info.meta, info.writers)
+            self._stop_on_gaps(res, unreadable, cursor)
             needs_status = info.status != cursor.synced_status and (info.status in TERMINAL or cursor.synced_status)
             if (not any(res.pending.values()) and not cursor.in_doubt and not needs_status
                     and cursor.remote and not self.opts.include_synced and not self.opts.verify):
@@ -195,7 +231,8 @@ class Engine:
             total = sum(res.pending.values())
             self.progress.run_started(info, total)
             if self._call(res, lambda: self.adapter.open_run(info, cursor)):
-                tables = self._replay_from_scratch(info, cursor, res)
+                tables, unreadable = self._replay_from_scratch(info, cursor, res)
+                self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
             save_cursor(self.root, cursor)
             if cursor.in_doubt:
                 kind = cursor.in_doubt["kind"]
@@ -217,18 +254,27 @@ class Engine:
             cursor.last_error = None
             cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
             save_cursor(self.root, cursor)
+        except gaps.GapError as exc:
+            self._fail(cursor, res, str(exc), "damaged")
         except PermanentError as exc:
             self._fail(cursor, res, str(exc), "permanent")
         except (RetryableError, TargetUnreachableError) as exc:
             self._fail(cursor, res, f"gave up after {res.retries} retries: {exc}", "unreachable")
         except TrackstoreError as exc:
             self._fail(cursor, res, str(exc), "error")
+        except PermissionError as exc:  # e.g. a kind folder this user may not list
+            self._fail(cursor, res, f"{exc}; give the user running sync read access to the store", "error")
         finally:
             self.progress.run_ended(res)
         return res
 
     # ------------------------------------------------------------------ internals
-    def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> dict:
+    def _stop_on_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> None:
+        blocked = self._check_gaps(res, unreadable, cursor)
+        if blocked:
+            raise gaps.GapError(blocked)
+
+    def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple:
         """The remote run is gone and a new one was made: everything is pending again."""
         cursor.acked.clear()
         cursor.skipped.clear()
@@ -236,9 +282,9 @@ class Engine:
         cursor.synced_status = None
         res.notes.append(f"the {self.target} run this run was synced to no longer exists; "
                          "created a new one and replayed the whole run into it")
-        tables = self.pending_tables(info, cursor)
+        tables, unreadable = self.pending_tables(info, cursor)
         res.pending = {k: t.num_rows for k, t in tables.items()}
-        return tables
+        return tables, unreadable
 
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
         acked = cursor.acked_set(kind)
@@ -260,7 +306,8 @@ class Engine:
     def _reconcile(self, info: RunInfo, cursor: Cursor, res: RunResult) -> None:
         doubt = cursor.in_doubt
         kind = doubt["kind"]
-        rows = read_kind(info.paths, kind, skip_corrupt=True)
+        # a row of a part that cannot be read now is not acknowledged below: it stays pending
+        rows = read_kind(info.paths, kind, damaged={})
         ids = syncstate.RangeSet.from_json(doubt.get("rows"))
         batch = rows.filter(ids.mask(rows))
         missing = self._call(res, lambda: self.adapter.reconcile(kind, batch, cursor))
@@ -333,15 +380,33 @@ class Engine:
         if remote is None:
             return False
         for what, count in remote.items():
-            if what == "traces":
-                spans = read_kind(info.paths, "spans", columns=["trace_id"], skip_corrupt=True)
-                local = len(set(spans.column("trace_id").to_pylist()))
-            else:
-                local = read_kind(info.paths, what, columns=[], skip_corrupt=True).num_rows - cursor.skipped.get(what, 0)
+            local = self._local_count(info, cursor, what)
+            if local is None:
+                return False
             if count != local:
                 self.progress.message(f"{info.project}/{info.run_id}: verify: {what} at target {count}, expected {local}")
                 return False
         return True
+
+    def _local_count(self, info: RunInfo, cursor: Cursor, what: str) -> int | None:
+        """What the target should hold of ``what``; None (said why) when the store cannot tell.
+
+        Rows of unreadable parts the target acknowledged count as stored; any other unreadable
+        part means the count is unknown, and a verify never agrees with an unknown count.
+        """
+        kind = "spans" if what == "traces" else what
+        damaged: dict = {}
+        columns = ["trace_id"] if what == "traces" else []
+        table = read_kind(info.paths, kind, columns=columns, damaged=damaged)
+        unreadable = gaps.unreadable_parts(info.paths, kind, damaged)
+        blocking, synced = gaps.split(unreadable, cursor.acked)
+        if blocking or (what == "traces" and synced):
+            self.progress.message(f"{info.project}/{info.run_id}: verify: cannot count {what}: "
+                                  f"{'; '.join(p.describe() for p in blocking + synced)}")
+            return None
+        if what == "traces":
+            return len(set(table.column("trace_id").to_pylist()))
+        return table.num_rows + gaps.unreadable_rows(synced, kind) - cursor.skipped.get(kind, 0)
 
     def _fail(self, cursor: Cursor, res: RunResult, message: str, kind: str) -> None:
         message = redact_text(message)

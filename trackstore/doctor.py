@@ -106,14 +106,18 @@ def _maintenance_running(root: Path) -> bool:
     return st is not None and not st.stale
 
 
-def _check_parquet(path: Path, deep: bool) -> Finding | None:
+def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding | None:
     import pyarrow.parquet as pq
 
+    from .reader import schema_problem
     from .schema import SCHEMA_VERSION, file_version
 
     try:
         pf = pq.ParquetFile(path)
         version = file_version(pf.schema_arrow.metadata)
+        problem = schema_problem(pf.schema_arrow, kind) if kind else None  # a part not of its kind
+        if problem:
+            raise ValueError(f"not a {kind} part: {problem}")
         if deep:
             pf.read()
     except Exception as exc:
@@ -142,6 +146,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
     live = any(_meta.writer_alive(w, now) for w in writers)
     out += _check_run_json(paths, writers, live, now)
     # files
+    kind_of_dir = {paths.kind_dir(kind): kind for kind in KINDS}
     for dirpath, dirs, files in os.walk(run_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".compact-"))
         for name in sorted(files):
@@ -157,7 +162,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
                                    f"{age / 3600:.1f} h old) from an interrupted write",
                                    "run `trackstore doctor --fix` to quarantine it (it was never visible to readers)"))
             elif name.endswith(PART_SUFFIX) and not name.startswith("."):
-                f = _check_parquet(p, deep)
+                f = _check_parquet(p, deep, kind_of_dir.get(Path(dirpath)))
                 if f is not None:
                     out.append(f)
     for kind in KINDS:
