@@ -316,7 +316,11 @@ def test_output_is_quiet_and_the_api_key_is_never_printed_or_stored(wb, root, mo
 def test_unknown_mode_is_a_clear_error(root):
     trackstore.init("proj", root=root).finish()
     res = run_cli("sync", "--to", "wandb", "--mode", "shared", root=root)
-    assert res.returncode != 0 and "wandb mode" in res.stderr + res.stdout
+    assert res.returncode == 2 and "'shared' is not one of" in res.stderr
+    assert "Traceback" not in res.stderr
+    # a mode that exists, but not for wandb: the message names what wandb takes
+    res = run_cli("sync", "--to", "wandb", "--mode", "local", root=root)
+    assert res.returncode == 2 and "sync target 'wandb' takes online, offline" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
 
