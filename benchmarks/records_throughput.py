@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trackstore.files import tree_bytes
+from trackstore.store.files import tree_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 PER_STEP = 100

@@ -33,7 +33,7 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
     naming the path and where it came from (``--root``, ``$TRACKSTORE_DIR`` or the default),
     so a mistyped root never reads as an empty store nor gets ``_locks/`` created in it.
     """
-    from trackstore.layout import ENV_ROOT, resolve_root
+    from trackstore.store.layout import ENV_ROOT, resolve_root
 
     origin = getattr(ctx.get_parameter_source(param.name), "name", "")
     source = {"COMMANDLINE": "--root", "ENVIRONMENT": f"${ENV_ROOT}"}.get(origin)
@@ -67,7 +67,7 @@ def check_targets(names: Iterable[str], root: Path, option: str) -> None:
     known = set(available())
     unknown = [n for n in names if n not in known]
     if unknown:
-        from trackstore.syncstate import iter_cursors
+        from trackstore.store.ledger import iter_cursors
 
         known |= {c.target for c in iter_cursors(root)}  # also targets synced by a plugin since removed
         unknown = [n for n in unknown if n not in known]

@@ -27,9 +27,9 @@ def compare(
     strict: StrictOpt = False,
 ) -> None:
     """Compare runs side by side: config differences and metric summaries (last, min, max)."""
-    from trackstore.catalog import resolve_runs
+    from trackstore.read.catalog import resolve_runs
     from trackstore.errors import UsageError
-    from trackstore.overview import config_diff, metric_overview, run_label
+    from trackstore.read.overview import config_diff, metric_overview, run_label
 
     infos = resolve_runs(runs, root)
     if len({(r.project, r.run_id) for r in infos}) < 2:

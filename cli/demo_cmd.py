@@ -15,7 +15,7 @@ def demo(
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same values).")] = 0,
 ) -> None:
     """Log a simulated GRPO run (~100 verl-style metric keys per step) into the store."""
-    from trackstore.demo import simulate_grpo
+    from trackstore.cli.demo import simulate_grpo
 
     run = simulate_grpo(project=project, steps=steps, root=root, seed=seed)
     con = console()

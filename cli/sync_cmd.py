@@ -138,10 +138,10 @@ def sync(
 ) -> None:
     """Replay stored runs to a tracking platform: original steps and timestamps, exactly once, resumable."""
     from trackstore.errors import TargetUnreachableError
-    from trackstore.layout import resolve_root
+    from trackstore.store.layout import resolve_root
     from trackstore.sync import SyncOptions, TargetOptions, make_adapter
     from trackstore.sync import sync as do_sync
-    from trackstore.units import parse_duration
+    from trackstore.store.units import parse_duration
 
     fmt = Format(SummaryFormat(fmt).value)
     mode = _check_mode(to, mode)
@@ -349,10 +349,10 @@ def status(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
     """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
-    from trackstore.catalog import list_runs
-    from trackstore.files import tree_bytes
-    from trackstore.layout import resolve_root
-    from trackstore.syncstate import iter_cursors, pending_counts
+    from trackstore.read.catalog import list_runs
+    from trackstore.store.files import tree_bytes
+    from trackstore.store.layout import resolve_root
+    from trackstore.store.ledger import iter_cursors, pending_counts
     from trackstore.sync.gaps import write_errors
 
     root_path = resolve_root(root)
@@ -391,8 +391,8 @@ def status(
 def _stored_ids(paths) -> tuple[dict, int]:
     """Row ids of every kind of a run, and how many part files could not be read (their rows,
     not counted as pending, are what `trackstore sync` stops on)."""
-    from trackstore.schema import KINDS
-    from trackstore.syncstate import read_row_ids
+    from trackstore.store.schema import KINDS
+    from trackstore.store.ledger import read_row_ids
 
     ids, unreadable = {}, 0
     for kind in KINDS:

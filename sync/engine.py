@@ -8,7 +8,7 @@ For each run, in order:
    which of its rows it already holds, and only the rest is sent.
 3. ``adapter.sync_metadata`` pushes config, tags and notes (idempotent).
 4. For each record kind, the rows not yet acknowledged are read in replay order
-   (:func:`trackstore.reader.read_kind`) and sent in batches. Before each batch the cursor
+   (:func:`trackstore.read.reader.read_kind`) and sent in batches. Before each batch the cursor
    records it as in doubt; after the target acknowledges it the rows join the cursor's
    acknowledged set. Both writes are atomic, so at every instant the cursor is either before
    the batch (in doubt) or after it: a crash anywhere is repaired by step 2 on the next run.
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from trackstore import syncstate
-from trackstore.catalog import RunInfo, list_runs, resolve_runs
+from trackstore.store import ledger as syncstate
+from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.errors import TargetUnreachableError, TrackstoreError
-from trackstore.layout import resolve_root
-from trackstore.meta import iso
-from trackstore.reader import read_kind
-from trackstore.syncstate import Cursor, load_cursor, redact_text, save_cursor
+from trackstore.store.layout import resolve_root
+from trackstore.store.meta import iso
+from trackstore.read.reader import read_kind
+from trackstore.store.ledger import Cursor, load_cursor, redact_text, save_cursor
 
 from . import gaps
 from .adapter import Adapter, PermanentError, RetryableError, SendResult
@@ -132,7 +132,7 @@ def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
     if opts.finished_only:
         runs = [r for r in runs if r.status in TERMINAL]
     if opts.since_s is not None:
-        from trackstore.meta import parse_iso
+        from trackstore.store.meta import parse_iso
 
         cutoff = time.time() - opts.since_s
         runs = [r for r in runs if (parse_iso(r.meta.get("created_at")) or 0) >= cutoff]

@@ -15,7 +15,7 @@ short count. So, per run and destination:
   than sending around the hole, keeps a restored file sendable: wandb and SwanLab cannot take
   a point for a step they have already moved past;
 * a damaged part every row of which this destination has already acknowledged (known from its
-  ``writer``/``seq`` columns, or from its name: :func:`trackstore.reader.part_row_ids`) is at
+  ``writer``/``seq`` columns, or from its name: :func:`trackstore.read.reader.part_row_ids`) is at
   the target already: the run syncs on, the file is reported, and ``--verify`` counts its rows
   as stored.
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trackstore.errors import CorruptFileError, StoreError
-from trackstore.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, RunPaths
-from trackstore.ranges import RangeSet
-from trackstore.reader import part_row_ids
+from trackstore.store.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, RunPaths
+from trackstore.store.ranges import RangeSet
+from trackstore.read.reader import part_row_ids
 
 
 class GapError(StoreError):
@@ -104,7 +104,7 @@ def unreadable_rows(parts: list[UnreadablePart], kind: str) -> int:
 
 def quarantined_parts(root: Path) -> dict[tuple[str, str], int]:
     """How many part files ``trackstore doctor`` quarantined, per ``(project, run_id)``."""
-    from trackstore.doctor import quarantine_listing
+    from trackstore.upkeep.doctor import quarantine_listing
 
     counts: dict[tuple[str, str], int] = {}
     for entry in quarantine_listing(root):

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
-from trackstore.meta import parse_iso
-from trackstore.syncstate import redact_text, redact_url
+from trackstore.store.meta import parse_iso
+from trackstore.store.ledger import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
 

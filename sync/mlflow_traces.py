@@ -16,7 +16,7 @@ sample_index, rollout_n, validate and reward become trace tags, so the MLflow UI
 from __future__ import annotations
 
 
-from trackstore.samples import decode_json
+from trackstore.records.samples import decode_json
 
 from .adapter import SendResult
 from .trajectories import ready_trajectories

@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError, UsageError
-from trackstore.ranges import RangeSet
-from trackstore.syncstate import redact_text, redact_url, save_cursor
+from trackstore.store.ranges import RangeSet
+from trackstore.store.ledger import redact_text, redact_url, save_cursor
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .swanlab_files import Held, count_points, read_session_file, read_session_files

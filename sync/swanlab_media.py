@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from trackstore.samples import decode_json
+from trackstore.records.samples import decode_json
 
 
 def sample_text(r: dict) -> str:

@@ -68,8 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
-from trackstore.ranges import RangeSet
-from trackstore.syncstate import redact_text, redact_url
+from trackstore.store.ranges import RangeSet
+from trackstore.store.ledger import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .trajectories import ready_trajectories
@@ -291,7 +291,7 @@ class WandbAdapter(Adapter):
             self._hold = self._newest_step(run)
 
     def _newest_step(self, run) -> int | None:
-        from trackstore.reader import read_kind
+        from trackstore.read.reader import read_kind
 
         best = None
         for kind in STEP_KINDS:
@@ -361,7 +361,7 @@ class WandbAdapter(Adapter):
     def _other_pending(self, kind: str, cursor) -> list[dict]:
         """Rows of another step kind not acknowledged nor carried yet (read once per run session)."""
         if kind not in self._pending:
-            from trackstore.reader import read_kind
+            from trackstore.read.reader import read_kind
 
             table = read_kind(self._info.paths, kind, exclude=cursor.acked.get(kind), skip_corrupt=True)
             carried = self._sets(cursor, "carried").get(kind)
@@ -488,7 +488,7 @@ class WandbAdapter(Adapter):
 
     def _send_spans(self, rows, cursor) -> SendResult:
         from .engine import _batch_id
-        from trackstore.samples import decode_json as _loads
+        from trackstore.records.samples import decode_json as _loads
 
         wandb = self._import()
         result = SendResult()

@@ -23,10 +23,10 @@ import pytest
 
 from tests.fixtures.stores import make_run, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore import bundle as B
-from trackstore import compact as C
-from trackstore import doctor as D
-from trackstore.catalog import list_runs
+from trackstore.upkeep import bundle as B
+from trackstore.upkeep import compact as C
+from trackstore.upkeep import doctor as D
+from trackstore.read.catalog import list_runs
 from trackstore.errors import BundleError, WriteError
 
 MiB = 1 << 20
@@ -118,7 +118,7 @@ LIMITED_IMPORT = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like a full disk
     resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
-    from trackstore import bundle as B
+    from trackstore.upkeep import bundle as B
     try:
         B.import_bundle({root!r}, {bundle!r})
         print(json.dumps({{"error": None}}))

@@ -18,8 +18,8 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore import locks
-from trackstore.catalog import list_runs
+from trackstore.store import locks
+from trackstore.read.catalog import list_runs
 from trackstore.errors import UsageError
 
 RUN_A, RUN_B = "20261201-000000000-aaaaaaaa", "20261201-000000001-bbbbbbbb"

@@ -16,9 +16,9 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore import compact as C
-from trackstore.reader import read_kind
-from trackstore.syncstate import load_cursor, pending_counts
+from trackstore.upkeep import compact as C
+from trackstore.read.reader import read_kind
+from trackstore.store.ledger import load_cursor, pending_counts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -127,7 +127,7 @@ def test_run_being_synced_is_skipped(root):
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {REPO!r})
-        from trackstore import locks
+        from trackstore.store import locks
         lk = locks.acquire({str(root)!r}, "sync-mlflow-x", info={{"runs": [{p.run_id!r}]}})
         print("held", flush=True)
         time.sleep(60)
@@ -211,13 +211,13 @@ def test_reader_sees_old_or_new_never_both(root):
 
 
 def test_product_readers_stay_exact_while_compaction_swaps(root):
-    """The sync reader (read_kind), SQL over the views and curves (trackstore.points) list a
+    """The sync reader (read_kind), SQL over the views and curves (trackstore.read.points) list a
     folder and then open its files; a swap in between must cost a retry, never a wrong count
     or an error. Another process swaps the metrics folder between its flushed and merged forms."""
-    from trackstore.catalog import resolve_run
-    from trackstore.overview import curves
-    from trackstore.points import read_points
-    from trackstore.views import connect, run_sql
+    from trackstore.read.catalog import resolve_run
+    from trackstore.read.overview import curves
+    from trackstore.read.points import read_points
+    from trackstore.read.views import connect, run_sql
 
     p = make_run(root, chunks=12, samples=False)
     kind_dir = p.kind_dir("metrics")
@@ -235,7 +235,7 @@ def test_product_readers_stay_exact_while_compaction_swaps(root):
         import os, sys, time
         from pathlib import Path
         sys.path.insert(0, {REPO!r})
-        from trackstore import compact as C
+        from trackstore.upkeep import compact as C
         kind_dir, forms = Path({str(kind_dir)!r}), [Path({str(forms[0])!r}), Path({str(forms[1])!r})]
         swaps = 0
         print("ready", flush=True)
@@ -272,8 +272,8 @@ def _kill_at(root, p, where):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {REPO!r})
-        from trackstore import compact as C
-        from trackstore.layout import RunPaths
+        from trackstore.upkeep import compact as C
+        from trackstore.store.layout import RunPaths
         def die(*a, **k):
             os.kill(os.getpid(), 9)
         {where}

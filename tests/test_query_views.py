@@ -13,9 +13,9 @@ import pytest
 import trackstore
 from tests.helpers import python_child
 from tests.query_fixtures import make_run, metric_rows, part
-from trackstore import schema
+from trackstore.store import schema
 from trackstore.errors import QueryError
-from trackstore.views import VIEWS, connect, query, run_sql, wide
+from trackstore.read.views import VIEWS, connect, query, run_sql, wide
 
 
 def columns(con, view):
@@ -247,8 +247,8 @@ def test_run_deleted_after_connect_leaves_views_working(root):
 
 
 def test_sync_state_view_reads_the_ledger(root):
-    from trackstore.ranges import RangeSet
-    from trackstore.syncstate import Cursor, save_cursor
+    from trackstore.store.ranges import RangeSet
+    from trackstore.store.ledger import Cursor, save_cursor
 
     run = make_run(root, "p", "synced", steps=5)  # 10 metric rows, seq 0..9 of one writer
     writer = query("SELECT DISTINCT writer FROM metrics", root=root).column("writer")[0].as_py()

@@ -33,7 +33,7 @@ def _sync(root, *extra, target="wandb"):
 
 
 def _stored(run, kind):
-    from trackstore.reader import read_kind
+    from trackstore.read.reader import read_kind
 
     return read_kind(run.paths, kind).to_pylist()
 
@@ -222,7 +222,7 @@ def test_interrupted_batch_already_in_the_log_is_not_resent(wb, root, first):
     """The process died after wandb-core wrote the batch but before the cursor recorded it.
     Steps 8..11 are exactly the last batch (its marker is in the log); 6..11 is not a batch
     that was sent, so the history's steps and keys decide."""
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
     for s in range(12):
@@ -250,7 +250,7 @@ def test_interrupted_batch_already_in_the_log_is_not_resent(wb, root, first):
 
 def test_interrupted_batch_missing_from_the_log_is_sent_once(wb, root):
     """The process died before wandb-core wrote anything of the batch."""
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
     for s in range(6):
@@ -401,7 +401,7 @@ def test_online_unreachable_exits_7_or_0_with_if_online(root):
 def test_interrupted_batch_with_carried_histograms(wb, root):
     """A metrics batch that carried histograms was written, then the sync died before recording
     it: the histograms it carried must be recognised as delivered, not reported as late."""
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
     for s in range(12):
@@ -581,7 +581,7 @@ def test_an_artifact_resent_after_an_interrupted_batch_adds_no_version(wb, root,
     assert len(first) == 3 and len({a["digest"] for a in first}) == 3  # one version per content
 
     # the last artifact batch in doubt again (its acknowledgement lost), as a kill leaves it
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     [path] = _cursor_files(root)
     cur = json.loads(path.read_text())

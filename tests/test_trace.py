@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from trackstore.trace import checkpoint_open_spans, configure, current_span, latest_rows, traced
+from trackstore.records.trace import checkpoint_open_spans, configure, current_span, latest_rows, traced
 
 
 def read_spans(run) -> list[dict]:
@@ -462,7 +462,7 @@ def test_spans_of_a_trace_never_entered_are_not_orphans(root):
 
 WORKER = """
 import asyncio, sys, trackstore
-from trackstore.trace import traced
+from trackstore.records.trace import traced
 run = trackstore.init("p", root=sys.argv[1], run_id="shared", resume=True)
 w = int(sys.argv[2])
 print("ready", flush=True)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trackstore
-from trackstore.histogram import Histogram
+from trackstore.records.histogram import Histogram
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 FLOAT64_INT_LIMIT = 2 ** 1024 - 2 ** 970  # the smallest int whose float() overflows

@@ -10,9 +10,9 @@ import time
 
 import pyarrow.parquet as pq
 
-from trackstore import meta as tsmeta
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
+from trackstore.store import meta as tsmeta
+from trackstore.read.catalog import list_runs
+from trackstore.store.layout import RunPaths
 
 STEPS = 400
 KEYS = 20

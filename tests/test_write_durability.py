@@ -12,10 +12,10 @@ import time
 import pyarrow.parquet as pq
 
 from tests.helpers import python_child, run_cli
-from trackstore import meta as tsmeta
-from trackstore import schema
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
+from trackstore.store import meta as tsmeta
+from trackstore.store import schema
+from trackstore.read.catalog import list_runs
+from trackstore.store.layout import RunPaths
 
 KEYS = 50
 

@@ -15,9 +15,9 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child
-from trackstore import meta as tsmeta
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
+from trackstore.store import meta as tsmeta
+from trackstore.read.catalog import list_runs
+from trackstore.store.layout import RunPaths
 
 FIRST = textwrap.dedent(
     """

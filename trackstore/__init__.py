@@ -31,11 +31,11 @@ from .errors import (
     UsageError,
     WriteError,
 )
-from .histogram import Histogram
-from .run import Run, current_run, finish, init, log
+from .records.histogram import Histogram
+from .write.run import Run, current_run, finish, init, log
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .views import connect, query
+    from .read.views import connect, query
 
 __all__ = [
     "__version__",
@@ -65,9 +65,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "connect": ("views", "connect"),
-    "query": ("views", "query"),
-    "watch": ("watch", "watch"),
+    "connect": ("read.views", "connect"),
+    "query": ("read.views", "query"),
+    "watch": ("integrations.watch", "watch"),
 }
 
 
@@ -79,7 +79,5 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     module = importlib.import_module(f".{target[0]}", __name__)
-    # Importing submodule `watch` binds the *module* under that name on this package;
-    # bind the function instead so `trackstore.watch(...)` keeps working on every later call.
     value = globals()[name] = getattr(module, target[1])
     return value

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import UsageError
-from ..histogram import Histogram as _TsHistogram
+from ..records.histogram import Histogram as _TsHistogram
 
 # The wandb API level this module imitates (code compares wandb.__version__ to pick code paths).
 __version__ = "0.19.0"
@@ -332,14 +332,14 @@ class Run:
             return None
         if log_graph:
             raise _unsupported("watch(log_graph=True)", "graphs are not stored; leave log_graph off")
-        from ..watch import watch as ts_watch
+        from ..integrations.watch import watch as ts_watch
 
         handles = [ts_watch(m, log=log, every=log_freq, run=self._run)
                    for m in (models if isinstance(models, (list, tuple)) else [models])]
         return handles[0] if len(handles) == 1 else handles
 
     def unwatch(self, models: Any = None) -> None:
-        from ..watch import unwatch as ts_unwatch
+        from ..integrations.watch import unwatch as ts_unwatch
 
         for m in models if isinstance(models, (list, tuple)) else [models]:
             if m is not None:
@@ -444,7 +444,7 @@ def init(project: str | None = None, name: str | None = None, config: Any = None
 
 
 def _run_exists(root: Path | None, project: str, run_id: str) -> bool:
-    from ..layout import resolve_root, run_paths
+    from ..store.layout import resolve_root, run_paths
 
     return run_paths(resolve_root(root), project, run_id).run_file.exists()
 

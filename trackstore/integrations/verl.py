@@ -236,8 +236,8 @@ def _join_or_create(project: str, experiment: str) -> Any:
     import atexit
 
     import trackstore
-    from trackstore import catalog
-    from trackstore import run as run_module
+    from trackstore.read import catalog
+    from trackstore.write import run as run_module
 
     run_id = os.environ.get(ENV_RUN_ID) or None
     if run_id is None:
@@ -263,7 +263,7 @@ def _mark_idle(run: Any, idle: bool) -> None:
     would never end. Its data is on disk at that point (the batch's flush), so "ended" is the
     truth. Uses the run's writer record (``Run._writer_info``), as the heartbeat does.
     """
-    from trackstore import meta
+    from trackstore.store import meta
 
     info = run._writer_info
     if idle:

@@ -11,7 +11,7 @@ what the format offers to read little:
   and rows are chosen through its key dictionary, never by comparing strings per row.
 
 It follows the views' rules: complete part files only (never temp files), a damaged file is
-skipped with a :class:`~trackstore.views.SkippedFileWarning` naming it (or raises
+skipped with a :class:`~trackstore.read.views.SkippedFileWarning` naming it (or raises
 :class:`~trackstore.errors.CorruptFileError` with ``on_corrupt="error"``), and a listing that a
 compaction swaps away mid-read is taken again, so no row is missed or read twice.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from . import schema as _schema
-from .errors import CorruptFileError
-from .last_rows import COLUMN as LAST_OF_KEY
-from .layout import RunPaths
+from ..store import schema as _schema
+from ..errors import CorruptFileError
+from ..store.last_rows import COLUMN as LAST_OF_KEY
+from ..store.layout import RunPaths
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -60,7 +60,7 @@ def run_keys(paths: RunPaths, *, on_corrupt: str = "warn") -> list[str]:
 
 
 def _each_part(paths: RunPaths, on_corrupt: str, read) -> list:
-    """``read(ParquetFile)`` of every metrics part, as :func:`trackstore.reader.each_part` lists
+    """``read(ParquetFile)`` of every metrics part, as :func:`trackstore.read.reader.each_part` lists
     them; a damaged one is skipped with a warning, or raises with ``on_corrupt="error"``."""
     import pyarrow.parquet as pq
 
@@ -113,7 +113,7 @@ def _read_wanted(pf, wanted: Sequence[str], columns: Sequence[str]) -> dict[str,
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .arrays import from_numpy, to_numpy
+    from ..store.arrays import from_numpy, to_numpy
 
     groups = _row_groups_for(pf, wanted)
     if not groups:

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from .errors import CorruptFileError, StoreError
-from .layout import PART_SUFFIX, RunPaths
-from .ranges import RangeSet
+from ..errors import CorruptFileError, StoreError
+from ..store.layout import PART_SUFFIX, RunPaths
+from ..store.ranges import RangeSet
 
 _RELIST_ATTEMPTS = 8
 T = TypeVar("T")
@@ -38,7 +38,7 @@ def read_part(path, kind: str, columns: Sequence[str] | None = None):
     """Read one part file, checking its format version. Raises CorruptFileError naming the file."""
     import pyarrow.parquet as pq
 
-    from . import schema
+    from ..store import schema
 
     try:
         pf = pq.ParquetFile(path)
@@ -61,7 +61,7 @@ def _conform(table, kind: str, columns: Sequence[str] | None):
     """Give a table the current schema of ``kind`` (missing nullable columns become nulls)."""
     import pyarrow as pa
 
-    from . import schema
+    from ..store import schema
 
     target = schema.ROWS[kind]
     names = list(columns) if columns is not None else target.names
@@ -104,7 +104,7 @@ def schema_problem(file_schema, kind: str, columns: Sequence[str] | None = None)
     is missing, or a column has a type of another family than the schema's (a string where
     numbers belong). Newer nullable columns may be missing; extra columns are ignored.
     """
-    from . import schema
+    from ..store import schema
 
     target = schema.ROWS[kind]
     wanted = target.names if columns is None else [c for c in columns if c in target.names]
@@ -176,7 +176,7 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from . import schema
+    from ..store import schema
 
     need = None
     if columns is not None:

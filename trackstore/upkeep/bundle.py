@@ -36,7 +36,7 @@ What import promises:
   and named by writer and first seq, so runs merge by row identity: an incoming part whose
   ``(writer, seq)`` rows are already present (even in a compacted file) is skipped, a part with
   new rows is added, a compacted incoming file replaces the small local parts it covers (with
-  the atomic folder swap of :mod:`trackstore.compact`). A file with the same name and other
+  the atomic folder swap of :mod:`trackstore.upkeep.compact`). A file with the same name and other
   bytes, a partial overlap of rows, or a run.json describing a different run (another
   ``created_at``) is a :class:`~trackstore.errors.BundleError` and nothing is changed.
   ``run.json`` and writer heartbeats: the newer one wins.
@@ -64,14 +64,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Iterable, Iterator, Sequence
 
-from .files import sha256_file
-from . import meta as _meta
-from .atomic import is_temp_file, read_json, write_bytes_atomic
-from .catalog import RunInfo
-from .errors import BundleError, InvalidNameError, UsageError, WriteError
-from .layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
-from .names import validate_project, validate_run_id
-from .ranges import RangeSet
+from ..store.files import sha256_file
+from ..store import meta as _meta
+from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
+from ..read.catalog import RunInfo
+from ..errors import BundleError, InvalidNameError, UsageError, WriteError
+from ..store.layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
+from ..store.names import validate_project, validate_run_id
+from ..store.ranges import RangeSet
 
 TOP = "trackstore-bundle"
 MANIFEST = "manifest.json"
@@ -241,7 +241,7 @@ def _run_files(paths: RunPaths) -> Iterator[Path]:
 def _part_stats(path: Path) -> tuple[int, int | None]:
     import pyarrow.parquet as pq
 
-    from .schema import file_version
+    from ..store.schema import file_version
 
     try:
         pf = pq.ParquetFile(path)
@@ -306,8 +306,8 @@ class _Bundle:
 
 
 def _manifest_base(kind: str, compress: str | None) -> dict:
-    from ._version import __version__
-    from .schema import SCHEMA_VERSION
+    from .._version import __version__
+    from ..store.schema import SCHEMA_VERSION
 
     return {"format": FORMAT, "version": BUNDLE_VERSION, "kind": kind, "created_at": _meta.iso(time.time()),
             "source_host": _meta.hostname(), "trackstore_version": __version__, "schema_version": SCHEMA_VERSION,
@@ -316,7 +316,7 @@ def _manifest_base(kind: str, compress: str | None) -> dict:
 
 def _run_members(info: RunInfo) -> tuple[dict, list[_Member]]:
     """One run's manifest entry and its members (run.json and heartbeats as snapshots)."""
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     base = f"runs/{PROJECT_PREFIX}{info.project}/{RUN_PREFIX}{info.run_id}"
     run_json = info.paths.run_file.read_bytes()  # one consistent snapshot, taken first
@@ -360,7 +360,7 @@ def _write_bundle(out: str | os.PathLike, compress: str | None, split_bytes: int
 def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.PathLike, *,
                 compress: str | None = None, split_bytes: int | None = None) -> ExportResult:
     """Write the given runs to a bundle at ``out`` (see the module docstring)."""
-    from . import locks
+    from ..store import locks
 
     root = resolve_root(root)
     runs = list(runs)
@@ -381,7 +381,7 @@ def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.
 def export_receipt(root: str | Path | None, out: str | os.PathLike, *, runs: Iterable[tuple[str, str]] | None = None,
                    project: str | None = None, compress: str | None = None) -> ExportResult:
     """Write the sync cursors of ``runs`` (``(project, run_id)`` pairs; default all) to a receipt."""
-    from .syncstate import cursor_path, iter_cursors, sync_root
+    from ..store.ledger import cursor_path, iter_cursors, sync_root
 
     root = resolve_root(root)
     wanted = set(runs) if runs is not None else None
@@ -498,7 +498,7 @@ def _listed_files(manifest: dict, bundle) -> dict[str, tuple[int, str]]:
 
 def _check_space(root: Path, need: int) -> None:
     """Refuse up front when the files the manifest lists cannot fit on the store's disk."""
-    from .units import format_bytes
+    from ..store.units import format_bytes
 
     free = shutil.disk_usage(root).free
     if need > free:
@@ -639,7 +639,7 @@ class ImportResult:
 
 
 def _coverage(path: Path, kind: str) -> RangeSet:
-    from .reader import read_part
+    from ..read.reader import read_part
 
     rs = RangeSet()
     rs.add_table(read_part(path, kind, columns=["writer", "seq"]))
@@ -719,7 +719,7 @@ def _repeated(chunks: list[Any]) -> Any:
 
 def _refuse_repeated_ids(staged: RunPaths) -> None:
     """Refuse a bundled run whose files hold one row id twice (see :func:`repeated_row_ids`)."""
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     for kind in KINDS:
         rep = repeated_row_ids(staged.parts(kind), kind)
@@ -807,7 +807,7 @@ def _newer(a: dict | None, b: dict | None, key: str) -> bool:
 def _merge_run(root: Path, staged_run: Path, local: RunPaths, files: dict, base: str, apply: bool) -> RunImport:
     """Plan (``apply=False``: only raise on conflicts) or apply the merge of one staged run."""
     from .compact import replace_kind_dir
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     ri = RunImport(local.project, local.run_id)
     try:
@@ -912,7 +912,7 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
 
 
 def _import_receipt(root: Path, st: Staged) -> ImportResult:
-    from .syncstate import Cursor, load_cursor, save_cursor
+    from ..store.ledger import Cursor, load_cursor, save_cursor
 
     res = ImportResult("receipt", source_host=st.manifest.get("source_host"))
     for path in sorted((st.dir / "sync").glob(f"*/{PROJECT_PREFIX}*/{RUN_PREFIX}*.json")):
@@ -935,7 +935,7 @@ def _import_receipt(root: Path, st: Staged) -> ImportResult:
 
 def merge_cursors(local, incoming):
     """Union of acknowledged rows; status, errors and in-doubt batch from the more recent sync."""
-    from .syncstate import Cursor
+    from ..store.ledger import Cursor
 
     out = Cursor.from_json(local.to_json())
     for kind, rs in incoming.acked.items():
@@ -955,7 +955,7 @@ def merge_cursors(local, incoming):
 
 def import_bundle(root: str | Path | None, bundle: str | os.PathLike, *, expect: str | None = None) -> ImportResult:
     """Verify and import a bundle or receipt (``expect``: ``"runs"`` or ``"receipt"`` to insist)."""
-    from . import locks
+    from ..store import locks
 
     root = resolve_root(root)
     root.mkdir(parents=True, exist_ok=True)

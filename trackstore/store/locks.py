@@ -6,7 +6,7 @@ for longer than it takes to notice the death.
 
 Usage (the sync engine, gc, compaction and import all use it)::
 
-    from trackstore import locks
+    from trackstore.store import locks
 
     with locks.acquire(root, "sync-mlflow-1a2b3c4d5e6f") as lock:   # LockHeldError if held
         lock.set_info(runs=["p/20261202-...-abc"])   # what gc must not delete right now
@@ -54,7 +54,7 @@ Deletion announcements. While gc deletes a run it names it in the maintenance lo
 ``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
 A resuming writer writes its own writer file first, then calls
 :func:`wait_for_deletion_verdict` (a single read of the lock file when nothing is announced),
-so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.gc`). That
+so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.upkeep.gc`). That
 first write is a *claim*, ``<run>/_writers/<id>.claim`` (:func:`claim_run`), which gc counts as
 a live writer (:func:`run_claimed`) until the process has its own writer file.
 
@@ -88,7 +88,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import meta as _meta
-from .errors import LockHeldError, StoreError, UsageError
+from ..errors import LockHeldError, StoreError, UsageError
 from .layout import RunPaths
 
 LOCKS_DIR = "_locks"
@@ -302,7 +302,7 @@ class Lock:
         self.release()
 
     def __repr__(self) -> str:
-        return f"<trackstore.locks.Lock {self.name!r} held={self.held}>"
+        return f"<trackstore.store.locks.Lock {self.name!r} held={self.held}>"
 
 
 def _try_create(path: Path, data: dict) -> bool:
@@ -623,7 +623,7 @@ def _claims(paths: RunPaths) -> list[tuple[Path, dict | None]]:
 
 def run_claimed(paths: RunPaths) -> bool:
     """Does a live process hold a claim on this run folder? (Alive as for writer files:
-    :func:`trackstore.meta.writer_alive`; an unreadable claim counts while it is fresh.)"""
+    :func:`trackstore.store.meta.writer_alive`; an unreadable claim counts while it is fresh.)"""
     now = time.time()
     for f, data in _claims(paths):
         if data is None:

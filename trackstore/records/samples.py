@@ -1,7 +1,7 @@
 """Text generations as records: ``run.log_samples(rows, step=..., split="val")``.
 
 The promise: what was logged is what a reader gets back. Each row becomes one ``samples`` row
-(:data:`trackstore.schema.SAMPLES`) with its step, split, sample index and time:
+(:data:`trackstore.store.schema.SAMPLES`) with its step, split, sample index and time:
 
 * a row is a dict with ``input`` and ``output`` (``score`` optional; every other field is kept
   in ``extra``, a JSON object), or an ``(input, output[, score])`` tuple as verl's validation
@@ -27,11 +27,11 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .errors import InvalidValueError, UsageError
-from .values import INT64_MAX, as_index, as_step, json_safe, to_float64
+from ..errors import InvalidValueError, UsageError
+from ..store.values import INT64_MAX, as_index, as_step, json_safe, to_float64
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .run import Run
+    from ..write.run import Run
 
 RESERVED = ("input", "output", "score", "sample_index")
 MAX_SPLIT_CHARS = 128
@@ -155,7 +155,7 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
         raise UsageError(f"log_samples got unknown arguments: {', '.join(sorted(kw))}")
     if run.finished:
         raise UsageError(f"run {run.id} is finished; start a new run or resume it to log more samples")
-    from .run import _ts_now
+    from ..store.clock import ts_now
 
     step = as_step(run.step if step is None else step)
     if not isinstance(split, str) or not split or len(split) > MAX_SPLIT_CHARS or not split.isprintable():
@@ -166,7 +166,7 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
         built.append(_build(row, i))
     if not built:
         return 0
-    ts = _ts_now()
+    ts = ts_now()
     with _counters_lock:
         counters = _counters.setdefault(run, {})
         indexes, nxt = _assign_indexes(built, counters.get((step, split), 0), step)

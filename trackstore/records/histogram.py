@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from .errors import InvalidValueError
-from .values import INT64_MAX
+from ..errors import InvalidValueError
+from ..store.values import INT64_MAX
 
 MAX_BINS = 512  # wandb's limit; a histogram with more bins is refused at log time
 _FLOAT_MAX = 1.7976931348623157e308

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import InvalidNameError, InvalidValueError
+from ..errors import InvalidNameError, InvalidValueError
 
 MAX_NAME_CHARS = 128
 MAX_NAME_BYTES = 200  # filesystem components are limited to 255 bytes; "project=" eats 8

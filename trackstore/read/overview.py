@@ -2,9 +2,9 @@
 
 These are what ``trackstore show``, ``compare`` and ``plot`` print; they live here (not in the
 CLI) so notebooks get the same answers. The SQL ones take a connection from
-:func:`trackstore.views.connect` (ideally limited to the runs in question with ``runs=``)
+:func:`trackstore.read.views.connect` (ideally limited to the runs in question with ``runs=``)
 and bind every user value as a parameter; :func:`curves` reads the runs' files directly
-(:mod:`trackstore.points`), which for one run is several times faster than a query.
+(:mod:`trackstore.read.points`), which for one run is several times faster than a query.
 
 Curves are downsampled at query time, never at storage time: the store keeps every point, and
 a curve of N points is cut into ``points`` equal-width buckets of x (step or seconds since the
@@ -17,7 +17,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .errors import UsageError
+from ..errors import UsageError
 from .views import run_sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,7 +96,7 @@ def curves(runs: Sequence["RunInfo"], keys: Sequence[str], *, points: int = 1000
     buckets. NaN and infinite values are left out of the drawn curve.
 
     A curve is a question about one run: its points are read straight from the run's part
-    files (:mod:`trackstore.points`, which reads only the row groups holding the key in a
+    files (:mod:`trackstore.read.points`, which reads only the row groups holding the key in a
     compacted run) and numpy cuts them into buckets. Damaged files are skipped with a
     warning, or raise with ``on_corrupt="error"``, as the SQL views do.
     """

@@ -17,14 +17,13 @@ never imports it, so importing trackstore stays cheap.
 from __future__ import annotations
 
 import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidValueError, UsageError
-from .histogram import MAX_BINS, Histogram
+from ..errors import InvalidValueError, UsageError
+from ..records.histogram import MAX_BINS, Histogram
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .run import Run
+    from ..write.run import Run
 
 LOG_CHOICES = ("gradients", "parameters", "all")
 _ATTR = "_trackstore_watch"
@@ -94,7 +93,7 @@ def watch(model: Any, log: str = "gradients", every: int = 100, run: "Run | None
     ``log`` is ``"gradients"``, ``"parameters"`` or ``"all"``. ``run`` defaults to the current
     run. Watching a model again replaces the earlier hooks. Returns a :class:`WatchHandle`.
     """
-    from .run import current_run
+    from ..write.run import current_run
 
     if log not in LOG_CHOICES:
         raise InvalidValueError(f"watch(log=...) must be one of {', '.join(LOG_CHOICES)}, got {log!r}")
@@ -129,15 +128,3 @@ def unwatch(model: Any) -> None:
     handle = getattr(model, _ATTR, None)
     if isinstance(handle, WatchHandle):
         handle.remove()
-
-
-class _CallableModule(types.ModuleType):
-    """``import trackstore.watch`` binds this *module* as ``trackstore.watch``, shadowing the
-    function of the same name; making the module callable keeps ``trackstore.watch(model)``
-    working whichever of the two that name holds."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> WatchHandle:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

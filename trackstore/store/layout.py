@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import UsageError
+from ..errors import UsageError
 from .names import validate_project, validate_run_id
 
 ENV_ROOT = "TRACKSTORE_DIR"

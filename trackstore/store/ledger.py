@@ -12,7 +12,7 @@ A *destination* is a target plus where it points (an MLflow tracking URI, a wand
 entity/project, a SwanLab host), so one run synced to two MLflow servers has two cursors.
 Credentials are stripped from destinations before they are stored (:func:`redact_url`).
 
-A cursor holds, per record kind, the :class:`~trackstore.ranges.RangeSet` of ``(writer, seq)``
+A cursor holds, per record kind, the :class:`~trackstore.store.ranges.RangeSet` of ``(writer, seq)``
 rows the target acknowledged (plus rows it cannot hold, counted in ``skipped`` and reported);
 an ``in_doubt`` batch (sent, acknowledgement not yet recorded: the engine asks the target
 before resending it); the remote ids the adapter needs; the run status last pushed; and the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)?\s*$", re.I)
 _DURATION_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

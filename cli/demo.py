@@ -11,7 +11,7 @@ import math
 import random
 from typing import Any
 
-from .run import Run, init
+from trackstore import Run, init
 
 ACTOR = ["entropy", "pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "grad_norm", "lr", "kl_loss", "kl_coef"]
 STATS = ["mean", "max", "min"]
@@ -94,7 +94,7 @@ def simulate_grpo(
                 if with_records:
                     _log_validation(run, step, rng, samples_per_val)
             if with_records and step % val_every == 0:
-                from .histogram import Histogram
+                from trackstore import Histogram
 
                 metrics["critic/advantages/hist"] = Histogram([rng.gauss(0, 1) for _ in range(256)], bins=32)
             run.log(metrics, step=step)

@@ -2,7 +2,7 @@
 
 What a run promises training code:
 
-* ``log`` is cheap (it appends to memory; see :mod:`trackstore.writer`) and raises only for the
+* ``log`` is cheap (it appends to memory; see :mod:`trackstore.write.writer`) and raises only for the
   caller's own mistakes (a non-numeric value, a bad key), before anything is buffered.
 * The run finishes however the process ends: ``finish()``, leaving a ``with`` block (an
   exception marks it ``failed`` with the error recorded), ``atexit``, an uncaught exception, or
@@ -26,13 +26,14 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Iterable, Mapping
 
-from . import meta as _meta
-from .errors import InvalidValueError, UsageError, WriteError
-from .files import warn
-from .atomic import is_temp_file
-from .layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
-from .names import validate_run_id
-from .values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
+from ..store import meta as _meta
+from ..errors import InvalidValueError, UsageError, WriteError
+from ..store.files import warn
+from ..store.atomic import is_temp_file
+from ..store.clock import ts_now
+from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
+from ..store.names import validate_run_id
+from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
@@ -209,7 +210,7 @@ class Run:
             self._step = step
 
     def _log_histograms(self, hists: Mapping[str, Any], step: int) -> None:
-        ts = _ts_now()
+        ts = ts_now()
         for key, hist in hists.items():
             self._writer.append("histograms", hist.to_row(key=key, step=step, ts=ts))
 
@@ -306,13 +307,13 @@ class Run:
         even after retries (the message says how much); the run is ended either way.
 
         When other processes are still writing the same run, only this writer's end is
-        recorded; the last writer to finish sets the run's status (see :mod:`trackstore.meta`).
+        recorded; the last writer to finish sets the run's status (see :mod:`trackstore.store.meta`).
 
         The last writer then merges the run's part files into one per kind, which is what keeps
         queries over many finished runs fast; ``compact`` (default: the ``compact`` given to
         :func:`init`) turns that off for this call. It is skipped when a sync, gc or other
         writer is busy with the run, and never raises (see
-        :func:`trackstore.compact.compact_finished_run`).
+        :func:`trackstore.upkeep.compact.compact_finished_run`).
 
         A run some of whose rows could not be stored (the disk failed until the end, a value
         that could not be converted) ends ``failed`` with ``write_errors`` saying what was lost.
@@ -327,7 +328,7 @@ class Run:
                 status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
             if status not in _meta.STATUSES:
                 raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
-            tracing = sys.modules.get("trackstore.trace")
+            tracing = sys.modules.get("trackstore.records.trace")
             if tracing is not None:  # spans still open now are kept, as 'unfinished'
                 tracing.checkpoint_before_finish(self)
             self._finished = True
@@ -388,7 +389,7 @@ class Run:
 
     def _merge_parts_at_end(self) -> None:
         """Merge the finished run's part files; a failure only costs query speed, so it warns."""
-        from .compact import compact_finished_run
+        from ..upkeep.compact import compact_finished_run
 
         try:
             compact_finished_run(self.paths)
@@ -428,34 +429,30 @@ class Run:
     # Each kind lives in its own module, imported on first use so `import trackstore` stays cheap.
     def log_samples(self, rows: Iterable[Any], step: int | None = None, split: str = "val", **kw: Any) -> int:
         """Record text generations (dicts with input/output/score, or (input, output, score) tuples)."""
-        from .samples import log_samples
+        from ..records.samples import log_samples
 
         return log_samples(self, rows, step=step, split=split, **kw)
 
     def trace(self, step: int | None = None, sample_index: int | None = None, rollout_n: int | None = None,
               name: str = "episode", **attrs: Any):
-        """Open one trajectory (a span tree); use as a context manager. See :mod:`trackstore.trace`."""
-        from .trace import Trace
+        """Open one trajectory (a span tree); use as a context manager. See :mod:`trackstore.records.trace`."""
+        from ..records.trace import Trace
 
         return Trace(self, step=step, sample_index=sample_index, rollout_n=rollout_n, name=name, **attrs)
 
     def log_artifact(self, path: str | os.PathLike, name: str | None = None, type: str = "model",
                      aliases: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None, **kw: Any):
         """Snapshot a file or folder into the run's artifacts (content-addressed versions)."""
-        from .artifacts import log_artifact
+        from ..records.artifacts import log_artifact
 
         return log_artifact(self, path, name=name, type=type, aliases=aliases, metadata=metadata, **kw)
 
 
 def _histogram_type() -> type:
-    from .histogram import Histogram
+    from ..records.histogram import Histogram
 
     return Histogram
 
-
-def _ts_now():
-    """Current time as a timezone-aware datetime, as pyarrow's timestamp[us, UTC] expects."""
-    from datetime import datetime, timezone
 
     return datetime.now(timezone.utc)
 
@@ -493,10 +490,10 @@ def init(
     is either kept by gc and continued here, or (deleted before this process got to it) started
     afresh as a new run with the same id, with a warning. Only when gc is deleting this very
     run does init wait, for gc's verdict (milliseconds; :class:`LockHeldError` after 60 s). A
-    new run pays nothing for this. See :mod:`trackstore.gc`.
+    new run pays nothing for this. See :mod:`trackstore.upkeep.gc`.
 
     ``compact`` (default on, off with ``TRACKSTORE_COMPACT=0``): keep the run's part files
-    few. The writer merges its own files as it goes (:mod:`trackstore.rolling`) and the last
+    few. The writer merges its own files as it goes (:mod:`trackstore.write.rolling`) and the last
     writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
     flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
     """
@@ -564,7 +561,7 @@ def init(
             meta["job_type"] = job_type
         paths.dir.mkdir(parents=True, exist_ok=True)
         if compact is None:
-            from .compact import compact_default
+            from ..upkeep.compact import compact_default
 
             compact = compact_default()
         run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
@@ -589,7 +586,7 @@ def _joining(paths: RunPaths, resume: bool):
         yield
     finally:
         if claim is not None:
-            from .locks import release_claim
+            from ..store.locks import release_claim
 
             release_claim(claim)
 
@@ -597,10 +594,10 @@ def _joining(paths: RunPaths, resume: bool):
 def _claim_existing_run(paths: RunPaths):
     """Make sure no ``trackstore gc`` deletes the run folder this process is about to join.
 
-    Write first, then check: a *claim* (:func:`trackstore.locks.claim_run`, which gc counts as
+    Write first, then check: a *claim* (:func:`trackstore.store.locks.claim_run`, which gc counts as
     a live writer) goes into the folder, THEN gc's announcement that it is deleting this run is
     looked for and, if present, its verdict awaited (``LockHeldError`` after
-    :data:`trackstore.locks.DELETION_WAIT_S`). gc
+    :data:`trackstore.store.locks.DELETION_WAIT_S`). gc
     announces before its last re-check, so either gc sees the claim and keeps the run, or this
     sees the announcement. The claim is the proof: still in place afterwards, the folder is ours
     to write; moved away with the folder, the run was deleted and None is returned (init then
@@ -608,7 +605,7 @@ def _claim_existing_run(paths: RunPaths):
     never silently recreated. Returns the claim file, or None when there is no folder (a run id
     not in the store: one failed ``mkdir`` and one lock file read).
     """
-    from . import locks as _locks
+    from ..store import locks as _locks
 
     claim = None
     waited = False
@@ -652,7 +649,7 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
 
 def _close_dead_writers(paths: RunPaths, now: float) -> None:
     """On resume: mark writers that died without finishing as ``crashed`` (a superseded attempt,
-    see :func:`trackstore.meta.ended_status`) and delete the temp files they left mid-write.
+    see :func:`trackstore.store.meta.ended_status`) and delete the temp files they left mid-write.
     Claims of resumes that died while joining (:func:`_claim_existing_run`) are deleted.
 
     Temp files of live writers (other ranks writing this run now) are never touched.
@@ -665,7 +662,7 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
                 _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": _meta.iso(now)}, durable=True)
             except OSError:
                 pass
-    from .locks import dead_claims, release_claim
+    from ..store.locks import dead_claims, release_claim
 
     for claim in dead_claims(paths):
         release_claim(claim)

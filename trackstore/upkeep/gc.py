@@ -10,7 +10,7 @@ The promises:
   locks, and that fingerprint, which stands for status, end time, stored rows and sync state —
   and keeps a run that changed ("changed since the plan (...); run gc again").
 * **Never a run a sync is working on.** Runs named in a live ``sync-*`` lock
-  (:mod:`trackstore.locks`) are skipped; a live sync lock that names no runs makes gc delete
+  (:mod:`trackstore.store.locks`) are skipped; a live sync lock that names no runs makes gc delete
   nothing at all. gc itself holds the store's ``maintenance`` lock, so it never races
   compaction, an import or another gc.
 * **By default, only what was synced.** A run is eligible when it ended (finished, failed or
@@ -25,15 +25,15 @@ The promises:
   gc therefore keeps (unless ``force``) a run with a cursor file that does not parse, or with
   a part file that cannot be read, until ``trackstore doctor --fix`` has dealt with it.
 * **No race with a resuming writer.** gc first announces the deletion of a run, durably, in the
-  ``maintenance`` lock it holds (:func:`trackstore.locks.announce`, info ``deleting``), THEN
+  ``maintenance`` lock it holds (:func:`trackstore.store.locks.announce`, info ``deleting``), THEN
   re-checks, THEN renames. ``trackstore.init(..., resume=True)`` first writes a claim
-  (:func:`trackstore.locks.claim_run`) into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
-  verdict (:func:`trackstore.locks.wait_for_deletion_verdict`). Each side writes before it
+  (:func:`trackstore.store.locks.claim_run`) into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
+  verdict (:func:`trackstore.store.locks.wait_for_deletion_verdict`). Each side writes before it
   checks, so one always sees the other: either gc's re-check sees the claim and keeps the run,
   or the writer waits. A claim that lands between the re-check and the rename is found
   by a second check of the moved folder, which is then renamed back: the run is kept. A writer
   that arrives after the rename finds its run gone and starts it afresh (see
-  :func:`trackstore.run.init`); it never writes into a folder gc moved.
+  :func:`trackstore.write.run.init`); it never writes into a folder gc moved.
 * **No half-deleted run is ever visible.** A run folder is first renamed, in one atomic
   ``rename(2)``, to ``<root>/_trash/<token>/project=<p>/run=<id>`` (outside every query glob),
   then removed. A crash in between leaves it in the trash, which the next gc or
@@ -58,15 +58,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .files import tree_bytes
-from . import locks as _locks
-from . import meta as _meta
-from .catalog import RunInfo, list_runs, load_run
-from .errors import UsageError
-from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
-from .schema import KINDS
-from .syncstate import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
-from .views import find_unreadable
+from ..store.files import tree_bytes
+from ..store import locks as _locks
+from ..store import meta as _meta
+from ..read.catalog import RunInfo, list_runs, load_run
+from ..errors import UsageError
+from ..store.layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
+from ..store.schema import KINDS
+from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
+from ..read.views import find_unreadable
 
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 CHANGED = "changed since the plan"
@@ -253,7 +253,7 @@ def _behind(info: RunInfo, c: Cursor, ids: dict | None = None) -> str:
 
 
 def live(paths: RunPaths) -> bool:
-    """A live writer, or a live process claiming the run to resume it (:mod:`trackstore.locks`)."""
+    """A live writer, or a live process claiming the run to resume it (:mod:`trackstore.store.locks`)."""
     return _meta.any_writer_alive(paths) or _locks.run_claimed(paths)
 
 
@@ -428,7 +428,7 @@ def move_to_trash(root: Path, paths: RunPaths) -> Path:
     dest.mkdir(parents=True)
     target = dest / f"{RUN_PREFIX}{paths.run_id}"
     os.rename(paths.dir, target)
-    from .atomic import fsync_dir
+    from ..store.atomic import fsync_dir
 
     fsync_dir(paths.dir.parent)
     return dest.parent
@@ -454,7 +454,7 @@ def changed_since_plan(root: Path, c: Candidate, paths: RunPaths | None = None) 
 
 def _put_back(moved: RunPaths, paths: RunPaths) -> bool:
     """Rename a trashed run folder back into the store (its trash entry left empty)."""
-    from .atomic import fsync_dir
+    from ..store.atomic import fsync_dir
 
     try:
         os.rename(moved.dir, paths.dir)

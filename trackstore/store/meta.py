@@ -131,7 +131,7 @@ def git_info(cwd: str) -> dict | None:
 
 
 def environment_info() -> dict[str, Any]:
-    from ._version import __version__
+    from .._version import __version__
 
     try:
         user = getpass.getuser()

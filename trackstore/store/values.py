@@ -12,7 +12,7 @@ is buffered:
   (negative steps are allowed); bools are refused;
 * indexes (:func:`as_index`: ``sample_index``, ``rollout_n``): integers in the same range.
 
-The hot path in :meth:`trackstore.run.Run.log` accepts a dict whose keys were all seen before
+The hot path in :meth:`trackstore.write.run.Run.log` accepts a dict whose keys were all seen before
 and whose values are all plain numbers without calling anything here but, in rare mixed cases,
 :func:`plain_numbers`. Everything else (first sight of a key, nested dicts, numpy and torch
 scalars, ``None``, histograms) comes through :func:`normalize`.
@@ -24,7 +24,7 @@ import math
 import warnings
 from typing import Any, Collection, Mapping
 
-from .errors import InvalidValueError
+from ..errors import InvalidValueError
 from .names import validate_key
 
 INT64_MIN = -(1 << 63)

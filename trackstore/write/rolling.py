@@ -10,7 +10,7 @@ consecutive files of one kind are of the same level, they become one file of the
 rewritten about log16(flushes) times in all, a run never has more than ``15 x levels`` files
 per kind and writer (about 45 for 2,000 flushes), and ``finish()`` has little left to merge.
 
-Each merge is :func:`trackstore.compact.merge_own_parts`: the same build, checks and atomic
+Each merge is :func:`trackstore.upkeep.compact.merge_own_parts`: the same build, checks and atomic
 folder swap as ``trackstore compact``, so readers see the old files or the new, and rows keep
 their ``(writer, seq)``. It runs in the writer's thread between flushes, under the store's
 maintenance lock, and only when nothing could race it:
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .layout import RunPaths
+from ..store.layout import RunPaths
 
 FANOUT = 16
 
@@ -57,9 +57,9 @@ class RollingMerger:
         """Do the merges that are due, if nothing could race them. Raises on failure."""
         if not self.due() or not self._safe_now():
             return
-        from . import locks
-        from .compact import merge_own_parts
-        from .errors import LockHeldError
+        from ..store import locks
+        from ..upkeep.compact import merge_own_parts
+        from ..errors import LockHeldError
 
         try:
             held = locks.acquire(self.paths.root, locks.MAINTENANCE,
@@ -77,10 +77,10 @@ class RollingMerger:
             held.release()
 
     def _safe_now(self) -> bool:
-        from . import meta as _meta
+        from ..store import meta as _meta
 
         if self._exchange is None:
-            from .compact import swap_method
+            from ..upkeep.compact import swap_method
 
             self._exchange = swap_method(self.paths.dir) == "exchange"
         if not self._exchange:

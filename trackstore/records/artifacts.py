@@ -29,7 +29,7 @@ Layout and promises:
   sha256 (files are hashed in 8 MiB chunks while they are copied). Logging content identical
   to a version already on disk — from this process or an earlier attempt — returns that
   version and stores nothing new.
-* The manifest is also one ``artifacts`` row per file (:data:`trackstore.schema.ARTIFACTS`),
+* The manifest is also one ``artifacts`` row per file (:data:`trackstore.store.schema.ARTIFACTS`),
   queryable with SQL.
 * Caller mistakes (a missing path, a bad name, unserialisable metadata) raise
   :class:`~trackstore.errors.InvalidValueError`/:class:`~trackstore.errors.InvalidNameError`.
@@ -50,13 +50,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .files import sha256_file, warn
-from .errors import InvalidNameError, InvalidValueError, UsageError
-from .names import validate_artifact_name
-from .values import as_step, json_safe
+from ..store.files import sha256_file, warn
+from ..errors import InvalidNameError, InvalidValueError, UsageError
+from ..store.names import validate_artifact_name
+from ..store.values import as_step, json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .run import Run
+    from ..write.run import Run
 
 CHUNK = 8 << 20
 MANIFEST = "manifest.json"
@@ -319,7 +319,7 @@ def _name_lock(base: Path):
 
 def _remove_stale_staging(run: "Run", base: Path) -> None:
     """Delete staging folders left by writers of this run that are no longer alive (killed mid-copy)."""
-    from . import meta as _meta
+    from ..store import meta as _meta
 
     stale = [p for p in _iterdir(base) if p.name.startswith(STAGING_PREFIX)]
     if not stale:
@@ -336,8 +336,8 @@ def _publish(run: "Run", base: Path, stage: Path, name: str, type: str, digest: 
              aliases: list[str], meta: dict, step: int | None) -> ArtifactVersion:
     import time
 
-    from .atomic import fsync_dir
-    from .meta import iso
+    from ..store.atomic import fsync_dir
+    from ..store.meta import iso
 
     existing = _versions(base)
     used = [int(p.name[1:]) for p in _iterdir(base) if p.name.startswith("v") and p.name[1:].isdigit()]
@@ -383,19 +383,19 @@ def _write_manifest(path: Path, manifest: dict) -> None:
 
 
 def _fsync_tree(stage: Path) -> None:
-    from .atomic import fsync_dir
+    from ..store.atomic import fsync_dir
 
     for dirpath, _dirs, _files in os.walk(stage):
         fsync_dir(Path(dirpath))
 
 
 def _row(v: ArtifactVersion, f: ArtifactFile) -> dict:
-    from .run import _ts_now
+    from ..store.clock import ts_now
     from .samples import clean_text, encode_json
 
     return {
         "name": v.name, "version": v.version, "type": v.type, "digest": v.digest, "path": clean_text(f.path),
         "logical_path": clean_text(f.logical_path), "size": f.size, "sha256": f.sha256,
         "aliases": v.aliases or None, "metadata": encode_json(v.metadata) if v.metadata else None,
-        "step": v.step, "ts": _ts_now(),
+        "step": v.step, "ts": ts_now(),
     }

@@ -38,7 +38,7 @@ METRICS = pa.schema(
         pa.field("ts", TS_TYPE, nullable=False),
         *_COMMON,
         # True on the row logged last (largest ts, seq) of its key in this file; those rows form
-        # the file's last row group. Derived by write_part (trackstore.last_rows); NULL in parts
+        # the file's last row group. Derived by write_part (trackstore.store.last_rows); NULL in parts
         # written before it existed.
         pa.field("last_of_key", pa.bool_(), nullable=True),
     ]
@@ -47,7 +47,7 @@ METRICS = pa.schema(
 # How part files store ``key``: dictionary-encoded, so the writer hands Parquet integer codes
 # and the key names once, instead of a million strings to hash again. In Parquet it is a plain
 # UTF-8 string column with dictionary pages; pyarrow reads it back as this dictionary type,
-# DuckDB and trackstore.reader as a string.
+# DuckDB and trackstore.read.reader as a string.
 KEY_TYPE = pa.dictionary(pa.int32(), pa.string())
 METRICS_FILE = pa.schema([f.with_type(KEY_TYPE) if f.name == "key" else f for f in METRICS])
 
@@ -59,7 +59,7 @@ METRIC_POINTS = METRICS.remove(METRICS.get_field_index("last_of_key"))
 # text and its column name is listed in ``json_fields``. Every other user field (reward
 # components, ground truth, token counts, group ids...) goes into ``extra``, a JSON object, so
 # the schema stays fixed whatever users log. ``sample_index`` counts per (step, split) across
-# calls unless the row gives its own. Written by trackstore.samples.
+# calls unless the row gives its own. Written by trackstore.records.samples.
 SAMPLES = pa.schema(
     [
         pa.field("step", pa.int64(), nullable=False),
@@ -81,7 +81,7 @@ SAMPLES = pa.schema(
 # two rows: an ``unfinished`` checkpoint (written only while it stays open across a flush, so
 # a killed process leaves a trace of it) and its final row (ok | error). Readers keep one row
 # per (trace_id, span_id): the final one if present, else the checkpoint (see docs/records.md).
-# inputs/outputs/attributes are JSON text (NaN and Infinity allowed). Written by trackstore.trace.
+# inputs/outputs/attributes are JSON text (NaN and Infinity allowed). Written by trackstore.records.trace.
 SPANS = pa.schema(
     [
         pa.field("trace_id", pa.string(), nullable=False),
@@ -127,7 +127,7 @@ HISTOGRAMS = pa.schema(
 # Artifacts: one row per file of an artifact version (the manifest, queryable). The files sit
 # at ``path`` (relative to the run folder), copied at log time; ``digest`` identifies the
 # version's content, so logging identical content again reuses the version. Written by
-# trackstore.artifacts, which also keeps ``artifacts/<name>/v<N>/manifest.json`` on disk.
+# trackstore.records.artifacts, which also keeps ``artifacts/<name>/v<N>/manifest.json`` on disk.
 ARTIFACTS = pa.schema(
     [
         pa.field("name", pa.string(), nullable=False),

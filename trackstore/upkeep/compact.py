@@ -26,7 +26,7 @@ The promises:
 
 Merged files are named ``part-<writer>-<first_seq>-<last_seq>.parquet``. Merged metrics are
 *key-clustered* (sorted by key, with key statistics and smaller row groups, see
-:func:`trackstore.writer.write_part`), so a question about one key reads a few row groups of
+:func:`trackstore.write.writer.write_part`), so a question about one key reads a few row groups of
 each run instead of every point; other kinds keep ``seq`` order.
 """
 
@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from . import meta as _meta
-from .atomic import fsync_dir
-from .errors import TrackstoreError
-from .layout import PART_SUFFIX, RunPaths
-from .ranges import RangeSet
+from ..store import meta as _meta
+from ..store.atomic import fsync_dir
+from ..errors import TrackstoreError
+from ..store.layout import PART_SUFFIX, RunPaths
+from ..store.ranges import RangeSet
 
 STAGING_PREFIX = ".compact-"
 MARKER = ".compact.json"
@@ -201,7 +201,7 @@ def recover_kind_dir(kind_dir: Path) -> list[str]:
 
 def recover(paths: RunPaths) -> list[str]:
     """Resolve interrupted compactions in every kind folder of a run."""
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     done = []
     for kind in KINDS:
@@ -243,14 +243,14 @@ def _writer_of(path: Path, kind: str) -> str | None:
     every file: a run ends with thousands of them. The name is only a hint: :func:`_merge`
     checks the rows, and refuses a group that is not one writer's.
     """
-    from .views import check_part
+    from ..read.views import check_part
 
     if check_part(path) is not None:
         return None  # damaged: compaction leaves it where it is, for doctor
     m = _PART_NAME.match(path.name)
     if m:
         return m.group("writer")
-    from .reader import read_part
+    from ..read.reader import read_part
 
     try:
         t = read_part(path, kind, columns=["writer"])
@@ -292,7 +292,7 @@ def _merge(files: list[Path], kind: str):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .reader import _conform, read_part
+    from ..read.reader import _conform, read_part
 
     tables = [_conform(read_part(p, kind), kind, None) for p in files]
     ids = RangeSet()
@@ -323,9 +323,9 @@ def _build_merged(staging: Path, kind: str, parts: list[Path], groups: list[list
     """Fill ``staging`` with a kind folder's new content: every part not in ``groups`` (hard
     links), and one merged, verified file per group. Returns (names replaced, names created,
     rows merged)."""
-    from .reader import read_part
-    from .schema import ROWS, with_metadata
-    from .writer import write_part
+    from ..read.reader import read_part
+    from ..store.schema import ROWS, with_metadata
+    from ..write.writer import write_part
 
     merged_inputs = {p.name for g in groups for p in g}
     for p in parts:
@@ -356,7 +356,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
     """Compact one run (every kind, or ``kinds``). Skips runs with a live writer.
 
     ``settle``: see :func:`replace_kind_dir` (used for runs that just finished)."""
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     result = CompactResult(paths.project, paths.run_id)
     if _meta.any_writer_alive(paths) or _meta.run_status(paths) == "running":
@@ -394,7 +394,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
 
 
 def merge_own_parts(paths: RunPaths, kind: str, files: list[Path]) -> Path:
-    """Merge some part files of one live writer into one, in place (:mod:`trackstore.rolling`).
+    """Merge some part files of one live writer into one, in place (:mod:`trackstore.write.rolling`).
 
     The same build, checks and folder swap as :func:`compact_run`; the caller (the writer
     itself) guarantees that nobody else writes or merges these files meanwhile.
@@ -413,7 +413,7 @@ def merge_own_parts(paths: RunPaths, kind: str, files: list[Path]) -> Path:
 def compact(root: Path, runs: Iterable[RunPaths], *, dry_run: bool = False,
             target_bytes: int = DEFAULT_TARGET_BYTES) -> list[CompactResult]:
     """Compact several runs under the store's maintenance lock, skipping runs being synced."""
-    from . import locks
+    from ..store import locks
 
     runs = list(runs)
     held = None if dry_run else locks.acquire_maintenance(root, job="compact")
@@ -461,9 +461,9 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
     old or new files, never both. It holds the maintenance lock while it works, so a gc or
     import starting in those moments exits 6 ("lock held") and runs at its next turn.
     """
-    from . import locks
-    from .errors import LockHeldError
-    from .schema import KINDS
+    from ..store import locks
+    from ..errors import LockHeldError
+    from ..store.schema import KINDS
 
     result = CompactResult(paths.project, paths.run_id)
     parts = {kind: paths.parts(kind) for kind in KINDS}
@@ -485,7 +485,7 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
             result.skipped = "being synced"
             return result
         if size > _FINISH_NOTE_BYTES:
-            from .files import warn_note
+            from ..store.files import warn_note
 
             warn_note(f"merging the part files of run {paths.run_id} ({size / 1e6:.0f} MB) so queries read "
                       "few files; this takes a few seconds")

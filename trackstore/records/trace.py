@@ -10,7 +10,7 @@
 
 The promises this module keeps:
 
-* Every span is one ``spans`` row (:data:`trackstore.schema.SPANS`) with trace id, span id,
+* Every span is one ``spans`` row (:data:`trackstore.store.schema.SPANS`) with trace id, span id,
   parent span id, name, kind, start/end time in ns since the epoch, status (``ok``, ``error``
   or ``unfinished``), error message, and inputs/outputs/attributes as JSON text kept whole.
 * Parents come from a :class:`contextvars.ContextVar`, so ``@traced`` functions find their
@@ -47,14 +47,14 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
-from .files import warn
-from .errors import InvalidValueError, UsageError
-from .run import _ts_now
+from ..store.files import warn
+from ..errors import InvalidValueError, UsageError
+from ..store.clock import ts_now
 from .samples import as_score, clean_text, encode_json, plain
-from .values import as_index, as_step
+from ..store.values import as_index, as_step
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .run import Run
+    from ..write.run import Run
 
 SPAN_KINDS = ("llm", "tool", "reward", "agent", "other")
 STATUSES = ("ok", "error", "unfinished")
@@ -406,7 +406,7 @@ class Span:
             "outputs": (None if (self.outputs is _UNSET or not final or not with_data)
                         else encode_json(_with_text(self.outputs, settings))),
             "attributes": encode_json(attrs) if (attrs and with_data) else None,
-            "ts": _ts_now(),
+            "ts": ts_now(),
         }
 
     def _write(self, status: str) -> bool:

@@ -8,7 +8,7 @@ The promise this module keeps:
   in the middle of a ``log`` call sees either the whole call or none of it.
 * A background thread turns the buffers into Parquet part files every ``flush_interval``
   seconds (or sooner when ``flush_rows`` points are waiting). Each part is written to a temp
-  name, fsynced and renamed (:mod:`trackstore.atomic`), so a reader never sees a partial file.
+  name, fsynced and renamed (:mod:`trackstore.store.atomic`), so a reader never sees a partial file.
 * After ``kill -9`` everything flushed before the kill is on disk and readable; at most the
   last ``flush_interval`` seconds are lost.
 * Rows get their per-(writer, kind) ``seq`` numbers when they are taken out of the buffer, and
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable, Mapping
 
-from .arrays import column, from_numpy, string_array
-from .files import warn
-from .layout import RunPaths, part_file_name
+from ..store.arrays import column, from_numpy, string_array
+from ..store.files import warn
+from ..store.layout import RunPaths, part_file_name
 
 DEFAULT_FLUSH_INTERVAL = 2.0
 DEFAULT_FLUSH_ROWS = 1_000_000  # points; about 70 MB of buffered Python objects at 50 keys per call
@@ -110,7 +110,7 @@ class Writer:
         self.max_pending_bytes = int(max_pending_bytes)
         self._on_tick = on_tick
         self._tick_interval = float(tick_interval)
-        # merge this writer's own parts as it goes (trackstore.rolling), in this thread
+        # merge this writer's own parts as it goes (trackstore.write.rolling), in this thread
         self._rolling = None
         if merge_parts:
             from .rolling import RollingMerger
@@ -322,7 +322,7 @@ class Writer:
         """
         import pyarrow as pa
 
-        from . import schema
+        from ..store import schema
 
         try:
             import numpy as np
@@ -385,7 +385,7 @@ class Writer:
     def _rows_table(self, payload: tuple[str, list[dict]], first_seq: int):
         import pyarrow as pa
 
-        from . import schema
+        from ..store import schema
 
         kind, rows = payload
         for i, row in enumerate(rows):
@@ -393,7 +393,7 @@ class Writer:
             row["seq"] = first_seq + i
         target = schema.with_metadata(schema.SCHEMAS[kind], kind)
         # column(), not Table.from_pylist: pyarrow's list conversion imports pandas when it is
-        # installed, which fails at interpreter shutdown (see trackstore.arrays.column)
+        # installed, which fails at interpreter shutdown (see trackstore.store.arrays.column)
         return pa.Table.from_arrays([column([row.get(f.name) for row in rows], f.type) for f in target],
                                     schema=target)
 
@@ -491,7 +491,7 @@ def preload(merging: bool) -> None:
     import pyarrow as pa
     import pyarrow.parquet  # noqa: F401
 
-    from . import atomic, last_rows, schema  # noqa: F401
+    from ..store import atomic, last_rows, schema  # noqa: F401
 
     try:
         import numpy  # noqa: F401
@@ -502,7 +502,10 @@ def preload(merging: bool) -> None:
     if merging:
         import pyarrow.compute  # noqa: F401
 
-        from . import compact, locks, reader, rolling, views  # noqa: F401
+        from ..upkeep import compact
+        from ..store import locks
+        from ..read import reader, views
+        from . import rolling  # noqa: F401
 
 
 def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
@@ -516,8 +519,8 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
     """
     import pyarrow.parquet as pq
 
-    from . import schema
-    from .atomic import write_atomic
+    from ..store import schema
+    from ..store.atomic import write_atomic
 
     import pyarrow as pa
 
@@ -525,7 +528,7 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
     tail = 0
     row_group = 1 << 20
     if kind == "metrics":
-        from .last_rows import mark_last_rows
+        from ..store.last_rows import mark_last_rows
 
         if by_key:
             table = sort_by_key(table)
@@ -549,7 +552,7 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
     def _write(f):
         with pq.ParquetWriter(f, table.schema, compression="zstd", use_dictionary=dictionary,
                               column_encoding=encodings or None, write_statistics=stats) as out:
-            if tail:  # the last row of each key in a row group of its own (trackstore.last_rows)
+            if tail:  # the last row of each key in a row group of its own (trackstore.store.last_rows)
                 out.write_table(table.slice(0, table.num_rows - tail), row_group_size=row_group)
                 out.write_table(table.slice(table.num_rows - tail), row_group_size=1 << 20)
             else:
@@ -582,7 +585,7 @@ def sort_by_key(table):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .arrays import from_numpy, to_numpy
+    from ..store.arrays import from_numpy, to_numpy
 
     if table.num_rows < 2:
         return table

@@ -6,9 +6,9 @@ the candidates, never a guess.
 
 What a run shows is what can be read, honestly:
 
-* ``run.json`` is read through :func:`trackstore.meta.load_run_json`: a value readers cannot
+* ``run.json`` is read through :func:`trackstore.store.meta.load_run_json`: a value readers cannot
   use (an out-of-range step, a wrong type, text that is not Unicode) is left out, reads as
-  missing, and a :class:`~trackstore.meta.RunJsonWarning` names the file. A run.json that
+  missing, and a :class:`~trackstore.store.meta.RunJsonWarning` names the file. A run.json that
   cannot be parsed at all hides its run from sync and gc (nothing is sent or deleted on
   unknown metadata); the views and ``show`` list it with what its folder and writer files
   tell (``unreadable=True``). ``trackstore doctor`` reports both.
@@ -27,10 +27,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import meta as _meta
-from .errors import AmbiguousRunError, RunNotFoundError
-from .layout import RunPaths, iter_run_dirs, resolve_root
-from .meta import RunJsonWarning
+from ..store import meta as _meta
+from ..errors import AmbiguousRunError, RunNotFoundError
+from ..store.layout import RunPaths, iter_run_dirs, resolve_root
+from ..store.meta import RunJsonWarning
 
 RUN_COLUMNS = (
     "project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
@@ -125,7 +125,7 @@ def data_extent(paths: RunPaths) -> DataExtent:
     """
     import pyarrow.parquet as pq
 
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     found = DataExtent()
     for kind in KINDS:
@@ -162,7 +162,7 @@ def _larger(a, b):
 def load_run(paths: RunPaths, *, unreadable: bool = False) -> RunInfo | None:
     """The run as readers see it; None without a run.json, or (unless ``unreadable``) with one
     that cannot be parsed at all. Values of run.json readers cannot use are left out, with a
-    :class:`~trackstore.meta.RunJsonWarning` naming the file."""
+    :class:`~trackstore.store.meta.RunJsonWarning` naming the file."""
     doc = _meta.load_run_json(paths)
     if doc is None or (doc.unreadable and not unreadable):
         if doc is not None:

@@ -31,9 +31,9 @@ check                    --fix
 ``unreadable_cursor``    sync cursor that is not valid JSON: quarantined
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
-``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.compact.recover`)
+``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.upkeep.compact.recover`)
 ``repeated_rows``        (``deep`` only) row ids ``(writer, seq)`` held by more than one row of a
-                         kind of a run (:func:`trackstore.bundle.repeated_row_ids`): reported only
+                         kind of a run (:func:`trackstore.upkeep.bundle.repeated_row_ids`): reported only
 ``import_leftover``      staging folder of an interrupted import: quarantined
 ``stale_lock``           lock file of a dead process: removed (reported only as a warning;
                          the next acquire takes it over anyway)
@@ -54,9 +54,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import meta as _meta
-from .atomic import is_temp_file, read_json, write_json_atomic
-from .layout import (PART_SUFFIX, PROJECT_PREFIX, QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths,
+from ..store import meta as _meta
+from ..store.atomic import is_temp_file, read_json, write_json_atomic
+from ..store.layout import (PART_SUFFIX, PROJECT_PREFIX, QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths,
                      iter_run_dirs, resolve_root)
 
 TEMP_AGE_S = 600.0
@@ -100,7 +100,7 @@ class Report:
 
 # ---------------------------------------------------------------------------- checks
 def _maintenance_running(root: Path) -> bool:
-    from . import locks
+    from ..store import locks
 
     st = locks.read_lock(root, "maintenance")
     return st is not None and not st.stale
@@ -109,8 +109,8 @@ def _maintenance_running(root: Path) -> bool:
 def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding | None:
     import pyarrow.parquet as pq
 
-    from .reader import schema_problem
-    from .schema import SCHEMA_VERSION, file_version
+    from ..read.reader import schema_problem
+    from ..store.schema import SCHEMA_VERSION, file_version
 
     try:
         pf = pq.ParquetFile(path)
@@ -134,7 +134,7 @@ def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding |
 def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool, temp_age_s: float,
                now: float) -> list[Finding]:
     from .compact import has_leftovers
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     out: list[Finding] = []
     try:
@@ -178,7 +178,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
 def _check_repeated_ids(paths: RunPaths) -> list[Finding]:
     """``--deep``: row ids ``(writer, seq)`` held by more than one row of a kind of the run."""
     from .bundle import repeated_row_ids
-    from .schema import KINDS
+    from ..store.schema import KINDS
 
     out = []
     for kind in KINDS:
@@ -258,7 +258,7 @@ def _check_sync(root: Path, now: float) -> list[Finding]:
 
 
 def _check_store_level(root: Path, maintenance: bool) -> list[Finding]:
-    from . import locks
+    from ..store import locks
     from .bundle import IMPORT_DIR
     from .gc import trash_entries
 
@@ -338,7 +338,7 @@ def _rebuild_run_json(paths: RunPaths) -> dict:
 
 def _mark_crashed(paths: RunPaths) -> str | None:
     """Record a crash readers already derive: status, ended_at and last_step as they show them."""
-    from .catalog import load_run
+    from ..read.catalog import load_run
 
     info = load_run(paths)
     if info is None or info.status != "crashed":
@@ -355,7 +355,7 @@ def _mark_crashed(paths: RunPaths) -> str | None:
 
 def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
     """Rewrite a run.json without the values readers cannot use (the original is quarantined)."""
-    from .catalog import data_extent, load_run
+    from ..read.catalog import data_extent, load_run
 
     with warnings.catch_warnings():  # the values it names are what this repairs
         warnings.simplefilter("ignore", _meta.RunJsonWarning)
@@ -377,7 +377,7 @@ def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
 
 def fix(report: Report) -> Report:
     """Repair or quarantine every finding of ``report`` (under the store's maintenance lock)."""
-    from . import locks
+    from ..store import locks
     from .compact import recover_kind_dir
     from .gc import archive_cursors, clean_trash
 
@@ -396,7 +396,7 @@ def fix(report: Report) -> Report:
 
 
 def _fix_one(root, f: Finding, q: _Quarantine, archive_cursors, clean_trash, recover_kind_dir) -> str | None:
-    from . import locks
+    from ..store import locks
 
     if not f.path.exists() and f.check not in ("broken_run_json", "compaction_leftover"):
         return "already gone"

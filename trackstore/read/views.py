@@ -17,7 +17,7 @@ The promises this module keeps:
 * Record views read the store's hive layout directly (``project=``/``run=`` folders become the
   ``project`` and ``run_id`` columns) with ``union_by_name``, so runs written by older schema
   versions read with NULLs in the columns they lack, and every view always has every column of
-  :mod:`trackstore.schema`, even when no file of that kind exists yet.
+  :mod:`trackstore.store.schema`, even when no file of that kind exists yet.
 * Live runs are visible: a view globs ``*.parquet`` at every query, so each part a writer has
   flushed (renamed into place) is seen by the next query. Temp files (``.name.xxxx.tmp``) never
   match, and ``_trash``/``_quarantine``/``_sync`` are outside the globbed tree.
@@ -31,7 +31,7 @@ The promises this module keeps:
   read at connect say so), the view binds to one file's schema instead of DuckDB's
   ``union_by_name``, which would re-read every footer at every query. If a part with other
   columns is flushed later, the views switch to ``union_by_name`` and the query is retried.
-* ``runs`` comes from ``run.json`` through :func:`trackstore.catalog.list_runs`, so its
+* ``runs`` comes from ``run.json`` through :func:`trackstore.read.catalog.list_runs`, so its
   ``status`` is the *effective* one (a run whose writer died is ``crashed``, with
   ``last_step`` and ``ended_at`` derived from its data). One bad run.json never fails a
   query: a value no reader can use is NULL (a warning names the file), and a run whose
@@ -59,10 +59,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from . import schema as _schema
-from .errors import CorruptFileError, QueryError
-from .last_rows import COLUMN as LAST_OF_KEY
-from .layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs, resolve_root
+from ..store import schema as _schema
+from ..errors import CorruptFileError, QueryError
+from ..store.last_rows import COLUMN as LAST_OF_KEY
+from ..store.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs, resolve_root
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -261,7 +261,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     (no ATTACH or COPY outside it, no INSTALL or LOAD). ``sync_state=False`` leaves the
     ``sync_state`` view empty, which saves reading every part's ``(writer, seq)`` columns.
     A root that is not a store (missing, not a folder, other files only) raises
-    :class:`~trackstore.errors.UsageError` naming it (:func:`trackstore.layout.check_store_root`).
+    :class:`~trackstore.errors.UsageError` naming it (:func:`trackstore.store.layout.check_store_root`).
     """
     if on_corrupt not in ("warn", "error"):
         raise ValueError("on_corrupt must be 'warn' or 'error'")
@@ -421,7 +421,7 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
         con.execute("CREATE VIEW spans AS SELECT * FROM _raw_spans QUALIFY row_number() OVER ("
                     "PARTITION BY project, run_id, trace_id, span_id "
                     "ORDER BY (status <> 'unfinished') DESC, seq DESC, writer DESC) = 1")
-    elif kind == "metrics":  # last_of_key serves the latest view (trackstore.last_rows), not users
+    elif kind == "metrics":  # last_of_key serves the latest view (trackstore.store.last_rows), not users
         con.execute(f"CREATE VIEW metrics AS SELECT * EXCLUDE ({LAST_OF_KEY}) FROM _raw_metrics")
     else:
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _raw_{kind}")
@@ -447,10 +447,10 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     import pyarrow as pa
 
     from .catalog import list_runs
-    from .meta import INT64_MAX, INT64_MIN, parse_time
+    from ..store.meta import INT64_MAX, INT64_MIN, parse_time
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
-    # values of run.json that fail their check arrive as None (trackstore.meta.load_run_json).
+    # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
     rows = [info.row() for info in list_runs(root, unreadable=True)
             if only is None or (info.project, info.run_id) in only]
     ts = _schema.TS_TYPE
@@ -490,7 +490,7 @@ def _create_sync_state_view(con, root: Path | None) -> None:
 
     rows: list[dict] = []
     if root is not None:
-        from .syncstate import sync_state_rows
+        from ..store.ledger import sync_state_rows
 
         rows = sync_state_rows(root)
     types = {"string": pa.string(), "int64": pa.int64(), "ts": _schema.TS_TYPE}
