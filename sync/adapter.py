@@ -143,7 +143,6 @@ class TargetOptions:
     proxy: str | None = None
     timeout: float = 30.0
     store_root: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Adapter:

@@ -22,7 +22,6 @@ from .errors import (
     InvalidNameError,
     InvalidValueError,
     LockHeldError,
-    PartialSyncError,
     QueryError,
     RunNotFoundError,
     StoreError,
@@ -60,7 +59,6 @@ __all__ = [
     "QueryError",
     "LockHeldError",
     "TargetUnreachableError",
-    "PartialSyncError",
     "BundleError",
 ]
 

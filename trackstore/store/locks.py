@@ -650,10 +650,6 @@ def release_claim(path: Path) -> None:
         pass
 
 
-def is_lock_file(path: Path) -> bool:
-    return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
-
-
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
            "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
            "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",

@@ -20,7 +20,6 @@ scalars, ``None``, histograms) comes through :func:`normalize`.
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Collection, Mapping
 
@@ -36,10 +35,6 @@ FLOAT64_INT_LIMIT = (1 << 1024) - (1 << 970)
 # practice (numpy.float64 subclasses float), added at run time.
 FAST_TYPES: set[type] = {float}
 _INT_TYPES = {int, bool}
-
-
-class Unset:
-    """Marker for 'no value' distinct from None."""
 
 
 def _too_big(what: str, value: int) -> InvalidValueError:
@@ -243,6 +238,3 @@ def json_safe(obj: Any, _depth: int = 0) -> Any:
         return str(obj)
     return repr(obj)
 
-
-def is_finite(x: float) -> bool:
-    return not (math.isnan(x) or math.isinf(x))

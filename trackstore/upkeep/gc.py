@@ -147,7 +147,6 @@ class Result:
     deleted: list[Candidate] = field(default_factory=list)
     skipped: list[Candidate] = field(default_factory=list)  # changed between plan and deletion
     freed_bytes: int = 0
-    trash_cleaned: int = 0
 
 
 # ---------------------------------------------------------------------------- facts about runs
@@ -490,7 +489,7 @@ def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Ca
     root = resolve_root(root)
     result = Result()
     with _locks.acquire_maintenance(root, job="gc") as lock:
-        result.trash_cleaned = clean_trash(root)
+        clean_trash(root)
         for c in the_plan.delete:
             entry = take_out(root, lock, c)
             if entry is None:

@@ -454,9 +454,6 @@ def _histogram_type() -> type:
     return Histogram
 
 
-    return datetime.now(timezone.utc)
-
-
 def _as_step(step: Any) -> int:
     """A step given by the caller as an int64, or :class:`InvalidValueError` (see :func:`values.as_step`)."""
     return as_step(step)
