@@ -34,7 +34,9 @@ from .records.histogram import Histogram
 from .write.run import Run, current_run, finish, init, log
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .read.views import connect, query
+    from .integrations.watch import unwatch, watch
+    from .read.views import connect, query, wide
+    from .records.trace import configure, traced
 
 __all__ = [
     "__version__",
@@ -46,7 +48,11 @@ __all__ = [
     "Histogram",
     "connect",
     "query",
+    "wide",
+    "traced",
+    "configure",
     "watch",
+    "unwatch",
     "TrackstoreError",
     "InvalidNameError",
     "InvalidValueError",
@@ -65,7 +71,11 @@ __all__ = [
 _LAZY = {
     "connect": ("read.views", "connect"),
     "query": ("read.views", "query"),
+    "wide": ("read.views", "wide"),
+    "traced": ("records.trace", "traced"),
+    "configure": ("records.trace", "configure"),
     "watch": ("integrations.watch", "watch"),
+    "unwatch": ("integrations.watch", "unwatch"),
 }
 
 
