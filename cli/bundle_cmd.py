@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 _ROOT_HELP = "Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns."
 

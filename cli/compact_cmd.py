@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import NewRootOpt, console
 

@@ -7,7 +7,7 @@ or follow the advice column); 6 (--fix only) a gc, compact or import holds the m
 from __future__ import annotations
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 

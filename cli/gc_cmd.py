@@ -12,7 +12,7 @@ import sys
 from typing import List, Optional
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, check_targets, console, emit
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, RootOpt, choices, emit
 from .sql_cmd import StrictOpt, report_skipped_files

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator, List, Optional
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, FormatOpt, OutputOpt, RootOpt, emit
 

@@ -17,7 +17,7 @@ import time
 from typing import List, Optional
 
 import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
 from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit
 
