@@ -289,7 +289,7 @@ class Engine:
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
         acked = cursor.acked_set(kind)
         for batch in self._batches(kind, table):
-            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": _batch_id(kind, batch),
+            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_of(kind, batch),
                                "since": iso(time.time())}
             save_cursor(self.root, cursor)
             result: SendResult = self._call(res, lambda b=batch: self.adapter.send(kind, b, cursor))
@@ -446,7 +446,7 @@ def _not_in(acked, table):
     return pc.invert(acked.mask(table))
 
 
-def _batch_id(kind: str, batch) -> str:
+def batch_id_of(kind: str, batch) -> str:
     h = hashlib.sha256(kind.encode())
     h.update(repr(_ids(batch).to_json()).encode())
     return h.hexdigest()[:16]
