@@ -430,7 +430,7 @@ def init(project: str | None = None, name: str | None = None, config: Any = None
         root = None
         if not os.environ.get("TRACKSTORE_DIR") and dir is not None:
             root = Path(dir) / "tsruns"
-        exists = bool(id) and _run_exists(root, project, id)
+        exists = id is not None and _run_exists(root, project, id)
         if resume == "must" and not exists:
             raise UsageError(f"wandb.init(resume='must'): no run {id!r} in project {project!r}")
         if resume == "never" and exists:

@@ -114,7 +114,7 @@ def curves(runs: Sequence["RunInfo"], keys: Sequence[str], *, points: int = 1000
         raise UsageError("points must be at least 2")
     window = int(smooth) if smooth and int(smooth) > 1 else 1
     columns = ("step", "value") + (("ts", "seq") if window > 1 or x == "time" else ())
-    names = {"project": [], "run_id": [], "key": []}
+    names: dict[str, list[str]] = {"project": [], "run_id": [], "key": []}
     xs, vs = [], []
     for run in runs:
         wanted = matching_keys(keys, run_keys(run.paths, on_corrupt=on_corrupt)) if any(

@@ -102,6 +102,13 @@ class Histogram:
     precomputed ``counts`` and ``edges`` (``len(edges) == len(counts) + 1``)."""
 
     __slots__ = ("edges", "counts", "min", "max", "mean", "std", "count", "nan_count", "inf_count")
+    edges: list[float]
+    counts: list[float]
+    min: float | None
+    max: float | None
+    mean: float | None
+    std: float | None
+    count: int
 
     def __init__(self, values: Any = None, bins: int = 64, *, counts: Sequence[float] | None = None,
                  edges: Sequence[float] | None = None):

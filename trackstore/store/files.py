@@ -27,7 +27,7 @@ def sha256_file(path: str | os.PathLike) -> tuple[int, str]:
 def tree_bytes(path: str | os.PathLike) -> int:
     """Bytes of every file below ``path`` (links counted as themselves; vanished files skipped)."""
     total = 0
-    for dirpath, _dirs, files in os.walk(path):
+    for dirpath, _dirs, files in os.walk(os.fspath(path)):
         for f in files:
             try:
                 total += os.lstat(os.path.join(dirpath, f)).st_size

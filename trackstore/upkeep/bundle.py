@@ -92,7 +92,7 @@ class _SplitWriter(io.RawIOBase):
     def __init__(self, out: Path, limit: int | None):
         self.out, self.limit = Path(out), limit
         self.paths: list[Path] = []
-        self._f: IO[bytes] | None = None
+        self._f: io.BufferedWriter | None = None
         self._n = 0
 
     def _next(self) -> None:
@@ -114,6 +114,7 @@ class _SplitWriter(io.RawIOBase):
         while done < len(data):
             if self._f is None or (self.limit is not None and self._n >= self.limit):
                 self._next()
+            assert self._f is not None  # _next opened it
             room = len(data) - done if self.limit is None else min(len(data) - done, self.limit - self._n)
             self._f.write(data[done:done + room])
             self._n += room
@@ -133,7 +134,7 @@ class _ConcatReader(io.RawIOBase):
 
     def __init__(self, paths: list[Path]):
         self._paths = list(paths)
-        self._f: IO[bytes] | None = None
+        self._f: io.BufferedReader | None = None
 
     def readable(self) -> bool:
         return True
@@ -163,7 +164,7 @@ def volumes(path: str | os.PathLike) -> list[Path]:
         path = path.with_suffix("")
     if path.is_file():
         return [path]
-    vols = []
+    vols: list[Path] = []
     while (path.with_name(f"{path.name}.{len(vols):03d}")).is_file():
         vols.append(path.with_name(f"{path.name}.{len(vols):03d}"))
     if not vols:
@@ -280,6 +281,7 @@ class _Bundle:
             if m.data is not None:
                 self._add(m.name, io.BytesIO(m.data), m.size, m.mtime)
                 continue
+            assert m.path is not None  # a member without data has a path
             with open(m.path, "rb") as f:
                 sha = self._add(m.name, f, m.size, m.mtime)
             if sha != m.sha256:
@@ -468,8 +470,11 @@ def _read_manifest(tf: tarfile.TarFile, first: tarfile.TarInfo | None, bundle) -
     if first.size > MAX_MANIFEST:
         raise BundleError(f"refusing bundle {bundle}: its manifest claims {first.size} bytes, more than any "
                           f"trackstore writes ({MAX_MANIFEST}); nothing was imported")
+    f = tf.extractfile(first)
+    if f is None:  # a directory or link under the manifest's name
+        raise BundleError(f"{bundle}: its {TOP}/{MANIFEST} is not a file; nothing was imported")
     try:
-        manifest = json.loads(tf.extractfile(first).read())
+        manifest = json.loads(f.read())
     except ValueError as exc:
         raise BundleError(f"bundle manifest is not valid JSON: {exc}; nothing was imported") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -565,7 +570,10 @@ def _extract_listed(tf: tarfile.TarFile, members: Iterator[tarfile.TarInfo], sta
         dest = staging / rel
         if not dest.resolve().is_relative_to(staging.resolve()):
             raise BundleError(f"refusing bundle: member {m.name!r} escapes the staging folder")
-        _copy_member(tf.extractfile(m), dest, m.name, size, sha, bundle)
+        f = tf.extractfile(m)
+        if f is None:  # not reached: _check_member lets only files and folders through
+            raise BundleError(f"refusing bundle: member {m.name!r} is not a regular file; nothing was imported")
+        _copy_member(f, dest, m.name, size, sha, bundle)
         try:
             os.utime(dest, (m.mtime, m.mtime))
         except OSError as exc:
@@ -673,7 +681,8 @@ def repeated_row_ids(parts: Sequence[Path], kind: str, *, examples: int = 3) -> 
     for i, path in enumerate(parts):
         for writer, seqs in _ids_by_writer(path):
             by_writer.setdefault(writer, []).append((seqs, i))
-    count, found = 0, []
+    count = 0
+    found: list[tuple[str, int, list[str]]] = []
     for writer, chunks in by_writer.items():
         repeated = _repeated([seqs for seqs, _i in chunks])
         count += len(repeated)

@@ -226,7 +226,7 @@ def _check_run_json(paths: RunPaths, writers: list[dict], live: bool, now: float
 def _check_sync(root: Path, now: float) -> list[Finding]:
     from .gc import ARCHIVE_DIR
 
-    out = []
+    out: list[Finding] = []
     base = root / SYNC_DIR
     if not base.is_dir():
         return out
@@ -460,7 +460,7 @@ def doctor(root: str | Path | None, *, fix_problems: bool = False, deep: bool = 
 def quarantine_listing(root: str | Path | None) -> list[dict]:
     """Everything doctor ever quarantined in this store, with the reasons."""
     root = resolve_root(root)
-    out = []
+    out: list[dict] = []
     base = root / QUARANTINE_DIR
     if not base.is_dir():
         return out

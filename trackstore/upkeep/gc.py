@@ -162,9 +162,9 @@ def end_time(info: RunInfo) -> float:
     times = [_meta.parse_iso(w.get("heartbeat_at")) for w in info.writers]
     times += [_meta.parse_iso(m.get("heartbeat_at")), _meta.parse_iso(m.get("updated_at")),
               _meta.parse_iso(m.get("created_at"))]
-    times = [t for t in times if t is not None]
-    if times:
-        return max(times)
+    known = [t for t in times if t is not None]
+    if known:
+        return max(known)
     try:
         return info.paths.run_file.stat().st_mtime
     except OSError:
