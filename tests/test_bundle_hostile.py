@@ -265,3 +265,68 @@ def test_doctor_deep_finds_repeated_ids(root, tmp_path):
     assert parts[1].name in f.problem and "move the files repeating rows" in f.advice
     cli = run_cli("doctor", "--deep", root=root)
     assert cli.returncode == 4 and "repeated_rows" in cli.stdout + cli.stderr
+
+
+# ---------------------------------------------------------------------------- malformed manifests
+def _with_manifest(good, out, change):
+    manifest, members = read_bundle(good)
+    change(manifest, members)
+    write_bundle(out, manifest, members)
+    return out
+
+
+def _drop_version(m, _members):
+    del m["version"]
+
+
+def _text_version(m, _members):
+    m["version"] = "two"
+
+
+def _runs_not_a_list(m, _members):
+    m["runs"] = {"project": "p"}
+
+
+def _run_without_project(m, _members):
+    del m["runs"][0]["project"]
+
+
+def _run_entry_a_list(m, _members):
+    m["runs"][0] = ["p", "r"]
+
+
+def _run_not_listed(m, _members):
+    m["runs"] = []
+
+
+@pytest.mark.parametrize("change", [_drop_version, _text_version, _runs_not_a_list, _run_without_project,
+                                    _run_entry_a_list, _run_not_listed])
+def test_malformed_manifest_is_refused_with_nothing_imported(two, tmp_path, change):
+    a, b = two
+    make_run(a)
+    bad = _with_manifest(exported(a, tmp_path), tmp_path / "bad.tar", change)
+    with pytest.raises(BundleError, match="nothing was imported"):
+        B.import_bundle(b, bad)
+    assert tree(b) == {}
+    res = run_cli("import", str(bad), root=b)
+    assert res.returncode == 9 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_receipt_with_a_malformed_cursor_is_refused_whole(two, tmp_path):
+    """One bad cursor in a receipt: no cursor of it is merged (not even the good ones before it)."""
+    a, b = two
+    run = make_run(a)
+    good_cursor = {"version": 1, "target": "mlflow", "destination": "http://127.0.0.1:1", "project": run.project,
+                   "run_id": run.run_id, "acked": {"metrics": [[0, 0]]}}
+    manifest = {"format": B.FORMAT, "version": B.BUNDLE_VERSION, "kind": "receipt", "files": []}
+    members = []
+    for dest, data in (("mlflow-aaaaaaaaaaaa", json.dumps(good_cursor).encode()), ("mlflow-bbbbbbbbbbbb", b"[]")):
+        rel = f"sync/{dest}/project={run.project}/run={run.run_id}.json"
+        manifest["files"].append(listing(rel, data))
+        members.append(member(rel, data))
+    bad = tmp_path / "receipt.tar"
+    write_bundle(bad, manifest, members)
+    before = tree(a)
+    with pytest.raises(BundleError, match="nothing was imported"):
+        B.import_bundle(a, bad)
+    assert tree(a) == before

@@ -479,8 +479,12 @@ def _read_manifest(tf: tarfile.TarFile, first: tarfile.TarInfo | None, bundle) -
         raise BundleError(f"bundle manifest is not valid JSON: {exc}; nothing was imported") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"{bundle} is not a trackstore bundle")
-    if int(manifest.get("version") or 0) > BUNDLE_VERSION:
-        raise BundleError(f"bundle format version {manifest.get('version')} is newer than this trackstore "
+    version = manifest.get("version")
+    if type(version) is not int or version < 2:  # 2: the first format whose manifest comes first
+        raise BundleError(f"refusing bundle {bundle}: its manifest has no valid format version "
+                          f"({version!r}); nothing was imported")
+    if version > BUNDLE_VERSION:
+        raise BundleError(f"bundle format version {version} is newer than this trackstore "
                           f"reads ({BUNDLE_VERSION}); upgrade trackstore")
     return manifest
 
@@ -893,10 +897,15 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
     from .gc import restore_cursors
 
     res = ImportResult("runs", source_host=st.manifest.get("source_host"))
-    entries = st.manifest.get("runs") or []
+    entries = _run_entries(st.manifest.get("runs"))
+    named = {f"{PROJECT_PREFIX}{e['project']}/{RUN_PREFIX}{e['run_id']}" for e in entries}
+    carried = {f"{p.parent.name}/{p.name}" for p in (st.dir / "runs").glob(f"{PROJECT_PREFIX}*/{RUN_PREFIX}*")}
+    if carried - named:
+        raise BundleError(f"refusing bundle: it carries files of runs its manifest does not list "
+                          f"({', '.join(sorted(carried - named)[:3])}); nothing was imported")
     todo = []
     for e in entries:
-        project, run_id = validate_project(e["project"]), validate_run_id(e["run_id"])
+        project, run_id = e["project"], e["run_id"]
         base = f"runs/{PROJECT_PREFIX}{project}/{RUN_PREFIX}{run_id}"
         staged_run = st.dir / base
         if not (staged_run / RUN_FILE).is_file():
@@ -920,25 +929,54 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
     return res
 
 
+def _run_entries(entries: Any) -> list[dict]:
+    """The manifest's ``runs`` list, each entry checked (a malformed one refuses the bundle)."""
+    if not isinstance(entries, list):
+        raise BundleError(f"refusing bundle: its manifest's runs are not a list ({type(entries).__name__}); "
+                          "nothing was imported")
+    for e in entries:
+        if not (isinstance(e, dict) and isinstance(e.get("project"), str) and isinstance(e.get("run_id"), str)
+                and isinstance(e.get("rows", {}), dict)):
+            raise BundleError(f"refusing bundle: malformed run entry in its manifest: {str(e)[:80]}; "
+                              "nothing was imported")
+        try:
+            validate_project(e["project"])
+            validate_run_id(e["run_id"])
+        except InvalidNameError as exc:
+            raise BundleError(f"refusing bundle: run entry {e['project']!r}/{e['run_id']!r}: {exc}; "
+                              "nothing was imported") from exc
+    return entries
+
+
 def _import_receipt(root: Path, st: Staged) -> ImportResult:
     from ..store.ledger import Cursor, load_cursor, save_cursor
 
     res = ImportResult("receipt", source_host=st.manifest.get("source_host"))
+    cursors = []  # every cursor is read before any is merged: a bad one refuses the whole receipt
     for path in sorted((st.dir / "sync").glob(f"*/{PROJECT_PREFIX}*/{RUN_PREFIX}*.json")):
         try:
             incoming = Cursor.from_json(read_json(path))
-        except (OSError, ValueError, KeyError) as exc:
-            raise BundleError(f"receipt cursor {path.name} is unreadable: {exc}") from exc
-        validate_project(incoming.project)
-        validate_run_id(incoming.run_id)
+            validate_project(incoming.project)
+            validate_run_id(incoming.run_id)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BundleError(f"receipt cursor {path.name} is unreadable: {exc!r}; nothing was imported") from exc
+        cursors.append(incoming)
+    changed = []
+    for incoming in cursors:
         if not RunPaths(root, incoming.project, incoming.run_id).dir.exists():
             res.cursors_skipped.append(f"{incoming.project}/{incoming.run_id} ({incoming.target}): run not in this store")
             continue
         local = load_cursor(root, incoming.target, incoming.destination, incoming.project, incoming.run_id)
-        merged = merge_cursors(local, incoming)
+        try:
+            merged = merge_cursors(local, incoming)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BundleError(f"receipt cursor of {incoming.project}/{incoming.run_id} is malformed: {exc!r}; "
+                              "nothing was imported") from exc
         if merged.to_json() != local.to_json():
-            save_cursor(root, merged)
-            res.cursors_merged += 1
+            changed.append(merged)
+    for merged in changed:
+        save_cursor(root, merged)
+        res.cursors_merged += 1
     return res
 
 
