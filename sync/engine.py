@@ -39,7 +39,7 @@ from trackstore.errors import TargetUnreachableError, TrackstoreError
 from trackstore.store.layout import resolve_root
 from trackstore.store.meta import iso
 from trackstore.read.reader import read_kind
-from trackstore.store.ledger import Cursor, load_cursor, redact_text, save_cursor
+from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, redact_text, save_cursor
 
 from . import gaps
 from .adapter import Adapter, PermanentError, RetryableError, SendResult
@@ -192,9 +192,26 @@ class Engine:
             res.notes.append(gaps.already_synced_note(synced))
         return gaps.blocking_message(blocking) if blocking else None
 
+    def _cursor(self, info: RunInfo, res: RunResult) -> Cursor | None:
+        """The run's cursor for this destination; None (and ``res`` says why) when it is unreadable.
+
+        Such a run is not synced at all: replaying it without knowing what the target holds
+        could send its rows twice. The other runs go on.
+        """
+        try:
+            return load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
+        except CURSOR_ERRORS as exc:
+            path = cursor_path(self.root, self.target, self.destination, info.project, info.run_id)
+            res.error = redact_text(f"the sync state of this run for this destination is unreadable ({path}: "
+                                    f"{exc}); the run is not synced until it is repaired (see `trackstore doctor`)")
+            res.error_kind = "damaged"
+            return None
+
     def dry_run_one(self, info: RunInfo) -> RunResult:
-        cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
+        cursor = self._cursor(info, res)
+        if cursor is None:
+            return res
         self.adapter.recover(info, cursor)  # in memory only: a dry run saves nothing
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
@@ -215,8 +232,10 @@ class Engine:
         return res
 
     def sync_one(self, info: RunInfo) -> RunResult:
-        cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
+        cursor = self._cursor(info, res)
+        if cursor is None:
+            return res
         try:
             self.adapter.recover(info, cursor)
             tables, unreadable = self.pending_tables(info, cursor)
