@@ -21,7 +21,10 @@ The promises this module keeps:
   reaches disk with the next flush. When the span ends, its final row follows. Readers keep
   one row per ``(trace_id, span_id)``: the final row if there is one, else the checkpoint
   (:func:`latest_rows` does this in Python; the ``spans`` SQL view does it in DuckDB). Spans
-  that end before the checkpointer looks at them (most of them) are written once.
+  that end before the checkpointer looks at them (most of them) are written once. When the
+  run finishes (also at exit and on SIGTERM) the spans still open are checkpointed first: the
+  checkpointer registers that with :meth:`~trackstore.records.sink.RecordSink.on_finish` when a
+  run's first span starts.
 * Tracing never raises into training for disk trouble; the caller's own mistakes (a bad
   ``kind``, a step, ``sample_index`` or ``rollout_n`` beyond int64, a reward too large for a
   float64, a finished run) raise :class:`~trackstore.errors.TrackstoreError` subclasses early,
@@ -31,6 +34,10 @@ The promises this module keeps:
   by ``seed``: which trajectories are kept depends only on the seed, the step and the sample
   indices, never on timing) and a ``token2text`` hook that decodes token-id fields
   (``prompt_ids`` -> ``prompt_text``...) with a tokenizer the caller passes.
+
+A trace writes through a record sink (:class:`~trackstore.records.sink.RecordSink`, which
+:class:`trackstore.Run` implements), and keeps its per-run settings and open spans in the run's
+own record state, so they live and die with the run.
 """
 
 from __future__ import annotations
@@ -45,16 +52,14 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from ..store.files import warn
 from ..errors import InvalidValueError, UsageError
 from ..store.clock import ts_now
 from .samples import as_score, clean_text, encode_json, plain
+from .sink import RecordSink
 from ..store.values import as_index, as_step
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..write.run import Run
 
 SPAN_KINDS = ("llm", "tool", "reward", "agent", "other")
 STATUSES = ("ok", "error", "unfinished")
@@ -143,10 +148,23 @@ class TraceSettings:
     skip_special_tokens: bool = True
 
 
-_settings: "weakref.WeakKeyDictionary[Run, TraceSettings]" = weakref.WeakKeyDictionary()
+class _RunTracing:
+    """What tracing keeps per run, as the run's record state: :func:`configure`'s settings and
+    the open spans with their checkpointer (made when the run's first span starts)."""
+
+    def __init__(self) -> None:
+        self.settings: TraceSettings | None = None
+        self.open: _OpenSpans | None = None
 
 
-def configure(run: "Run", *, max_samples_per_step: int | None = None, seed: int = 0, token2text: Any = None,
+_STATE = "trace"  # record_state key
+
+
+def _tracing(run: RecordSink) -> _RunTracing:
+    return run.record_state(_STATE, _RunTracing)
+
+
+def configure(run: RecordSink, *, max_samples_per_step: int | None = None, seed: int = 0, token2text: Any = None,
               skip_special_tokens: bool = True) -> TraceSettings:
     """Set tracing options for ``run``: a bounded sampler and a token-decoding hook.
 
@@ -161,7 +179,7 @@ def configure(run: "Run", *, max_samples_per_step: int | None = None, seed: int 
         token2text=token2text,
         skip_special_tokens=skip_special_tokens,
     )
-    _settings[run] = s
+    _tracing(run).settings = s
     return s
 
 
@@ -199,10 +217,10 @@ def _with_text(value: Any, settings: TraceSettings | None) -> Any:
 class _OpenSpans:
     """The spans of one run that are open, and the thread that checkpoints the long-lived ones."""
 
-    def __init__(self, run: "Run"):
+    def __init__(self, run: RecordSink):
         self.lock = threading.Lock()
         self.spans: dict[str, Span] = {}
-        self.interval = max(0.05, float(getattr(run._writer, "flush_interval", 2.0)) / 2)
+        self.interval = max(0.05, float(run.flush_interval) / 2)
         self._run_ref = weakref.ref(run)
         self._thread = threading.Thread(target=self._loop, name="trackstore-span-checkpoint", daemon=True)
         self._thread.start()
@@ -237,36 +255,44 @@ class _OpenSpans:
         return n
 
 
-_open: "weakref.WeakKeyDictionary[Run, _OpenSpans]" = weakref.WeakKeyDictionary()
+    def checkpoint_before_finish(self) -> None:
+        """The run's finish callback: spans still open are written as ``unfinished``."""
+        try:
+            self.checkpoint(timeout=0.5)
+        except Exception as exc:  # finishing must go on whatever happens here
+            warn(f"could not record open spans at finish: {exc!r}")
+
+
 _open_lock = threading.Lock()
 
 
-def _open_spans(run: "Run") -> _OpenSpans:
+def _open_spans(run: RecordSink) -> _OpenSpans:
+    """The run's open spans, made (with the checkpointer, registered to run at finish) on first use."""
+    state = _tracing(run)
     with _open_lock:
-        reg = _open.get(run)
+        reg = state.open
         if reg is None:
-            reg = _open[run] = _OpenSpans(run)
+            reg = state.open = _OpenSpans(run)
+            run.on_finish(reg.checkpoint_before_finish)
         return reg
 
 
-def checkpoint_open_spans(run: "Run") -> int:
+def checkpoint_open_spans(run: RecordSink) -> int:
     """Write an ``unfinished`` row now for every open span of ``run`` (e.g. before a risky call).
 
     Returns how many rows were buffered; ``run.flush()`` puts them on disk.
     """
-    reg = _open.get(run)
+    reg = _tracing(run).open
     return reg.checkpoint() if reg is not None else 0
 
 
-def checkpoint_before_finish(run: "Run") -> None:
-    """Called by :meth:`Run.finish` (also on SIGTERM) just before the run closes: spans still
-    open are written as ``unfinished``, so ending a run mid-trajectory loses none of them."""
-    reg = _open.get(run)
+def checkpoint_before_finish(run: RecordSink) -> None:
+    """Write the spans of ``run`` still open as ``unfinished`` (never raises). :meth:`Run.finish`
+    (also at exit and on SIGTERM) does this just before the run closes, through the callback
+    the checkpointer registers with ``run.on_finish``: ending a run mid-trajectory loses none."""
+    reg = _tracing(run).open
     if reg is not None:
-        try:
-            reg.checkpoint(timeout=0.5)
-        except Exception as exc:  # finishing must go on whatever happens here
-            warn(f"could not record open spans at finish: {exc!r}")
+        reg.checkpoint_before_finish()
 
 
 # ---------------------------------------------------------------------- spans
@@ -416,7 +442,7 @@ class Span:
             warn(f"span {self.name!r}: could not encode its data ({exc!r}); this row is stored without it")
             row = self._row(status, with_data=False)
         try:
-            self.trace.run._append("spans", row)
+            self.trace.run.append("spans", row)
             return True
         except UsageError:
             warn(f"span {self.name!r} ended after run {self.trace.run.id} finished; it was not recorded")
@@ -438,7 +464,7 @@ class Trace:
     is stored on the root span, other keyword arguments become the root span's attributes.
     """
 
-    def __init__(self, run: "Run", step: int | None = None, sample_index: int | None = None,
+    def __init__(self, run: RecordSink, step: int | None = None, sample_index: int | None = None,
                  rollout_n: int | None = None, name: str = "episode", *, validate: bool = False,
                  reward: Any = None, **attrs: Any):
         if run.finished:
@@ -453,7 +479,7 @@ class Trace:
         self.reward = as_score(reward, "trace reward")
         self.attributes: dict[str, Any] = dict(attrs)
         self.trace_id = new_trace_id()
-        self._settings = _settings.get(run)
+        self._settings = _tracing(run).settings
         sampler = self._settings.sampler if self._settings else None
         self.recording = True if sampler is None else sampler.keep(self.step, self.sample_index)
         self.root = Span(self, name, "agent", None)

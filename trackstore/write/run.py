@@ -24,7 +24,7 @@ import time
 import traceback
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from ..store import meta as _meta
 from ..errors import InvalidValueError, UsageError, WriteError
@@ -36,6 +36,7 @@ from ..store.names import validate_run_id
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
+T = TypeVar("T")
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
 _current: "Run | None" = None
 _live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
@@ -109,6 +110,9 @@ class Run:
         self.config = Config(self, meta.get("config") or {})
         self.summary = Summary(self, meta.get("summary_user") or {})
         self._histogram_type = _histogram_type()
+        self._finish_callbacks: list[Callable[[], Any]] = []  # see on_finish
+        self._record_states: dict[str, Any] = {}  # see record_state
+        self._record_states_lock = threading.Lock()
         self._writer_info = {
             "writer_id": self.writer_id,
             "host": _meta.hostname(),
@@ -159,6 +163,11 @@ class Run:
     @property
     def finished(self) -> bool:
         return self._finished
+
+    @property
+    def flush_interval(self) -> float:
+        """Seconds between two flushes of this run's writer (``init(..., flush_interval=)``)."""
+        return self._writer.flush_interval
 
     def __repr__(self) -> str:
         return f"<trackstore.Run {self.project}/{self.id} name={self.name!r}>"
@@ -214,11 +223,37 @@ class Run:
         for key, hist in hists.items():
             self._writer.append("histograms", hist.to_row(key=key, step=step, ts=ts))
 
-    def _append(self, kind: str, row: dict) -> None:
-        """Buffer one record of a non-metric kind (used by samples, traces, artifacts)."""
+    # ------------------------------------------------------------------ the record sink
+    # What the record kinds (samples, traces, artifacts) use of a run: the members of
+    # trackstore.records.sink.RecordSink, all public, so records never reach into a Run.
+    def append(self, kind: str, row: dict) -> None:
+        """Buffer one record of a non-metric kind (``samples``, ``spans``, ``artifacts``...).
+
+        Raises :class:`UsageError` once the run is finished; never raises for disk trouble.
+        """
         if self._finished:
             raise UsageError(self._closed_message())
         self._writer.append(kind, row)
+
+    def on_finish(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` when this run finishes, just before it stops taking records.
+
+        Callbacks run once, in registration order, in the thread that finishes the run (also
+        at exit and on SIGTERM), while :meth:`append` still works: tracing writes the spans
+        still open then. One that raises is reported as a warning; finishing goes on. A
+        callback registered after the run finished is never called.
+        """
+        self._finish_callbacks.append(callback)
+
+    def record_state(self, key: str, factory: Callable[[], T]) -> T:
+        """Per-run state of a record kind: ``factory()`` on the first call with ``key``, the
+        same object on every later call (thread-safe). It lives as long as this Run object."""
+        with self._record_states_lock:
+            try:
+                return self._record_states[key]
+            except KeyError:
+                state = self._record_states[key] = factory()
+                return state
 
     def flush(self) -> bool:
         """Write everything buffered now (blocking). True if it all reached the disk."""
@@ -328,9 +363,7 @@ class Run:
                 status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
             if status not in _meta.STATUSES:
                 raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
-            tracing = sys.modules.get("trackstore.records.trace")
-            if tracing is not None:  # spans still open now are kept, as 'unfinished'
-                tracing.checkpoint_before_finish(self)
+            self._run_finish_callbacks()  # e.g. spans still open now are kept, as 'unfinished'
             self._finished = True
             try:
                 report = self._end(status, exit_code, error, self._compact if compact is None else bool(compact))
@@ -342,6 +375,14 @@ class Run:
                     _current = None
         if not report.ok:
             raise WriteError(f"run {self.id}: {report.describe()}")
+
+    def _run_finish_callbacks(self) -> None:
+        callbacks, self._finish_callbacks = self._finish_callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception as exc:  # finishing must go on whatever happens here
+                warn(f"run {self.id}: a finish callback failed ({exc!r}); the run is finished anyway")
 
     def _end(self, status: str, exit_code: int | None, error: str | None, compact: bool = True):
         report = self._writer.close()
