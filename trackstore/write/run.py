@@ -11,6 +11,10 @@ What a run promises training code:
   of each metric) is merged with whatever the user sets on ``run.summary``.
 * ``resume=True`` continues an existing run as a new attempt: steps continue after the largest
   step on disk, a new writer id guarantees no file is overwritten.
+* ``join=True`` makes this process a helper writer of a run another process owns (rollout or
+  data workers): it is resumed as above, and at exit it records only its own end, as
+  ``finished``; an uncaught exception, ``sys.exit`` or SIGTERM in the helper never fails the
+  owner's run. ``Run.mark_idle`` records such a writer as ended between batches of work.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 T = TypeVar("T")
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
 _current: "Run | None" = None
-_live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
+_live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()  # runs this process owns: ended by its ending
+_joined_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()  # runs it joined (init(join=True)): see init
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 
@@ -255,6 +260,27 @@ class Run:
                 state = self._record_states[key] = factory()
                 return state
 
+    def mark_idle(self, idle: bool = True) -> None:
+        """Record this process's writer of the run as ended (``idle=True``), or as running again
+        (``idle=False``), without finishing anything.
+
+        For a helper process (``init(..., join=True)``) that writes in batches and may be
+        stopped between them without its exit handlers running (Ray stops its workers that way
+        at the end of a job): readers call a run whose writers all died without ending
+        ``crashed``, so a helper marks itself idle once a batch is on disk (call :meth:`flush`
+        first: marking does not flush), and ``mark_idle(False)`` before it writes again. An
+        idle writer never counts as alive: the last other writer to finish sets the run's
+        status. No-op on a finished run; raises ``OSError`` if the writer file cannot be
+        written (the heartbeat rewrites it every few seconds anyway).
+        """
+        if self._finished:
+            return
+        if idle:
+            self._writer_info.update(status="finished", ended_at=_meta.iso(time.time()))
+        else:
+            self._writer_info.update(status="running", ended_at=None)
+        _meta.write_writer_file(self.paths, self._writer_info, durable=idle)
+
     def flush(self) -> bool:
         """Write everything buffered now (blocking). True if it all reached the disk."""
         with _signals_deferred():
@@ -370,6 +396,7 @@ class Run:
             finally:
                 self._done.set()
                 _live_runs.discard(self)
+                _joined_runs.discard(self)
                 global _current
                 if _current is self:
                     _current = None
@@ -514,6 +541,7 @@ def init(
     root: str | os.PathLike | None = None,
     run_id: str | None = None,
     resume: bool = False,
+    join: bool = False,
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     group: str | None = None,
     job_type: str | None = None,
@@ -533,12 +561,27 @@ def init(
     run does init wait, for gc's verdict (milliseconds; :class:`LockHeldError` after 60 s). A
     new run pays nothing for this. See :mod:`trackstore.upkeep.gc`.
 
+    ``join=True`` (needs ``run_id``) joins the run as a *helper* writer, for processes that
+    add records to a run another process owns (rollout workers writing traces, data workers):
+    the run is resumed as with ``resume=True`` (a new writer id; an unknown id creates the
+    run), and this process's ending never decides how the run ended. At exit the joined run is
+    finished with status ``finished`` (its data flushed, its writer recorded as ended); an
+    uncaught exception, ``sys.exit(n)`` or SIGTERM in this process does not mark it ``failed``
+    (SIGTERM leaves it to the owner: what was not flushed is lost, so flush after each batch).
+    The run's status is set by the last of its writers to finish, as always, so the owner's
+    ``failed`` is never overwritten. :meth:`Run.mark_idle` records a helper as ended between
+    batches, for helpers stopped without running their exit handlers.
+
     ``compact`` (default on, off with ``TRACKSTORE_COMPACT=0``): keep the run's part files
     few. The writer merges its own files as it goes (:mod:`trackstore.write.rolling`) and the last
     writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
     flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
     """
     global _current
+    if join:
+        if run_id is None:
+            raise UsageError("init(join=True) needs the run_id of the run to join")
+        resume = True
     if run_id is not None:
         validate_run_id(run_id)
     paths = run_paths(resolve_root(root), project, run_id or new_run_id())
@@ -609,7 +652,7 @@ def init(
     attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
     run._meta["attempts"] = attempts
     run._write_meta(durable=True)
-    _live_runs.add(run)
+    (_joined_runs if join else _live_runs).add(run)
     _install_process_hooks()
     _current = run
     # The writer thread has been loading pyarrow meanwhile; wait for it (about 0.3 s, once), so
@@ -866,6 +909,11 @@ def _finish_at_exit() -> None:
     _exiting = True
     status, code, error = _exit_status()
     with _signals_deferred():
+        for run in list(_joined_runs):  # this process only helped: its ending is not the run's
+            try:
+                run.finish(status="finished")
+            except Exception as exc:  # atexit context: report, never raise
+                sys.stderr.write(f"trackstore: WARNING: finishing joined run {run.id}: {exc}\n")
         for run in list(_live_runs):
             try:
                 run.finish(code, status=status, error=run._failed_error or error)
@@ -920,12 +968,14 @@ def _handle_sigterm(signum, frame):
 
 def _after_fork_in_child() -> None:
     """A forked child (DataLoader and rollout workers, ``multiprocessing`` with fork) inherits
-    the parent's runs, atexit hook and SIGTERM handler. Its copies are disowned, so neither its
-    exit nor a SIGTERM to it (torch terminates stuck workers that way) touches the parent's run."""
+    the parent's runs, atexit hook and SIGTERM handler. Its copies (of the runs the parent owns
+    or joined) are disowned, so neither its exit nor a SIGTERM to it (torch terminates stuck
+    workers that way) touches the parent's run."""
     global _current, _busy_depth
-    for run in list(_live_runs):
+    for run in [*_live_runs, *_joined_runs]:
         run._forked_copy()
     _live_runs.clear()
+    _joined_runs.clear()
     _current = None
     _busy_depth = 0
     _deferred_signals.clear()
