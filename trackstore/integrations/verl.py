@@ -83,7 +83,7 @@ def install() -> bool:
 
 
 # ---------------------------------------------------------------------- Tracking
-def _patch_tracking(Tracking: type) -> None:
+def _patch_tracking(Tracking: Any) -> None:
     if BACKEND not in Tracking.supported_backend:
         Tracking.supported_backend.append(BACKEND)
 
@@ -189,7 +189,7 @@ class VerlLogger:
 
 
 # ---------------------------------------------------------------------- validation generations
-def _patch_validation(ValidationGenerationsLogger: type) -> None:
+def _patch_validation(ValidationGenerationsLogger: Any) -> None:
     original_log = ValidationGenerationsLogger.log
     if marked(original_log):
         return

@@ -39,7 +39,7 @@ _lock = threading.RLock()
 # worker joined for its traces. Samples and traces of the same names go to the same run.
 _runs: dict[tuple[str, str], Any] = {}
 # The runs of _runs this process joined or made for traces (never the run Tracking owns).
-_worker_runs: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_worker_runs: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 # ---------------------------------------------------------------------- patch marks

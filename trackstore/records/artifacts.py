@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..store.files import sha256_file, warn
 from ..errors import InvalidNameError, InvalidValueError, UsageError
+from ..store.files import sha256_file, warn
 from ..store.names import validate_artifact_name
 from ..store.values import as_step, json_safe
 from .sink import RecordSink

@@ -191,6 +191,7 @@ def _as_rows(rows: Any) -> list:
 def _build(row: Any, i: int) -> dict:
     where = f"sample row {i}"
     json_fields: list[str] = []
+    out: dict[str, Any]
     if isinstance(row, Mapping):
         missing = [k for k in ("input", "output") if k not in row]
         if missing:

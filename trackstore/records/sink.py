@@ -47,7 +47,7 @@ class RecordSink(Protocol):
         ...
 
     @property
-    def paths(self) -> "RunPaths":
+    def paths(self) -> RunPaths:
         """Where the run lives on disk (:class:`trackstore.store.layout.RunPaths`)."""
         ...
 

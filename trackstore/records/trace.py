@@ -54,12 +54,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from ..store.files import warn
 from ..errors import InvalidValueError, UsageError
 from ..store.clock import ts_now
+from ..store.files import warn
+from ..store.values import as_index, as_step
 from .samples import as_score, clean_text, encode_json, plain
 from .sink import RecordSink
-from ..store.values import as_index, as_step
 
 SPAN_KINDS = ("llm", "tool", "reward", "agent", "other")
 STATUSES = ("ok", "error", "unfinished")
@@ -67,7 +67,7 @@ TOKEN_FIELDS = ("prompt_ids", "response_ids", "token_ids", "input_ids", "output_
 
 F = TypeVar("F", bound=Callable[..., Any])
 _UNSET: Any = object()
-_current: contextvars.ContextVar["Span | None"] = contextvars.ContextVar("trackstore_current_span", default=None)
+_current: contextvars.ContextVar[Span | None] = contextvars.ContextVar("trackstore_current_span", default=None)
 
 
 # Ids come from a per-process PRNG seeded once from os.urandom (reseeded in forked children):
@@ -299,7 +299,7 @@ def checkpoint_before_finish(run: RecordSink) -> None:
 class Span:
     """One operation in a trajectory. Use as a context manager, or call :meth:`end`."""
 
-    def __init__(self, trace: "Trace", name: str, kind: str, parent: "Span | None", inputs: Any = _UNSET,
+    def __init__(self, trace: Trace, name: str, kind: str, parent: Span | None, inputs: Any = _UNSET,
                  attributes: Mapping[str, Any] | None = None, outputs: Any = _UNSET):
         self.trace = trace
         self.name = _check_name(name)
@@ -329,36 +329,36 @@ class Span:
         return f"<trackstore.Span {self.name!r} kind={self.kind} status={self.status}>"
 
     # -------------------------------------------------------------- what the caller records
-    def set_inputs(self, inputs: Any) -> "Span":
+    def set_inputs(self, inputs: Any) -> Span:
         self.inputs = inputs
         return self
 
-    def set_outputs(self, outputs: Any) -> "Span":
+    def set_outputs(self, outputs: Any) -> Span:
         self.outputs = outputs
         return self
 
-    def set_attribute(self, key: str, value: Any) -> "Span":
+    def set_attribute(self, key: str, value: Any) -> Span:
         self.attributes[str(key)] = value
         return self
 
-    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> "Span":
+    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> Span:
         self.attributes.update({str(k): v for k, v in dict(attributes or {}, **kw).items()})
         return self
 
-    def set_error(self, error: BaseException | str) -> "Span":
+    def set_error(self, error: BaseException | str) -> Span:
         """Mark the span failed (done automatically when an exception leaves the ``with``)."""
         self.status = "error"
         self.error = _error_text(error)
         return self
 
     def span(self, name: str, kind: str = "other", inputs: Any = _UNSET, outputs: Any = _UNSET,
-             attributes: Mapping[str, Any] | None = None) -> "Span":
+             attributes: Mapping[str, Any] | None = None) -> Span:
         """A child of this span (not yet started: use it in a ``with``). ``outputs`` may be
         given now or set later with :meth:`set_outputs`."""
         return Span(self.trace, name, kind, self, inputs=inputs, attributes=attributes, outputs=outputs)
 
     # -------------------------------------------------------------- lifecycle
-    def start(self) -> "Span":
+    def start(self) -> Span:
         """Start the span now (``with`` does this). It may be checkpointed from now on."""
         if self.start_ns:
             raise UsageError(f"span {self.name!r} was already started")
@@ -391,7 +391,7 @@ class Span:
                 reg.spans.pop(self.span_id, None)
                 self._write(self.status)
 
-    def __enter__(self) -> "Span":
+    def __enter__(self) -> Span:
         self.start()
         self._token = _current.set(self)
         return self
@@ -491,19 +491,19 @@ class Trace:
     def __repr__(self) -> str:
         return f"<trackstore.Trace {self.name!r} step={self.step} sample_index={self.sample_index}>"
 
-    def set_reward(self, reward: Any) -> "Trace":
+    def set_reward(self, reward: Any) -> Trace:
         self.reward = as_score(reward, "trace reward")
         return self
 
-    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> "Trace":
+    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> Trace:
         self.attributes.update({str(k): v for k, v in dict(attributes or {}, **kw).items()})
         return self
 
-    def set_inputs(self, inputs: Any) -> "Trace":
+    def set_inputs(self, inputs: Any) -> Trace:
         self.root.set_inputs(inputs)
         return self
 
-    def set_outputs(self, outputs: Any) -> "Trace":
+    def set_outputs(self, outputs: Any) -> Trace:
         self.root.set_outputs(outputs)
         return self
 
@@ -532,20 +532,20 @@ class Trace:
                       _trace=self)
 
     # -------------------------------------------------------------- lifecycle
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         self.root.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.root.__exit__(exc_type, exc, tb)
 
-    async def __aenter__(self) -> "Trace":
+    async def __aenter__(self) -> Trace:
         return self.__enter__()
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         self.__exit__(exc_type, exc, tb)
 
-    def start(self) -> "Trace":
+    def start(self) -> Trace:
         """Start the trajectory without a ``with`` block (it does not become the context's
         current trace: create its spans with :meth:`span` and ``start()``/``end()`` them)."""
         self.root.start()
@@ -587,6 +587,7 @@ def traced(fn: Callable | None = None, *, name: str | None = None, kind: str = "
 
         def open_span(args: tuple, kwargs: dict) -> Span | None:
             cur = _current.get()
+            parent: Span | None
             if _trace is not None:  # bound to one trace: traced while it is open, plain after
                 if _trace.root._ended or not _trace.root.start_ns:
                     return None

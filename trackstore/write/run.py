@@ -30,11 +30,11 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from ..store import meta as _meta
 from ..errors import InvalidValueError, UsageError, WriteError
-from ..store.files import warn
+from ..store import meta as _meta
 from ..store.atomic import is_temp_file
 from ..store.clock import ts_now
+from ..store.files import warn
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
@@ -42,9 +42,9 @@ from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 T = TypeVar("T")
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
-_current: "Run | None" = None
-_live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()  # runs this process owns: ended by its ending
-_joined_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()  # runs it joined (init(join=True)): see init
+_current: Run | None = None
+_live_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs this process owns: ended by its ending
+_joined_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs it joined (init(join=True)): see init
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 
@@ -52,7 +52,7 @@ _hooks_lock = threading.Lock()
 class Config(dict):
     """``run.config``: a dict whose changes after init are recorded (with their time) in run.json."""
 
-    def __init__(self, run: "Run", data: Mapping[str, Any]):
+    def __init__(self, run: Run, data: Mapping[str, Any]):
         super().__init__(data)
         self._run = run
 
@@ -61,7 +61,7 @@ class Config(dict):
         super().__setitem__(key, value)
         self._run._config_changed({key: value})
 
-    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override]
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
         changes = {str(k): json_safe(v) for k, v in dict(other, **kw).items()}
         super().update(changes)
         self._run._config_changed(changes)
@@ -80,7 +80,7 @@ class Config(dict):
 class Summary(dict):
     """``run.summary``: user-set values, which override the automatic last-value summary."""
 
-    def __init__(self, run: "Run", data: Mapping[str, Any]):
+    def __init__(self, run: Run, data: Mapping[str, Any]):
         super().__init__(data)
         self._run = run
 
@@ -88,7 +88,7 @@ class Summary(dict):
         super().__setitem__(key, json_safe(value))
         self._run._dirty = True
 
-    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override]
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
         super().update({str(k): json_safe(v) for k, v in dict(other, **kw).items()})
         self._run._dirty = True
 
@@ -349,9 +349,9 @@ class Run:
                 updated_at=_meta.iso(time.time()),
                 heartbeat_at=_meta.iso(time.time()),
             )
-            steps = [s for s in steps if s is not None]
-            if steps:
-                meta["last_step"] = max(steps)
+            known = [s for s in steps if s is not None]
+            if known:
+                meta["last_step"] = max(known)
             parts = self._writer.parts_written
             _meta.write_run_json(self.paths, meta, durable=durable)
             self._meta = meta
@@ -483,7 +483,7 @@ class Run:
     def _fail(self, error: str) -> None:
         self._failed_error = error
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -520,9 +520,6 @@ def _histogram_type() -> type:
     from ..records.histogram import Histogram
 
     return Histogram
-
-
-    return datetime.now(timezone.utc)
 
 
 def _as_step(step: Any) -> int:
