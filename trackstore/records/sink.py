@@ -18,7 +18,8 @@ The promises a sink keeps for a record kind:
   thread that finishes the run; one that raises is reported and the others still run. A
   callback registered after the run finished is never called.
 * ``record_state(key, factory)`` is the kind's own per-run state: the first call with ``key``
-  stores and returns ``factory()``, every later call returns that same object (thread-safe).
+  stores and returns ``factory()``, every later call returns that same object (thread-safe;
+  ``factory`` must not call ``record_state``).
   The state lives exactly as long as the run object, so a kind keeps no registry of runs.
 """
 

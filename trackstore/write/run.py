@@ -94,7 +94,12 @@ class Summary(dict):
 
 
 class Run:
-    """One run being written by this process. Create it with :func:`trackstore.init`."""
+    """One run being written by this process. Create it with :func:`trackstore.init`.
+
+    It is the record sink (:class:`trackstore.records.sink.RecordSink`) that samples, traces and
+    artifacts write through: :meth:`append`, :meth:`on_finish`, :meth:`record_state` and the
+    identity properties are all they use of it.
+    """
 
     def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int,
                  compact: bool = True):
@@ -252,7 +257,8 @@ class Run:
 
     def record_state(self, key: str, factory: Callable[[], T]) -> T:
         """Per-run state of a record kind: ``factory()`` on the first call with ``key``, the
-        same object on every later call (thread-safe). It lives as long as this Run object."""
+        same object on every later call (thread-safe: ``factory`` runs under a lock, so it must not
+        call ``record_state`` itself). It lives as long as this Run object."""
         with self._record_states_lock:
             try:
                 return self._record_states[key]
