@@ -30,7 +30,7 @@ Layout and promises:
   to a version already on disk — from this process or an earlier attempt — returns that
   version and stores nothing new.
 * The manifest is also one ``artifacts`` row per file (:data:`trackstore.store.schema.ARTIFACTS`),
-  queryable with SQL.
+  queryable with SQL, handed to the run as a record sink (:class:`~trackstore.records.sink.RecordSink`).
 * Caller mistakes (a missing path, a bad name, unserialisable metadata) raise
   :class:`~trackstore.errors.InvalidValueError`/:class:`~trackstore.errors.InvalidNameError`.
   I/O trouble while copying (disk full, unreadable file) never raises into training: it warns
@@ -48,15 +48,13 @@ import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from ..store.files import sha256_file, warn
 from ..errors import InvalidNameError, InvalidValueError, UsageError
+from ..store.files import sha256_file, warn
 from ..store.names import validate_artifact_name
 from ..store.values import as_step, json_safe
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..write.run import Run
+from .sink import RecordSink
 
 CHUNK = 8 << 20
 MANIFEST = "manifest.json"
@@ -99,7 +97,7 @@ class ArtifactVersion:
         return f"<trackstore.ArtifactVersion {self.name}:v{self.version} {len(self.files)} files {self.size} bytes>"
 
 
-def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, type: str = "model",
+def log_artifact(run: RecordSink, path: str | os.PathLike, name: str | None = None, type: str = "model",
                  aliases: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None, *,
                  step: int | None = None, hardlink: bool = False) -> ArtifactVersion | None:
     """Store a snapshot of the file or folder ``path`` as a version of artifact ``name``.
@@ -151,7 +149,7 @@ def log_artifact(run: "Run", path: str | os.PathLike, name: str | None = None, t
               "was NOT stored (free space or fix permissions and log it again)")
         return None
     for f in version.files:
-        run._append("artifacts", _row(version, f))
+        run.append("artifacts", _row(version, f))
     return version
 
 
@@ -317,7 +315,7 @@ def _name_lock(base: Path):
         os.close(fd)
 
 
-def _remove_stale_staging(run: "Run", base: Path) -> None:
+def _remove_stale_staging(run: RecordSink, base: Path) -> None:
     """Delete staging folders left by writers of this run that are no longer alive (killed mid-copy)."""
     from ..store import meta as _meta
 
@@ -332,7 +330,7 @@ def _remove_stale_staging(run: "Run", base: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _publish(run: "Run", base: Path, stage: Path, name: str, type: str, digest: str, files: list[ArtifactFile],
+def _publish(run: RecordSink, base: Path, stage: Path, name: str, type: str, digest: str, files: list[ArtifactFile],
              aliases: list[str], meta: dict, step: int | None) -> ArtifactVersion:
     import time
 

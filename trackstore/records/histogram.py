@@ -217,7 +217,7 @@ class Histogram:
                 "nan_count": self.nan_count, "inf_count": self.inf_count, "ts": ts}
 
     @classmethod
-    def from_row(cls, row: dict) -> "Histogram":
+    def from_row(cls, row: dict) -> Histogram:
         """Rebuild a histogram from a stored row (for sync adapters and readers)."""
         h = cls(counts=row["counts"], edges=row["edges"])
         for name in ("min", "max", "mean", "std", "count", "nan_count", "inf_count"):

@@ -16,7 +16,8 @@ The promise: what was logged is what a reader gets back. Each row becomes one ``
   stored. Disk trouble never raises here (the writer reports it at ``finish``).
 
 ``sample_index`` counts per ``(step, split)`` across calls of this process (a row's own
-``sample_index`` wins), so two calls at one step do not collide.
+``sample_index`` wins), so two calls at one step do not collide. The counters are the run's
+own state (:meth:`~trackstore.records.sink.RecordSink.record_state`): they live and die with the run.
 """
 
 from __future__ import annotations
@@ -24,19 +25,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidValueError, UsageError
 from ..store.values import INT64_MAX, as_index, as_step, json_safe, to_float64
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..write.run import Run
+from .sink import RecordSink
 
 RESERVED = ("input", "output", "score", "sample_index")
 MAX_SPLIT_CHARS = 128
 
-_counters: "weakref.WeakKeyDictionary[Run, dict[tuple[int, str], int]]" = weakref.WeakKeyDictionary()
+_COUNTERS = "samples.next_index"  # record_state key: {(step, split): next free sample_index}
 _counters_lock = threading.Lock()
 
 
@@ -144,7 +142,7 @@ def _text(value: Any, field: str, json_fields: list[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------- the record kind
-def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split: str = "val", **kw: Any) -> int:
+def log_samples(run: RecordSink, rows: Iterable[Any], step: int | None = None, split: str = "val", **kw: Any) -> int:
     """Buffer ``rows`` as samples of ``run`` at ``step`` (default: the run's current step).
 
     ``split`` names the source (``val``, ``train``, ``rollout``...). Returns how many rows were
@@ -168,13 +166,13 @@ def log_samples(run: "Run", rows: Iterable[Any], step: int | None = None, split:
         return 0
     ts = ts_now()
     with _counters_lock:
-        counters = _counters.setdefault(run, {})
+        counters: dict[tuple[int, str], int] = run.record_state(_COUNTERS, dict)
         indexes, nxt = _assign_indexes(built, counters.get((step, split), 0), step)
         for r, index in zip(built, indexes):
             r["sample_index"], r["step"], r["split"], r["ts"] = index, step, split, ts
         counters[(step, split)] = nxt
     for r in built:
-        run._append("samples", r)
+        run.append("samples", r)
     return len(built)
 
 
@@ -193,6 +191,7 @@ def _as_rows(rows: Any) -> list:
 def _build(row: Any, i: int) -> dict:
     where = f"sample row {i}"
     json_fields: list[str] = []
+    out: dict[str, Any]
     if isinstance(row, Mapping):
         missing = [k for k in ("input", "output") if k not in row]
         if missing:

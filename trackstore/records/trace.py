@@ -21,7 +21,10 @@ The promises this module keeps:
   reaches disk with the next flush. When the span ends, its final row follows. Readers keep
   one row per ``(trace_id, span_id)``: the final row if there is one, else the checkpoint
   (:func:`latest_rows` does this in Python; the ``spans`` SQL view does it in DuckDB). Spans
-  that end before the checkpointer looks at them (most of them) are written once.
+  that end before the checkpointer looks at them (most of them) are written once. When the
+  run finishes (also at exit and on SIGTERM) the spans still open are checkpointed first: the
+  checkpointer registers that with :meth:`~trackstore.records.sink.RecordSink.on_finish` when a
+  run's first span starts.
 * Tracing never raises into training for disk trouble; the caller's own mistakes (a bad
   ``kind``, a step, ``sample_index`` or ``rollout_n`` beyond int64, a reward too large for a
   float64, a finished run) raise :class:`~trackstore.errors.TrackstoreError` subclasses early,
@@ -31,6 +34,10 @@ The promises this module keeps:
   by ``seed``: which trajectories are kept depends only on the seed, the step and the sample
   indices, never on timing) and a ``token2text`` hook that decodes token-id fields
   (``prompt_ids`` -> ``prompt_text``...) with a tokenizer the caller passes.
+
+A trace writes through a record sink (:class:`~trackstore.records.sink.RecordSink`, which
+:class:`trackstore.Run` implements), and keeps its per-run settings and open spans in the run's
+own record state, so they live and die with the run.
 """
 
 from __future__ import annotations
@@ -45,16 +52,14 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from ..store.files import warn
 from ..errors import InvalidValueError, UsageError
 from ..store.clock import ts_now
-from .samples import as_score, clean_text, encode_json, plain
+from ..store.files import warn
 from ..store.values import as_index, as_step
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..write.run import Run
+from .samples import as_score, clean_text, encode_json, plain
+from .sink import RecordSink
 
 SPAN_KINDS = ("llm", "tool", "reward", "agent", "other")
 STATUSES = ("ok", "error", "unfinished")
@@ -62,7 +67,7 @@ TOKEN_FIELDS = ("prompt_ids", "response_ids", "token_ids", "input_ids", "output_
 
 F = TypeVar("F", bound=Callable[..., Any])
 _UNSET: Any = object()
-_current: contextvars.ContextVar["Span | None"] = contextvars.ContextVar("trackstore_current_span", default=None)
+_current: contextvars.ContextVar[Span | None] = contextvars.ContextVar("trackstore_current_span", default=None)
 
 
 # Ids come from a per-process PRNG seeded once from os.urandom (reseeded in forked children):
@@ -143,10 +148,23 @@ class TraceSettings:
     skip_special_tokens: bool = True
 
 
-_settings: "weakref.WeakKeyDictionary[Run, TraceSettings]" = weakref.WeakKeyDictionary()
+class _RunTracing:
+    """What tracing keeps per run, as the run's record state: :func:`configure`'s settings and
+    the open spans with their checkpointer (made when the run's first span starts)."""
+
+    def __init__(self) -> None:
+        self.settings: TraceSettings | None = None
+        self.open: _OpenSpans | None = None
 
 
-def configure(run: "Run", *, max_samples_per_step: int | None = None, seed: int = 0, token2text: Any = None,
+_STATE = "trace"  # record_state key
+
+
+def _tracing(run: RecordSink) -> _RunTracing:
+    return run.record_state(_STATE, _RunTracing)
+
+
+def configure(run: RecordSink, *, max_samples_per_step: int | None = None, seed: int = 0, token2text: Any = None,
               skip_special_tokens: bool = True) -> TraceSettings:
     """Set tracing options for ``run``: a bounded sampler and a token-decoding hook.
 
@@ -161,7 +179,7 @@ def configure(run: "Run", *, max_samples_per_step: int | None = None, seed: int 
         token2text=token2text,
         skip_special_tokens=skip_special_tokens,
     )
-    _settings[run] = s
+    _tracing(run).settings = s
     return s
 
 
@@ -199,10 +217,10 @@ def _with_text(value: Any, settings: TraceSettings | None) -> Any:
 class _OpenSpans:
     """The spans of one run that are open, and the thread that checkpoints the long-lived ones."""
 
-    def __init__(self, run: "Run"):
+    def __init__(self, run: RecordSink):
         self.lock = threading.Lock()
         self.spans: dict[str, Span] = {}
-        self.interval = max(0.05, float(getattr(run._writer, "flush_interval", 2.0)) / 2)
+        self.interval = max(0.05, float(run.flush_interval) / 2)
         self._run_ref = weakref.ref(run)
         self._thread = threading.Thread(target=self._loop, name="trackstore-span-checkpoint", daemon=True)
         self._thread.start()
@@ -237,43 +255,51 @@ class _OpenSpans:
         return n
 
 
-_open: "weakref.WeakKeyDictionary[Run, _OpenSpans]" = weakref.WeakKeyDictionary()
+    def checkpoint_before_finish(self) -> None:
+        """The run's finish callback: spans still open are written as ``unfinished``."""
+        try:
+            self.checkpoint(timeout=0.5)
+        except Exception as exc:  # finishing must go on whatever happens here
+            warn(f"could not record open spans at finish: {exc!r}")
+
+
 _open_lock = threading.Lock()
 
 
-def _open_spans(run: "Run") -> _OpenSpans:
+def _open_spans(run: RecordSink) -> _OpenSpans:
+    """The run's open spans, made (with the checkpointer, registered to run at finish) on first use."""
+    state = _tracing(run)
     with _open_lock:
-        reg = _open.get(run)
+        reg = state.open
         if reg is None:
-            reg = _open[run] = _OpenSpans(run)
+            reg = state.open = _OpenSpans(run)
+            run.on_finish(reg.checkpoint_before_finish)
         return reg
 
 
-def checkpoint_open_spans(run: "Run") -> int:
+def checkpoint_open_spans(run: RecordSink) -> int:
     """Write an ``unfinished`` row now for every open span of ``run`` (e.g. before a risky call).
 
     Returns how many rows were buffered; ``run.flush()`` puts them on disk.
     """
-    reg = _open.get(run)
+    reg = _tracing(run).open
     return reg.checkpoint() if reg is not None else 0
 
 
-def checkpoint_before_finish(run: "Run") -> None:
-    """Called by :meth:`Run.finish` (also on SIGTERM) just before the run closes: spans still
-    open are written as ``unfinished``, so ending a run mid-trajectory loses none of them."""
-    reg = _open.get(run)
+def checkpoint_before_finish(run: RecordSink) -> None:
+    """Write the spans of ``run`` still open as ``unfinished`` (never raises). :meth:`Run.finish`
+    (also at exit and on SIGTERM) does this just before the run closes, through the callback
+    the checkpointer registers with ``run.on_finish``: ending a run mid-trajectory loses none."""
+    reg = _tracing(run).open
     if reg is not None:
-        try:
-            reg.checkpoint(timeout=0.5)
-        except Exception as exc:  # finishing must go on whatever happens here
-            warn(f"could not record open spans at finish: {exc!r}")
+        reg.checkpoint_before_finish()
 
 
 # ---------------------------------------------------------------------- spans
 class Span:
     """One operation in a trajectory. Use as a context manager, or call :meth:`end`."""
 
-    def __init__(self, trace: "Trace", name: str, kind: str, parent: "Span | None", inputs: Any = _UNSET,
+    def __init__(self, trace: Trace, name: str, kind: str, parent: Span | None, inputs: Any = _UNSET,
                  attributes: Mapping[str, Any] | None = None, outputs: Any = _UNSET):
         self.trace = trace
         self.name = _check_name(name)
@@ -303,36 +329,36 @@ class Span:
         return f"<trackstore.Span {self.name!r} kind={self.kind} status={self.status}>"
 
     # -------------------------------------------------------------- what the caller records
-    def set_inputs(self, inputs: Any) -> "Span":
+    def set_inputs(self, inputs: Any) -> Span:
         self.inputs = inputs
         return self
 
-    def set_outputs(self, outputs: Any) -> "Span":
+    def set_outputs(self, outputs: Any) -> Span:
         self.outputs = outputs
         return self
 
-    def set_attribute(self, key: str, value: Any) -> "Span":
+    def set_attribute(self, key: str, value: Any) -> Span:
         self.attributes[str(key)] = value
         return self
 
-    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> "Span":
+    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> Span:
         self.attributes.update({str(k): v for k, v in dict(attributes or {}, **kw).items()})
         return self
 
-    def set_error(self, error: BaseException | str) -> "Span":
+    def set_error(self, error: BaseException | str) -> Span:
         """Mark the span failed (done automatically when an exception leaves the ``with``)."""
         self.status = "error"
         self.error = _error_text(error)
         return self
 
     def span(self, name: str, kind: str = "other", inputs: Any = _UNSET, outputs: Any = _UNSET,
-             attributes: Mapping[str, Any] | None = None) -> "Span":
+             attributes: Mapping[str, Any] | None = None) -> Span:
         """A child of this span (not yet started: use it in a ``with``). ``outputs`` may be
         given now or set later with :meth:`set_outputs`."""
         return Span(self.trace, name, kind, self, inputs=inputs, attributes=attributes, outputs=outputs)
 
     # -------------------------------------------------------------- lifecycle
-    def start(self) -> "Span":
+    def start(self) -> Span:
         """Start the span now (``with`` does this). It may be checkpointed from now on."""
         if self.start_ns:
             raise UsageError(f"span {self.name!r} was already started")
@@ -365,7 +391,7 @@ class Span:
                 reg.spans.pop(self.span_id, None)
                 self._write(self.status)
 
-    def __enter__(self) -> "Span":
+    def __enter__(self) -> Span:
         self.start()
         self._token = _current.set(self)
         return self
@@ -416,7 +442,7 @@ class Span:
             warn(f"span {self.name!r}: could not encode its data ({exc!r}); this row is stored without it")
             row = self._row(status, with_data=False)
         try:
-            self.trace.run._append("spans", row)
+            self.trace.run.append("spans", row)
             return True
         except UsageError:
             warn(f"span {self.name!r} ended after run {self.trace.run.id} finished; it was not recorded")
@@ -438,7 +464,7 @@ class Trace:
     is stored on the root span, other keyword arguments become the root span's attributes.
     """
 
-    def __init__(self, run: "Run", step: int | None = None, sample_index: int | None = None,
+    def __init__(self, run: RecordSink, step: int | None = None, sample_index: int | None = None,
                  rollout_n: int | None = None, name: str = "episode", *, validate: bool = False,
                  reward: Any = None, **attrs: Any):
         if run.finished:
@@ -453,7 +479,7 @@ class Trace:
         self.reward = as_score(reward, "trace reward")
         self.attributes: dict[str, Any] = dict(attrs)
         self.trace_id = new_trace_id()
-        self._settings = _settings.get(run)
+        self._settings = _tracing(run).settings
         sampler = self._settings.sampler if self._settings else None
         self.recording = True if sampler is None else sampler.keep(self.step, self.sample_index)
         self.root = Span(self, name, "agent", None)
@@ -465,19 +491,19 @@ class Trace:
     def __repr__(self) -> str:
         return f"<trackstore.Trace {self.name!r} step={self.step} sample_index={self.sample_index}>"
 
-    def set_reward(self, reward: Any) -> "Trace":
+    def set_reward(self, reward: Any) -> Trace:
         self.reward = as_score(reward, "trace reward")
         return self
 
-    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> "Trace":
+    def set_attributes(self, attributes: Mapping[str, Any] | None = None, **kw: Any) -> Trace:
         self.attributes.update({str(k): v for k, v in dict(attributes or {}, **kw).items()})
         return self
 
-    def set_inputs(self, inputs: Any) -> "Trace":
+    def set_inputs(self, inputs: Any) -> Trace:
         self.root.set_inputs(inputs)
         return self
 
-    def set_outputs(self, outputs: Any) -> "Trace":
+    def set_outputs(self, outputs: Any) -> Trace:
         self.root.set_outputs(outputs)
         return self
 
@@ -506,20 +532,20 @@ class Trace:
                       _trace=self)
 
     # -------------------------------------------------------------- lifecycle
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         self.root.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.root.__exit__(exc_type, exc, tb)
 
-    async def __aenter__(self) -> "Trace":
+    async def __aenter__(self) -> Trace:
         return self.__enter__()
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         self.__exit__(exc_type, exc, tb)
 
-    def start(self) -> "Trace":
+    def start(self) -> Trace:
         """Start the trajectory without a ``with`` block (it does not become the context's
         current trace: create its spans with :meth:`span` and ``start()``/``end()`` them)."""
         self.root.start()
@@ -561,6 +587,7 @@ def traced(fn: Callable | None = None, *, name: str | None = None, kind: str = "
 
         def open_span(args: tuple, kwargs: dict) -> Span | None:
             cur = _current.get()
+            parent: Span | None
             if _trace is not None:  # bound to one trace: traced while it is open, plain after
                 if _trace.root._ended or not _trace.root.start_ns:
                     return None

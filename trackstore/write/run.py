@@ -11,6 +11,10 @@ What a run promises training code:
   of each metric) is merged with whatever the user sets on ``run.summary``.
 * ``resume=True`` continues an existing run as a new attempt: steps continue after the largest
   step on disk, a new writer id guarantees no file is overwritten.
+* ``join=True`` makes this process a helper writer of a run another process owns (rollout or
+  data workers): it is resumed as above, and at exit it records only its own end, as
+  ``finished``; an uncaught exception, ``sys.exit`` or SIGTERM in the helper never fails the
+  owner's run. ``Run.mark_idle`` records such a writer as ended between batches of work.
 """
 
 from __future__ import annotations
@@ -24,21 +28,23 @@ import time
 import traceback
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from ..store import meta as _meta
 from ..errors import InvalidValueError, UsageError, WriteError
-from ..store.files import warn
+from ..store import meta as _meta
 from ..store.atomic import is_temp_file
 from ..store.clock import ts_now
+from ..store.files import warn
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
+T = TypeVar("T")
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
-_current: "Run | None" = None
-_live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
+_current: Run | None = None
+_live_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs this process owns: ended by its ending
+_joined_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs it joined (init(join=True)): see init
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 
@@ -46,7 +52,7 @@ _hooks_lock = threading.Lock()
 class Config(dict):
     """``run.config``: a dict whose changes after init are recorded (with their time) in run.json."""
 
-    def __init__(self, run: "Run", data: Mapping[str, Any]):
+    def __init__(self, run: Run, data: Mapping[str, Any]):
         super().__init__(data)
         self._run = run
 
@@ -55,7 +61,7 @@ class Config(dict):
         super().__setitem__(key, value)
         self._run._config_changed({key: value})
 
-    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override]
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
         changes = {str(k): json_safe(v) for k, v in dict(other, **kw).items()}
         super().update(changes)
         self._run._config_changed(changes)
@@ -74,7 +80,7 @@ class Config(dict):
 class Summary(dict):
     """``run.summary``: user-set values, which override the automatic last-value summary."""
 
-    def __init__(self, run: "Run", data: Mapping[str, Any]):
+    def __init__(self, run: Run, data: Mapping[str, Any]):
         super().__init__(data)
         self._run = run
 
@@ -82,13 +88,18 @@ class Summary(dict):
         super().__setitem__(key, json_safe(value))
         self._run._dirty = True
 
-    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override]
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
         super().update({str(k): json_safe(v) for k, v in dict(other, **kw).items()})
         self._run._dirty = True
 
 
 class Run:
-    """One run being written by this process. Create it with :func:`trackstore.init`."""
+    """One run being written by this process. Create it with :func:`trackstore.init`.
+
+    It is the record sink (:class:`trackstore.records.sink.RecordSink`) that samples, traces and
+    artifacts write through: :meth:`append`, :meth:`on_finish`, :meth:`record_state` and the
+    identity properties are all they use of it.
+    """
 
     def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int,
                  compact: bool = True):
@@ -109,6 +120,9 @@ class Run:
         self.config = Config(self, meta.get("config") or {})
         self.summary = Summary(self, meta.get("summary_user") or {})
         self._histogram_type = _histogram_type()
+        self._finish_callbacks: list[Callable[[], Any]] = []  # see on_finish
+        self._record_states: dict[str, Any] = {}  # see record_state
+        self._record_states_lock = threading.Lock()
         self._writer_info = {
             "writer_id": self.writer_id,
             "host": _meta.hostname(),
@@ -159,6 +173,11 @@ class Run:
     @property
     def finished(self) -> bool:
         return self._finished
+
+    @property
+    def flush_interval(self) -> float:
+        """Seconds between two flushes of this run's writer (``init(..., flush_interval=)``)."""
+        return self._writer.flush_interval
 
     def __repr__(self) -> str:
         return f"<trackstore.Run {self.project}/{self.id} name={self.name!r}>"
@@ -214,11 +233,59 @@ class Run:
         for key, hist in hists.items():
             self._writer.append("histograms", hist.to_row(key=key, step=step, ts=ts))
 
-    def _append(self, kind: str, row: dict) -> None:
-        """Buffer one record of a non-metric kind (used by samples, traces, artifacts)."""
+    # ------------------------------------------------------------------ the record sink
+    # What the record kinds (samples, traces, artifacts) use of a run: the members of
+    # trackstore.records.sink.RecordSink, all public, so records never reach into a Run.
+    def append(self, kind: str, row: dict) -> None:
+        """Buffer one record of a non-metric kind (``samples``, ``spans``, ``artifacts``...).
+
+        Raises :class:`UsageError` once the run is finished; never raises for disk trouble.
+        """
         if self._finished:
             raise UsageError(self._closed_message())
         self._writer.append(kind, row)
+
+    def on_finish(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` when this run finishes, just before it stops taking records.
+
+        Callbacks run once, in registration order, in the thread that finishes the run (also
+        at exit and on SIGTERM), while :meth:`append` still works: tracing writes the spans
+        still open then. One that raises is reported as a warning; finishing goes on. A
+        callback registered after the run finished is never called.
+        """
+        self._finish_callbacks.append(callback)
+
+    def record_state(self, key: str, factory: Callable[[], T]) -> T:
+        """Per-run state of a record kind: ``factory()`` on the first call with ``key``, the
+        same object on every later call (thread-safe: ``factory`` runs under a lock, so it must not
+        call ``record_state`` itself). It lives as long as this Run object."""
+        with self._record_states_lock:
+            try:
+                return self._record_states[key]
+            except KeyError:
+                state = self._record_states[key] = factory()
+                return state
+
+    def mark_idle(self, idle: bool = True) -> None:
+        """Record this process's writer of the run as ended (``idle=True``), or as running again
+        (``idle=False``), without finishing anything.
+
+        For a helper process (``init(..., join=True)``) that writes in batches and may be
+        stopped between them without its exit handlers running (Ray stops its workers that way
+        at the end of a job): readers call a run whose writers all died without ending
+        ``crashed``, so a helper marks itself idle once a batch is on disk (call :meth:`flush`
+        first: marking does not flush), and ``mark_idle(False)`` before it writes again. An
+        idle writer never counts as alive: the last other writer to finish sets the run's
+        status. No-op on a finished run; raises ``OSError`` if the writer file cannot be
+        written (the heartbeat rewrites it every few seconds anyway).
+        """
+        if self._finished:
+            return
+        if idle:
+            self._writer_info.update(status="finished", ended_at=_meta.iso(time.time()))
+        else:
+            self._writer_info.update(status="running", ended_at=None)
+        _meta.write_writer_file(self.paths, self._writer_info, durable=idle)
 
     def flush(self) -> bool:
         """Write everything buffered now (blocking). True if it all reached the disk."""
@@ -288,9 +355,9 @@ class Run:
                 updated_at=_meta.iso(time.time()),
                 heartbeat_at=_meta.iso(time.time()),
             )
-            steps = [s for s in steps if s is not None]
-            if steps:
-                meta["last_step"] = max(steps)
+            known = [s for s in steps if s is not None]
+            if known:
+                meta["last_step"] = max(known)
             parts = self._writer.parts_written
             _meta.write_run_json(self.paths, meta, durable=durable)
             self._meta = meta
@@ -328,20 +395,27 @@ class Run:
                 status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
             if status not in _meta.STATUSES:
                 raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
-            tracing = sys.modules.get("trackstore.records.trace")
-            if tracing is not None:  # spans still open now are kept, as 'unfinished'
-                tracing.checkpoint_before_finish(self)
+            self._run_finish_callbacks()  # e.g. spans still open now are kept, as 'unfinished'
             self._finished = True
             try:
                 report = self._end(status, exit_code, error, self._compact if compact is None else bool(compact))
             finally:
                 self._done.set()
                 _live_runs.discard(self)
+                _joined_runs.discard(self)
                 global _current
                 if _current is self:
                     _current = None
         if not report.ok:
             raise WriteError(f"run {self.id}: {report.describe()}")
+
+    def _run_finish_callbacks(self) -> None:
+        callbacks, self._finish_callbacks = self._finish_callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception as exc:  # finishing must go on whatever happens here
+                warn(f"run {self.id}: a finish callback failed ({exc!r}); the run is finished anyway")
 
     def _end(self, status: str, exit_code: int | None, error: str | None, compact: bool = True):
         report = self._writer.close()
@@ -415,7 +489,7 @@ class Run:
     def _fail(self, error: str) -> None:
         self._failed_error = error
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -470,6 +544,7 @@ def init(
     root: str | os.PathLike | None = None,
     run_id: str | None = None,
     resume: bool = False,
+    join: bool = False,
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     group: str | None = None,
     job_type: str | None = None,
@@ -489,12 +564,27 @@ def init(
     run does init wait, for gc's verdict (milliseconds; :class:`LockHeldError` after 60 s). A
     new run pays nothing for this. See :mod:`trackstore.upkeep.gc`.
 
+    ``join=True`` (needs ``run_id``) joins the run as a *helper* writer, for processes that
+    add records to a run another process owns (rollout workers writing traces, data workers):
+    the run is resumed as with ``resume=True`` (a new writer id; an unknown id creates the
+    run), and this process's ending never decides how the run ended. At exit the joined run is
+    finished with status ``finished`` (its data flushed, its writer recorded as ended); an
+    uncaught exception, ``sys.exit(n)`` or SIGTERM in this process does not mark it ``failed``
+    (SIGTERM leaves it to the owner: what was not flushed is lost, so flush after each batch).
+    The run's status is set by the last of its writers to finish, as always, so the owner's
+    ``failed`` is never overwritten. :meth:`Run.mark_idle` records a helper as ended between
+    batches, for helpers stopped without running their exit handlers.
+
     ``compact`` (default on, off with ``TRACKSTORE_COMPACT=0``): keep the run's part files
     few. The writer merges its own files as it goes (:mod:`trackstore.write.rolling`) and the last
     writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
     flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
     """
     global _current
+    if join:
+        if run_id is None:
+            raise UsageError("init(join=True) needs the run_id of the run to join")
+        resume = True
     if run_id is not None:
         validate_run_id(run_id)
     paths = run_paths(resolve_root(root), project, run_id or new_run_id())
@@ -565,7 +655,7 @@ def init(
     attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
     run._meta["attempts"] = attempts
     run._write_meta(durable=True)
-    _live_runs.add(run)
+    (_joined_runs if join else _live_runs).add(run)
     _install_process_hooks()
     _current = run
     # The writer thread has been loading pyarrow meanwhile; wait for it (about 0.3 s, once), so
@@ -822,6 +912,11 @@ def _finish_at_exit() -> None:
     _exiting = True
     status, code, error = _exit_status()
     with _signals_deferred():
+        for run in list(_joined_runs):  # this process only helped: its ending is not the run's
+            try:
+                run.finish(status="finished")
+            except Exception as exc:  # atexit context: report, never raise
+                sys.stderr.write(f"trackstore: WARNING: finishing joined run {run.id}: {exc}\n")
         for run in list(_live_runs):
             try:
                 run.finish(code, status=status, error=run._failed_error or error)
@@ -876,12 +971,14 @@ def _handle_sigterm(signum, frame):
 
 def _after_fork_in_child() -> None:
     """A forked child (DataLoader and rollout workers, ``multiprocessing`` with fork) inherits
-    the parent's runs, atexit hook and SIGTERM handler. Its copies are disowned, so neither its
-    exit nor a SIGTERM to it (torch terminates stuck workers that way) touches the parent's run."""
+    the parent's runs, atexit hook and SIGTERM handler. Its copies (of the runs the parent owns
+    or joined) are disowned, so neither its exit nor a SIGTERM to it (torch terminates stuck
+    workers that way) touches the parent's run."""
     global _current, _busy_depth
-    for run in list(_live_runs):
+    for run in [*_live_runs, *_joined_runs]:
         run._forked_copy()
     _live_runs.clear()
+    _joined_runs.clear()
     _current = None
     _busy_depth = 0
     _deferred_signals.clear()
