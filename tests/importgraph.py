@@ -177,3 +177,35 @@ def module_attribute_uses(path: Path, importer: str) -> list[tuple[str, str, str
             if target != importer:
                 out.append((node.value.id, target, node.attr, node.lineno))
     return out
+
+
+def foreign_private_attributes(path: Path) -> list[tuple[str, int, str]]:
+    """``obj._x`` uses in one file where ``_x`` is defined nowhere in that file: (attr, line, text).
+
+    Defined means: a function, class, argument or name of that spelling, an attribute assigned
+    anywhere in the file, or a string constant (``__slots__`` entries). ``self``/``cls`` are skipped.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    defined: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            defined.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, ast.ImportFrom):
+            defined.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            defined.add(node.value)
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if node.attr not in defined:
+            out.append((node.attr, node.lineno, ast.unparse(node)))
+    return out
