@@ -15,7 +15,7 @@ short count. So, per run and destination:
   than sending around the hole, keeps a restored file sendable: wandb and SwanLab cannot take
   a point for a step they have already moved past;
 * a damaged part every row of which this destination has already acknowledged (known from its
-  ``writer``/``seq`` columns, or from its name: :func:`trackstore.read.reader.part_row_ids`) is at
+  ``writer``/``seq`` columns, or from its name: :func:`trackstore.store.parts.part_row_ids`) is at
   the target already: the run syncs on, the file is reported, and ``--verify`` counts its rows
   as stored.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from trackstore.errors import CorruptFileError, StoreError
 from trackstore.store.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, RunPaths
 from trackstore.store.ranges import RangeSet
-from trackstore.read.reader import part_row_ids
+from trackstore.store.parts import part_row_ids
 
 
 class GapError(StoreError):

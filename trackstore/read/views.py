@@ -63,6 +63,7 @@ from ..store import schema as _schema
 from ..errors import CorruptFileError, QueryError
 from ..store.last_rows import COLUMN as LAST_OF_KEY
 from ..store.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs, resolve_root
+from ..store.parts import check_part, find_unreadable, part_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -95,85 +96,6 @@ def warn_skipped(path, problem, *, stacklevel: int = 2) -> None:
     """Warn that a damaged part file is left out of an answer (views, curves)."""
     warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` to quarantine it)",
                   SkippedFileWarning, stacklevel=stacklevel + 1)
-
-
-# ---------------------------------------------------------------------- part file checks
-_frame_cache: dict[tuple[str, int, int], str | None] = {}
-
-
-def check_part(path: str | os.PathLike) -> str | None:
-    """Why ``path`` is not a complete Parquet file, or None when its framing is sound.
-
-    Cheap (two small reads): magic bytes at both ends and a footer length that fits the file.
-    That catches truncation, garbage and half-copied files; damage inside data pages is caught
-    when DuckDB reads them. Results are cached by (path, size, mtime).
-    """
-    p = os.fspath(path)
-    try:
-        st = os.stat(p)
-    except OSError as exc:
-        return f"cannot stat: {exc.strerror or exc}"
-    key = (p, st.st_size, st.st_mtime_ns)
-    if key in _frame_cache:
-        return _frame_cache[key]
-    problem: str | None = None
-    try:
-        with open(p, "rb") as f:
-            if st.st_size < 12:
-                problem = f"too small to be a Parquet file ({st.st_size} bytes)"
-            else:
-                head = f.read(4)
-                f.seek(-8, os.SEEK_END)
-                tail = f.read(8)
-                footer_len = int.from_bytes(tail[:4], "little")
-                if head != b"PAR1":
-                    problem = "not a Parquet file (bad magic bytes at the start)"
-                elif tail[4:] != b"PAR1":
-                    problem = "truncated or incomplete (no Parquet footer at the end)"
-                elif footer_len <= 0 or footer_len > st.st_size - 12:
-                    problem = f"footer length {footer_len} does not fit a {st.st_size}-byte file"
-    except OSError as exc:
-        problem = f"cannot read: {exc.strerror or exc}"
-    if len(_frame_cache) > 200_000:
-        _frame_cache.clear()
-    _frame_cache[key] = problem
-    return problem
-
-
-def find_unreadable(paths: Iterable[str]) -> dict[str, str]:
-    """The files among ``paths`` whose Parquet footer pyarrow cannot parse (the slow, exact check)."""
-    import pyarrow.parquet as pq
-
-    out = {}
-    for p in paths:
-        try:
-            pq.read_metadata(p)
-        except Exception as exc:
-            out[p] = f"unreadable Parquet footer ({exc})"
-    return out
-
-
-_schema_cache: dict[tuple[str, int, int], tuple] = {}
-
-
-def part_schema(path: str) -> tuple:
-    """``((column, type), ...)`` of a part file, from its footer (cached by path, size and mtime).
-
-    Raises when the footer cannot be parsed. Knowing every file's columns lets the views skip
-    DuckDB's ``union_by_name`` (which re-reads every footer at every query) when all files of a
-    kind share one schema, the common case.
-    """
-    import pyarrow.parquet as pq
-
-    st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns)
-    found = _schema_cache.get(key)
-    if found is None:
-        found = tuple((f.name, str(f.type)) for f in pq.read_schema(path))
-        if len(_schema_cache) > 200_000:
-            _schema_cache.clear()
-        _schema_cache[key] = found
-    return found
 
 
 @dataclass

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from .atomic import read_json, write_json_atomic
-from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths
+from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .meta import iso
 from .ranges import RangeSet
 from .schema import KINDS
@@ -213,30 +213,31 @@ def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None =
             yield c
 
 
-def read_row_ids(paths: RunPaths, kind: str, *, attempts: int = 3):
+def read_row_ids(paths: RunPaths, kind: str):
     """The ``writer``/``seq`` columns of every readable row of one kind, and the parts that
     could not be read: ``(pyarrow Table, [Path, ...])``.
 
     A damaged part's rows can neither be counted nor synced; callers that must not mistake
     them for "nothing pending" (gc) look at the second element. A part that vanishes while
     being read was replaced by a compaction swap, so the kind is listed and read again
-    (undercounting would make pending rows look acknowledged).
+    (:func:`trackstore.store.layout.relist`; undercounting would make pending rows look
+    acknowledged); parts still vanishing at the last attempt count as unreadable, since
+    the rows read are not known to be complete.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for _ in range(attempts):
-        tables, damaged, vanished = [], [], []
-        for part in paths.parts(kind):
-            try:
-                tables.append(pq.read_table(part, columns=["writer", "seq"]))
-            except FileNotFoundError:
-                vanished.append(part)
-            except Exception:
-                damaged.append(part)  # doctor reports it; it cannot be synced either
-        if not vanished:
-            break
-    damaged += vanished  # still changing after every attempt: not known to be complete
+    def ids(part: Path):
+        try:
+            return pq.read_table(part, columns=["writer", "seq"])
+        except FileNotFoundError:
+            raise  # a swap: relist reads the folder again
+        except Exception:
+            return part  # damaged: doctor reports it; it cannot be synced either
+
+    found, vanished = relist(paths.kind_dir(kind), ids)
+    tables = [t for t in found if not isinstance(t, Path)]
+    damaged = [p for p in found if isinstance(p, Path)] + vanished
     if not tables:
         return pa.table({"writer": pa.array([], pa.string()), "seq": pa.array([], pa.int64())}), damaged
     return pa.concat_tables(tables), damaged

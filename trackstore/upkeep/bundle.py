@@ -36,7 +36,7 @@ What import promises:
   and named by writer and first seq, so runs merge by row identity: an incoming part whose
   ``(writer, seq)`` rows are already present (even in a compacted file) is skipped, a part with
   new rows is added, a compacted incoming file replaces the small local parts it covers (with
-  the atomic folder swap of :mod:`trackstore.upkeep.compact`). A file with the same name and other
+  the atomic folder swap of :mod:`trackstore.store.merge`). A file with the same name and other
   bytes, a partial overlap of rows, or a run.json describing a different run (another
   ``created_at``) is a :class:`~trackstore.errors.BundleError` and nothing is changed.
   ``run.json`` and writer heartbeats: the newer one wins.
@@ -227,13 +227,13 @@ class _Member:
 
 def _run_files(paths: RunPaths) -> Iterator[Path]:
     """Files of a run folder worth carrying: no temp files, no compaction leftovers."""
-    from .compact import MARKER, STAGING_PREFIX
+    from ..store.layout import MERGE_MARKER, MERGE_STAGING_PREFIX
 
     for dirpath, dirs, files in os.walk(paths.dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(STAGING_PREFIX))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(MERGE_STAGING_PREFIX))
         for f in sorted(files):
             p = Path(dirpath) / f
-            if is_temp_file(p) or f == MARKER or p.is_symlink() or not p.is_file():
+            if is_temp_file(p) or f == MERGE_MARKER or p.is_symlink() or not p.is_file():
                 continue
             yield p
 
@@ -639,7 +639,7 @@ class ImportResult:
 
 
 def _coverage(path: Path, kind: str) -> RangeSet:
-    from ..read.reader import read_part
+    from ..store.parts import read_part
 
     rs = RangeSet()
     rs.add_table(read_part(path, kind, columns=["writer", "seq"]))
@@ -806,7 +806,7 @@ def _newer(a: dict | None, b: dict | None, key: str) -> bool:
 
 def _merge_run(root: Path, staged_run: Path, local: RunPaths, files: dict, base: str, apply: bool) -> RunImport:
     """Plan (``apply=False``: only raise on conflicts) or apply the merge of one staged run."""
-    from .compact import replace_kind_dir
+    from ..store.merge import replace_kind_dir
     from ..store.schema import KINDS
 
     ri = RunImport(local.project, local.run_id)

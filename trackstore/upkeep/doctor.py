@@ -31,7 +31,7 @@ check                    --fix
 ``unreadable_cursor``    sync cursor that is not valid JSON: quarantined
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
-``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.upkeep.compact.recover`)
+``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.store.merge.recover`)
 ``repeated_rows``        (``deep`` only) row ids ``(writer, seq)`` held by more than one row of a
                          kind of a run (:func:`trackstore.upkeep.bundle.repeated_row_ids`): reported only
 ``import_leftover``      staging folder of an interrupted import: quarantined
@@ -56,8 +56,8 @@ from pathlib import Path
 
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
-from ..store.layout import (PART_SUFFIX, PROJECT_PREFIX, QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths,
-                     iter_run_dirs, resolve_root)
+from ..store.layout import (MERGE_STAGING_PREFIX, PART_SUFFIX, PROJECT_PREFIX, QUARANTINE_DIR, RUN_FILE, RUN_PREFIX,
+                             SYNC_DIR, RunPaths, iter_run_dirs, resolve_root)
 
 TEMP_AGE_S = 600.0
 
@@ -109,7 +109,7 @@ def _maintenance_running(root: Path) -> bool:
 def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding | None:
     import pyarrow.parquet as pq
 
-    from ..read.reader import schema_problem
+    from ..store.parts import schema_problem
     from ..store.schema import SCHEMA_VERSION, file_version
 
     try:
@@ -133,7 +133,7 @@ def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding |
 
 def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool, temp_age_s: float,
                now: float) -> list[Finding]:
-    from .compact import has_leftovers
+    from ..store.merge import has_leftovers
     from ..store.schema import KINDS
 
     out: list[Finding] = []
@@ -148,7 +148,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
     # files
     kind_of_dir = {paths.kind_dir(kind): kind for kind in KINDS}
     for dirpath, dirs, files in os.walk(run_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".compact-"))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(MERGE_STAGING_PREFIX))
         for name in sorted(files):
             p = Path(dirpath) / name
             if is_temp_file(p):
@@ -378,7 +378,7 @@ def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
 def fix(report: Report) -> Report:
     """Repair or quarantine every finding of ``report`` (under the store's maintenance lock)."""
     from ..store import locks
-    from .compact import recover_kind_dir
+    from ..store.merge import recover_kind_dir
     from .gc import archive_cursors, clean_trash
 
     root = report.root

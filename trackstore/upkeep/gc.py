@@ -66,7 +66,7 @@ from ..errors import UsageError
 from ..store.layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
 from ..store.schema import KINDS
 from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
-from ..read.views import find_unreadable
+from ..store.parts import find_unreadable
 
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 CHANGED = "changed since the plan"

@@ -313,7 +313,7 @@ class Run:
         queries over many finished runs fast; ``compact`` (default: the ``compact`` given to
         :func:`init`) turns that off for this call. It is skipped when a sync, gc or other
         writer is busy with the run, and never raises (see
-        :func:`trackstore.upkeep.compact.compact_finished_run`).
+        :func:`trackstore.store.merge.compact_finished_run`).
 
         A run some of whose rows could not be stored (the disk failed until the end, a value
         that could not be converted) ends ``failed`` with ``write_errors`` saying what was lost.
@@ -389,7 +389,7 @@ class Run:
 
     def _merge_parts_at_end(self) -> None:
         """Merge the finished run's part files; a failure only costs query speed, so it warns."""
-        from ..upkeep.compact import compact_finished_run
+        from ..store.merge import compact_finished_run
 
         try:
             compact_finished_run(self.paths)
@@ -561,7 +561,7 @@ def init(
             meta["job_type"] = job_type
         paths.dir.mkdir(parents=True, exist_ok=True)
         if compact is None:
-            from ..upkeep.compact import compact_default
+            from .rolling import compact_default
 
             compact = compact_default()
         run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
