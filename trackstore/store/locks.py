@@ -89,11 +89,8 @@ from typing import Any, Iterator
 
 from . import meta as _meta
 from ..errors import LockHeldError, StoreError, UsageError
-from .layout import RunPaths
+from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, RunPaths
 
-LOCKS_DIR = "_locks"
-LOCK_SUFFIX = ".lock"
-GUARD_SUFFIX = ".guard"
 STALE_AFTER_S = 300.0
 POLL_S = 0.2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
@@ -590,9 +587,6 @@ def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str
 
 
 # ---------------------------------------------------------------------------- run claims
-CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
-
-
 def claim_run(paths: RunPaths) -> Path | None:
     """Claim an existing run folder for a process about to write it: ``_writers/<id>.claim``
     (host, pid, process start time, time), written durably. gc counts a live claim as a live

@@ -69,7 +69,7 @@ from ..store import meta as _meta
 from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
 from ..read.catalog import RunInfo
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
-from ..store.layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
+from ..store.layout import IMPORT_DIR, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
 from ..store.names import validate_project, validate_run_id
 from ..store.ranges import RangeSet
 
@@ -77,7 +77,6 @@ TOP = "trackstore-bundle"
 MANIFEST = "manifest.json"
 FORMAT = "trackstore-bundle"
 BUNDLE_VERSION = 2  # 2: the manifest is the first member (1, trackstore 0.1.0's first bundles: the last)
-IMPORT_DIR = "_import"
 CHUNK = 1 << 20
 MAX_MANIFEST = 256 << 20  # a million files listed take about 150 MB
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -56,8 +56,8 @@ from pathlib import Path
 
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
-from ..store.layout import (MERGE_STAGING_PREFIX, PART_SUFFIX, PROJECT_PREFIX, QUARANTINE_DIR, RUN_FILE, RUN_PREFIX,
-                             SYNC_DIR, RunPaths, iter_run_dirs, resolve_root)
+from ..store.layout import (ARCHIVE_DIR, IMPORT_DIR, LOCK_SUFFIX, MERGE_STAGING_PREFIX, PART_SUFFIX, PROJECT_PREFIX,
+                             QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths, iter_run_dirs, resolve_root)
 
 TEMP_AGE_S = 600.0
 
@@ -224,8 +224,6 @@ def _check_run_json(paths: RunPaths, writers: list[dict], live: bool, now: float
 
 
 def _check_sync(root: Path, now: float) -> list[Finding]:
-    from .gc import ARCHIVE_DIR
-
     out = []
     base = root / SYNC_DIR
     if not base.is_dir():
@@ -259,7 +257,6 @@ def _check_sync(root: Path, now: float) -> list[Finding]:
 
 def _check_store_level(root: Path, maintenance: bool) -> list[Finding]:
     from ..store import locks
-    from .bundle import IMPORT_DIR
     from .gc import trash_entries
 
     out = []
@@ -275,8 +272,8 @@ def _check_store_level(root: Path, maintenance: bool) -> list[Finding]:
                                    "run `trackstore doctor --fix` to quarantine it, then import the bundle again"))
     d = locks.locks_dir(root)
     if d.is_dir():
-        for p in sorted(d.glob(f"*{locks.LOCK_SUFFIX}")):
-            st = locks.read_lock(root, p.name[: -len(locks.LOCK_SUFFIX)])
+        for p in sorted(d.glob(f"*{LOCK_SUFFIX}")):
+            st = locks.read_lock(root, p.name[: -len(LOCK_SUFFIX)])
             if st is not None and st.stale:
                 out.append(Finding("stale_lock", p, f"{st.describe()} — that process is gone",
                                    "nothing to do: the next command takes it over (--fix removes it)", "warning"))
@@ -432,7 +429,7 @@ def _fix_one(root, f: Finding, q: _Quarantine, archive_cursors, clean_trash, rec
     if f.check == "compaction_leftover":
         return "; ".join(recover_kind_dir(f.path)) or "resolved"
     if f.check == "stale_lock":
-        name = f.path.name[: -len(locks.LOCK_SUFFIX)]
+        name = f.path.name[: -len(LOCK_SUFFIX)]
         st = locks.read_lock(root, name)
         if st is None:
             return "already gone"

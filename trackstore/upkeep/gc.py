@@ -63,12 +63,11 @@ from ..store import locks as _locks
 from ..store import meta as _meta
 from ..read.catalog import RunInfo, list_runs, load_run
 from ..errors import UsageError
-from ..store.layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
+from ..store.layout import ARCHIVE_DIR, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
 from ..store.schema import KINDS
 from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
 from ..store.parts import find_unreadable
 
-ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 CHANGED = "changed since the plan"
 CHANGED_WHILE_PLANNING = "changed while gc was planning; run gc again"
 
