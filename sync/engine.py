@@ -39,7 +39,8 @@ from trackstore.errors import TargetUnreachableError, TrackstoreError
 from trackstore.store.layout import resolve_root
 from trackstore.store.meta import iso
 from trackstore.read.reader import read_kind
-from trackstore.store.ledger import Cursor, load_cursor, redact_text, save_cursor
+from trackstore.store.ledger import Cursor, load_cursor, save_cursor
+from trackstore.store.redact import redact_text
 
 from . import gaps
 from .adapter import Adapter, PermanentError, RetryableError, SendResult

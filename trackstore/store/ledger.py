@@ -10,7 +10,8 @@ without importing the sync engine); :mod:`trackstore.sync` is its only writer.
 
 A *destination* is a target plus where it points (an MLflow tracking URI, a wandb
 entity/project, a SwanLab host), so one run synced to two MLflow servers has two cursors.
-Credentials are stripped from destinations before they are stored (:func:`redact_url`).
+Credentials are stripped from destinations before they are stored
+(:func:`trackstore.store.redact.redact_url`).
 
 A cursor holds, per record kind, the :class:`~trackstore.store.ranges.RangeSet` of ``(writer, seq)``
 rows the target acknowledged (plus rows it cannot hold, counted in ``skipped`` and reported);
@@ -27,7 +28,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
-from urllib.parse import urlsplit, urlunsplit
 
 from .atomic import read_json, write_json_atomic
 from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
@@ -37,28 +37,6 @@ from .schema import KINDS
 
 CURSOR_VERSION = 1
 TERMINAL = ("finished", "failed", "crashed")
-
-
-def redact_url(value: str) -> str:
-    """Drop ``user:password@`` from a URL (and token-looking query values) before storing or printing."""
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return value
-    if not parts.scheme or not parts.netloc:
-        return value
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = re.sub(r"(?i)((?:token|key|secret|password|passwd|auth)[^=&]*=)[^&]*", r"\1***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
-_SECRET_ARG = re.compile(r"(?i)((?:api[_-]?key|token|secret|password|passwd)\s*[=:]\s*)[^\s&,'\"]+")
-
-
-def redact_text(text: str) -> str:
-    """Remove credentials from free text (error messages that quote URLs or headers)."""
-    return _SECRET_ARG.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 def destination_id(target: str, destination: str) -> str:
