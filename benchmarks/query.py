@@ -61,7 +61,8 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
 
     from trackstore.store import schema
     from trackstore.store.layout import RunPaths, part_file_name
-    from trackstore.store.meta import iso, write_run_json
+    from trackstore.store.clock import iso
+    from trackstore.store.meta import write_run_json
     from trackstore.store.parts import write_part
 
     marker = root / "_bench.json"

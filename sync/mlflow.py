@@ -43,7 +43,7 @@ from typing import Any
 
 from trackstore.errors import TargetUnreachableError
 from trackstore.store.layout import target_dir
-from trackstore.store.meta import parse_iso
+from trackstore.store.clock import parse_iso
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions

@@ -264,10 +264,11 @@ def _mark_idle(run: Any, idle: bool) -> None:
     truth. Uses the run's writer record (``Run._writer_info``), as the heartbeat does.
     """
     from trackstore.store import meta
+    from trackstore.store.clock import iso
 
     info = run._writer_info
     if idle:
-        info.update(status="finished", ended_at=meta.iso(time.time()))
+        info.update(status="finished", ended_at=iso(time.time()))
     else:
         info.update(status="running", ended_at=None)
     meta.write_writer_file(run.paths, info, durable=idle)

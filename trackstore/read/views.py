@@ -364,7 +364,8 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     import pyarrow as pa
 
     from .catalog import list_runs
-    from ..store.meta import INT64_MAX, INT64_MIN, parse_time
+    from ..store.clock import parse_time
+    from ..store.meta import INT64_MAX, INT64_MIN
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).

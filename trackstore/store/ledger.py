@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 
 from .atomic import read_json, write_json_atomic
 from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
-from .meta import iso
+from .clock import iso
 from .ranges import RangeSet
 from .schema import KINDS
 

@@ -88,6 +88,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import meta as _meta
+from .clock import iso, parse_iso
+from .host import hostname, pid_alive, process_start_ticks
 from ..errors import LockHeldError, StoreError, UsageError
 from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, RunPaths
 
@@ -152,9 +154,9 @@ def _is_stale(data: dict | None, path: Path, stale_after: float, now: float | No
             return now - path.stat().st_mtime > stale_after
         except FileNotFoundError:
             return True
-    if data.get("host") == _meta.hostname() and isinstance(data.get("pid"), int):
-        return not _meta.pid_alive(data["pid"], data.get("pid_start"))
-    beat = _meta.parse_iso(data.get("heartbeat_at")) or _meta.parse_iso(data.get("created_at"))
+    if data.get("host") == hostname() and isinstance(data.get("pid"), int):
+        return not pid_alive(data["pid"], data.get("pid_start"))
+    beat = parse_iso(data.get("heartbeat_at")) or parse_iso(data.get("created_at"))
     return beat is None or now - beat > stale_after
 
 
@@ -264,7 +266,7 @@ class Lock:
 
     def refresh(self) -> None:
         """Heartbeat: rewrite ``heartbeat_at``. Raises LockHeldError if the lock is no longer ours."""
-        self._data["heartbeat_at"] = _meta.iso(time.time())
+        self._data["heartbeat_at"] = iso(time.time())
         self._rewrite()
 
     def set_info(self, **fields: Any) -> None:
@@ -361,12 +363,12 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
         now = time.time()
         data = {
             "name": name,
-            "host": _meta.hostname(),
+            "host": hostname(),
             "pid": os.getpid(),
-            "pid_start": _meta.process_start_ticks(os.getpid()),
+            "pid_start": process_start_ticks(os.getpid()),
             "token": secrets.token_hex(8),
-            "created_at": _meta.iso(now),
-            "heartbeat_at": _meta.iso(now),
+            "created_at": iso(now),
+            "heartbeat_at": iso(now),
             "info": dict(info or {}),
         }
         with _guard(path):
@@ -595,9 +597,9 @@ def claim_run(paths: RunPaths) -> Path | None:
     from .atomic import write_json_atomic
     from .layout import new_writer_id
 
-    now = _meta.iso(time.time())
-    claim = {"claim_id": new_writer_id(), "host": _meta.hostname(), "pid": os.getpid(),
-             "pid_start": _meta.process_start_ticks(os.getpid()), "heartbeat_at": now}
+    now = iso(time.time())
+    claim = {"claim_id": new_writer_id(), "host": hostname(), "pid": os.getpid(),
+             "pid_start": process_start_ticks(os.getpid()), "heartbeat_at": now}
     path = paths.writers_dir / f"{claim['claim_id']}{CLAIM_SUFFIX}"
     try:
         paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder

@@ -66,6 +66,8 @@ from typing import IO, Any, Iterable, Iterator, Sequence
 
 from ..store.files import sha256_file
 from ..store import meta as _meta
+from ..store.clock import iso, parse_iso
+from ..store.host import hostname
 from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
 from ..read.catalog import RunInfo
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
@@ -308,8 +310,8 @@ def _manifest_base(kind: str, compress: str | None) -> dict:
     from .._version import __version__
     from ..store.schema import SCHEMA_VERSION
 
-    return {"format": FORMAT, "version": BUNDLE_VERSION, "kind": kind, "created_at": _meta.iso(time.time()),
-            "source_host": _meta.hostname(), "trackstore_version": __version__, "schema_version": SCHEMA_VERSION,
+    return {"format": FORMAT, "version": BUNDLE_VERSION, "kind": kind, "created_at": iso(time.time()),
+            "source_host": hostname(), "trackstore_version": __version__, "schema_version": SCHEMA_VERSION,
             "compression": compress}
 
 
@@ -798,8 +800,8 @@ def _plan_kind(local: RunPaths, staged_dir: Path, kind: str, files: dict[str, tu
 
 def _newer(a: dict | None, b: dict | None, key: str) -> bool:
     """Is ``a`` newer than ``b`` by the ISO timestamp ``key``?"""
-    ta = _meta.parse_iso((a or {}).get(key))
-    tb = _meta.parse_iso((b or {}).get(key))
+    ta = parse_iso((a or {}).get(key))
+    tb = parse_iso((b or {}).get(key))
     return ta is not None and (tb is None or ta > tb)
 
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..store import meta as _meta
+from ..store.clock import iso
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
 from ..store.layout import (ARCHIVE_DIR, IMPORT_DIR, LOCK_SUFFIX, MERGE_STAGING_PREFIX, PART_SUFFIX, PROJECT_PREFIX,
                              QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths, iter_run_dirs, resolve_root)
@@ -312,7 +313,7 @@ class _Quarantine:
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.rename(path, dest)
         self.reasons.append({"from": str(rel), "to": str(dest.relative_to(self.root)), "why": why,
-                             "at": _meta.iso(time.time())})
+                             "at": iso(time.time())})
         write_json_atomic(self.dir / "reasons.json", self.reasons)
         return dest
 
@@ -328,9 +329,9 @@ def _rebuild_run_json(paths: RunPaths) -> dict:
     first = min(mtimes) if mtimes else time.time()
     last = max(mtimes) if mtimes else time.time()
     return {"format_version": _meta.META_VERSION, "project": paths.project, "run_id": paths.run_id,
-            "name": paths.run_id, "status": "crashed", "created_at": _meta.iso(first), "ended_at": _meta.iso(last),
-            "updated_at": _meta.iso(last), "config": {}, "tags": [], "summary": {},
-            "recovered_by": "trackstore doctor", "recovered_at": _meta.iso(time.time())}
+            "name": paths.run_id, "status": "crashed", "created_at": iso(first), "ended_at": iso(last),
+            "updated_at": iso(last), "config": {}, "tags": [], "summary": {},
+            "recovered_by": "trackstore doctor", "recovered_at": iso(time.time())}
 
 
 def _mark_crashed(paths: RunPaths) -> str | None:
@@ -341,8 +342,8 @@ def _mark_crashed(paths: RunPaths) -> str | None:
     if info is None or info.status != "crashed":
         return None
     meta = dict(info.meta)
-    meta.update(status="crashed", ended_at=info.ended_at or _meta.iso(time.time()),
-                crash_detected_by="trackstore doctor", crash_detected_at=_meta.iso(time.time()))
+    meta.update(status="crashed", ended_at=info.ended_at or iso(time.time()),
+                crash_detected_by="trackstore doctor", crash_detected_at=iso(time.time()))
     if info.last_step is not None:
         meta["last_step"] = info.last_step
     _meta.write_run_json(paths, meta)
