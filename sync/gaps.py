@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trackstore.errors import CorruptFileError, StoreError
-from trackstore.store.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, RunPaths
+from trackstore.store.layout import PROJECT_PREFIX, RUN_PREFIX, RunPaths, is_part_name
 from trackstore.store.ranges import RangeSet
 from trackstore.store.parts import part_row_ids
 
@@ -110,7 +110,7 @@ def quarantined_parts(root: Path) -> dict[tuple[str, str], int]:
     for entry in quarantine_listing(root):
         parts = Path(str(entry.get("from", ""))).parts
         if (len(parts) >= 4 and parts[0].startswith(PROJECT_PREFIX) and parts[1].startswith(RUN_PREFIX)
-                and parts[-1].endswith(PART_SUFFIX) and not parts[-1].startswith(".")):
+                and is_part_name(parts[-1])):
             key = (parts[0][len(PROJECT_PREFIX):], parts[1][len(RUN_PREFIX):])
             counts[key] = counts.get(key, 0) + 1
     return counts

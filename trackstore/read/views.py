@@ -62,8 +62,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from ..store import schema as _schema
 from ..errors import CorruptFileError, QueryError
 from ..store.last_rows import COLUMN as LAST_OF_KEY
-from ..store.layout import (ARTIFACTS_DIR, MANIFEST_DIR, PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs,
-                             resolve_root)
+from ..store.layout import (ARTIFACTS_DIR, MANIFEST_DIR, PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, is_part_name,
+                             iter_run_dirs, resolve_root)
 from ..store.parts import check_part, find_unreadable, part_schema
 from .guard import check_read_only, clean_error, mentions_sync_state
 
@@ -130,7 +130,7 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
             with entries:
                 linked = run_linked or _linked_below(rdir, d)
                 for e in entries:
-                    if not e.name.endswith(PART_SUFFIX) or e.name.startswith("."):
+                    if not is_part_name(e.name):
                         continue
                     problem = _outside_store(e.path, real_root) if linked or e.is_symlink() else None
                     problem = problem or check_part(e.path)

@@ -71,7 +71,8 @@ from ..store.host import hostname
 from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
 from ..read.catalog import RunInfo
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
-from ..store.layout import IMPORT_DIR, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
+from ..store.layout import (IMPORT_DIR, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, is_part_name,
+                             resolve_root)
 from ..store.names import validate_project, validate_run_id
 from ..store.ranges import RangeSet
 
@@ -856,7 +857,7 @@ def _merge_run(root: Path, staged_run: Path, local: RunPaths, files: dict, base:
         if kp.remove:
             def build(staging: Path, kp=kp, kind_dir=kind_dir) -> list[str]:
                 for f in kind_dir.iterdir():
-                    if f.name.endswith(".parquet") and not f.name.startswith(".") and f.name not in kp.remove:
+                    if is_part_name(f.name) and f.name not in kp.remove:
                         os.link(f, staging / f.name)
                 for f in kp.add:
                     os.rename(f, staging / f.name)

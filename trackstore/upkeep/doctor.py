@@ -57,8 +57,9 @@ from pathlib import Path
 from ..store import meta as _meta
 from ..store.clock import iso
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
-from ..store.layout import (ARCHIVE_DIR, IMPORT_DIR, LOCK_SUFFIX, MERGE_STAGING_PREFIX, PART_SUFFIX, PROJECT_PREFIX,
-                             QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths, iter_run_dirs, resolve_root)
+from ..store.layout import (ARCHIVE_DIR, IMPORT_DIR, LOCK_SUFFIX, MERGE_STAGING_PREFIX, PROJECT_PREFIX,
+                             QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths, is_part_name, iter_run_dirs,
+                             resolve_root)
 
 TEMP_AGE_S = 600.0
 
@@ -162,7 +163,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
                 out.append(Finding("temp_file", p, f"leftover temporary file ({p.stat().st_size} bytes, "
                                    f"{age / 3600:.1f} h old) from an interrupted write",
                                    "run `trackstore doctor --fix` to quarantine it (it was never visible to readers)"))
-            elif name.endswith(PART_SUFFIX) and not name.startswith("."):
+            elif is_part_name(name):
                 f = _check_parquet(p, deep, kind_of_dir.get(Path(dirpath)))
                 if f is not None:
                     out.append(f)
