@@ -98,7 +98,8 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=width, soft_wrap=False)
 
 
-def _cell(value: Any) -> str:
+def format_cell(value: Any) -> str:
+    """One value as a table cell (the rich tables and csv output share it)."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -165,7 +166,7 @@ def emit(
             w = csv.writer(out)
             w.writerow(columns)
             for r in rows:
-                w.writerow([_cell(r.get(c)) for c in columns])
+                w.writerow([format_cell(r.get(c)) for c in columns])
         else:
             if output is not None:
                 from rich.console import Console
@@ -179,7 +180,7 @@ def emit(
             for c in columns:
                 t.add_column(str(c), overflow="fold")
             for r in rows:
-                t.add_row(*[_cell(r.get(c)) for c in columns])
+                t.add_row(*[format_cell(r.get(c)) for c in columns])
             con.print(t)
             if total is not None and total > len(rows):
                 con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")

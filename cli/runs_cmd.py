@@ -13,7 +13,7 @@ from typing_extensions import Annotated
 
 from trackstore.store.meta import STATUSES
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, _cell, choices, console, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, format_cell, choices, console, emit
 from .sql_cmd import ParamOpt
 
 RunStatus = choices("RunStatus", STATUSES)
@@ -174,7 +174,7 @@ def show(
         t.add_column(c, overflow="fold", justify="left" if c in ("key", "steps") else "right")
     for m in overview:
         t.add_row(m["key"], str(m["points"]), f"{m['first_step']}..{m['last_step']}",
-                  *[_cell(m[c]) for c in ("last", "min", "max")])
+                  *[format_cell(m[c]) for c in ("last", "min", "max")])
     if overview:
         con.print(t)
     else:

@@ -290,7 +290,7 @@ class Engine:
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
         acked = cursor.acked_set(kind)
         for batch in self._batches(kind, table):
-            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": _batch_id(kind, batch),
+            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_for(kind, batch),
                                "since": iso(time.time())}
             save_cursor(self.root, cursor)
             result: SendResult = self._call(res, lambda b=batch: self.adapter.send(kind, b, cursor))
@@ -447,7 +447,9 @@ def _not_in(acked, table):
     return pc.invert(acked.mask(table))
 
 
-def _batch_id(kind: str, batch) -> str:
+def batch_id_for(kind: str, batch) -> str:
+    """The id of a batch of rows of ``kind``: the same rows always get the same id (adapters
+    store it at the target to tell, after a cut, whether the batch arrived)."""
     h = hashlib.sha256(kind.encode())
     h.update(repr(_ids(batch).to_json()).encode())
     return h.hexdigest()[:16]

@@ -391,9 +391,9 @@ class MlflowAdapter(Adapter):
                 result.skip("metric value is null", 1)
                 continue
             metrics.append(Metric(mk, v, t // 1000, s))
-        from .engine import _batch_id
+        from .engine import batch_id_for
 
-        tag = RunTag(BATCH_TAG.format(kind="metrics"), _batch_id("metrics", rows))
+        tag = RunTag(BATCH_TAG.format(kind="metrics"), batch_id_for("metrics", rows))
         self._do("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
         return result
 
@@ -445,10 +445,10 @@ class MlflowAdapter(Adapter):
             # artifact files and traces are addressed by name / trace tag: resending them is a
             # no-op overwrite (files) or skipped after a search (traces)
             return rows
-        from .engine import _batch_id
+        from .engine import batch_id_for
 
         run = self._do("get run", self.client.get_run, rid)
-        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == _batch_id("metrics", rows):
+        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == batch_id_for("metrics", rows):
             return rows.slice(0, 0)
         mapping = cursor.remote.get("key_map") or {}
         keys = rows.column("key").to_pylist()

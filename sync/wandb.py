@@ -374,9 +374,9 @@ class WandbAdapter(Adapter):
         return self._pending[kind]
 
     def _send_steps(self, kind: str, rows, cursor) -> SendResult:
-        from .engine import _batch_id
+        from .engine import batch_id_for
 
-        batch_id = _batch_id(kind, rows)
+        batch_id = batch_id_for(kind, rows)
         if batch_id not in self._staged:
             self._staged[batch_id] = self._log_batch(kind, rows, cursor)
         result, carried, dropped, upto = self._staged[batch_id]
@@ -488,7 +488,7 @@ class WandbAdapter(Adapter):
         return skips
 
     def _send_spans(self, rows, cursor) -> SendResult:
-        from .engine import _batch_id
+        from .engine import batch_id_for
         from trackstore.records.samples import decode_json as _loads
 
         wandb = self._import()
@@ -516,11 +516,11 @@ class WandbAdapter(Adapter):
             self._wb.log_artifact(art)
         except Exception as exc:
             raise self._wrap(exc, "log trajectories") from exc
-        self._barrier(_batch_id("spans", rows))
+        self._barrier(batch_id_for("spans", rows))
         return result
 
     def _send_artifacts(self, rows, cursor) -> SendResult:
-        from .engine import _batch_id
+        from .engine import batch_id_for
 
         wandb = self._import()
         result = SendResult()
@@ -548,7 +548,7 @@ class WandbAdapter(Adapter):
                 self._wb.log_artifact(art, aliases=list(dict.fromkeys(aliases)) or None)
             except Exception as exc:
                 raise self._wrap(exc, f"log artifact {name}") from exc
-        self._barrier(_batch_id("artifacts", rows))
+        self._barrier(batch_id_for("artifacts", rows))
         return result
 
     # ------------------------------------------------------------------ reading back
@@ -575,7 +575,7 @@ class WandbAdapter(Adapter):
         """Rows of an interrupted batch that no transaction log of the run holds."""
         import pyarrow as pa
 
-        from .engine import _batch_id
+        from .engine import batch_id_for
 
         logs = self._contents(cursor, wait=True)
         before = self._last_step
@@ -593,7 +593,7 @@ class WandbAdapter(Adapter):
                         carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
                 self._pending.pop(other, None)
             self._save_sets(cursor, "carried", carried)
-        if _batch_id(kind, rows) in logs.markers:
+        if batch_id_for(kind, rows) in logs.markers:
             return rows.slice(0, 0)  # the marker follows the whole batch in the log
         if kind not in STEP_KINDS:
             return rows  # artifact versions are content-addressed: a resend adds no version
