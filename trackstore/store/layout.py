@@ -62,6 +62,7 @@ ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of runs gc deleted
 LOCKS_DIR = "_locks"
 LOCK_SUFFIX = ".lock"
 GUARD_SUFFIX = ".guard"
+STALE_LOCK_MARK = ".stale-"  # .<name>.lock.stale-<token>: a stale lock moved aside while it is taken over
 CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
 IMPORT_DIR = "_import"
 TMP_SUFFIX = ".tmp"

@@ -91,7 +91,7 @@ from . import meta as _meta
 from .clock import iso, parse_iso
 from .host import hostname, pid_alive, process_start_ticks
 from ..errors import LockHeldError, StoreError, UsageError
-from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, RunPaths
+from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, STALE_LOCK_MARK, RunPaths
 
 STALE_AFTER_S = 300.0
 POLL_S = 0.2
@@ -333,7 +333,7 @@ def _take_over(path: Path, judged: tuple | None) -> None:
     unreadable lock created by someone else between the judgement and the rename is
     recognised and restored, never deleted.
     """
-    aside = path.with_name(f".{path.name}.stale-{secrets.token_hex(4)}")
+    aside = path.with_name(f".{path.name}{STALE_LOCK_MARK}{secrets.token_hex(4)}")
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -647,7 +647,7 @@ def release_claim(path: Path) -> None:
 
 
 def is_lock_file(path: Path) -> bool:
-    return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or ".lock.stale-" in path.name
+    return path.name.endswith((LOCK_SUFFIX, GUARD_SUFFIX)) or f"{LOCK_SUFFIX}{STALE_LOCK_MARK}" in path.name
 
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
