@@ -4,14 +4,14 @@
     .venv/bin/python benchmarks/query.py --quick    # 1M and 5M points, for a quick look
 
 Stores are built once under ``--dir`` (default ``/tmp/trackstore-bench``) and reused when the
-sizes match. Parts are written with :func:`trackstore.write.writer.write_part` (the writer's own
+sizes match. Parts are written with :func:`trackstore.store.parts.write_part` (the writer's own
 schema, encodings and atomic rename), so they are exactly what training leaves on disk:
 ``runs`` runs x ``steps`` steps x ``keys`` keys, in 5 part files per run (one per flush), plus
 100,000 samples (a fifth of them mention "reward hacking" somewhere in their text). Each store
 is then asked the questions twice:
 
 * **as finished runs leave it**: every run merged by
-  :func:`trackstore.upkeep.compact.compact_finished_run`, what ``finish()`` does when a run's last
+  :func:`trackstore.store.merge.compact_finished_run`, what ``finish()`` does when a run's last
   writer ends (one key-clustered metrics part per run);
 * **as flushed**: the 5 parts per run as they are while runs are still being written (or
   finished with ``compact=False``).
@@ -61,8 +61,9 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
 
     from trackstore.store import schema
     from trackstore.store.layout import RunPaths, part_file_name
-    from trackstore.store.meta import iso, write_run_json
-    from trackstore.write.writer import write_part
+    from trackstore.store.clock import iso
+    from trackstore.store.meta import write_run_json
+    from trackstore.store.parts import write_part
 
     marker = root / "_bench.json"
     spec = {"runs": runs, "steps": steps, "keys": keys, "samples": samples, "v": 4}
@@ -121,7 +122,7 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
 def finished_copy(root: Path) -> Path:
     """A copy of ``root`` as finished runs leave it: each run merged as ``finish()`` merges it."""
     from trackstore.read.catalog import list_runs
-    from trackstore.upkeep.compact import compact_finished_run
+    from trackstore.store.merge import compact_finished_run
 
     out = root.with_name(root.name + "-finished")
     marker = (root / "_bench.json").read_text()

@@ -21,7 +21,7 @@ def _since_ts(since: str) -> float:
     import time
 
     from trackstore.errors import UsageError
-    from trackstore.store.meta import parse_iso
+    from trackstore.store.clock import parse_iso
     from trackstore.store.units import parse_duration
 
     try:
@@ -51,7 +51,7 @@ def export(
     from trackstore.read.catalog import list_runs, resolve_runs
     from trackstore.errors import UsageError
     from trackstore.store.layout import resolve_root
-    from trackstore.store.meta import parse_iso
+    from trackstore.store.clock import parse_iso
     from trackstore.store.units import format_bytes, parse_size
 
     root_path = resolve_root(root)

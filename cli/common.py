@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import typer
-from typing import Annotated
+from typing_extensions import Annotated
 
 _ROOT_HELP = "Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns."
 
@@ -99,7 +99,7 @@ def console(stderr: bool = False):
 
 
 def cell(value: Any) -> str:
-    """One value as table text."""
+    """One value as a table cell (the rich tables and csv output share it)."""
     if value is None:
         return ""
     if isinstance(value, float):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
-from typing import Annotated
+from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, console, emit
 from .sql_cmd import StrictOpt, open_store

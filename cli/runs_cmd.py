@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import List, Optional
 
 import typer
-from typing import Annotated
+from typing_extensions import Annotated
 
 from trackstore.store.meta import STATUSES
 

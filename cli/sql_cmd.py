@@ -94,7 +94,8 @@ def sql(
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
     sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
-    from trackstore.read.views import mentions_sync_state, run_sql
+    from trackstore.read.guard import mentions_sync_state
+    from trackstore.read.views import run_sql
 
     if query == "-":
         query = sys.stdin.read()

@@ -37,9 +37,10 @@ from trackstore.store import ledger as syncstate
 from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.errors import TargetUnreachableError, TrackstoreError
 from trackstore.store.layout import resolve_root
-from trackstore.store.meta import iso
+from trackstore.store.clock import iso
 from trackstore.read.reader import read_kind
-from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, redact_text, save_cursor
+from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor
+from trackstore.store.redact import redact_text
 
 from . import gaps
 from .adapter import Adapter, PermanentError, RetryableError, SendResult
@@ -132,7 +133,7 @@ def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
     if opts.finished_only:
         runs = [r for r in runs if r.status in TERMINAL]
     if opts.since_s is not None:
-        from trackstore.store.meta import parse_iso
+        from trackstore.store.clock import parse_iso
 
         cutoff = time.time() - opts.since_s
         runs = [r for r in runs if (parse_iso(r.meta.get("created_at")) or 0) >= cutoff]
@@ -466,6 +467,8 @@ def _not_in(acked, table):
 
 
 def batch_id_of(kind: str, batch) -> str:
+    """The id of a batch of rows of ``kind``: the same rows always get the same id (adapters
+    store it at the target to tell, after a cut, whether the batch arrived)."""
     h = hashlib.sha256(kind.encode())
     h.update(repr(_ids(batch).to_json()).encode())
     return h.hexdigest()[:16]

@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
-from trackstore.store.meta import parse_iso
-from trackstore.store.ledger import redact_text, redact_url
+from trackstore.store.layout import target_dir
+from trackstore.store.clock import parse_iso
+from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
 
@@ -113,7 +114,7 @@ class MlflowAdapter(Adapter):
         uri = options.uri or os.environ.get("MLFLOW_TRACKING_URI")
         self._embedded = uri is None
         if uri is None:
-            base = Path(options.store_root or ".") / "_mlflow"
+            base = target_dir(options.store_root or ".", "mlflow")
             uri = f"sqlite:///{base / 'mlflow.db'}"
         self.uri = uri
         self._client = None
@@ -134,7 +135,7 @@ class MlflowAdapter(Adapter):
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
             if self._embedded:
-                (Path(self.options.store_root or ".") / "_mlflow").mkdir(parents=True, exist_ok=True)
+                target_dir(self.options.store_root or ".", "mlflow").mkdir(parents=True, exist_ok=True)
             import logging
 
             for name in ("mlflow", "alembic"):  # keep cron output to what trackstore says
@@ -239,7 +240,7 @@ class MlflowAdapter(Adapter):
         if exp is None:
             kwargs = {}
             if _is_local_uri(self.uri):
-                art = Path(self.options.store_root or ".") / "_mlflow" / "artifacts"
+                art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
                 if not self._embedded and self.uri.startswith("sqlite:"):
                     art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
                 kwargs["artifact_location"] = art.absolute().as_uri()

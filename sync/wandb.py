@@ -68,8 +68,9 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
+from trackstore.store.layout import target_dir
 from trackstore.store.ranges import RangeSet
-from trackstore.store.ledger import redact_text, redact_url
+from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .trajectories import ready_trajectories
@@ -158,7 +159,7 @@ class WandbAdapter(Adapter):
         self.mode = {"dryrun": "offline", "run": "online"}.get(mode, mode)
         if self.mode not in ("online", "offline"):
             raise PermanentError(f"wandb mode {mode!r} cannot sync; use online or offline")
-        base = options.logdir or os.environ.get("WANDB_DIR") or str(Path(options.store_root or ".") / "_wandb")
+        base = options.logdir or os.environ.get("WANDB_DIR") or str(target_dir(options.store_root or ".", "wandb"))
         self.root_dir = Path(base).expanduser().absolute()
         self.base_url = (options.uri or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.entity = options.entity or os.environ.get("WANDB_ENTITY") or None

@@ -325,7 +325,8 @@ def _backdate(paths, days):
     """Make a run look created, updated and ended ``days`` ago (what --since looks at)."""
     import time
 
-    from trackstore.store.meta import iso, read_run_json, write_run_json
+    from trackstore.store.clock import iso
+    from trackstore.store.meta import read_run_json, write_run_json
 
     meta = read_run_json(paths)
     t = iso(time.time() - days * 86400)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.query_fixtures import make_run
-from trackstore.store.meta import iso
+from trackstore.store.clock import iso
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore.upkeep import compact as C
+from trackstore.store import merge as C
 from trackstore.read.reader import read_kind
+from trackstore.upkeep.compact import compact
 from trackstore.store.ledger import load_cursor, pending_counts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +44,7 @@ def test_compaction_keeps_rows_and_query_answers(root):
     before_sql = [sql(root, q) for q in QUERIES]
     before = store_snapshot(root)
     assert len(a.parts("metrics")) == 6 and len(a.parts("samples")) == 6
-    results = C.compact(root, [a, b])
+    results = compact(root, [a, b])
     assert all(r.changed and not r.skipped for r in results)
     for p in (a, b):
         for kind in ("metrics", "samples"):
@@ -55,7 +56,7 @@ def test_compaction_keeps_rows_and_query_answers(root):
     assert [sql(root, q) for q in QUERIES] == before_sql
     assert not any(n.startswith(".compact") for n in os.listdir(a.dir))
     # a second pass has nothing to do
-    assert not any(r.changed for r in C.compact(root, [a, b]))
+    assert not any(r.changed for r in compact(root, [a, b]))
 
 
 def test_merged_metrics_are_clustered_by_key_and_skippable(root, tmp_path):
@@ -72,7 +73,7 @@ def test_merged_metrics_are_clustered_by_key_and_skippable(root, tmp_path):
     assert len(paths.parts("metrics")) == 4
     before = sql(root, "SELECT key, step, value, seq FROM metrics ORDER BY ALL")
     latest_before = sql(root, "SELECT key, step, value FROM latest ORDER BY ALL")
-    assert C.compact(root, [paths])[0].changed
+    assert compact(root, [paths])[0].changed
     (merged,) = paths.parts("metrics")
     table = pq.read_table(merged)
     body = table.filter(pc.invert(table.column("last_of_key")))
@@ -100,7 +101,7 @@ def test_cursor_stays_exact_across_compaction(root):
     pending_before = pending_counts(p, cursor)
     rest_before = read_kind(p, "metrics", exclude=cursor.acked["metrics"]).to_pylist()
     assert pending_before["metrics"] == total - total // 2
-    C.compact(root, [p])
+    compact(root, [p])
     assert len(p.parts("metrics")) == 1
     cursor = load_cursor(root, cursor.target, cursor.destination, p.project, p.run_id)
     assert pending_counts(p, cursor) == pending_before
@@ -135,12 +136,12 @@ def test_run_being_synced_is_skipped(root):
     child = python_child(code)
     try:
         assert child.stdout.readline().strip() == "held"
-        (res,) = C.compact(root, [p])
+        (res,) = compact(root, [p])
         assert res.skipped and "being synced" in res.skipped and len(p.parts("metrics")) == 4
     finally:
         child.kill()
         child.wait()
-    assert C.compact(root, [p])[0].changed
+    assert compact(root, [p])[0].changed
 
 
 def test_reader_sees_old_or_new_never_both(root):
@@ -235,7 +236,7 @@ def test_product_readers_stay_exact_while_compaction_swaps(root):
         import os, sys, time
         from pathlib import Path
         sys.path.insert(0, {REPO!r})
-        from trackstore.upkeep import compact as C
+        from trackstore.store import merge as C
         kind_dir, forms = Path({str(kind_dir)!r}), [Path({str(forms[0])!r}), Path({str(forms[1])!r})]
         swaps = 0
         print("ready", flush=True)
@@ -272,7 +273,7 @@ def _kill_at(root, p, where):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {REPO!r})
-        from trackstore.upkeep import compact as C
+        from trackstore.store import merge as C
         from trackstore.store.layout import RunPaths
         def die(*a, **k):
             os.kill(os.getpid(), 9)
@@ -367,7 +368,7 @@ def test_sync_half_compact_sync_rest_is_exact_at_the_target(root, tmp_path, monk
     log(range(50, 100))
     run.finish(compact=False)
     assert len(run.paths.parts("metrics")) == 10
-    (res,) = C.compact(root, [run.paths])
+    (res,) = compact(root, [run.paths])
     assert res.changed and len(run.paths.parts("metrics")) == 1
     rest = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root, timeout=300)
     assert rest.returncode == 0, rest.stderr

@@ -147,8 +147,8 @@ def test_live_run_and_write_in_progress_are_left_alone(root):
 
 def test_leftovers_of_interrupted_operations(root):
     from trackstore.store import locks
-    from trackstore.upkeep.bundle import IMPORT_DIR
-    from trackstore.upkeep.compact import MARKER
+    from trackstore.store.layout import IMPORT_DIR
+    from trackstore.store.layout import MERGE_MARKER as MARKER
 
     p = make_run(root)
     staging = p.dir / ".compact-metrics-0000abcd"

@@ -11,7 +11,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.upkeep import compact as C
+from trackstore.store import merge as C
 from trackstore.store import locks
 from trackstore.read.catalog import resolve_run
 from trackstore.read.reader import read_kind
@@ -166,7 +166,7 @@ def test_sigkill_during_the_merge_at_finish_loses_nothing(root, where):
         import os, sys
         sys.path.insert(0, {REPO!r})
         import trackstore
-        from trackstore.upkeep import compact as C
+        from trackstore.store import merge as C
         def die(*a, **k):
             os.kill(os.getpid(), 9)
         {where}

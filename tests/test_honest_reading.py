@@ -31,7 +31,7 @@ from trackstore.upkeep import doctor as D
 from trackstore.read.catalog import list_runs
 from trackstore.cli.main import main as cli_main
 from trackstore.store.layout import RunPaths
-from trackstore.store.meta import iso, parse_iso
+from trackstore.store.clock import iso, parse_iso
 from trackstore.read.reader import read_kind
 
 GOOD_RUNS = 3

@@ -11,7 +11,7 @@ import time
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.upkeep import compact as C
+from trackstore.store import merge as C
 from trackstore.store import locks
 from trackstore.write import rolling as R
 from trackstore.store.layout import RunPaths
@@ -127,7 +127,7 @@ def test_sigkill_during_a_rolling_merge_loses_nothing(root):
         import os, sys
         sys.path.insert(0, {REPO!r})
         import trackstore
-        from trackstore.upkeep import compact as C
+        from trackstore.store import merge as C
         real = C._exchange
         def die(a, b):
             os.kill(os.getpid(), 9)

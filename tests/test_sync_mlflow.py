@@ -79,8 +79,8 @@ def test_full_roundtrip(root, mlflow_uri):
     assert r.data.tags["mlflow.note.content"] == "hello" and r.data.tags["t1"] == "true"
     assert r.data.tags["mlflow.runName"] == "exp"
     meta = json.loads((run.dir / "run.json").read_text())
-    created = int(trackstore.store.meta.parse_iso(meta["created_at"]) * 1000)
-    ended = int(trackstore.store.meta.parse_iso(meta["ended_at"]) * 1000)
+    created = int(trackstore.store.clock.parse_iso(meta["created_at"]) * 1000)
+    ended = int(trackstore.store.clock.parse_iso(meta["ended_at"]) * 1000)
     assert r.info.start_time == created and r.info.end_time == ended
     assert r.info.status == "FINISHED"
     files = [f.path for f in c.list_artifacts(r.info.run_id, "trackstore/samples/val")]

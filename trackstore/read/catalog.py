@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..store import meta as _meta
+from ..store.clock import iso, parse_iso
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store.layout import RunPaths, iter_run_dirs, resolve_root
 from ..store.meta import RunJsonWarning
@@ -78,9 +79,9 @@ class RunInfo:
         recorded = self.meta.get("ended_at")
         if self.extent is None:
             return recorded
-        times = [_meta.parse_iso(recorded), _meta.parse_iso(self.meta.get("heartbeat_at")), self.extent.last_ts]
-        times += [_meta.parse_iso(w.get("heartbeat_at")) for w in self.writers]
-        return _meta.iso(max((t for t in times if t is not None), default=None))
+        times = [parse_iso(recorded), parse_iso(self.meta.get("heartbeat_at")), self.extent.last_ts]
+        times += [parse_iso(w.get("heartbeat_at")) for w in self.writers]
+        return iso(max((t for t in times if t is not None), default=None))
 
     def row(self) -> dict[str, Any]:
         """The run as a flat record with the columns of the ``runs`` view."""

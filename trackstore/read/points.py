@@ -60,11 +60,11 @@ def run_keys(paths: RunPaths, *, on_corrupt: str = "warn") -> list[str]:
 
 
 def _each_part(paths: RunPaths, on_corrupt: str, read) -> list:
-    """``read(ParquetFile)`` of every metrics part, as :func:`trackstore.read.reader.each_part` lists
+    """``read(ParquetFile)`` of every metrics part, as :func:`trackstore.store.parts.each_part` lists
     them; a damaged one is skipped with a warning, or raises with ``on_corrupt="error"``."""
     import pyarrow.parquet as pq
 
-    from .reader import each_part
+    from ..store.parts import each_part
     from .views import warn_skipped
 
     if on_corrupt not in ("warn", "error"):

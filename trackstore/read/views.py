@@ -62,7 +62,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from ..store import schema as _schema
 from ..errors import CorruptFileError, QueryError
 from ..store.last_rows import COLUMN as LAST_OF_KEY
-from ..store.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, iter_run_dirs, resolve_root
+from ..store.layout import (ARTIFACTS_DIR, MANIFEST_DIR, PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, is_part_name,
+                             iter_run_dirs, resolve_root)
+from ..store.parts import check_part, find_unreadable, part_schema
+from .guard import check_read_only, clean_error, mentions_sync_state
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -72,20 +75,13 @@ RECORD_KINDS = _schema.KINDS  # metrics, samples, spans, histograms, artifacts
 VIEWS = ("runs", *RECORD_KINDS, "sync_state", "latest", "metric_summary")
 
 _KIND_GLOB = {k: f"{k}/*{PART_SUFFIX}" for k in RECORD_KINDS}
-_KIND_GLOB["artifacts"] = f"artifacts/_manifest/*{PART_SUFFIX}"
+_KIND_GLOB["artifacts"] = f"{ARTIFACTS_DIR}/{MANIFEST_DIR}/*{PART_SUFFIX}"
 
 SYNC_STATE_COLUMNS = (
     ("target", "string"), ("destination", "string"), ("project", "string"), ("run_id", "string"),
     ("kind", "string"), ("acked_rows", "int64"), ("pending_rows", "int64"), ("skipped_rows", "int64"),
     ("remote_id", "string"), ("synced_status", "string"), ("last_sync_at", "ts"), ("last_error", "string"),
 )
-
-# Statement types a read-only query may use. DESCRIBE, SHOW and SUMMARIZE parse as SELECT;
-# EXPLAIN is allowed when what it explains is a SELECT.
-_ALLOWED_STATEMENTS = ("SELECT",)
-_ALLOWED_PRAGMAS = re.compile(r"^\s*PRAGMA\s+(table_info|show|show_tables|show_tables_expanded|version)\b",
-                              re.IGNORECASE)
-
 
 class SkippedFileWarning(UserWarning):
     """A damaged part file was left out of the views (the message names it)."""
@@ -95,85 +91,6 @@ def warn_skipped(path, problem, *, stacklevel: int = 2) -> None:
     """Warn that a damaged part file is left out of an answer (views, curves)."""
     warnings.warn(f"skipping damaged data file {path}: {problem} (run `trackstore doctor` to quarantine it)",
                   SkippedFileWarning, stacklevel=stacklevel + 1)
-
-
-# ---------------------------------------------------------------------- part file checks
-_frame_cache: dict[tuple[str, int, int], str | None] = {}
-
-
-def check_part(path: str | os.PathLike) -> str | None:
-    """Why ``path`` is not a complete Parquet file, or None when its framing is sound.
-
-    Cheap (two small reads): magic bytes at both ends and a footer length that fits the file.
-    That catches truncation, garbage and half-copied files; damage inside data pages is caught
-    when DuckDB reads them. Results are cached by (path, size, mtime).
-    """
-    p = os.fspath(path)
-    try:
-        st = os.stat(p)
-    except OSError as exc:
-        return f"cannot stat: {exc.strerror or exc}"
-    key = (p, st.st_size, st.st_mtime_ns)
-    if key in _frame_cache:
-        return _frame_cache[key]
-    problem: str | None = None
-    try:
-        with open(p, "rb") as f:
-            if st.st_size < 12:
-                problem = f"too small to be a Parquet file ({st.st_size} bytes)"
-            else:
-                head = f.read(4)
-                f.seek(-8, os.SEEK_END)
-                tail = f.read(8)
-                footer_len = int.from_bytes(tail[:4], "little")
-                if head != b"PAR1":
-                    problem = "not a Parquet file (bad magic bytes at the start)"
-                elif tail[4:] != b"PAR1":
-                    problem = "truncated or incomplete (no Parquet footer at the end)"
-                elif footer_len <= 0 or footer_len > st.st_size - 12:
-                    problem = f"footer length {footer_len} does not fit a {st.st_size}-byte file"
-    except OSError as exc:
-        problem = f"cannot read: {exc.strerror or exc}"
-    if len(_frame_cache) > 200_000:
-        _frame_cache.clear()
-    _frame_cache[key] = problem
-    return problem
-
-
-def find_unreadable(paths: Iterable[str]) -> dict[str, str]:
-    """The files among ``paths`` whose Parquet footer pyarrow cannot parse (the slow, exact check)."""
-    import pyarrow.parquet as pq
-
-    out = {}
-    for p in paths:
-        try:
-            pq.read_metadata(p)
-        except Exception as exc:
-            out[p] = f"unreadable Parquet footer ({exc})"
-    return out
-
-
-_schema_cache: dict[tuple[str, int, int], tuple] = {}
-
-
-def part_schema(path: str) -> tuple:
-    """``((column, type), ...)`` of a part file, from its footer (cached by path, size and mtime).
-
-    Raises when the footer cannot be parsed. Knowing every file's columns lets the views skip
-    DuckDB's ``union_by_name`` (which re-reads every footer at every query) when all files of a
-    kind share one schema, the common case.
-    """
-    import pyarrow.parquet as pq
-
-    st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns)
-    found = _schema_cache.get(key)
-    if found is None:
-        found = tuple((f.name, str(f.type)) for f in pq.read_schema(path))
-        if len(_schema_cache) > 200_000:
-            _schema_cache.clear()
-        _schema_cache[key] = found
-    return found
 
 
 @dataclass
@@ -213,7 +130,7 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
             with entries:
                 linked = run_linked or _linked_below(rdir, d)
                 for e in entries:
-                    if not e.name.endswith(PART_SUFFIX) or e.name.startswith("."):
+                    if not is_part_name(e.name):
                         continue
                     problem = _outside_store(e.path, real_root) if linked or e.is_symlink() else None
                     problem = problem or check_part(e.path)
@@ -293,7 +210,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                 # sound framing but an unreadable footer: find the file, then skip it or fail
                 culprits = find_unreadable(good[kind])
                 if not culprits:
-                    raise QueryError(f"cannot read the {kind} files of {root_path}: {_clean(exc)} "
+                    raise QueryError(f"cannot read the {kind} files of {root_path}: {clean_error(exc)} "
                                      "(run `trackstore doctor`)") from None
                 for path, problem in culprits.items():
                     if on_corrupt == "error":
@@ -335,7 +252,7 @@ def confine(con, root: Path) -> None:
 
 def _kind_of(path: str) -> str:
     parts = Path(path).parts
-    if len(parts) >= 3 and parts[-2] == "_manifest":
+    if len(parts) >= 3 and parts[-2] == MANIFEST_DIR:
         return "artifacts"
     return parts[-2] if len(parts) >= 2 else ""
 
@@ -447,7 +364,8 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     import pyarrow as pa
 
     from .catalog import list_runs
-    from ..store.meta import INT64_MAX, INT64_MIN, parse_time
+    from ..store.clock import parse_time
+    from ..store.meta import INT64_MAX, INT64_MIN
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
@@ -527,69 +445,6 @@ def _create_helper_views(con) -> None:
 
 
 # ---------------------------------------------------------------------- executing
-def check_read_only(sql: str) -> None:
-    """Raise :class:`QueryError` unless ``sql`` is one read-only statement (a query)."""
-    import duckdb
-
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(f"SQL error: {_clean(exc)}") from None
-    if not statements:
-        raise QueryError("empty query")
-    if len(statements) > 1:
-        raise QueryError(f"one statement at a time, got {len(statements)} (remove the ';'-separated extras)")
-    st = statements[0]
-    kind = st.type.name
-    if kind == "EXPLAIN":  # EXPLAIN ANALYZE runs what it explains: that must be a query too
-        if not _explains_a_query(st.query):
-            raise QueryError("refused: EXPLAIN may only explain a query (EXPLAIN ANALYZE runs the statement "
-                             "it explains); trackstore SQL is read-only")
-        return
-    if kind in _ALLOWED_STATEMENTS:
-        return
-    if kind == "PRAGMA" and _ALLOWED_PRAGMAS.match(st.query):
-        return
-    raise QueryError(f"refused: {kind} statements are not allowed; trackstore SQL is read-only "
-                     "(SELECT, WITH, EXPLAIN, DESCRIBE, SHOW, SUMMARIZE, PRAGMA table_info)")
-
-
-def _explains_a_query(sql: str) -> bool:
-    """Whether an ``EXPLAIN [ANALYZE] [(options)] <statement>`` wraps one SELECT.
-
-    The wrapped statement starts right after EXPLAIN/ANALYZE, or after the parenthesized
-    option list (a query may start with a parenthesis too): it is a query if either parses
-    as exactly one SELECT (no option list parses as a query).
-    """
-    import duckdb
-
-    found = duckdb.tokenize(sql)
-    ends = [pos for pos, _t in found[1:]] + [len(sql)]
-    words = [(pos, sql[pos:end].strip()) for (pos, typ), end in zip(found, ends)
-             if typ != duckdb.token_type.comment]
-    i = 1  # words[0] is EXPLAIN
-    if i < len(words) and words[i][1].lower() in ("analyze", "analyse"):
-        i += 1
-    starts = [i]
-    depth = 0
-    while i < len(words) and (depth or words[i][1].startswith("(")):  # skip an option list
-        depth += words[i][1].count("(") - words[i][1].count(")")
-        i += 1
-        if not depth:
-            starts.append(i)
-            break
-    for start in starts:
-        if start >= len(words):
-            continue
-        try:
-            inner = duckdb.extract_statements(sql[words[start][0]:])
-        except duckdb.Error:
-            continue
-        if len(inner) == 1 and inner[0].type.name == "SELECT":
-            return True
-    return False
-
-
 def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> "pa.Table":
     """Run one read-only statement on a :func:`connect` connection; the result as a pyarrow Table.
 
@@ -619,12 +474,12 @@ def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = No
     except duckdb.Error as exc:
         if _VANISHED in str(exc):
             raise QueryError(f"the store's files kept changing while being read (a compaction or gc is "
-                             f"running?); try again ({_clean(exc).splitlines()[0]})") from None
+                             f"running?); try again ({clean_error(exc).splitlines()[0]})") from None
         err = _translate(exc)
         if not isinstance(err, CorruptFileError) and type(exc).__name__ in _DATA_ERRORS:
             culprit = _locate_damage(con, sql)
             if culprit:
-                raise CorruptFileError(culprit[0], f"{culprit[1]} (query failed with: {_clean(exc)})") from None
+                raise CorruptFileError(culprit[0], f"{culprit[1]} (query failed with: {clean_error(exc)})") from None
         raise err from None
 
 
@@ -662,7 +517,7 @@ def _locate_damage(con, sql: str) -> tuple[str, str] | None:
                 try:
                     probe.execute("SELECT * FROM read_parquet(?)", [path]).fetchall()
                 except duckdb.Error as exc:
-                    return path, f"damaged data pages: {_clean(exc).splitlines()[0]}"
+                    return path, f"damaged data pages: {clean_error(exc).splitlines()[0]}"
     finally:
         probe.close()
     return None
@@ -681,12 +536,8 @@ def _fetch(con, sql: str, values) -> "pa.Table":
 _PATH_IN_ERROR = re.compile(r"""["']?(/[^"'\s]*?\.parquet)["']?""")
 
 
-def _clean(exc: BaseException) -> str:
-    return str(exc).strip().replace("\n\n", "\n")
-
-
 def _translate(exc: BaseException) -> Exception:
-    msg = _clean(exc)
+    msg = clean_error(exc)
     if type(exc).__name__ == "PermissionException":  # the sandbox said no (see confine)
         what = msg.splitlines()[0].removeprefix("Permission Error: ").split(" - file system")[0]
         return QueryError(f"refused: {what}: trackstore SQL reads only the files under the store root")
@@ -710,11 +561,6 @@ def query(sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None,
         return run_sql(con, sql, params)
     finally:
         con.close()
-
-
-def mentions_sync_state(sql: str) -> bool:
-    """Whether a query can reference the ``sync_state`` view (so it must be filled)."""
-    return "sync_state" in sql.lower()
 
 
 # ---------------------------------------------------------------------- wide tables

@@ -335,7 +335,7 @@ def _publish(run: RecordSink, base: Path, stage: Path, name: str, type: str, dig
     import time
 
     from ..store.atomic import fsync_dir
-    from ..store.meta import iso
+    from ..store.clock import iso
 
     existing = _versions(base)
     used = [int(p.name[1:]) for p in _iterdir(base) if p.name.startswith("v") and p.name[1:].isdigit()]

@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable
 
-TMP_SUFFIX = ".tmp"
+from .layout import TMP_SUFFIX
 
 
 def temp_path_for(path: Path) -> Path:

@@ -5,12 +5,23 @@
     <root>/project=<project>/run=<run_id>/
         run.json                      run metadata, rewritten atomically
         _writers/<writer_id>.json     one heartbeat file per writing process
-        metrics/part-<writer_id>-<first_seq>.parquet
+        _writers/<id>.claim           a process about to join the run (trackstore.store.locks)
+        metrics/part-<writer_id>-<first_seq>.parquet              as flushed
+        metrics/part-<writer_id>-<first_seq>-<last_seq>.parquet   as merged
         samples/ spans/ histograms/   same naming
         artifacts/<name>/v<version>/  files; their manifest rows live in artifacts/_manifest/
+        .compact-<kind>-<token>/      a kind folder being merged and swapped (trackstore.store.merge)
     <root>/_sync/                     per-destination sync state (owned by trackstore.sync)
+    <root>/_sync/_gc/                 cursors of runs gc deleted
+    <root>/_locks/<name>.lock         cross-process locks (trackstore.store.locks)
     <root>/_trash/                    runs being deleted by gc (invisible to queries)
     <root>/_quarantine/               damaged files moved aside by doctor
+    <root>/_import/                   bundles being imported
+    <root>/_mlflow/ _wandb/ _swanlab/ the sync targets' own local files, when no other place is given
+
+Temp files (``.<name>.<token>.tmp``, :mod:`trackstore.store.atomic`) never match a reader's
+glob. A kind folder may be swapped for a new one by a merge at any moment: :func:`relist` is
+the one policy for listing and reading one that stays consistent across such a swap.
 
 The root is ``root=`` / ``--root``, else ``$TRACKSTORE_DIR``, else ``./tsruns`` in the
 current working directory (like ``wandb/`` or ``mlruns/``). Writing a run creates it; reading
@@ -29,7 +40,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from ..errors import UsageError
 from .names import validate_project, validate_run_id
@@ -44,6 +55,19 @@ QUARANTINE_DIR = "_quarantine"
 PROJECT_PREFIX = "project="
 RUN_PREFIX = "run="
 PART_SUFFIX = ".parquet"
+PART_PREFIX = "part-"
+ARTIFACTS_DIR = "artifacts"
+MANIFEST_DIR = "_manifest"  # artifacts/_manifest/: the artifact manifest's part files
+ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of runs gc deleted
+LOCKS_DIR = "_locks"
+LOCK_SUFFIX = ".lock"
+GUARD_SUFFIX = ".guard"
+STALE_LOCK_MARK = ".stale-"  # .<name>.lock.stale-<token>: a stale lock moved aside while it is taken over
+CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
+IMPORT_DIR = "_import"
+TMP_SUFFIX = ".tmp"
+MERGE_STAGING_PREFIX = ".compact-"  # <run>/.compact-<kind>-<token>/: a kind folder's next (or last) content
+MERGE_MARKER = ".compact.json"  # written last into a complete staging folder
 
 _ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -117,10 +141,94 @@ def new_writer_id() -> str:
 
 
 def part_file_name(writer_id: str, first_seq: int) -> str:
-    return f"part-{writer_id}-{first_seq:012d}{PART_SUFFIX}"
+    """A part as flushed: named by its writer and its first row's seq."""
+    return f"{PART_PREFIX}{writer_id}-{first_seq:012d}{PART_SUFFIX}"
 
 
-_LIST_ATTEMPTS = 10
+def merged_part_name(writer_id: str, first_seq: int, last_seq: int) -> str:
+    """A part merged from one writer's parts: named by its writer and its first and last seq."""
+    return f"{PART_PREFIX}{writer_id}-{first_seq:012d}-{last_seq:012d}{PART_SUFFIX}"
+
+
+# part-<writer>-<first seq>[-<last seq>].parquet: as flushed (part_file_name) or merged (merged_part_name)
+_PART_NAME = re.compile(r"^" + re.escape(PART_PREFIX) + r"(?P<writer>.+?)-(?P<first>\d{12})(?:-(?P<last>\d{12}))?"
+                        + re.escape(PART_SUFFIX) + "$")
+
+
+def parse_part_name(name: str) -> tuple[str, int, int | None] | None:
+    """``(writer, first_seq, last_seq)`` from a part file name; ``last_seq`` is None for a part
+    as flushed (its name says only where it starts); None for a name of another form."""
+    m = _PART_NAME.match(name)
+    if m is None:
+        return None
+    last = m.group("last")
+    return m.group("writer"), int(m.group("first")), None if last is None else int(last)
+
+
+def is_part_name(name: str) -> bool:
+    """Whether a file name in a kind folder is a complete part (temp files and hidden files are not)."""
+    return name.endswith(PART_SUFFIX) and not name.startswith(".")
+
+
+def target_dir(root: str | os.PathLike, target: str) -> Path:
+    """``<root>/_<target>``: where a sync target keeps its own local files when told no other place."""
+    return Path(root) / f"_{target}"
+
+
+# ---------------------------------------------------------------------------- relisting
+RELIST_ATTEMPTS = 8
+RELIST_BACKOFF_S = 0.002  # first pause between attempts; doubled each time (2, 4, ... 128 ms)
+T = TypeVar("T")
+
+
+def relist(kind_dir: Path, read: Callable[[Path], T] | None = None) -> tuple[list, list[Path]]:
+    """``read(part)`` for every complete part in ``kind_dir``, in name order, from one consistent
+    listing: ``(results, vanished)``. Without ``read``, the results are the parts' paths.
+
+    This is the store's one relist policy for a kind folder that a merge may swap for a new
+    one at any moment (:mod:`trackstore.store.merge` swaps the folder, then empties the old one):
+
+    * a listing during which the folder changed identity (it may have come back short) is
+      taken again;
+    * a part that vanished between the listing and ``read`` (``read`` raised
+      :class:`FileNotFoundError`) means its rows are in other files now: the whole folder is
+      listed and read again, never a mix of old and new files;
+    * at most :data:`RELIST_ATTEMPTS` (8) attempts, pausing 2 ms, 4 ms, ... 128 ms between them
+      (a swap is over in microseconds; about 0.25 s in all);
+    * when the folder still changes at the last attempt, that attempt's listing is read to the
+      end and ``vanished`` names the parts that were gone: each caller says what that means
+      (:meth:`RunPaths.parts` returns the listing, :func:`trackstore.store.parts.each_part`
+      raises, :func:`trackstore.store.ledger.read_row_ids` counts them as unreadable).
+
+    A folder that does not exist is an empty listing. Nothing is cached.
+    """
+    results: list = []
+    vanished: list[Path] = []
+    for attempt in range(RELIST_ATTEMPTS):
+        last = attempt == RELIST_ATTEMPTS - 1
+        if attempt:
+            time.sleep(RELIST_BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            before = os.stat(kind_dir)
+            found = sorted(p for p in kind_dir.iterdir() if is_part_name(p.name))
+            after = os.stat(kind_dir)
+        except FileNotFoundError:
+            return [], []
+        if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino) and not last:
+            continue  # the listing straddled a swap
+        if read is None:
+            return found, []
+        results, vanished = [], []
+        for part in found:
+            try:
+                results.append(read(part))
+            except FileNotFoundError:
+                vanished.append(part)
+                if not last:
+                    break  # swapped meanwhile: list again
+        if not vanished:
+            return results, []
+    return results, vanished
 
 
 @dataclass(frozen=True)
@@ -148,31 +256,21 @@ class RunPaths:
 
     def kind_dir(self, kind: str) -> Path:
         if kind == "artifacts":
-            return self.dir / "artifacts" / "_manifest"
+            return self.dir / ARTIFACTS_DIR / MANIFEST_DIR
         return self.dir / kind
 
     @property
     def artifacts_dir(self) -> Path:
-        return self.dir / "artifacts"
+        return self.dir / ARTIFACTS_DIR
 
     def parts(self, kind: str) -> list[Path]:
         """Complete part files of one kind, sorted by name (temp files never match).
 
         Compaction swaps a kind folder for a new one and then empties the old one: a listing
-        that began on the old folder could come back short. The folder's identity is checked
-        around the listing, and a listing that straddled a swap is taken again.
+        that began on the old folder could come back short, so a listing that straddled a swap
+        is taken again (:func:`relist`).
         """
-        d = self.kind_dir(kind)
-        for _ in range(_LIST_ATTEMPTS):
-            try:
-                before = os.stat(d)
-                found = sorted(p for p in d.iterdir() if p.name.endswith(PART_SUFFIX) and not p.name.startswith("."))
-                after = os.stat(d)
-            except FileNotFoundError:
-                return []
-            if (before.st_dev, before.st_ino) == (after.st_dev, after.st_ino):
-                return found
-        return found
+        return relist(self.kind_dir(kind))[0]
 
 
 def run_paths(root: Path, project: str, run_id: str) -> RunPaths:

@@ -10,7 +10,8 @@ without importing the sync engine); :mod:`trackstore.sync` is its only writer.
 
 A *destination* is a target plus where it points (an MLflow tracking URI, a wandb
 entity/project, a SwanLab host), so one run synced to two MLflow servers has two cursors.
-Credentials are stripped from destinations before they are stored (:func:`redact_url`).
+Credentials are stripped from destinations before they are stored
+(:func:`trackstore.store.redact.redact_url`).
 
 A cursor holds, per record kind, the :class:`~trackstore.store.ranges.RangeSet` of ``(writer, seq)``
 rows the target acknowledged (plus rows it cannot hold, counted in ``skipped`` and reported);
@@ -27,38 +28,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
-from urllib.parse import urlsplit, urlunsplit
 
 from .atomic import read_json, write_json_atomic
-from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths
-from .meta import iso
+from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
+from .clock import iso
 from .ranges import RangeSet
 from .schema import KINDS
 
 CURSOR_VERSION = 1
 TERMINAL = ("finished", "failed", "crashed")
-
-
-def redact_url(value: str) -> str:
-    """Drop ``user:password@`` from a URL (and token-looking query values) before storing or printing."""
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return value
-    if not parts.scheme or not parts.netloc:
-        return value
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = re.sub(r"(?i)((?:token|key|secret|password|passwd|auth)[^=&]*=)[^&]*", r"\1***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
-_SECRET_ARG = re.compile(r"(?i)((?:api[_-]?key|token|secret|password|passwd)\s*[=:]\s*)[^\s&,'\"]+")
-
-
-def redact_text(text: str) -> str:
-    """Remove credentials from free text (error messages that quote URLs or headers)."""
-    return _SECRET_ARG.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 def destination_id(target: str, destination: str) -> str:
@@ -213,30 +191,31 @@ def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None =
             yield c
 
 
-def read_row_ids(paths: RunPaths, kind: str, *, attempts: int = 3):
+def read_row_ids(paths: RunPaths, kind: str):
     """The ``writer``/``seq`` columns of every readable row of one kind, and the parts that
     could not be read: ``(pyarrow Table, [Path, ...])``.
 
     A damaged part's rows can neither be counted nor synced; callers that must not mistake
     them for "nothing pending" (gc) look at the second element. A part that vanishes while
     being read was replaced by a compaction swap, so the kind is listed and read again
-    (undercounting would make pending rows look acknowledged).
+    (:func:`trackstore.store.layout.relist`; undercounting would make pending rows look
+    acknowledged); parts still vanishing at the last attempt count as unreadable, since
+    the rows read are not known to be complete.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for _ in range(attempts):
-        tables, damaged, vanished = [], [], []
-        for part in paths.parts(kind):
-            try:
-                tables.append(pq.read_table(part, columns=["writer", "seq"]))
-            except FileNotFoundError:
-                vanished.append(part)
-            except Exception:
-                damaged.append(part)  # doctor reports it; it cannot be synced either
-        if not vanished:
-            break
-    damaged += vanished  # still changing after every attempt: not known to be complete
+    def ids(part: Path):
+        try:
+            return pq.read_table(part, columns=["writer", "seq"])
+        except FileNotFoundError:
+            raise  # a swap: relist reads the folder again
+        except Exception:
+            return part  # damaged: doctor reports it; it cannot be synced either
+
+    found, vanished = relist(paths.kind_dir(kind), ids)
+    tables = [t for t in found if not isinstance(t, Path)]
+    damaged = [p for p in found if isinstance(p, Path)] + vanished
     if not tables:
         return pa.table({"writer": pa.array([], pa.string()), "seq": pa.array([], pa.int64())}), damaged
     return pa.concat_tables(tables), damaged

@@ -88,12 +88,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import meta as _meta
+from .clock import iso, parse_iso
+from .host import hostname, pid_alive, process_start_ticks
 from ..errors import LockHeldError, StoreError, UsageError
-from .layout import RunPaths
+from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, STALE_LOCK_MARK, RunPaths
 
-LOCKS_DIR = "_locks"
-LOCK_SUFFIX = ".lock"
-GUARD_SUFFIX = ".guard"
 STALE_AFTER_S = 300.0
 POLL_S = 0.2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
@@ -155,9 +154,9 @@ def _is_stale(data: dict | None, path: Path, stale_after: float, now: float | No
             return now - path.stat().st_mtime > stale_after
         except FileNotFoundError:
             return True
-    if data.get("host") == _meta.hostname() and isinstance(data.get("pid"), int):
-        return not _meta.pid_alive(data["pid"], data.get("pid_start"))
-    beat = _meta.parse_iso(data.get("heartbeat_at")) or _meta.parse_iso(data.get("created_at"))
+    if data.get("host") == hostname() and isinstance(data.get("pid"), int):
+        return not pid_alive(data["pid"], data.get("pid_start"))
+    beat = parse_iso(data.get("heartbeat_at")) or parse_iso(data.get("created_at"))
     return beat is None or now - beat > stale_after
 
 
@@ -267,7 +266,7 @@ class Lock:
 
     def refresh(self) -> None:
         """Heartbeat: rewrite ``heartbeat_at``. Raises LockHeldError if the lock is no longer ours."""
-        self._data["heartbeat_at"] = _meta.iso(time.time())
+        self._data["heartbeat_at"] = iso(time.time())
         self._rewrite()
 
     def set_info(self, **fields: Any) -> None:
@@ -334,7 +333,7 @@ def _take_over(path: Path, judged: tuple | None) -> None:
     unreadable lock created by someone else between the judgement and the rename is
     recognised and restored, never deleted.
     """
-    aside = path.with_name(f".{path.name}.stale-{secrets.token_hex(4)}")
+    aside = path.with_name(f".{path.name}{STALE_LOCK_MARK}{secrets.token_hex(4)}")
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -364,12 +363,12 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
         now = time.time()
         data = {
             "name": name,
-            "host": _meta.hostname(),
+            "host": hostname(),
             "pid": os.getpid(),
-            "pid_start": _meta.process_start_ticks(os.getpid()),
+            "pid_start": process_start_ticks(os.getpid()),
             "token": secrets.token_hex(8),
-            "created_at": _meta.iso(now),
-            "heartbeat_at": _meta.iso(now),
+            "created_at": iso(now),
+            "heartbeat_at": iso(now),
             "info": dict(info or {}),
         }
         with _guard(path):
@@ -590,9 +589,6 @@ def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str
 
 
 # ---------------------------------------------------------------------------- run claims
-CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
-
-
 def claim_run(paths: RunPaths) -> Path | None:
     """Claim an existing run folder for a process about to write it: ``_writers/<id>.claim``
     (host, pid, process start time, time), written durably. gc counts a live claim as a live
@@ -601,9 +597,9 @@ def claim_run(paths: RunPaths) -> Path | None:
     from .atomic import write_json_atomic
     from .layout import new_writer_id
 
-    now = _meta.iso(time.time())
-    claim = {"claim_id": new_writer_id(), "host": _meta.hostname(), "pid": os.getpid(),
-             "pid_start": _meta.process_start_ticks(os.getpid()), "heartbeat_at": now}
+    now = iso(time.time())
+    claim = {"claim_id": new_writer_id(), "host": hostname(), "pid": os.getpid(),
+             "pid_start": process_start_ticks(os.getpid()), "heartbeat_at": now}
     path = paths.writers_dir / f"{claim['claim_id']}{CLAIM_SUFFIX}"
     try:
         paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder

@@ -28,19 +28,14 @@ named in :attr:`RunJson.problems`, so one bad file never breaks a command for th
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import platform
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from .atomic import read_json, write_json_atomic
+from .clock import parse_iso, parse_time
+from .host import PID_MAX, hostname, pid_alive
 from .layout import RunPaths
 
 HEARTBEAT_INTERVAL_S = 10.0
@@ -49,105 +44,6 @@ META_VERSION = 1
 
 STATUSES = ("running", "finished", "failed", "crashed")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-PID_MAX = 2**31 - 1  # pid_t is a signed 32-bit integer
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="microseconds")
-
-
-def parse_iso(value: str | None) -> float | None:
-    when = parse_time(value)
-    return None if when is None else when.timestamp()
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An ISO-8601 string as an aware UTC datetime (naive means UTC); None if it is not one."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-        return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
-    except (ValueError, OverflowError):
-        return None
-
-
-def hostname() -> str:
-    return socket.gethostname()
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Kernel start time of a process (Linux), used to detect pid reuse. None elsewhere."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def pid_alive(pid: int, start_ticks: int | None = None) -> bool:
-    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
-        return False  # 0 and negative pids would address process groups; huge ones overflow
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    except (OSError, OverflowError):
-        return False
-    if start_ticks is not None:
-        now_ticks = process_start_ticks(pid)
-        if now_ticks is not None and now_ticks != start_ticks:
-            return False  # pid was reused by another process
-    # a zombie (killed, not yet reaped) is dead for our purposes
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X"):
-            return False
-    except (OSError, IndexError):
-        pass
-    return True
-
-
-def git_info(cwd: str) -> dict | None:
-    """Commit, branch and dirty flag of the working directory's git checkout, if any (fast, bounded)."""
-    def _git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=2)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = _git("rev-parse", "HEAD")
-    if not commit:
-        return None
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "branch": _git("rev-parse", "--abbrev-ref", "HEAD"), "dirty": bool(status)}
-
-
-def environment_info() -> dict[str, Any]:
-    from .._version import __version__
-
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = None
-    cwd = os.getcwd()
-    return {
-        "host": hostname(),
-        "pid": os.getpid(),
-        "user": user,
-        "command": list(sys.argv),
-        "cwd": cwd,
-        "git": git_info(cwd) if os.environ.get("TRACKSTORE_DISABLE_GIT") != "1" else None,
-        "python": platform.python_version(),
-        "trackstore_version": __version__,
-    }
 
 
 def read_run_json(paths: RunPaths) -> dict | None:

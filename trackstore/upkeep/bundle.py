@@ -36,7 +36,7 @@ What import promises:
   and named by writer and first seq, so runs merge by row identity: an incoming part whose
   ``(writer, seq)`` rows are already present (even in a compacted file) is skipped, a part with
   new rows is added, a compacted incoming file replaces the small local parts it covers (with
-  the atomic folder swap of :mod:`trackstore.upkeep.compact`). A file with the same name and other
+  the atomic folder swap of :mod:`trackstore.store.merge`). A file with the same name and other
   bytes, a partial overlap of rows, or a run.json describing a different run (another
   ``created_at``) is a :class:`~trackstore.errors.BundleError` and nothing is changed.
   ``run.json`` and writer heartbeats: the newer one wins.
@@ -66,10 +66,13 @@ from typing import IO, Any, Iterable, Iterator, Sequence
 
 from ..store.files import sha256_file
 from ..store import meta as _meta
+from ..store.clock import iso, parse_iso
+from ..store.host import hostname
 from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
 from ..read.catalog import RunInfo
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
-from ..store.layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, resolve_root
+from ..store.layout import (IMPORT_DIR, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, is_part_name,
+                             resolve_root)
 from ..store.names import validate_project, validate_run_id
 from ..store.ranges import RangeSet
 
@@ -77,7 +80,6 @@ TOP = "trackstore-bundle"
 MANIFEST = "manifest.json"
 FORMAT = "trackstore-bundle"
 BUNDLE_VERSION = 2  # 2: the manifest is the first member (1, trackstore 0.1.0's first bundles: the last)
-IMPORT_DIR = "_import"
 CHUNK = 1 << 20
 MAX_MANIFEST = 256 << 20  # a million files listed take about 150 MB
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -228,13 +230,13 @@ class _Member:
 
 def _run_files(paths: RunPaths) -> Iterator[Path]:
     """Files of a run folder worth carrying: no temp files, no compaction leftovers."""
-    from .compact import MARKER, STAGING_PREFIX
+    from ..store.layout import MERGE_MARKER, MERGE_STAGING_PREFIX
 
     for dirpath, dirs, files in os.walk(paths.dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(STAGING_PREFIX))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(MERGE_STAGING_PREFIX))
         for f in sorted(files):
             p = Path(dirpath) / f
-            if is_temp_file(p) or f == MARKER or p.is_symlink() or not p.is_file():
+            if is_temp_file(p) or f == MERGE_MARKER or p.is_symlink() or not p.is_file():
                 continue
             yield p
 
@@ -311,8 +313,8 @@ def _manifest_base(kind: str, compress: str | None) -> dict:
     from .._version import __version__
     from ..store.schema import SCHEMA_VERSION
 
-    return {"format": FORMAT, "version": BUNDLE_VERSION, "kind": kind, "created_at": _meta.iso(time.time()),
-            "source_host": _meta.hostname(), "trackstore_version": __version__, "schema_version": SCHEMA_VERSION,
+    return {"format": FORMAT, "version": BUNDLE_VERSION, "kind": kind, "created_at": iso(time.time()),
+            "source_host": hostname(), "trackstore_version": __version__, "schema_version": SCHEMA_VERSION,
             "compression": compress}
 
 
@@ -651,7 +653,7 @@ class ImportResult:
 
 
 def _coverage(path: Path, kind: str) -> RangeSet:
-    from ..read.reader import read_part
+    from ..store.parts import read_part
 
     rs = RangeSet()
     rs.add_table(read_part(path, kind, columns=["writer", "seq"]))
@@ -812,14 +814,14 @@ def _plan_kind(local: RunPaths, staged_dir: Path, kind: str, files: dict[str, tu
 
 def _newer(a: dict | None, b: dict | None, key: str) -> bool:
     """Is ``a`` newer than ``b`` by the ISO timestamp ``key``?"""
-    ta = _meta.parse_iso((a or {}).get(key))
-    tb = _meta.parse_iso((b or {}).get(key))
+    ta = parse_iso((a or {}).get(key))
+    tb = parse_iso((b or {}).get(key))
     return ta is not None and (tb is None or ta > tb)
 
 
 def _merge_run(root: Path, staged_run: Path, local: RunPaths, files: dict, base: str, apply: bool) -> RunImport:
     """Plan (``apply=False``: only raise on conflicts) or apply the merge of one staged run."""
-    from .compact import replace_kind_dir
+    from ..store.merge import replace_kind_dir
     from ..store.schema import KINDS
 
     ri = RunImport(local.project, local.run_id)
@@ -868,7 +870,7 @@ def _merge_run(root: Path, staged_run: Path, local: RunPaths, files: dict, base:
         if kp.remove:
             def build(staging: Path, kp=kp, kind_dir=kind_dir) -> list[str]:
                 for f in kind_dir.iterdir():
-                    if f.name.endswith(".parquet") and not f.name.startswith(".") and f.name not in kp.remove:
+                    if is_part_name(f.name) and f.name not in kp.remove:
                         os.link(f, staging / f.name)
                 for f in kp.add:
                     os.rename(f, staging / f.name)

@@ -31,7 +31,7 @@ check                    --fix
 ``unreadable_cursor``    sync cursor that is not valid JSON: quarantined
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
-``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.upkeep.compact.recover`)
+``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.store.merge.recover`)
 ``repeated_rows``        (``deep`` only) row ids ``(writer, seq)`` held by more than one row of a
                          kind of a run (:func:`trackstore.upkeep.bundle.repeated_row_ids`): reported only
 ``import_leftover``      staging folder of an interrupted import: quarantined
@@ -55,9 +55,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..store import meta as _meta
+from ..store.clock import iso
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
-from ..store.layout import (PART_SUFFIX, PROJECT_PREFIX, QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths,
-                     iter_run_dirs, resolve_root)
+from ..store.layout import (ARCHIVE_DIR, IMPORT_DIR, LOCK_SUFFIX, MERGE_STAGING_PREFIX, PROJECT_PREFIX,
+                             QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths, is_part_name, iter_run_dirs,
+                             resolve_root)
 
 TEMP_AGE_S = 600.0
 
@@ -109,7 +111,7 @@ def _maintenance_running(root: Path) -> bool:
 def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding | None:
     import pyarrow.parquet as pq
 
-    from ..read.reader import schema_problem
+    from ..store.parts import schema_problem
     from ..store.schema import SCHEMA_VERSION, file_version
 
     try:
@@ -133,7 +135,7 @@ def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding |
 
 def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool, temp_age_s: float,
                now: float) -> list[Finding]:
-    from .compact import has_leftovers
+    from ..store.merge import has_leftovers
     from ..store.schema import KINDS
 
     out: list[Finding] = []
@@ -148,7 +150,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
     # files
     kind_of_dir = {paths.kind_dir(kind): kind for kind in KINDS}
     for dirpath, dirs, files in os.walk(run_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".compact-"))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(MERGE_STAGING_PREFIX))
         for name in sorted(files):
             p = Path(dirpath) / name
             if is_temp_file(p):
@@ -161,7 +163,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
                 out.append(Finding("temp_file", p, f"leftover temporary file ({p.stat().st_size} bytes, "
                                    f"{age / 3600:.1f} h old) from an interrupted write",
                                    "run `trackstore doctor --fix` to quarantine it (it was never visible to readers)"))
-            elif name.endswith(PART_SUFFIX) and not name.startswith("."):
+            elif is_part_name(name):
                 f = _check_parquet(p, deep, kind_of_dir.get(Path(dirpath)))
                 if f is not None:
                     out.append(f)
@@ -224,8 +226,6 @@ def _check_run_json(paths: RunPaths, writers: list[dict], live: bool, now: float
 
 
 def _check_sync(root: Path, now: float) -> list[Finding]:
-    from .gc import ARCHIVE_DIR
-
     out: list[Finding] = []
     base = root / SYNC_DIR
     if not base.is_dir():
@@ -259,7 +259,6 @@ def _check_sync(root: Path, now: float) -> list[Finding]:
 
 def _check_store_level(root: Path, maintenance: bool) -> list[Finding]:
     from ..store import locks
-    from .bundle import IMPORT_DIR
     from .gc import trash_entries
 
     out = []
@@ -275,8 +274,8 @@ def _check_store_level(root: Path, maintenance: bool) -> list[Finding]:
                                    "run `trackstore doctor --fix` to quarantine it, then import the bundle again"))
     d = locks.locks_dir(root)
     if d.is_dir():
-        for p in sorted(d.glob(f"*{locks.LOCK_SUFFIX}")):
-            st = locks.read_lock(root, p.name[: -len(locks.LOCK_SUFFIX)])
+        for p in sorted(d.glob(f"*{LOCK_SUFFIX}")):
+            st = locks.read_lock(root, p.name[: -len(LOCK_SUFFIX)])
             if st is not None and st.stale:
                 out.append(Finding("stale_lock", p, f"{st.describe()} — that process is gone",
                                    "nothing to do: the next command takes it over (--fix removes it)", "warning"))
@@ -315,7 +314,7 @@ class _Quarantine:
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.rename(path, dest)
         self.reasons.append({"from": str(rel), "to": str(dest.relative_to(self.root)), "why": why,
-                             "at": _meta.iso(time.time())})
+                             "at": iso(time.time())})
         write_json_atomic(self.dir / "reasons.json", self.reasons)
         return dest
 
@@ -331,9 +330,9 @@ def _rebuild_run_json(paths: RunPaths) -> dict:
     first = min(mtimes) if mtimes else time.time()
     last = max(mtimes) if mtimes else time.time()
     return {"format_version": _meta.META_VERSION, "project": paths.project, "run_id": paths.run_id,
-            "name": paths.run_id, "status": "crashed", "created_at": _meta.iso(first), "ended_at": _meta.iso(last),
-            "updated_at": _meta.iso(last), "config": {}, "tags": [], "summary": {},
-            "recovered_by": "trackstore doctor", "recovered_at": _meta.iso(time.time())}
+            "name": paths.run_id, "status": "crashed", "created_at": iso(first), "ended_at": iso(last),
+            "updated_at": iso(last), "config": {}, "tags": [], "summary": {},
+            "recovered_by": "trackstore doctor", "recovered_at": iso(time.time())}
 
 
 def _mark_crashed(paths: RunPaths) -> str | None:
@@ -344,8 +343,8 @@ def _mark_crashed(paths: RunPaths) -> str | None:
     if info is None or info.status != "crashed":
         return None
     meta = dict(info.meta)
-    meta.update(status="crashed", ended_at=info.ended_at or _meta.iso(time.time()),
-                crash_detected_by="trackstore doctor", crash_detected_at=_meta.iso(time.time()))
+    meta.update(status="crashed", ended_at=info.ended_at or iso(time.time()),
+                crash_detected_by="trackstore doctor", crash_detected_at=iso(time.time()))
     if info.last_step is not None:
         meta["last_step"] = info.last_step
     _meta.write_run_json(paths, meta)
@@ -378,7 +377,7 @@ def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
 def fix(report: Report) -> Report:
     """Repair or quarantine every finding of ``report`` (under the store's maintenance lock)."""
     from ..store import locks
-    from .compact import recover_kind_dir
+    from ..store.merge import recover_kind_dir
     from .gc import archive_cursors, clean_trash
 
     root = report.root
@@ -432,7 +431,7 @@ def _fix_one(root, f: Finding, q: _Quarantine, archive_cursors, clean_trash, rec
     if f.check == "compaction_leftover":
         return "; ".join(recover_kind_dir(f.path)) or "resolved"
     if f.check == "stale_lock":
-        name = f.path.name[: -len(locks.LOCK_SUFFIX)]
+        name = f.path.name[: -len(LOCK_SUFFIX)]
         st = locks.read_lock(root, name)
         if st is None:
             return "already gone"

@@ -61,14 +61,14 @@ from typing import Callable, Iterable
 from ..store.files import tree_bytes
 from ..store import locks as _locks
 from ..store import meta as _meta
+from ..store.clock import iso, parse_iso
 from ..read.catalog import RunInfo, list_runs, load_run
 from ..errors import UsageError
-from ..store.layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
+from ..store.layout import ARCHIVE_DIR, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
 from ..store.schema import KINDS
 from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
-from ..read.views import find_unreadable
+from ..store.parts import find_unreadable
 
-ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of deleted runs
 CHANGED = "changed since the plan"
 CHANGED_WHILE_PLANNING = "changed while gc was planning; run gc again"
 
@@ -119,7 +119,7 @@ class Candidate:
     def row(self, now: float | None = None) -> dict:
         now = time.time() if now is None else now
         return {"action": "delete" if self.delete else "keep", "project": self.project, "run_id": self.run_id,
-                "name": self.info.name, "status": self.info.status, "ended_at": _meta.iso(self.ended_ts),
+                "name": self.info.name, "status": self.info.status, "ended_at": iso(self.ended_ts),
                 "age_days": round((now - self.ended_ts) / 86400, 2), "bytes": self.bytes, "reason": self.reason}
 
 
@@ -156,12 +156,12 @@ def end_time(info: RunInfo) -> float:
     """When the run ended: ``ended_at``, else (crashed) its last sign of life."""
     m = info.meta
     for key in ("ended_at",):
-        t = _meta.parse_iso(m.get(key))
+        t = parse_iso(m.get(key))
         if t is not None:
             return t
-    times = [_meta.parse_iso(w.get("heartbeat_at")) for w in info.writers]
-    times += [_meta.parse_iso(m.get("heartbeat_at")), _meta.parse_iso(m.get("updated_at")),
-              _meta.parse_iso(m.get("created_at"))]
+    times = [parse_iso(w.get("heartbeat_at")) for w in info.writers]
+    times += [parse_iso(m.get("heartbeat_at")), parse_iso(m.get("updated_at")),
+              parse_iso(m.get("created_at"))]
     known = [t for t in times if t is not None]
     if known:
         return max(known)

@@ -10,7 +10,7 @@ consecutive files of one kind are of the same level, they become one file of the
 rewritten about log16(flushes) times in all, a run never has more than ``15 x levels`` files
 per kind and writer (about 45 for 2,000 flushes), and ``finish()`` has little left to merge.
 
-Each merge is :func:`trackstore.upkeep.compact.merge_own_parts`: the same build, checks and atomic
+Each merge is :func:`trackstore.store.merge.merge_own_parts`: the same build, checks and atomic
 folder swap as ``trackstore compact``, so readers see the old files or the new, and rows keep
 their ``(writer, seq)``. It runs in the writer's thread between flushes, under the store's
 maintenance lock, and only when nothing could race it:
@@ -24,15 +24,27 @@ maintenance lock, and only when nothing could race it:
 
 Any error stops rolling merges for the rest of the run, with one warning: the data is safe in
 the unmerged files, and ``finish()`` or ``trackstore compact`` merge them later.
+
+Whether a run merges at all (as it goes and at finish) is :func:`compact_default` unless
+``trackstore.init(compact=...)`` says; the merge at finish is
+:func:`trackstore.store.merge.compact_finished_run`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..store.layout import RunPaths
 
 FANOUT = 16
+COMPACT_ENV = "TRACKSTORE_COMPACT"
+
+
+def compact_default() -> bool:
+    """Whether runs merge their own part files (as they go and at finish): yes, unless
+    ``TRACKSTORE_COMPACT=0``."""
+    return os.environ.get(COMPACT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class RollingMerger:
@@ -58,7 +70,7 @@ class RollingMerger:
         if not self.due() or not self._safe_now():
             return
         from ..store import locks
-        from ..upkeep.compact import merge_own_parts
+        from ..store.merge import merge_own_parts
         from ..errors import LockHeldError
 
         try:
@@ -80,7 +92,7 @@ class RollingMerger:
         from ..store import meta as _meta
 
         if self._exchange is None:
-            from ..upkeep.compact import swap_method
+            from ..store.merge import swap_method
 
             self._exchange = swap_method(self.paths.dir) == "exchange"
         if not self._exchange:

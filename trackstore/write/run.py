@@ -33,8 +33,9 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from ..errors import InvalidValueError, UsageError, WriteError
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file
-from ..store.clock import ts_now
+from ..store.clock import iso, ts_now
 from ..store.files import warn
+from ..store.host import environment_info, hostname, process_start_ticks
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
@@ -125,12 +126,12 @@ class Run:
         self._record_states_lock = threading.Lock()
         self._writer_info = {
             "writer_id": self.writer_id,
-            "host": _meta.hostname(),
+            "host": hostname(),
             "pid": os.getpid(),
-            "pid_start": _meta.process_start_ticks(os.getpid()),
-            "started_at": _meta.iso(time.time()),
+            "pid_start": process_start_ticks(os.getpid()),
+            "started_at": iso(time.time()),
             "command": list(sys.argv),
-            "heartbeat_at": _meta.iso(time.time()),
+            "heartbeat_at": iso(time.time()),
             "status": "running",
         }
         _meta.write_writer_file(paths, self._writer_info, durable=True)
@@ -282,7 +283,7 @@ class Run:
         if self._finished:
             return
         if idle:
-            self._writer_info.update(status="finished", ended_at=_meta.iso(time.time()))
+            self._writer_info.update(status="finished", ended_at=iso(time.time()))
         else:
             self._writer_info.update(status="running", ended_at=None)
         _meta.write_writer_file(self.paths, self._writer_info, durable=idle)
@@ -299,7 +300,7 @@ class Run:
 
     # ------------------------------------------------------------------ metadata
     def _config_changed(self, changes: Mapping[str, Any], deleted: bool = False) -> None:
-        now = _meta.iso(time.time())
+        now = iso(time.time())
         for k, v in changes.items():
             entry = {"at": now, "key": k, "value": v}
             if deleted:
@@ -310,7 +311,7 @@ class Run:
     def _tick(self) -> None:
         """Called by the writer thread every heartbeat interval: the heartbeat file, and run.json
         when something changed (new parts, config or summary), so a quiet run costs one tiny write."""
-        self._writer_info["heartbeat_at"] = _meta.iso(time.time())
+        self._writer_info["heartbeat_at"] = iso(time.time())
         _meta.write_writer_file(self.paths, self._writer_info)
         if self._dirty or self._writer.parts_written != self._meta_parts:
             self._write_meta(durable=False)
@@ -352,8 +353,8 @@ class Run:
                 summary_auto=auto,
                 summary_user=user,
                 summary={**auto, **user},
-                updated_at=_meta.iso(time.time()),
-                heartbeat_at=_meta.iso(time.time()),
+                updated_at=iso(time.time()),
+                heartbeat_at=iso(time.time()),
             )
             known = [s for s in steps if s is not None]
             if known:
@@ -380,7 +381,7 @@ class Run:
         queries over many finished runs fast; ``compact`` (default: the ``compact`` given to
         :func:`init`) turns that off for this call. It is skipped when a sync, gc or other
         writer is busy with the run, and never raises (see
-        :func:`trackstore.upkeep.compact.compact_finished_run`).
+        :func:`trackstore.store.merge.compact_finished_run`).
 
         A run some of whose rows could not be stored (the disk failed until the end, a value
         that could not be converted) ends ``failed`` with ``write_errors`` saying what was lost.
@@ -424,7 +425,7 @@ class Run:
                 status = "failed"
             error = error or f"some data could not be stored: {report.describe()}"
         now = time.time()
-        self._writer_info.update(status=status, ended_at=_meta.iso(now), heartbeat_at=_meta.iso(now))
+        self._writer_info.update(status=status, ended_at=iso(now), heartbeat_at=iso(now))
         if error:
             self._writer_info["error"] = error
         if exit_code is not None:
@@ -441,7 +442,7 @@ class Run:
             last = not any(w.get("writer_id") != self.writer_id and _meta.writer_alive(w) for w in writers)
             if last:
                 final = _meta.ended_status(writers) or status
-                self._meta.update(status=final, ended_at=_meta.iso(now))
+                self._meta.update(status=final, ended_at=iso(now))
                 errors = [w["error"] for w in writers if w.get("error") and w.get("status") == "failed"]
                 if error or errors:
                     self._meta["error"] = error or errors[-1]
@@ -463,7 +464,7 @@ class Run:
 
     def _merge_parts_at_end(self) -> None:
         """Merge the finished run's part files; a failure only costs query speed, so it warns."""
-        from ..upkeep.compact import compact_finished_run
+        from ..store.merge import compact_finished_run
 
         try:
             compact_finished_run(self.paths)
@@ -605,13 +606,13 @@ def init(
                 f"run {paths.run_id} already exists in project {paths.project!r}; pass resume=True to "
                 "continue it, or choose another run_id"
             )
-        env = _meta.environment_info()
+        env = environment_info()
         if existing is not None:
             meta = dict(existing)
             attempts = list(meta.get("attempts") or [])
             cfg = dict(meta.get("config") or {})
             cfg.update(json_safe(dict(config or {})))
-            meta.update(status="running", ended_at=None, config=cfg, resumed_at=_meta.iso(now))
+            meta.update(status="running", ended_at=None, config=cfg, resumed_at=iso(now))
             meta.pop("error", None)
             meta.pop("exit_code", None)
             if name is not None:
@@ -631,7 +632,7 @@ def init(
                 "run_id": paths.run_id,
                 "name": name or paths.run_id,
                 "status": "running",
-                "created_at": _meta.iso(now),
+                "created_at": iso(now),
                 "ended_at": None,
                 **env,
                 "config": json_safe(dict(config or {})),
@@ -648,7 +649,7 @@ def init(
             meta["job_type"] = job_type
         paths.dir.mkdir(parents=True, exist_ok=True)
         if compact is None:
-            from ..upkeep.compact import compact_default
+            from .rolling import compact_default
 
             compact = compact_default()
         run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
@@ -746,7 +747,7 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
     for w in writers:
         if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
             try:
-                _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": _meta.iso(now)}, durable=True)
+                _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": iso(now)}, durable=True)
             except OSError:
                 pass
     from ..store.locks import dead_claims, release_claim

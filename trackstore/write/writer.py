@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 from ..store.arrays import column, from_numpy, string_array
 from ..store.files import warn
 from ..store.layout import RunPaths, part_file_name
+from ..store.parts import write_part
 
 DEFAULT_FLUSH_INTERVAL = 2.0
 DEFAULT_FLUSH_ROWS = 1_000_000  # points; about 70 MB of buffered Python objects at 50 keys per call
@@ -502,102 +503,5 @@ def preload(merging: bool) -> None:
     if merging:
         import pyarrow.compute  # noqa: F401
 
-        from ..upkeep import compact
-        from ..store import locks
-        from ..read import reader, views
+        from ..store import locks, merge, parts  # noqa: F401
         from . import rolling  # noqa: F401
-
-
-def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
-    """Write one Arrow table as a zstd Parquet part, atomically (temp -> fsync -> rename).
-
-    ``by_key=True`` (metrics only; compaction uses it) writes a *key-clustered* part: rows
-    sorted by key (then step and seq), key statistics kept, and row groups small enough that a
-    question about one key (a curve, a window mean) reads only the few row groups holding it.
-    A writer's own flushes stay in log order: sorting and string statistics would cost the
-    training loop's flush more than they save a part that holds a few seconds of points.
-    """
-    import pyarrow.parquet as pq
-
-    from ..store import schema
-    from ..store.atomic import write_atomic
-
-    import pyarrow as pa
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tail = 0
-    row_group = 1 << 20
-    if kind == "metrics":
-        from ..store.last_rows import mark_last_rows
-
-        if by_key:
-            table = sort_by_key(table)
-        table, tail = mark_last_rows(table)
-        target = schema.with_metadata(schema.METRICS_FILE, "metrics")
-        try:  # the writer's tables have the file's types already: no cast (and no pyarrow.compute import)
-            table = pa.Table.from_arrays(table.columns, schema=target)
-        except (TypeError, ValueError, pa.ArrowInvalid):
-            table = table.cast(target)
-        if by_key:
-            row_group = key_row_group_rows(table.num_rows - tail)
-    encodings = {k: v for k, v in schema.ENCODINGS.get(kind, {}).items() if k in table.schema.names}
-    dictionary = [n for n in table.schema.names if n not in encodings]
-    # Min/max statistics for numbers and times only (step, seq, ts, value...): they let readers
-    # skip files and resume find the last step from footers. Statistics of string columns cost
-    # more than half of the write time and prune nothing (every part holds every key), except
-    # in a key-clustered part, where the key's min/max is what lets a reader skip row groups.
-    stats = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-             or pa.types.is_timestamp(f.type) or pa.types.is_boolean(f.type) or (by_key and f.name == "key")]
-
-    def _write(f):
-        with pq.ParquetWriter(f, table.schema, compression="zstd", use_dictionary=dictionary,
-                              column_encoding=encodings or None, write_statistics=stats) as out:
-            if tail:  # the last row of each key in a row group of its own (trackstore.store.last_rows)
-                out.write_table(table.slice(0, table.num_rows - tail), row_group_size=row_group)
-                out.write_table(table.slice(table.num_rows - tail), row_group_size=1 << 20)
-            else:
-                out.write_table(table, row_group_size=row_group)
-
-    write_atomic(path, _write)
-
-
-# A key-clustered part is cut into about this many row groups (within the bounds below): enough
-# that a curve of one key reads a small share of the run, few enough that questions touching
-# every file cost little more than with one row group (DuckDB spends ~10 us per row group even
-# when it skips it: `latest` over 500 runs of 100k points took 29 ms with 7 row groups per
-# file, 22 with 2 and 35 with 13; the curve 2.0 ms, 3.4 and 1.7).
-KEY_ROW_GROUPS = 16
-_MIN_KEY_ROW_GROUP, _MAX_KEY_ROW_GROUP = 16384, 1 << 20
-
-
-def key_row_group_rows(rows: int) -> int:
-    """Rows per row group of a key-clustered part of ``rows`` rows."""
-    return max(_MIN_KEY_ROW_GROUP, min(_MAX_KEY_ROW_GROUP, -(-rows // KEY_ROW_GROUPS)))
-
-
-def sort_by_key(table):
-    """Metrics rows sorted by key (in string order, which row group statistics compare), step, seq.
-
-    Sorting dictionary codes ranked by their string, not the strings, keeps this a fast
-    integer sort on tens of millions of rows.
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from ..store.arrays import from_numpy, to_numpy
-
-    if table.num_rows < 2:
-        return table
-    key = table.column("key")
-    if pa.types.is_dictionary(key.type):
-        key = key.cast(pa.string())
-    encoded = pc.dictionary_encode(key.combine_chunks())
-    words = encoded.dictionary.to_pylist()
-    rank = np.empty(len(words), dtype=np.int64)
-    rank[sorted(range(len(words)), key=words.__getitem__)] = np.arange(len(words))
-    codes = rank[to_numpy(encoded.indices, np.int32 if encoded.indices.type == pa.int32() else np.int64)]
-    step = to_numpy(table.column("step").combine_chunks(), np.int64)
-    seq = to_numpy(table.column("seq").combine_chunks(), np.int64)
-    order = np.lexsort((seq, step, codes))
-    return table.take(from_numpy(order.astype(np.int64), pa.int64()))
