@@ -60,8 +60,8 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
     import pyarrow as pa
 
     from trackstore.store import schema
-    from trackstore.store.layout import RunPaths, part_file_name
     from trackstore.store.clock import iso
+    from trackstore.store.layout import RunPaths, part_file_name
     from trackstore.store.meta import write_run_json
     from trackstore.store.parts import write_part
 
@@ -185,7 +185,7 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
         con = None if name == "curve_1000" else connect(root, sync_state=False)  # curves need no connection
         rows = fn(con).num_rows
         cold = time.perf_counter() - t0
-        out[name] = (cold, fastest_of(lambda: fn(con)), rows)
+        out[name] = (cold, fastest_of(lambda fn=fn, con=con: fn(con)), rows)
         if con is not None:
             con.close()
     return out

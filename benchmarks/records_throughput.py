@@ -255,8 +255,8 @@ def child_main(system: str, kind: str, n: int) -> None:
     with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
         work = Path(tmp)
         os.environ["HOME"] = str(work)  # SDK settings stay in the sandbox
-        import io
         import contextlib
+        import io
 
         noise = io.StringIO()
         with contextlib.redirect_stdout(noise):

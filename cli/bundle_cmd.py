@@ -9,10 +9,9 @@ with, hostile, or conflicts with the store (nothing was imported).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 
@@ -47,12 +46,12 @@ def export(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Write runs (or, with --receipt, their sync state) to a verifiable bundle."""
-    from trackstore.upkeep import bundle
-    from trackstore.read.catalog import list_runs, resolve_runs
     from trackstore.errors import UsageError
-    from trackstore.store.layout import resolve_root
+    from trackstore.read.catalog import list_runs, resolve_runs
     from trackstore.store.clock import parse_iso
+    from trackstore.store.layout import resolve_root
     from trackstore.store.units import format_bytes, parse_size
+    from trackstore.upkeep import bundle
 
     root_path = resolve_root(root)
     if compress and gzip:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 
@@ -29,8 +28,8 @@ def compact(
     maintenance lock (a run merging its own files is waited for, up to 30 s).
     """
     from trackstore.read.catalog import list_runs, resolve_runs
-    from trackstore.upkeep.compact import compact as do_compact
     from trackstore.store.layout import resolve_root
+    from trackstore.upkeep.compact import compact as do_compact
 
     root_path = resolve_root(root)
     infos = resolve_runs(runs, root_path) if runs else list_runs(root_path, project=project)

@@ -27,8 +27,8 @@ def compare(
     strict: StrictOpt = False,
 ) -> None:
     """Compare runs side by side: config differences and metric summaries (last, min, max)."""
-    from trackstore.read.catalog import resolve_runs
     from trackstore.errors import UsageError
+    from trackstore.read.catalog import resolve_runs
     from trackstore.read.overview import config_diff, metric_overview, run_label
 
     infos = resolve_runs(runs, root)

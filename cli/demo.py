@@ -105,7 +105,7 @@ def _log_validation(run: Run, step: int, rng: random.Random, n: int) -> None:
     """Validation generations and one traced tool-using trajectory, when those kinds exist."""
     try:
         rows = []
-        for i in range(n):
+        for _ in range(n):
             a, b = rng.randint(2, 99), rng.randint(2, 99)
             right = rng.random() < 0.3 + 0.5 * step / 200
             answer = a * b if right else a * b + rng.randint(1, 9)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import typer
 from typing import Annotated
+
+import typer
 
 from .common import NewRootOpt, console
 

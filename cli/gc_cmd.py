@@ -9,10 +9,9 @@ or import holds the store's maintenance lock.
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing import Annotated
 
 from .common import Format, FormatOpt, RootOpt, check_targets, console, emit
 
@@ -42,10 +41,10 @@ def gc(
     Runs with unreadable sync state or damaged part files are kept until `trackstore doctor
     --fix` has dealt with them (or --force).
     """
-    from trackstore.upkeep import gc as G
     from trackstore.errors import UsageError
     from trackstore.store.layout import resolve_root
     from trackstore.store.units import format_bytes, parse_duration, parse_size
+    from trackstore.upkeep import gc as G
 
     targets = tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip())
     check_targets(targets, root, "--require-synced-to")

@@ -9,13 +9,23 @@ so ``trackstore --help`` answers fast.
 from __future__ import annotations
 
 import sys
-import typer
 from typing import Annotated
 
-from . import demo_cmd, runs_cmd, sync_cmd
-from . import run_cmd  # wandb scripts under the drop-in (issue 8)
-from . import bundle_cmd, compact_cmd, doctor_cmd, gc_cmd  # store upkeep (issue 7)
-from . import compare_cmd, plot_cmd, sql_cmd  # SQL, curves, comparisons (issue 4)
+import typer
+
+from . import (  # store upkeep (issue 7)  # SQL, curves, comparisons (issue 4)
+    bundle_cmd,
+    compact_cmd,
+    compare_cmd,
+    demo_cmd,
+    doctor_cmd,
+    gc_cmd,
+    plot_cmd,
+    run_cmd,  # wandb scripts under the drop-in (issue 8)
+    runs_cmd,
+    sql_cmd,
+    sync_cmd,
+)
 
 app = typer.Typer(
     name="trackstore",

@@ -11,10 +11,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing import Annotated
 
 from .common import Format, RootOpt, choices, emit
 from .sql_cmd import StrictOpt, report_skipped_files
@@ -36,8 +35,8 @@ def plot(
     strict: StrictOpt = False,
 ) -> None:
     """Draw metric curves of one or more runs (terminal chart, --png image, or --format data)."""
-    from trackstore.read.catalog import resolve_runs
     from trackstore.errors import UsageError
+    from trackstore.read.catalog import resolve_runs
     from trackstore.read.overview import curves, run_label
     from trackstore.read.points import run_keys
 

@@ -16,10 +16,9 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing import Annotated
 
 from .common import NewRootOpt
 

@@ -11,10 +11,9 @@ import re
 import sys
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Annotated, Iterator, List, Optional
 
 import typer
-from typing import Annotated
 
 from .common import Format, FormatOpt, OutputOpt, RootOpt, emit
 
@@ -61,8 +60,8 @@ def open_store(root, *, strict: bool = False, **kw) -> Iterator:
 def report_skipped_files() -> Iterator[None]:
     """Print each damaged file a read skipped or read in part (a SkippedFileWarning or
     RunJsonWarning) on stderr as one line; other warnings pass on unchanged."""
-    from trackstore.store.meta import RunJsonWarning
     from trackstore.read.views import SkippedFileWarning
+    from trackstore.store.meta import RunJsonWarning
 
     ours = (SkippedFileWarning, RunJsonWarning)
     try:

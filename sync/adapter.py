@@ -57,7 +57,7 @@ so ``trackstore sync --help`` and the core stay fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from trackstore.errors import TrackstoreError, UsageError
 

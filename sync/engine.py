@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from trackstore.store import ledger as syncstate
-from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.errors import TargetUnreachableError, TrackstoreError
-from trackstore.store.layout import resolve_root
-from trackstore.store.clock import iso
+from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import read_kind
+from trackstore.store import ledger as syncstate
+from trackstore.store.clock import iso
+from trackstore.store.layout import resolve_root
 from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor
 from trackstore.store.redact import redact_text
 

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from trackstore.errors import CorruptFileError, StoreError
 from trackstore.store.layout import PROJECT_PREFIX, RUN_PREFIX, RunPaths, is_part_name
-from trackstore.store.ranges import RangeSet
 from trackstore.store.parts import part_row_ids
+from trackstore.store.ranges import RangeSet
 
 
 class GapError(StoreError):

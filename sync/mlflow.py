@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
-from trackstore.store.layout import target_dir
 from trackstore.store.clock import parse_iso
+from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions

@@ -15,7 +15,6 @@ sample_index, rollout_n, validate and reward become trace tags, so the MLflow UI
 
 from __future__ import annotations
 
-
 from trackstore.records.samples import decode_json
 
 from .adapter import SendResult

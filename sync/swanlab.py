@@ -59,8 +59,8 @@ from typing import Any
 
 from trackstore.errors import TargetUnreachableError, UsageError
 from trackstore.store.layout import target_dir
-from trackstore.store.ranges import RangeSet
 from trackstore.store.ledger import save_cursor
+from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client

@@ -488,8 +488,9 @@ class WandbAdapter(Adapter):
         return skips
 
     def _send_spans(self, rows, cursor) -> SendResult:
-        from .engine import batch_id_of
         from trackstore.records.samples import decode_json as _loads
+
+        from .engine import batch_id_of
 
         wandb = self._import()
         result = SendResult()

@@ -14,13 +14,13 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import run_cli
+from trackstore.errors import BundleError
+from trackstore.read.catalog import list_runs
+from trackstore.store import schema
+from trackstore.store.ledger import iter_cursors, pending_counts
 from trackstore.upkeep import bundle as B
 from trackstore.upkeep import compact as C
-from trackstore.store import schema
 from trackstore.upkeep import gc as G
-from trackstore.read.catalog import list_runs
-from trackstore.errors import BundleError
-from trackstore.store.ledger import iter_cursors, pending_counts
 
 
 @pytest.fixture

@@ -23,11 +23,11 @@ import pytest
 
 from tests.fixtures.stores import make_run, store_snapshot
 from tests.helpers import python_child, run_cli
+from trackstore.errors import BundleError, WriteError
+from trackstore.read.catalog import list_runs
 from trackstore.upkeep import bundle as B
 from trackstore.upkeep import compact as C
 from trackstore.upkeep import doctor as D
-from trackstore.read.catalog import list_runs
-from trackstore.errors import BundleError, WriteError
 
 MiB = 1 << 20
 ZEROS_GZ = gzip.compress(bytes(MiB), compresslevel=9, mtime=0)  # one gzip member: 1 MiB of zeros in ~1 KiB

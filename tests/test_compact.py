@@ -16,10 +16,10 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore.store import merge as C
 from trackstore.read.reader import read_kind
-from trackstore.upkeep.compact import compact
+from trackstore.store import merge as C
 from trackstore.store.ledger import load_cursor, pending_counts
+from trackstore.upkeep.compact import compact
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

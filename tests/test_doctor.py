@@ -17,11 +17,11 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run
 from tests.helpers import python_child, run_cli
-from trackstore.upkeep import doctor as D
-from trackstore.read.catalog import list_runs
 from trackstore.errors import CorruptFileError
-from trackstore.store.layout import QUARANTINE_DIR, RunPaths
+from trackstore.read.catalog import list_runs
 from trackstore.read.reader import read_kind
+from trackstore.store.layout import QUARANTINE_DIR, RunPaths
+from trackstore.upkeep import doctor as D
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "damaged_store"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

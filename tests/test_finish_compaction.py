@@ -11,12 +11,12 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.store import merge as C
-from trackstore.store import locks
 from trackstore.read.catalog import resolve_run
 from trackstore.read.reader import read_kind
-from trackstore.store.schema import KINDS
 from trackstore.read.views import connect
+from trackstore.store import locks
+from trackstore.store import merge as C
+from trackstore.store.schema import KINDS
 
 REPO = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
 

@@ -14,11 +14,11 @@ import pytest
 
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore.upkeep import gc as G
-from trackstore.read.catalog import list_runs
 from trackstore.errors import LockHeldError, UsageError
+from trackstore.read.catalog import list_runs
 from trackstore.store.layout import SYNC_DIR
 from trackstore.store.ledger import iter_cursors
+from trackstore.upkeep import gc as G
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = 86400

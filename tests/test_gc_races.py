@@ -22,8 +22,8 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced
 from tests.helpers import python_child
-from trackstore.upkeep import gc as G
 from trackstore.read.catalog import list_runs
+from trackstore.upkeep import gc as G
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -245,9 +245,9 @@ def test_resume_after_the_rename_starts_afresh_and_never_writes_into_the_trash(r
 
 # ---------------------------------------------------------------------------- model-based
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule  # noqa: E402
-
 
 RUNS = 2  # runs per example; run 0 starts synced (so planned for deletion), run 1 not
 

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 
 import trackstore
 from trackstore.store import schema
-from trackstore.upkeep.compact import compact
 from trackstore.store.last_rows import COLUMN, mark_last_rows
 from trackstore.store.layout import RunPaths, part_file_name
 from trackstore.store.parts import write_part
+from trackstore.upkeep.compact import compact
 
 FULL_SCAN = ("SELECT project, run_id, key, arg_max(step, {o}) AS step, arg_max(value, {o}) AS value, max(ts) AS ts "
              "FROM metrics GROUP BY ALL ORDER BY ALL").format(o="((epoch_us(ts)::HUGEINT << 64) + seq)")

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from tests.helpers import python_child
-from trackstore.store import locks
 from trackstore.errors import LockHeldError
+from trackstore.store import locks
 from trackstore.store.clock import iso
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

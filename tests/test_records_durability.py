@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 
 from tests.helpers import python_child
 from trackstore.read.catalog import list_runs
-from trackstore.store.layout import RunPaths
 from trackstore.records.samples import decode_row
 from trackstore.records.trace import latest_rows
+from trackstore.store.layout import RunPaths
 
 
 def wait_for(pred, timeout=60.0, every=0.02):

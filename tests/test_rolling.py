@@ -11,12 +11,12 @@ import time
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.store import merge as C
-from trackstore.store import locks
-from trackstore.write import rolling as R
-from trackstore.store.layout import RunPaths
 from trackstore.read.catalog import resolve_run
 from trackstore.read.reader import read_kind
+from trackstore.store import locks
+from trackstore.store import merge as C
+from trackstore.store.layout import RunPaths
+from trackstore.write import rolling as R
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -386,8 +386,8 @@ def test_traces_round_trip_and_never_duplicated(root, tmp_path):
 def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(root, tmp_path):
     """Killed mid-trajectory before its root span was written: while the run is live the
     trajectory waits; once the run has ended it is reported, not left pending for ever."""
-    from trackstore.sync.trajectories import NO_ROOT_SPAN
     from tests.helpers import start_run_with_an_orphan_span
+    from trackstore.sync.trajectories import NO_ROOT_SPAN
 
     uri = mlflow_sqlite_uri(tmp_path)
     p, run_id = start_run_with_an_orphan_span(root)

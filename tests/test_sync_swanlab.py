@@ -21,8 +21,7 @@ from tests.helpers import fake_old_client, python_child, run_cli
 
 pytest.importorskip("swanlab")
 
-from trackstore.sync.swanlab import (SKIP_OLD, SKIP_SECOND, count_points, experiment_id,  # noqa: E402
-                                     read_session_files)
+from trackstore.sync.swanlab import SKIP_OLD, SKIP_SECOND, count_points, experiment_id, read_session_files  # noqa: E402
 
 
 @pytest.fixture
@@ -388,8 +387,8 @@ def test_in_doubt_batch_is_counted_like_the_interrupted_send(root, logdir):
     """A batch whose send reached SwanLab but whose acknowledgement was never recorded (the
     state a kill between the two leaves): the next sync sends nothing twice and counts the
     batch's second values and late values exactly once."""
-    from trackstore.store.ranges import RangeSet
     from trackstore.store.ledger import iter_cursors, save_cursor
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("doubt", root=root)
     run.log({"a": 1.0, "b": 1.0}, step=1)

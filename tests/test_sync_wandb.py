@@ -14,8 +14,7 @@ import pytest
 import trackstore
 from tests.helpers import fake_old_client, run_cli
 from tests.sync_harness import WandbHarness
-from trackstore.sync.wandb import (LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key,
-                                   wandb_run_id)
+from trackstore.sync.wandb import LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key, wandb_run_id
 
 
 @pytest.fixture
@@ -542,8 +541,8 @@ def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(wb, ro
     """A run killed mid-trajectory before its root span was ever written (no checkpoint yet):
     while the run is live the trajectory waits (the root may still come); once the run has
     ended it is reported as skipped, not left pending on every sync for ever."""
-    from trackstore.sync.trajectories import NO_ROOT_SPAN as NO_ROOT
     from tests.helpers import start_run_with_an_orphan_span
+    from trackstore.sync.trajectories import NO_ROOT_SPAN as NO_ROOT
 
     p, run_id = start_run_with_an_orphan_span(root, metrics=True)
     try:

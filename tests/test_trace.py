@@ -134,7 +134,7 @@ async def _async_episode(run, i: int, delays: list[float]) -> str:
             await asyncio.sleep(delays[1])  # the other trajectories run meanwhile
             s.set_outputs({"accepted": True})
         with tr.span("assistant", kind="agent") as s:
-            plan = await agenerate(f"q{i}")
+            await agenerate(f"q{i}")
             res = await atool(f"q{i}")
             answer = await agenerate(res)
             s.set_outputs(answer)

@@ -183,7 +183,7 @@ SAMPLES_CALL = st.tuples(st.lists(ROW, min_size=1, max_size=4), STEP, st.sampled
 def samples_call(run, call, counters: dict, rows_out: list) -> None:
     rows, (step_tag, step), split = call
     raw = []
-    for inp, out, (score_tag, score), (index_tag, index), as_tuple in rows:
+    for inp, out, (_score_tag, score), (index_tag, index), as_tuple in rows:
         if as_tuple and index_tag == "none":
             raw.append((inp, out, score))
         else:

@@ -14,9 +14,9 @@ import time
 import pyarrow.parquet as pq
 
 from trackstore.read.catalog import list_runs
-from trackstore.store.layout import RunPaths
 from trackstore.records.samples import decode_row
 from trackstore.records.trace import latest_rows
+from trackstore.store.layout import RunPaths
 
 PRELUDE = textwrap.dedent(
     """

@@ -12,11 +12,11 @@ import time
 import pyarrow.parquet as pq
 
 from tests.helpers import python_child, run_cli
+from trackstore.read.catalog import list_runs
 from trackstore.store import clock as tsclock
 from trackstore.store import host as tshost
 from trackstore.store import meta as tsmeta
 from trackstore.store import schema
-from trackstore.read.catalog import list_runs
 from trackstore.store.layout import RunPaths
 
 KEYS = 50
@@ -110,7 +110,7 @@ def test_partial_and_temp_files_are_never_read(root):
     # file in it (and one with no footer at all).
     whole = paths.parts("metrics")[0].read_bytes()
     metrics = paths.kind_dir("metrics")
-    (metrics / f".part-deadbeef-1-abc-000000999999.parquet.1a2b3c4d.tmp").write_bytes(whole[: len(whole) // 2])
+    (metrics / ".part-deadbeef-1-abc-000000999999.parquet.1a2b3c4d.tmp").write_bytes(whole[: len(whole) // 2])
     (metrics / ".part-deadbeef-1-abc-000001999999.parquet.5e6f7a8b.tmp").write_bytes(b"PAR1")
     assert all(p.name.endswith(".parquet") and not p.name.startswith(".") for p in paths.parts("metrics"))
     assert check_parts_complete(paths) == n

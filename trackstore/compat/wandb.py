@@ -293,7 +293,7 @@ class Run:
         if run is self:
             run, config, summary = None, _PreInit("config"), _PreInit("summary")
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -359,7 +359,7 @@ _MEDIA = {"Image", "Audio", "Video", "Html", "Object3D", "Molecule", "Plotly", "
 
 
 class _DisabledDict(dict):
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         super().update(*args, **{k: v for k, v in kwargs.items() if k != "allow_val_change"})
 
     def __getattr__(self, name: str) -> Any:

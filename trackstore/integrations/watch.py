@@ -32,7 +32,7 @@ _ATTR = "_trackstore_watch"
 class WatchHandle:
     """The hooks one :func:`watch` call installed. :meth:`remove` takes them all off."""
 
-    def __init__(self, model: Any, run: "Run", log: str, every: int, bins: int, prefix: str):
+    def __init__(self, model: Any, run: Run, log: str, every: int, bins: int, prefix: str):
         self.model, self.run, self.log, self.every, self.bins, self.prefix = model, run, log, every, bins, prefix
         self._hooks: list[Any] = []
         self._grad_calls: dict[str, int] = {}
@@ -86,7 +86,7 @@ class WatchHandle:
             self._log(f"{self.prefix}parameters/{name}", p)
 
 
-def watch(model: Any, log: str = "gradients", every: int = 100, run: "Run | None" = None, *, bins: int = 64,
+def watch(model: Any, log: str = "gradients", every: int = 100, run: Run | None = None, *, bins: int = 64,
           prefix: str = "") -> WatchHandle:
     """Log histograms of ``model``'s gradients and/or parameters every ``every`` passes.
 

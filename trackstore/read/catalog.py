@@ -27,9 +27,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
-from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store.layout import RunPaths, iter_run_dirs, resolve_root
 from ..store.meta import RunJsonWarning
 
@@ -63,7 +63,7 @@ class RunInfo:
         return self.meta.get("name") or self.run_id
 
     @cached_property
-    def extent(self) -> "DataExtent | None":
+    def extent(self) -> DataExtent | None:
         """What the data on disk says (crashed runs only; None otherwise, nothing is read)."""
         return data_extent(self.paths) if self.status == "crashed" else None
 
@@ -181,7 +181,7 @@ def _warn(paths: RunPaths, problems: list[str], consequence: str) -> None:
     warnings.warn(f"{paths.run_file}: {what} ({consequence})", RunJsonWarning, stacklevel=3)
 
 
-def list_runs(root: str | Path | None = None, *, project: str | None = None,
+def list_runs(root: str | os.PathLike | None = None, *, project: str | None = None,
               status: str | Iterable[str] | None = None, unreadable: bool = False) -> list[RunInfo]:
     """Every run under the store root, oldest first (run ids sort by creation time).
 

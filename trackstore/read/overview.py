@@ -40,7 +40,7 @@ def key_filter(patterns: Sequence[str] | None, params: dict, column: str = "key"
     return "(" + " OR ".join(parts) + ")"
 
 
-def _run_filter(runs: Iterable["RunInfo"], params: dict) -> str:
+def _run_filter(runs: Iterable[RunInfo], params: dict) -> str:
     parts = []
     for i, r in enumerate(runs):
         params[f"p{i}"], params[f"r{i}"] = r.project, r.run_id
@@ -48,7 +48,7 @@ def _run_filter(runs: Iterable["RunInfo"], params: dict) -> str:
     return "(" + " OR ".join(parts) + ")" if parts else "FALSE"
 
 
-def metric_overview(con, runs: Sequence["RunInfo"], keys: Sequence[str] | None = None) -> "pa.Table":
+def metric_overview(con, runs: Sequence[RunInfo], keys: Sequence[str] | None = None) -> pa.Table:
     """Per run and key: points, first/last step, last (most recently logged), min, max, mean."""
     params: dict[str, Any] = {}
     sql = (f"SELECT * FROM metric_summary WHERE {_run_filter(runs, params)} AND {key_filter(keys, params)} "
@@ -68,7 +68,7 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_diff(runs: Sequence["RunInfo"], *, include_equal: bool = False) -> list[dict[str, Any]]:
+def config_diff(runs: Sequence[RunInfo], *, include_equal: bool = False) -> list[dict[str, Any]]:
     """Config keys (flattened) whose values differ between runs: ``{"key", <run_id>: value...}``."""
     flat = [flatten(r.meta.get("config") or {}) for r in runs]
     keys = sorted(set().union(*flat)) if flat else []
@@ -85,8 +85,8 @@ def config_diff(runs: Sequence["RunInfo"], *, include_equal: bool = False) -> li
     return rows
 
 
-def curves(runs: Sequence["RunInfo"], keys: Sequence[str], *, points: int = 1000, smooth: int | None = None,
-           x: str = "step", on_corrupt: str = "warn") -> "pa.Table":
+def curves(runs: Sequence[RunInfo], keys: Sequence[str], *, points: int = 1000, smooth: int | None = None,
+           x: str = "step", on_corrupt: str = "warn") -> pa.Table:
     """Downsampled curves: ``project, run_id, key, x, value, min, max, n`` ordered by run, key, x.
 
     ``keys`` are exact keys or globs (``*``, ``?``, ``[``, matched as SQL ``GLOB`` does).
@@ -169,7 +169,7 @@ def matching_keys(patterns: Sequence[str], keys: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
-def _buckets(names: dict[str, list], xs: list, vs: list, points: int) -> "pa.Table":
+def _buckets(names: dict[str, list], xs: list, vs: list, points: int) -> pa.Table:
     """Cut each curve (``xs[i]``, ``vs[i]``: sorted by x, finite) into buckets, as a table.
 
     A curve of at most ``points`` points (or a single x) keeps one bucket per distinct x; a
@@ -202,7 +202,7 @@ def _buckets(names: dict[str, list], xs: list, vs: list, points: int) -> "pa.Tab
                                  types[c]) for c, v in cols.items()})
 
 
-def run_label(run: "RunInfo", runs: Sequence["RunInfo"]) -> str:
+def run_label(run: RunInfo, runs: Sequence[RunInfo]) -> str:
     """A short label for legends: the run name, made unique with an id prefix when needed."""
     same = [r for r in runs if r.name == run.name]
     return run.name if len(same) == 1 else f"{run.name} ({run.run_id[-8:]})"

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..store import schema as _schema
 from ..errors import CorruptFileError
+from ..store import schema as _schema
 from ..store.last_rows import COLUMN as LAST_OF_KEY
 from ..store.layout import RunPaths
 
@@ -32,7 +32,7 @@ COLUMNS = ("key", "step", "value", "ts", "writer", "seq")  # the metric columns 
 
 
 def read_points(paths: RunPaths, keys: Iterable[str], columns: Sequence[str] = ("step", "value"), *,
-                on_corrupt: str = "warn") -> dict[str, "pa.Table"]:
+                on_corrupt: str = "warn") -> dict[str, pa.Table]:
     """``{key: rows}`` for each of ``keys`` the run has: its metric rows with ``columns`` (any
     of step, value, ts, writer, seq), in no particular order. Fewer columns read faster."""
     import pyarrow as pa
@@ -107,7 +107,7 @@ def _row_groups_for(pf, wanted: Sequence[str]) -> list[int]:
     return keep
 
 
-def _read_wanted(pf, wanted: Sequence[str], columns: Sequence[str]) -> dict[str, "pa.Table"]:
+def _read_wanted(pf, wanted: Sequence[str], columns: Sequence[str]) -> dict[str, pa.Table]:
     """``{key: rows}`` of one part for the wanted keys it holds, reading only row groups that may."""
     import numpy as np
     import pyarrow as pa
@@ -139,7 +139,7 @@ def _read_wanted(pf, wanted: Sequence[str], columns: Sequence[str]) -> dict[str,
     return out
 
 
-def _part_keys(pf) -> "pa.Array":
+def _part_keys(pf) -> pa.Array:
     """The distinct keys of one part (strings)."""
     import pyarrow as pa
 

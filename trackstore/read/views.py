@@ -59,11 +59,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from ..store import schema as _schema
 from ..errors import CorruptFileError, QueryError
+from ..store import schema as _schema
 from ..store.last_rows import COLUMN as LAST_OF_KEY
-from ..store.layout import (ARTIFACTS_DIR, MANIFEST_DIR, PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, is_part_name,
-                             iter_run_dirs, resolve_root)
+from ..store.layout import (
+    ARTIFACTS_DIR,
+    MANIFEST_DIR,
+    PART_SUFFIX,
+    PROJECT_PREFIX,
+    RUN_PREFIX,
+    is_part_name,
+    iter_run_dirs,
+    resolve_root,
+)
 from ..store.parts import check_part, find_unreadable, part_schema
 from .guard import check_read_only, clean_error, mentions_sync_state
 
@@ -165,7 +173,7 @@ def _outside_store(path: str, real_root: str) -> str | None:
 
 # ---------------------------------------------------------------------- connecting
 def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on_corrupt: str = "warn",
-            sync_state: bool = True, runs: Iterable[Any] | None = None) -> "duckdb.DuckDBPyConnection":
+            sync_state: bool = True, runs: Iterable[Any] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views over every run of the store at ``root``.
 
     ``runs`` (RunInfo objects or ``(project, run_id)`` pairs) limits every view to those runs,
@@ -257,7 +265,7 @@ def _kind_of(path: str) -> str:
     return parts[-2] if len(parts) >= 2 else ""
 
 
-def sql_string(value: str) -> str:
+def sql_string(value: str | os.PathLike) -> str:
     """A SQL string literal (used only for paths in view definitions; user values are bound)."""
     return "'" + str(value).replace("'", "''") + "'"
 
@@ -359,13 +367,13 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str, allow_nan=True)
 
 
-def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None) -> "pa.Table":
+def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None) -> pa.Table:
     """The ``runs`` view's rows as a pyarrow Table (config/summary as JSON text)."""
     import pyarrow as pa
 
-    from .catalog import list_runs
     from ..store.clock import parse_time
     from ..store.meta import INT64_MAX, INT64_MIN
+    from .catalog import list_runs
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
@@ -445,7 +453,7 @@ def _create_helper_views(con) -> None:
 
 
 # ---------------------------------------------------------------------- executing
-def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> "pa.Table":
+def run_sql(con, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
     """Run one read-only statement on a :func:`connect` connection; the result as a pyarrow Table.
 
     Errors (syntax, unknown column, a damaged file met while reading) are :class:`QueryError`
@@ -524,7 +532,7 @@ def _locate_damage(con, sql: str) -> tuple[str, str] | None:
 
 
 _GLOB_CHARS = re.compile(r"[*?\[\]{}]")
-def _fetch(con, sql: str, values) -> "pa.Table":
+def _fetch(con, sql: str, values) -> pa.Table:
     rel = con.sql(sql, params=values) if values else con.sql(sql)
     if rel is None:  # statements that return nothing
         import pyarrow as pa
@@ -549,7 +557,7 @@ def _translate(exc: BaseException) -> Exception:
 
 
 def query(sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None,
-          root: str | os.PathLike | None = None, *, on_corrupt: str = "warn") -> "pa.Table":
+          root: str | os.PathLike | None = None, *, on_corrupt: str = "warn") -> pa.Table:
     """Run one read-only SQL query over the store and return a pyarrow Table.
 
     ``params`` binds ``$name`` (a mapping) or ``?`` (a sequence) placeholders. For pandas or
@@ -565,7 +573,7 @@ def query(sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None,
 
 # ---------------------------------------------------------------------- wide tables
 def wide(run_id: str, keys: Iterable[str] | None = None, root: str | os.PathLike | None = None, *,
-         con=None) -> "pa.Table":
+         con=None) -> pa.Table:
     """One run's metrics as a wide table: a ``step`` column plus one column per key.
 
     ``keys`` limits and orders the columns (default: every key of the run, sorted). When a key

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .atomic import read_json, write_json_atomic
-from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .clock import iso
+from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .ranges import RangeSet
 from .schema import KINDS
 
@@ -94,7 +94,7 @@ class Cursor:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Cursor":
+    def from_json(cls, data: dict) -> Cursor:
         return cls(
             target=data["target"],
             destination=data["destination"],

@@ -87,10 +87,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..errors import LockHeldError, StoreError, UsageError
 from . import meta as _meta
 from .clock import iso, parse_iso
 from .host import hostname, pid_alive, process_start_ticks
-from ..errors import LockHeldError, StoreError, UsageError
 from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, STALE_LOCK_MARK, RunPaths
 
 STALE_AFTER_S = 300.0
@@ -294,7 +294,7 @@ class Lock:
         except OSError:
             pass
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from . import meta as _meta
 from ..errors import TrackstoreError
+from . import meta as _meta
 from .atomic import fsync_dir
 from .layout import MERGE_MARKER, MERGE_STAGING_PREFIX, RunPaths, is_part_name, merged_part_name, parse_part_name
 from .ranges import RangeSet
@@ -428,8 +428,8 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
     old or new files, never both. It holds the maintenance lock while it works, so a gc or
     import starting in those moments exits 6 ("lock held") and runs at its next turn.
     """
-    from . import locks
     from ..errors import LockHeldError
+    from . import locks
     from .schema import KINDS
 
     result = CompactResult(paths.project, paths.run_id)

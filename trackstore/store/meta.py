@@ -216,7 +216,7 @@ def write_writer_file(paths: RunPaths, info: dict, *, durable: bool = False) -> 
 
 
 def read_writer_files(paths: RunPaths) -> list[dict]:
-    out = []
+    out: list[dict] = []
     try:
         entries = sorted(paths.writers_dir.glob("*.json"))
     except OSError:

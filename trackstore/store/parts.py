@@ -42,12 +42,11 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
     A writer's own flushes stay in log order: sorting and string statistics would cost the
     training loop's flush more than they save a part that holds a few seconds of points.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from . import schema
     from .atomic import write_atomic
-
-    import pyarrow as pa
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tail = 0

@@ -89,7 +89,7 @@ class RangeSet:
             for lo, hi in zip(starts.tolist(), ends.tolist()):
                 self.add_range(w, lo, hi)
 
-    def update(self, other: "RangeSet") -> None:
+    def update(self, other: RangeSet) -> None:
         for writer, rs in other._ranges.items():
             for lo, hi in rs:
                 self.add_range(writer, lo, hi)
@@ -139,5 +139,5 @@ class RangeSet:
         return {w: [list(r) for r in rs] for w, rs in self._ranges.items()}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "RangeSet":
+    def from_json(cls, data: Mapping[str, Any] | None) -> RangeSet:
         return cls(data or {})

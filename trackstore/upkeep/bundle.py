@@ -64,15 +64,23 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Iterable, Iterator, Sequence
 
-from ..store.files import sha256_file
-from ..store import meta as _meta
-from ..store.clock import iso, parse_iso
-from ..store.host import hostname
-from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
-from ..read.catalog import RunInfo
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
-from ..store.layout import (IMPORT_DIR, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, WRITERS_DIR, RunPaths, is_part_name,
-                             resolve_root)
+from ..read.catalog import RunInfo
+from ..store import meta as _meta
+from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
+from ..store.clock import iso, parse_iso
+from ..store.files import sha256_file
+from ..store.host import hostname
+from ..store.layout import (
+    IMPORT_DIR,
+    PROJECT_PREFIX,
+    RUN_FILE,
+    RUN_PREFIX,
+    WRITERS_DIR,
+    RunPaths,
+    is_part_name,
+    resolve_root,
+)
 from ..store.names import validate_project, validate_run_id
 from ..store.ranges import RangeSet
 
@@ -213,17 +221,17 @@ class _Member:
     data: bytes | None = None
 
     @classmethod
-    def of_bytes(cls, name: str, data: bytes, mtime: float | None = None) -> "_Member":
+    def of_bytes(cls, name: str, data: bytes, mtime: float | None = None) -> _Member:
         return cls(name, len(data), hashlib.sha256(data).hexdigest(), mtime or time.time(), data=data)
 
     @classmethod
-    def of_file(cls, name: str, path: Path) -> "_Member":
+    def of_file(cls, name: str, path: Path) -> _Member:
         mtime = path.stat().st_mtime
         size, sha = sha256_file(path)
         return cls(name, size, sha, mtime, path=path)
 
     @classmethod
-    def snapshot(cls, name: str, path: Path) -> "_Member":
+    def snapshot(cls, name: str, path: Path) -> _Member:
         mtime = path.stat().st_mtime
         return cls.of_bytes(name, path.read_bytes(), mtime)
 

@@ -55,11 +55,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..store import meta as _meta
-from ..store.clock import iso
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
-from ..store.layout import (ARCHIVE_DIR, IMPORT_DIR, LOCK_SUFFIX, MERGE_STAGING_PREFIX, PROJECT_PREFIX,
-                             QUARANTINE_DIR, RUN_FILE, RUN_PREFIX, SYNC_DIR, RunPaths, is_part_name, iter_run_dirs,
-                             resolve_root)
+from ..store.clock import iso
+from ..store.layout import (
+    ARCHIVE_DIR,
+    IMPORT_DIR,
+    LOCK_SUFFIX,
+    MERGE_STAGING_PREFIX,
+    PROJECT_PREFIX,
+    QUARANTINE_DIR,
+    RUN_FILE,
+    RUN_PREFIX,
+    SYNC_DIR,
+    RunPaths,
+    is_part_name,
+    iter_run_dirs,
+    resolve_root,
+)
 
 TEMP_AGE_S = 600.0
 
@@ -179,8 +191,8 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
 
 def _check_repeated_ids(paths: RunPaths) -> list[Finding]:
     """``--deep``: row ids ``(writer, seq)`` held by more than one row of a kind of the run."""
-    from .bundle import repeated_row_ids
     from ..store.schema import KINDS
+    from .bundle import repeated_row_ids
 
     out = []
     for kind in KINDS:

@@ -58,16 +58,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..store.files import tree_bytes
+from ..errors import UsageError
+from ..read.catalog import RunInfo, list_runs, load_run
 from ..store import locks as _locks
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
-from ..read.catalog import RunInfo, list_runs, load_run
-from ..errors import UsageError
+from ..store.files import tree_bytes
 from ..store.layout import ARCHIVE_DIR, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
-from ..store.schema import KINDS
 from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
 from ..store.parts import find_unreadable
+from ..store.schema import KINDS
 
 CHANGED = "changed since the plan"
 CHANGED_WHILE_PLANNING = "changed while gc was planning; run gc again"

@@ -69,9 +69,9 @@ class RollingMerger:
         """Do the merges that are due, if nothing could race them. Raises on failure."""
         if not self.due() or not self._safe_now():
             return
+        from ..errors import LockHeldError
         from ..store import locks
         from ..store.merge import merge_own_parts
-        from ..errors import LockHeldError
 
         try:
             held = locks.acquire(self.paths.root, locks.MAINTENANCE,

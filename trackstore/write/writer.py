@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 from ..store.arrays import column, from_numpy, string_array
 from ..store.files import warn
@@ -328,7 +328,7 @@ class Writer:
         try:
             import numpy as np
         except ImportError:  # pyarrow does not require numpy; fall back to plain lists
-            np = None
+            np = None  # type: ignore[assignment]
         vals = [v for _s, _t, v in batch]
         key_tuples = list(map(tuple, vals))
         per_call = list(map(self._layouts.get, key_tuples))
@@ -348,14 +348,15 @@ class Writer:
                         self._layout_codes.append([names.setdefault(k, len(names)) for k in keys])
                     per_call[i] = li
         layout_codes = self._layout_codes
-        last_call = {li: i for i, li in enumerate(per_call)}  # the last call of each layout
-        counts = [len(layout_codes[li]) for li in per_call]
+        layouts = cast("list[int]", per_call)  # every call's layout is known now
+        last_call = {li: i for i, li in enumerate(layouts)}  # the last call of each layout
+        counts = [len(layout_codes[li]) for li in layouts]
         n = sum(counts)
         flat = chain.from_iterable(map(dict.values, vals))
         if np is not None:
             for codes in layout_codes[len(self._layout_arrays):]:
                 self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
-            indices = from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, per_call))), pa.int32())
+            indices = from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, layouts))), pa.int32())
             values = from_numpy(np.fromiter(flat, np.float64, n), pa.float64())  # raises for an int beyond float range
             c = np.asarray(counts, dtype=np.int64)
             steps = from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
@@ -367,7 +368,7 @@ class Writer:
                                                                                           dtype=np.int32)),
                                                             pa.py_buffer(wid * n)])
         else:
-            indices = pa.array(list(chain.from_iterable(layout_codes[li] for li in per_call)), pa.int32())
+            indices = pa.array(list(chain.from_iterable(layout_codes[li] for li in layouts)), pa.int32())
             values = pa.array([float(v) for v in flat], pa.float64())
             step_list: list[int] = []
             time_list: list[int] = []
