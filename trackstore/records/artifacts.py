@@ -52,14 +52,12 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidNameError, InvalidValueError, UsageError
 from ..store.files import sha256_file, warn
+from ..store.layout import ARTIFACT_FILES_DIR, ARTIFACT_LOCK, ARTIFACT_MANIFEST, ARTIFACT_STAGING_PREFIX
 from ..store.names import validate_artifact_name
 from ..store.values import as_step, json_safe
 from .sink import RecordSink
 
 CHUNK = 8 << 20
-MANIFEST = "manifest.json"
-FILES_DIR = "files"
-STAGING_PREFIX = ".staging-"
 MANIFEST_VERSION = 1
 MAX_TYPE_CHARS = 64
 _FICLONE = 0x40049409  # linux/fs.h
@@ -131,7 +129,7 @@ def log_artifact(run: RecordSink, path: str | os.PathLike, name: str | None = No
         raise InvalidValueError(f"artifact folder {str(src)!r} contains no files")
 
     base = run.paths.artifacts_dir / name
-    stage = base / f"{STAGING_PREFIX}{run.writer_id}-{secrets.token_hex(4)}"
+    stage = base / f"{ARTIFACT_STAGING_PREFIX}{run.writer_id}-{secrets.token_hex(4)}"
     try:
         files = _stage(sources, stage, hardlink)
         digest = _digest(files)
@@ -206,7 +204,7 @@ def _list_files(src: Path) -> list[tuple[str, Path]]:
 
 
 def _stage(sources: list[tuple[str, Path]], stage: Path, hardlink: bool) -> list[ArtifactFile]:
-    files_dir = stage / FILES_DIR
+    files_dir = stage / ARTIFACT_FILES_DIR
     files_dir.mkdir(parents=True)
     files = []
     for logical, source in sources:
@@ -276,7 +274,7 @@ def _versions(base: Path) -> dict[int, ArtifactVersion]:
         if not (p.name.startswith("v") and p.name[1:].isdigit()):
             continue
         try:
-            m = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+            m = json.loads((p / ARTIFACT_MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not a complete version (cannot happen through rename, but be lenient)
         out[int(p.name[1:])] = _from_manifest(p, m)
@@ -307,7 +305,7 @@ def _name_lock(base: Path):
     except ImportError:  # not POSIX: rely on rename failing for a taken number
         yield
         return
-    fd = os.open(base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(base / ARTIFACT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -319,12 +317,12 @@ def _remove_stale_staging(run: RecordSink, base: Path) -> None:
     """Delete staging folders left by writers of this run that are no longer alive (killed mid-copy)."""
     from ..store import meta as _meta
 
-    stale = [p for p in _iterdir(base) if p.name.startswith(STAGING_PREFIX)]
+    stale = [p for p in _iterdir(base) if p.name.startswith(ARTIFACT_STAGING_PREFIX)]
     if not stale:
         return
     writers = {w.get("writer_id"): w for w in _meta.read_writer_files(run.paths)}
     for p in stale:
-        owner = p.name[len(STAGING_PREFIX):].rsplit("-", 1)[0]
+        owner = p.name[len(ARTIFACT_STAGING_PREFIX):].rsplit("-", 1)[0]
         info = writers.get(owner)
         if owner != run.writer_id and info is not None and not _meta.writer_alive(info):
             shutil.rmtree(p, ignore_errors=True)
@@ -345,13 +343,13 @@ def _publish(run: RecordSink, base: Path, stage: Path, name: str, type: str, dig
         vdir = base / f"v{number}"
         rel = vdir.relative_to(run.paths.dir).as_posix()
         for f in files:
-            f.path = f"{rel}/{FILES_DIR}/{f.logical_path}"
+            f.path = f"{rel}/{ARTIFACT_FILES_DIR}/{f.logical_path}"
         manifest = {
             "manifest_version": MANIFEST_VERSION, "name": name, "version": number, "type": type, "digest": digest,
             "aliases": aliases, "metadata": meta, "step": step, "created_at": created, "writer": run.writer_id,
             "files": [f.__dict__ for f in files],
         }
-        _write_manifest(stage / MANIFEST, manifest)
+        _write_manifest(stage / ARTIFACT_MANIFEST, manifest)
         _fsync_tree(stage)
         try:
             os.rename(stage, vdir)
