@@ -1,13 +1,13 @@
 # The two commands of the README's quick start:
 #   make demo   create .venv, install, log a simulated RL run, query it, sync it to MLflow, show it
-#   make test   create .venv, install everything the tests need, run the whole suite
+#   make test   create .venv, install everything the tests need, lint and type-check, run the whole suite
 #               (then the framework tests: make test-frameworks, in their own venv)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_ROOT ?= demo-store
 
-.PHONY: demo test install install-test clean bench install-frameworks test-frameworks
+.PHONY: demo test lint install install-test clean bench install-frameworks test-frameworks
 
 # The framework test environment (verl, Ray, Transformers, TRL, Lightning on CPU torch) is a
 # separate venv so the main one stays small; torch==2.13.0 is the CPU build (docs/integrations.md).
@@ -40,9 +40,14 @@ demo: install
 # it in one process.
 PYTEST_WORKERS ?= 2
 
-test: install-test
+test: install-test lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 	$(MAKE) test-frameworks
+
+# ruff (lint + import order) over everything, mypy over the core package; both configured in pyproject.toml
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 $(FW_BIN)/python:
 	$(PYTHON) -m venv $(FW_VENV)

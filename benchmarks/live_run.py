@@ -7,7 +7,7 @@ An RL loop logs once per step, and the writer flushes what it has every couple o
 a real run leaves about one part file per step. This script logs ``--steps`` steps of
 ``--keys`` keys through ``trackstore.init`` (calling ``run.flush()`` after each step, as a
 slow RL step would), then, while the run is still live, times what a user watching it asks:
-a 1,000-point curve of one key (``trackstore.overview.curves``, what ``trackstore plot``
+a 1,000-point curve of one key (``trackstore.read.overview.curves``, what ``trackstore plot``
 draws), ``latest`` over the run, and a new connection. It does it twice: with the default
 (``compact=True``: the writer merges its own files as it goes, see ``trackstore/rolling.py``)
 and with ``compact=False`` (every flush stays its own file), and then times ``finish()``,
@@ -33,9 +33,9 @@ from query import fastest_of  # noqa: E402  (the same "fastest of N" as the quer
 
 def trackstore_live(root: Path, steps: int, keys: int, compact: bool) -> dict[str, float]:
     import trackstore
-    from trackstore.catalog import resolve_run
-    from trackstore.overview import curves
-    from trackstore.views import connect, run_sql
+    from trackstore.read.catalog import resolve_run
+    from trackstore.read.overview import curves
+    from trackstore.read.views import connect, run_sql
 
     names = [f"actor/k{i}" for i in range(keys)]
     run = trackstore.init("live", root=root, flush_interval=3600, compact=compact)

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trackstore.files import tree_bytes
+from trackstore.store.files import tree_bytes
 
 CONTENDERS = ("floor", "floor-values", "trackstore", "parquet", "wandb", "mlflow", "swanlab")
 # Steps per contender, full and --quick. Slow peers log fewer steps and are compared per point.

@@ -4,14 +4,14 @@
     .venv/bin/python benchmarks/query.py --quick    # 1M and 5M points, for a quick look
 
 Stores are built once under ``--dir`` (default ``/tmp/trackstore-bench``) and reused when the
-sizes match. Parts are written with :func:`trackstore.writer.write_part` (the writer's own
+sizes match. Parts are written with :func:`trackstore.store.parts.write_part` (the writer's own
 schema, encodings and atomic rename), so they are exactly what training leaves on disk:
 ``runs`` runs x ``steps`` steps x ``keys`` keys, in 5 part files per run (one per flush), plus
 100,000 samples (a fifth of them mention "reward hacking" somewhere in their text). Each store
 is then asked the questions twice:
 
 * **as finished runs leave it**: every run merged by
-  :func:`trackstore.compact.compact_finished_run`, what ``finish()`` does when a run's last
+  :func:`trackstore.store.merge.compact_finished_run`, what ``finish()`` does when a run's last
   writer ends (one key-clustered metrics part per run);
 * **as flushed**: the 5 parts per run as they are while runs are still being written (or
   finished with ``compact=False``).
@@ -20,7 +20,7 @@ The questions:
 
 1. latest value of every key of every run (``SELECT project, run_id, key, value FROM latest``);
 2. mean of one key over a step window, per run, across all runs;
-3. a 1,000-point downsampled curve of one key of one run (:func:`trackstore.overview.curves`,
+3. a 1,000-point downsampled curve of one key of one run (:func:`trackstore.read.overview.curves`,
    what ``trackstore plot`` draws);
 4. a LIKE search over the 100,000 samples.
 
@@ -59,10 +59,11 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
     import numpy as np
     import pyarrow as pa
 
-    from trackstore import schema
-    from trackstore.layout import RunPaths, part_file_name
-    from trackstore.meta import iso, write_run_json
-    from trackstore.writer import write_part
+    from trackstore.store import schema
+    from trackstore.store.clock import iso
+    from trackstore.store.layout import RunPaths, part_file_name
+    from trackstore.store.meta import write_run_json
+    from trackstore.store.parts import write_part
 
     marker = root / "_bench.json"
     spec = {"runs": runs, "steps": steps, "keys": keys, "samples": samples, "v": 4}
@@ -120,8 +121,8 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
 
 def finished_copy(root: Path) -> Path:
     """A copy of ``root`` as finished runs leave it: each run merged as ``finish()`` merges it."""
-    from trackstore.catalog import list_runs
-    from trackstore.compact import compact_finished_run
+    from trackstore.read.catalog import list_runs
+    from trackstore.store.merge import compact_finished_run
 
     out = root.with_name(root.name + "-finished")
     marker = (root / "_bench.json").read_text()
@@ -155,9 +156,9 @@ def _du(path: Path) -> int:
 # ---------------------------------------------------------------------- trackstore side
 def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float, int]]:
     """{question: (cold seconds, warm median seconds, result rows)}."""
-    from trackstore.catalog import resolve_run
-    from trackstore.overview import curves
-    from trackstore.views import connect, run_sql
+    from trackstore.read.catalog import resolve_run
+    from trackstore.read.overview import curves
+    from trackstore.read.views import connect, run_sql
 
     lo, hi = steps // 4, steps // 2
     run = resolve_run("run00001", root)
@@ -184,7 +185,7 @@ def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float
         con = None if name == "curve_1000" else connect(root, sync_state=False)  # curves need no connection
         rows = fn(con).num_rows
         cold = time.perf_counter() - t0
-        out[name] = (cold, fastest_of(lambda: fn(con)), rows)
+        out[name] = (cold, fastest_of(lambda fn=fn, con=con: fn(con)), rows)
         if con is not None:
             con.close()
     return out

@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trackstore.files import tree_bytes
+from trackstore.store.files import tree_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 PER_STEP = 100
@@ -255,8 +255,8 @@ def child_main(system: str, kind: str, n: int) -> None:
     with tempfile.TemporaryDirectory(prefix=f"bench-{system}-") as tmp:
         work = Path(tmp)
         os.environ["HOME"] = str(work)  # SDK settings stay in the sandbox
-        import io
         import contextlib
+        import io
 
         noise = io.StringIO()
         with contextlib.redirect_stdout(noise):

@@ -9,10 +9,9 @@ with, hostile, or conflicts with the store (nothing was imported).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 
@@ -21,8 +20,8 @@ def _since_ts(since: str) -> float:
     import time
 
     from trackstore.errors import UsageError
-    from trackstore.meta import parse_iso
-    from trackstore.units import parse_duration
+    from trackstore.store.clock import parse_iso
+    from trackstore.store.units import parse_duration
 
     try:
         return time.time() - parse_duration(since)
@@ -47,12 +46,12 @@ def export(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Write runs (or, with --receipt, their sync state) to a verifiable bundle."""
-    from trackstore import bundle
-    from trackstore.catalog import list_runs, resolve_runs
     from trackstore.errors import UsageError
-    from trackstore.layout import resolve_root
-    from trackstore.meta import parse_iso
-    from trackstore.units import format_bytes, parse_size
+    from trackstore.read.catalog import list_runs, resolve_runs
+    from trackstore.store.clock import parse_iso
+    from trackstore.store.layout import resolve_root
+    from trackstore.store.units import format_bytes, parse_size
+    from trackstore.upkeep import bundle
 
     root_path = resolve_root(root)
     if compress and gzip:
@@ -99,7 +98,7 @@ def import_(
     paths, '..', links, devices) and conflicting content are refused with nothing imported.
     Importing the same bundle again changes nothing.
     """
-    from trackstore import bundle
+    from trackstore.upkeep import bundle
 
     res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None)
     con = console(stderr=fmt is not Format.table)

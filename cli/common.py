@@ -33,7 +33,7 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
     naming the path and where it came from (``--root``, ``$TRACKSTORE_DIR`` or the default),
     so a mistyped root never reads as an empty store nor gets ``_locks/`` created in it.
     """
-    from trackstore.layout import ENV_ROOT, resolve_root
+    from trackstore.store.layout import ENV_ROOT, resolve_root
 
     origin = getattr(ctx.get_parameter_source(param.name), "name", "")
     source = {"COMMANDLINE": "--root", "ENVIRONMENT": f"${ENV_ROOT}"}.get(origin)
@@ -67,7 +67,7 @@ def check_targets(names: Iterable[str], root: Path, option: str) -> None:
     known = set(available())
     unknown = [n for n in names if n not in known]
     if unknown:
-        from trackstore.syncstate import iter_cursors
+        from trackstore.store.ledger import iter_cursors
 
         known |= {c.target for c in iter_cursors(root)}  # also targets synced by a plugin since removed
         unknown = [n for n in unknown if n not in known]
@@ -98,7 +98,8 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=width, soft_wrap=False)
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
+    """One value as a table cell (the rich tables and csv output share it)."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -165,7 +166,7 @@ def emit(
             w = csv.writer(out)
             w.writerow(columns)
             for r in rows:
-                w.writerow([_cell(r.get(c)) for c in columns])
+                w.writerow([cell(r.get(c)) for c in columns])
         else:
             if output is not None:
                 from rich.console import Console
@@ -179,7 +180,7 @@ def emit(
             for c in columns:
                 t.add_column(str(c), overflow="fold")
             for r in rows:
-                t.add_row(*[_cell(r.get(c)) for c in columns])
+                t.add_row(*[cell(r.get(c)) for c in columns])
             con.print(t)
             if total is not None and total > len(rows):
                 con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")

@@ -1,11 +1,10 @@
-"""``trackstore compact``: merge a run's small part files into a few large ones (see trackstore.compact)."""
+"""``trackstore compact``: merge a run's small part files into a few large ones (see trackstore.upkeep.compact)."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 
@@ -28,9 +27,9 @@ def compact(
     stay valid. Exit 0 on success, 6 when another gc/compact/import holds the store's
     maintenance lock (a run merging its own files is waited for, up to 30 s).
     """
-    from trackstore.catalog import list_runs, resolve_runs
-    from trackstore.compact import compact as do_compact
-    from trackstore.layout import resolve_root
+    from trackstore.read.catalog import list_runs, resolve_runs
+    from trackstore.store.layout import resolve_root
+    from trackstore.upkeep.compact import compact as do_compact
 
     root_path = resolve_root(root)
     infos = resolve_runs(runs, root_path) if runs else list_runs(root_path, project=project)

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, _cell, console, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, console, emit
 from .sql_cmd import StrictOpt, open_store
 
 STATS = ("last", "min", "max", "last_step")
@@ -27,9 +27,9 @@ def compare(
     strict: StrictOpt = False,
 ) -> None:
     """Compare runs side by side: config differences and metric summaries (last, min, max)."""
-    from trackstore.catalog import resolve_runs
     from trackstore.errors import UsageError
-    from trackstore.overview import config_diff, metric_overview, run_label
+    from trackstore.read.catalog import resolve_runs
+    from trackstore.read.overview import config_diff, metric_overview, run_label
 
     infos = resolve_runs(runs, root)
     if len({(r.project, r.run_id) for r in infos}) < 2:
@@ -60,7 +60,7 @@ def compare(
     for h in header:
         meta.add_column(h, overflow="fold")
     for field in ("run_id", "project", "status", "last_step", "created_at"):
-        meta.add_row(field, *[_cell(r.row().get(field)) for r in infos])
+        meta.add_row(field, *[cell(r.row().get(field)) for r in infos])
     con_out.print(meta)
     title = "config (all keys)" if all_config else "config differences"
     cfg = Table(title=title, title_justify="left", header_style="bold")
@@ -68,7 +68,7 @@ def compare(
     for h in header:
         cfg.add_column(h, overflow="fold")
     for row in config_rows:
-        cfg.add_row(row["key"], *[_cell(row[rid]) if rid in row and row[rid] is not None else "-" for rid in ids])
+        cfg.add_row(row["key"], *[cell(row[rid]) if rid in row and row[rid] is not None else "-" for rid in ids])
     if not config_rows:
         cfg.add_row("(identical)", *["" for _ in ids])
     con_out.print(cfg)
@@ -80,7 +80,7 @@ def compare(
         cells = []
         for rid in ids:
             r = by_key[key].get(rid)
-            cells.append("-" if r is None else f"{_cell(r['last'])}  ({_cell(r['min'])} .. {_cell(r['max'])})")
+            cells.append("-" if r is None else f"{cell(r['last'])}  ({cell(r['min'])} .. {cell(r['max'])})")
         met.add_row(key, *cells)
     if not by_key:
         met.add_row("(no metrics)", *["" for _ in ids])

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
-from typing_extensions import Annotated
 
 from .common import NewRootOpt, console
 
@@ -15,11 +16,13 @@ def demo(
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same values).")] = 0,
 ) -> None:
     """Log a simulated GRPO run (~100 verl-style metric keys per step) into the store."""
-    from trackstore.demo import simulate_grpo
+    from trackstore.cli.demo import simulate_grpo
+    from trackstore.store.meta import load_run_json
 
     run = simulate_grpo(project=project, steps=steps, root=root, seed=seed)
     con = console()
-    n_keys = len(run._known_keys)
+    written = load_run_json(run.paths)
+    n_keys = len(written.meta.get("summary_auto") or {}) if written else 0
     con.print(f"[green]wrote[/green] run [bold]{run.project}/{run.id}[/bold] ({steps} steps, {n_keys} metric keys)")
     con.print(f"  folder: {run.dir}")
     con.print("next:")

@@ -6,8 +6,9 @@ or follow the advice column); 6 (--fix only) a gc, compact or import holds the m
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, RootOpt, console, emit
 
@@ -24,9 +25,9 @@ def doctor(
     normal state the store handles, such as a crashed run). Exit 0 when no error remains, 4
     when errors remain, 6 (--fix only) when a gc, compact or import holds the maintenance lock.
     """
-    from trackstore.doctor import doctor as run_doctor
     from trackstore.errors import StoreError
-    from trackstore.layout import resolve_root
+    from trackstore.store.layout import resolve_root
+    from trackstore.upkeep.doctor import doctor as run_doctor
 
     root_path = resolve_root(root)
     report = run_doctor(root_path, fix_problems=fix, deep=deep)

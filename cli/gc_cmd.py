@@ -1,4 +1,4 @@
-"""``trackstore gc``: delete old runs that are safely synced (rules in trackstore.gc, docs/gc.md).
+"""``trackstore gc``: delete old runs that are safely synced (rules in trackstore.upkeep.gc, docs/gc.md).
 
 Exit codes: 0 deleted what the plan said (runs that changed since the plan are kept and listed,
 "run gc again"), nothing to delete, or ``--dry-run``; 1 the user
@@ -9,10 +9,9 @@ or import holds the store's maintenance lock.
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, RootOpt, check_targets, console, emit
 
@@ -42,10 +41,10 @@ def gc(
     Runs with unreadable sync state or damaged part files are kept until `trackstore doctor
     --fix` has dealt with them (or --force).
     """
-    from trackstore import gc as G
     from trackstore.errors import UsageError
-    from trackstore.layout import resolve_root
-    from trackstore.units import format_bytes, parse_duration, parse_size
+    from trackstore.store.layout import resolve_root
+    from trackstore.store.units import format_bytes, parse_duration, parse_size
+    from trackstore.upkeep import gc as G
 
     targets = tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip())
     check_targets(targets, root, "--require-synced-to")
@@ -100,8 +99,8 @@ def gc(
 def _compact(root_path, plan, policy, enabled: bool, con) -> None:
     if not enabled:
         return
-    from trackstore import gc as G
-    from trackstore.compact import compact as do_compact
+    from trackstore.upkeep import gc as G
+    from trackstore.upkeep.compact import compact as do_compact
 
     results = do_compact(root_path, G.compactable(plan, policy))
     changed = [r for r in results if r.changed]

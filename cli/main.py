@@ -9,13 +9,23 @@ so ``trackstore --help`` answers fast.
 from __future__ import annotations
 
 import sys
-import typer
-from typing_extensions import Annotated
+from typing import Annotated
 
-from . import demo_cmd, runs_cmd, sync_cmd
-from . import run_cmd  # wandb scripts under the drop-in (issue 8)
-from . import bundle_cmd, compact_cmd, doctor_cmd, gc_cmd  # store upkeep (issue 7)
-from . import compare_cmd, plot_cmd, sql_cmd  # SQL, curves, comparisons (issue 4)
+import typer
+
+from . import (  # store upkeep (issue 7)  # SQL, curves, comparisons (issue 4)
+    bundle_cmd,
+    compact_cmd,
+    compare_cmd,
+    demo_cmd,
+    doctor_cmd,
+    gc_cmd,
+    plot_cmd,
+    run_cmd,  # wandb scripts under the drop-in (issue 8)
+    runs_cmd,
+    sql_cmd,
+    sync_cmd,
+)
 
 app = typer.Typer(
     name="trackstore",
@@ -79,15 +89,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
-    except Exception as exc:  # click usage errors (typer ships its own copy of click's exceptions)
-        import click
-        import typer._click.exceptions as typer_click
-
-        if isinstance(exc, (click.exceptions.ClickException, typer_click.ClickException)):
+    except Exception as exc:
+        if isinstance(exc, _click_errors()):
             exc.show()
             return 2
         raise
     return code if isinstance(code, int) else 0
+
+
+def _click_errors() -> tuple[type[BaseException], ...]:
+    """Click's usage-error class: newer typer ships its own copy of click, older typer uses click itself."""
+    import importlib
+
+    found = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(importlib.import_module(name).ClickException)
+        except ImportError:
+            pass
+    return tuple(found)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,7 @@
 """``trackstore plot``: metric curves in the terminal (plotext) or as a PNG (matplotlib).
 
 Terminal charts work over SSH on a cluster login node with no display and no network. Long
-runs are downsampled at query time (:func:`trackstore.overview.curves`), so plotting a
+runs are downsampled at query time (:func:`trackstore.read.overview.curves`), so plotting a
 10-million-point run draws ``--points`` buckets, not 10 million points.
 """
 
@@ -11,10 +11,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, RootOpt, choices, emit
 from .sql_cmd import StrictOpt, report_skipped_files
@@ -36,10 +35,10 @@ def plot(
     strict: StrictOpt = False,
 ) -> None:
     """Draw metric curves of one or more runs (terminal chart, --png image, or --format data)."""
-    from trackstore.catalog import resolve_runs
     from trackstore.errors import UsageError
-    from trackstore.overview import curves, run_label
-    from trackstore.points import run_keys
+    from trackstore.read.catalog import resolve_runs
+    from trackstore.read.overview import curves, run_label
+    from trackstore.read.points import run_keys
 
     x = XAxis(x).value
     infos = _unique(resolve_runs(runs, root))

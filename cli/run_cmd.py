@@ -16,10 +16,9 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import NewRootOpt
 
@@ -37,7 +36,7 @@ def shim_env(shim_dir: Path, base: dict, root: Optional[Path] = None, project: O
     env = dict(base)
     parts = [str(shim_dir)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
-    from trackstore.layout import resolve_root
+    from trackstore.store.layout import resolve_root
 
     env["TRACKSTORE_DIR"] = str(resolve_root(root if root is not None else env.get("TRACKSTORE_DIR")))
     if project:

@@ -11,9 +11,9 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from trackstore.meta import STATUSES
+from trackstore.store.meta import STATUSES
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, _cell, choices, console, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, choices, console, emit
 from .sql_cmd import ParamOpt
 
 RunStatus = choices("RunStatus", STATUSES)
@@ -37,13 +37,13 @@ def runs(
     output: OutputOpt = None,
 ) -> None:
     """List runs with their status (a run whose writer died is shown as crashed), filtered and sorted."""
-    from trackstore.catalog import RUN_COLUMNS
+    from trackstore.read.catalog import RUN_COLUMNS
 
     from .sql_cmd import open_store, parse_params
 
     sql, values = runs_query(project=project, status=[s.value for s in status or []], tag=tag, since=since, where=where,
                              params=parse_params(params), sort=sort, limit=limit)
-    from trackstore.views import run_sql
+    from trackstore.read.views import run_sql
 
     with open_store(root, sync_state=False) as con:
         table = run_sql(con, sql, values)
@@ -86,7 +86,7 @@ def runs_query(*, project=None, status=None, tag=None, since=None, where=None, p
                limit=0) -> tuple[str, dict]:
     """The SELECT over the runs view behind ``trackstore runs`` (every value bound as a parameter)."""
     from trackstore.errors import UsageError
-    from trackstore.views import quote_ident
+    from trackstore.read.views import quote_ident
 
     values: dict = dict(params or {})
     conds = []
@@ -130,7 +130,7 @@ def show(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Show one run: metadata, config, summary and a metric overview (keys, step range, last/min/max)."""
-    from trackstore.catalog import resolve_run
+    from trackstore.read.catalog import resolve_run
 
     from .sql_cmd import report_skipped_files
 
@@ -174,7 +174,7 @@ def show(
         t.add_column(c, overflow="fold", justify="left" if c in ("key", "steps") else "right")
     for m in overview:
         t.add_row(m["key"], str(m["points"]), f"{m['first_step']}..{m['last_step']}",
-                  *[_cell(m[c]) for c in ("last", "min", "max")])
+                  *[cell(m[c]) for c in ("last", "min", "max")])
     if overview:
         con.print(t)
     else:
@@ -186,7 +186,7 @@ OVERVIEW_COLUMNS = ("key", "points", "first_step", "last_step", "last", "min", "
 
 def _metric_overview(info, root, keys) -> list[dict]:
     """Per key of one run: points, step range, last/min/max/mean (from the metric_summary view)."""
-    from trackstore.overview import metric_overview
+    from trackstore.read.overview import metric_overview
 
     from .sql_cmd import open_store
 

@@ -1,7 +1,7 @@
 """``trackstore sql``: run one read-only SQL query over every run, print it in any format.
 
 The query runs on an in-memory DuckDB connection whose views read the store
-(:mod:`trackstore.views`); anything that is not a query (COPY, ATTACH, CREATE, INSERT,
+(:mod:`trackstore.read.views`); anything that is not a query (COPY, ATTACH, CREATE, INSERT,
 INSTALL, LOAD, SET...) is refused with exit code 5, like any SQL error.
 """
 
@@ -11,10 +11,9 @@ import re
 import sys
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Annotated, Iterator, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, OutputOpt, RootOpt, emit
 
@@ -47,7 +46,7 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
 @contextmanager
 def open_store(root, *, strict: bool = False, **kw) -> Iterator:
     """A read-only connection; skipped damaged files are reported on stderr as one line each."""
-    from trackstore.views import connect
+    from trackstore.read.views import connect
 
     with report_skipped_files():
         con = connect(root, on_corrupt="error" if strict else "warn", **kw)
@@ -61,8 +60,8 @@ def open_store(root, *, strict: bool = False, **kw) -> Iterator:
 def report_skipped_files() -> Iterator[None]:
     """Print each damaged file a read skipped or read in part (a SkippedFileWarning or
     RunJsonWarning) on stderr as one line; other warnings pass on unchanged."""
-    from trackstore.meta import RunJsonWarning
-    from trackstore.views import SkippedFileWarning
+    from trackstore.read.views import SkippedFileWarning
+    from trackstore.store.meta import RunJsonWarning
 
     ours = (SkippedFileWarning, RunJsonWarning)
     try:
@@ -94,7 +93,8 @@ def sql(
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
     sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
-    from trackstore.views import mentions_sync_state, run_sql
+    from trackstore.read.guard import mentions_sync_state
+    from trackstore.read.views import run_sql
 
     if query == "-":
         query = sys.stdin.read()

@@ -14,10 +14,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit
 
@@ -62,8 +61,14 @@ class _RichProgress:
     """A progress bar per run (points sent, rate, ETA) on a terminal."""
 
     def __init__(self):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
@@ -137,11 +142,9 @@ def sync(
                                                  "variables). Never printed.")] = None,
 ) -> None:
     """Replay stored runs to a tracking platform: original steps and timestamps, exactly once, resumable."""
-    from trackstore.errors import TargetUnreachableError
-    from trackstore.layout import resolve_root
-    from trackstore.sync import SyncOptions, TargetOptions, make_adapter
-    from trackstore.sync import sync as do_sync
-    from trackstore.units import parse_duration
+    from trackstore.store.layout import resolve_root
+    from trackstore.store.units import parse_duration
+    from trackstore.sync import SyncOptions, TargetOptions
 
     fmt = Format(SummaryFormat(fmt).value)
     mode = _check_mode(to, mode)
@@ -253,7 +256,7 @@ def _target_reachable(to, options, *, if_online: bool, watch: float | None) -> b
         return True
     except TargetUnreachableError as exc:
         if if_online:
-            raise typer.Exit(0)
+            raise typer.Exit(0) from None
         if watch is None:
             raise
         echo_err(f"{exc}; retrying in {watch:.0f}s")
@@ -349,10 +352,10 @@ def status(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
     """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
-    from trackstore.catalog import list_runs
-    from trackstore.files import tree_bytes
-    from trackstore.layout import resolve_root
-    from trackstore.syncstate import iter_cursors, pending_counts
+    from trackstore.read.catalog import list_runs
+    from trackstore.store.files import tree_bytes
+    from trackstore.store.layout import resolve_root
+    from trackstore.store.ledger import iter_cursors, pending_counts
     from trackstore.sync.gaps import write_errors
 
     root_path = resolve_root(root)
@@ -391,8 +394,8 @@ def status(
 def _stored_ids(paths) -> tuple[dict, int]:
     """Row ids of every kind of a run, and how many part files could not be read (their rows,
     not counted as pending, are what `trackstore sync` stops on)."""
-    from trackstore.schema import KINDS
-    from trackstore.syncstate import read_row_ids
+    from trackstore.store.ledger import read_row_ids
+    from trackstore.store.schema import KINDS
 
     ids, unreadable = {}, 0
     for kind in KINDS:

@@ -32,8 +32,8 @@ def sync(root, target: str, opts: SyncOptions, options: TargetOptions | None = N
     Raises LockHeldError when another sync of this target holds the lock (unless waiting).
     ``--dry-run`` takes no lock and sends nothing.
     """
-    from trackstore import locks
-    from trackstore.layout import resolve_root
+    from trackstore.store import locks
+    from trackstore.store.layout import resolve_root
 
     root = resolve_root(root)
     options = options or TargetOptions()

@@ -57,7 +57,7 @@ so ``trackstore sync --help`` and the core stay fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from trackstore.errors import TrackstoreError, UsageError
 
@@ -143,7 +143,6 @@ class TargetOptions:
     proxy: str | None = None
     timeout: float = 30.0
     store_root: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Adapter:

@@ -8,7 +8,7 @@ For each run, in order:
    which of its rows it already holds, and only the rest is sent.
 3. ``adapter.sync_metadata`` pushes config, tags and notes (idempotent).
 4. For each record kind, the rows not yet acknowledged are read in replay order
-   (:func:`trackstore.reader.read_kind`) and sent in batches. Before each batch the cursor
+   (:func:`trackstore.read.reader.read_kind`) and sent in batches. Before each batch the cursor
    records it as in doubt; after the target acknowledges it the rows join the cursor's
    acknowledged set. Both writes are atomic, so at every instant the cursor is either before
    the batch (in doubt) or after it: a crash anywhere is repaired by step 2 on the next run.
@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from trackstore import syncstate
-from trackstore.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.errors import TargetUnreachableError, TrackstoreError
-from trackstore.layout import resolve_root
-from trackstore.meta import iso
-from trackstore.reader import read_kind
-from trackstore.syncstate import Cursor, load_cursor, redact_text, save_cursor
+from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
+from trackstore.read.reader import read_kind
+from trackstore.store import ledger as syncstate
+from trackstore.store.clock import iso
+from trackstore.store.layout import resolve_root
+from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor
+from trackstore.store.redact import redact_text
 
 from . import gaps
 from .adapter import Adapter, PermanentError, RetryableError, SendResult
@@ -132,7 +133,7 @@ def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
     if opts.finished_only:
         runs = [r for r in runs if r.status in TERMINAL]
     if opts.since_s is not None:
-        from trackstore.meta import parse_iso
+        from trackstore.store.clock import parse_iso
 
         cutoff = time.time() - opts.since_s
         runs = [r for r in runs if (parse_iso(r.meta.get("created_at")) or 0) >= cutoff]
@@ -192,9 +193,26 @@ class Engine:
             res.notes.append(gaps.already_synced_note(synced))
         return gaps.blocking_message(blocking) if blocking else None
 
+    def _cursor(self, info: RunInfo, res: RunResult) -> Cursor | None:
+        """The run's cursor for this destination; None (and ``res`` says why) when it is unreadable.
+
+        Such a run is not synced at all: replaying it without knowing what the target holds
+        could send its rows twice. The other runs go on.
+        """
+        try:
+            return load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
+        except CURSOR_ERRORS as exc:
+            path = cursor_path(self.root, self.target, self.destination, info.project, info.run_id)
+            res.error = redact_text(f"the sync state of this run for this destination is unreadable ({path}: "
+                                    f"{exc}); the run is not synced until it is repaired (see `trackstore doctor`)")
+            res.error_kind = "damaged"
+            return None
+
     def dry_run_one(self, info: RunInfo) -> RunResult:
-        cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
+        cursor = self._cursor(info, res)
+        if cursor is None:
+            return res
         self.adapter.recover(info, cursor)  # in memory only: a dry run saves nothing
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
@@ -215,8 +233,10 @@ class Engine:
         return res
 
     def sync_one(self, info: RunInfo) -> RunResult:
-        cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         res = RunResult(info.project, info.run_id, info.name, info.status)
+        cursor = self._cursor(info, res)
+        if cursor is None:
+            return res
         try:
             self.adapter.recover(info, cursor)
             tables, unreadable = self.pending_tables(info, cursor)
@@ -289,7 +309,7 @@ class Engine:
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
         acked = cursor.acked_set(kind)
         for batch in self._batches(kind, table):
-            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": _batch_id(kind, batch),
+            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_of(kind, batch),
                                "since": iso(time.time())}
             save_cursor(self.root, cursor)
             result: SendResult = self._call(res, lambda b=batch: self.adapter.send(kind, b, cursor))
@@ -446,7 +466,9 @@ def _not_in(acked, table):
     return pc.invert(acked.mask(table))
 
 
-def _batch_id(kind: str, batch) -> str:
+def batch_id_of(kind: str, batch) -> str:
+    """The id of a batch of rows of ``kind``: the same rows always get the same id (adapters
+    store it at the target to tell, after a cut, whether the batch arrived)."""
     h = hashlib.sha256(kind.encode())
     h.update(repr(_ids(batch).to_json()).encode())
     return h.hexdigest()[:16]

@@ -15,7 +15,7 @@ short count. So, per run and destination:
   than sending around the hole, keeps a restored file sendable: wandb and SwanLab cannot take
   a point for a step they have already moved past;
 * a damaged part every row of which this destination has already acknowledged (known from its
-  ``writer``/``seq`` columns, or from its name: :func:`trackstore.reader.part_row_ids`) is at
+  ``writer``/``seq`` columns, or from its name: :func:`trackstore.store.parts.part_row_ids`) is at
   the target already: the run syncs on, the file is reported, and ``--verify`` counts its rows
   as stored.
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trackstore.errors import CorruptFileError, StoreError
-from trackstore.layout import PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX, RunPaths
-from trackstore.ranges import RangeSet
-from trackstore.reader import part_row_ids
+from trackstore.store.layout import PROJECT_PREFIX, RUN_PREFIX, RunPaths, is_part_name
+from trackstore.store.parts import part_row_ids
+from trackstore.store.ranges import RangeSet
 
 
 class GapError(StoreError):
@@ -104,13 +104,13 @@ def unreadable_rows(parts: list[UnreadablePart], kind: str) -> int:
 
 def quarantined_parts(root: Path) -> dict[tuple[str, str], int]:
     """How many part files ``trackstore doctor`` quarantined, per ``(project, run_id)``."""
-    from trackstore.doctor import quarantine_listing
+    from trackstore.upkeep.doctor import quarantine_listing
 
     counts: dict[tuple[str, str], int] = {}
     for entry in quarantine_listing(root):
         parts = Path(str(entry.get("from", ""))).parts
         if (len(parts) >= 4 and parts[0].startswith(PROJECT_PREFIX) and parts[1].startswith(RUN_PREFIX)
-                and parts[-1].endswith(PART_SUFFIX) and not parts[-1].startswith(".")):
+                and is_part_name(parts[-1])):
             key = (parts[0][len(PROJECT_PREFIX):], parts[1][len(RUN_PREFIX):])
             counts[key] = counts.get(key, 0) + 1
     return counts

@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
-from trackstore.meta import parse_iso
-from trackstore.syncstate import redact_text, redact_url
+from trackstore.store.clock import parse_iso
+from trackstore.store.layout import target_dir
+from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
 
@@ -113,7 +114,7 @@ class MlflowAdapter(Adapter):
         uri = options.uri or os.environ.get("MLFLOW_TRACKING_URI")
         self._embedded = uri is None
         if uri is None:
-            base = Path(options.store_root or ".") / "_mlflow"
+            base = target_dir(options.store_root or ".", "mlflow")
             uri = f"sqlite:///{base / 'mlflow.db'}"
         self.uri = uri
         self._client = None
@@ -134,7 +135,7 @@ class MlflowAdapter(Adapter):
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
             if self._embedded:
-                (Path(self.options.store_root or ".") / "_mlflow").mkdir(parents=True, exist_ok=True)
+                target_dir(self.options.store_root or ".", "mlflow").mkdir(parents=True, exist_ok=True)
             import logging
 
             for name in ("mlflow", "alembic"):  # keep cron output to what trackstore says
@@ -203,7 +204,8 @@ class MlflowAdapter(Adapter):
                     break
         return broken
 
-    def _do(self, what: str, fn, *args, **kw):
+    def call(self, what: str, fn, *args, **kw):
+        """``fn(*args, **kw)``, its failure turned into the engine's retryable or permanent error."""
         try:
             return fn(*args, **kw)
         except (RetryableError, PermanentError):
@@ -234,11 +236,11 @@ class MlflowAdapter(Adapter):
     def _experiment_id(self, project: str) -> str:
         if project in self._experiments:
             return self._experiments[project]
-        exp = self._do("get experiment", self.client.get_experiment_by_name, project)
+        exp = self.call("get experiment", self.client.get_experiment_by_name, project)
         if exp is None:
             kwargs = {}
             if _is_local_uri(self.uri):
-                art = Path(self.options.store_root or ".") / "_mlflow" / "artifacts"
+                art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
                 if not self._embedded and self.uri.startswith("sqlite:"):
                     art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
                 kwargs["artifact_location"] = art.absolute().as_uri()
@@ -246,7 +248,7 @@ class MlflowAdapter(Adapter):
                 exp_id = self.client.create_experiment(project, **kwargs)
             except Exception as exc:
                 if "RESOURCE_ALREADY_EXISTS" in str(exc) or "already exists" in str(exc):
-                    exp = self._do("get experiment", self.client.get_experiment_by_name, project)
+                    exp = self.call("get experiment", self.client.get_experiment_by_name, project)
                     if exp is None:  # exists but deleted: names stay reserved
                         raise PermanentError(self._deleted_msg(project)) from None
                     exp_id = exp.experiment_id
@@ -284,7 +286,7 @@ class MlflowAdapter(Adapter):
             if r is not None:
                 cursor.remote["experiment_id"] = exp_id
                 return False
-        found = self._do("search runs", self.client.search_runs, [exp_id],
+        found = self.call("search runs", self.client.search_runs, [exp_id],
                          filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", run_view_type=ViewType.ALL,
                          max_results=5)
         if found:
@@ -296,7 +298,7 @@ class MlflowAdapter(Adapter):
             return False
         meta = run.meta
         tags = {RUN_TAG: run.run_id, PROJECT_TAG: run.project, "mlflow.runName": run.name}
-        created = self._do("create run", self.client.create_run, exp_id, start_time=_ms(meta.get("created_at")),
+        created = self.call("create run", self.client.create_run, exp_id, start_time=_ms(meta.get("created_at")),
                            tags=tags, run_name=run.name)
         cursor.remote.update(run_id=created.info.run_id, experiment_id=exp_id)
         # a cursor that pointed at a run MLflow no longer has (purged by `mlflow gc`, or a new
@@ -308,7 +310,7 @@ class MlflowAdapter(Adapter):
 
         notes: list[str] = []
         rid = cursor.remote["run_id"]
-        current = self._do("get run", self.client.get_run, rid)
+        current = self.call("get run", self.client.get_run, rid)
         self._remote = current  # finish_run compares against it: no needless writes
         have_params = current.data.params
         have_tags = current.data.tags
@@ -345,14 +347,14 @@ class MlflowAdapter(Adapter):
             wanted[mlflow_key(t)] = "true"
         tags = [RunTag(k, v) for k, v in wanted.items() if have_tags.get(k) != v]
         for i in range(0, len(params), 100):
-            self._do("log params", self.client.log_batch, rid, params=params[i:i + 100])
+            self.call("log params", self.client.log_batch, rid, params=params[i:i + 100])
         if tags:
-            self._do("set tags", self.client.log_batch, rid, tags=tags)
+            self.call("set tags", self.client.log_batch, rid, tags=tags)
         config_json = json.dumps(meta.get("config") or {}, sort_keys=True, ensure_ascii=False)
         digest = hashlib.sha256(config_json.encode()).hexdigest()[:16]
         if have_tags.get("trackstore.config_digest") != digest:
-            self._do("log config", self.client.log_dict, rid, json.loads(config_json), "trackstore/config.json")
-            self._do("set tag", self.client.set_tag, rid, "trackstore.config_digest", digest)
+            self.call("log config", self.client.log_dict, rid, json.loads(config_json), "trackstore/config.json")
+            self.call("set tag", self.client.set_tag, rid, "trackstore.config_digest", digest)
         return notes
 
     # ------------------------------------------------------------------ records
@@ -390,10 +392,10 @@ class MlflowAdapter(Adapter):
                 result.skip("metric value is null", 1)
                 continue
             metrics.append(Metric(mk, v, t // 1000, s))
-        from .engine import _batch_id
+        from .engine import batch_id_of
 
-        tag = RunTag(BATCH_TAG.format(kind="metrics"), _batch_id("metrics", rows))
-        self._do("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
+        tag = RunTag(BATCH_TAG.format(kind="metrics"), batch_id_of("metrics", rows))
+        self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
         return result
 
     def _table_file(self, kind: str, rows) -> dict[str, dict]:
@@ -417,7 +419,7 @@ class MlflowAdapter(Adapter):
 
     def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
         for path, table in self._table_file(kind, rows).items():
-            self._do(f"log {kind}", self.client.log_dict, rid, table, path)
+            self.call(f"log {kind}", self.client.log_dict, rid, table, path)
         return SendResult()
 
     def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
@@ -432,7 +434,7 @@ class MlflowAdapter(Adapter):
             sub = posixpath.dirname(r["logical_path"])
             if sub:
                 art_dir = f"{art_dir}/{sub}"
-            self._do("log artifact", self.client.log_artifact, rid, str(local), art_dir)
+            self.call("log artifact", self.client.log_artifact, rid, str(local), art_dir)
         return result
 
     def reconcile(self, kind: str, rows, cursor):
@@ -444,17 +446,17 @@ class MlflowAdapter(Adapter):
             # artifact files and traces are addressed by name / trace tag: resending them is a
             # no-op overwrite (files) or skipped after a search (traces)
             return rows
-        from .engine import _batch_id
+        from .engine import batch_id_of
 
-        run = self._do("get run", self.client.get_run, rid)
-        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == _batch_id("metrics", rows):
+        run = self.call("get run", self.client.get_run, rid)
+        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == batch_id_of("metrics", rows):
             return rows.slice(0, 0)
         mapping = cursor.remote.get("key_map") or {}
         keys = rows.column("key").to_pylist()
         have: dict[str, set] = {}
         for k in set(keys):
             mk = mapping.get(k) or mlflow_key(k)
-            hist = self._do("get metric history", self.client.get_metric_history, rid, mk)
+            hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
             have[k] = {(m.step, m.timestamp, _norm(m.value)) for m in hist}
         steps = rows.column("step").to_pylist()
         values = rows.column("value").to_pylist()
@@ -484,15 +486,15 @@ class MlflowAdapter(Adapter):
             wanted["trackstore.error"] = str(run.meta["error"])[:MAX_TAG_VALUE]
         tags = [RunTag(k, v) for k, v in wanted.items() if have.get(k) != v]
         for i in range(0, len(tags), 100):
-            self._do("set summary tags", self.client.log_batch, rid, tags=tags[i:i + 100])
+            self.call("set summary tags", self.client.log_batch, rid, tags=tags[i:i + 100])
         if status == "running":
             if remote is None or remote.info.status != "RUNNING":
-                self._do("reopen run", self.client.update_run, rid, status="RUNNING")
+                self.call("reopen run", self.client.update_run, rid, status="RUNNING")
             return
         end = _ms(run.meta.get("ended_at") or run.meta.get("updated_at"))
         if remote is not None and remote.info.status == MLFLOW_STATUS[status] and remote.info.end_time == end:
             return
-        self._do("end run", self.client.set_terminated, rid, status=MLFLOW_STATUS[status], end_time=end)
+        self.call("end run", self.client.set_terminated, rid, status=MLFLOW_STATUS[status], end_time=end)
 
     def verify(self, run, cursor) -> dict[str, int]:
         rid = cursor.remote["run_id"]
@@ -501,7 +503,7 @@ class MlflowAdapter(Adapter):
         mapping = cursor.remote.get("key_map") or {}
         total = 0
         for mk in set(mapping.values()):
-            total += len(self._do("get metric history", self.client.get_metric_history, rid, mk))
+            total += len(self.call("get metric history", self.client.get_metric_history, rid, mk))
         return {"metrics": total, "traces": count_traces(self, cursor)}
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:

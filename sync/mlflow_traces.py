@@ -15,8 +15,7 @@ sample_index, rollout_n, validate and reward become trace tags, so the MLflow UI
 
 from __future__ import annotations
 
-
-from trackstore.samples import decode_json
+from trackstore.records.samples import decode_json
 
 from .adapter import SendResult
 from .trajectories import ready_trajectories
@@ -53,7 +52,7 @@ def send_traces(adapter, rows, cursor) -> SendResult:
     exp_id = cursor.remote["experiment_id"]
     run_live = getattr(adapter, "_run_status", "finished") == "running"
     for trace_id, root, spans in ready_trajectories(rows, run_live, result):
-        existing = adapter._do("search traces", client.search_traces, locations=[exp_id],
+        existing = adapter.call("search traces", client.search_traces, locations=[exp_id],
                                filter_string=f"tags.`{TRACE_TAG}` = '{trace_id}'", max_results=1,
                                include_spans=False)
         if existing:
@@ -69,7 +68,7 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
             tags[f"trackstore.{field}"] = str(root[field])
     end_of = {s["span_id"]: (s["end_ns"] if s["end_ns"] is not None else max(x["start_ns"] for x in spans))
               for s in spans}
-    top = adapter._do("start trace", client.start_trace, root["name"], span_type=_SPAN_TYPES.get(root["kind"], "UNKNOWN"),
+    top = adapter.call("start trace", client.start_trace, root["name"], span_type=_SPAN_TYPES.get(root["kind"], "UNKNOWN"),
                       inputs=decode_json(root["inputs"]), attributes=_attributes(root), tags=tags, experiment_id=exp_id,
                       start_time_ns=root["start_ns"], run_id=rid)
     mlflow_trace_id = top.trace_id
@@ -83,7 +82,7 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
             parent = s["parent_span_id"] if s["parent_span_id"] in known else root["span_id"]  # orphan -> root
             if parent not in ids:
                 continue
-            span = adapter._do("start span", client.start_span, s["name"], trace_id=mlflow_trace_id, parent_id=ids[parent],
+            span = adapter.call("start span", client.start_span, s["name"], trace_id=mlflow_trace_id, parent_id=ids[parent],
                                span_type=_SPAN_TYPES.get(s["kind"], "UNKNOWN"), inputs=decode_json(s["inputs"]),
                                attributes=_attributes(s), start_time_ns=s["start_ns"])
             ids[s["span_id"]] = span.span_id
@@ -94,9 +93,9 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
             for s in pending:
                 s["parent_span_id"] = root["span_id"]
     for s, span in reversed(opened):  # children end before their parents
-        adapter._do("end span", client.end_span, trace_id=mlflow_trace_id, span_id=span.span_id,
+        adapter.call("end span", client.end_span, trace_id=mlflow_trace_id, span_id=span.span_id,
                     outputs=decode_json(s["outputs"]), status=_status(s), end_time_ns=end_of[s["span_id"]])
-    adapter._do("end trace", client.end_trace, mlflow_trace_id, outputs=decode_json(root["outputs"]), status=_status(root),
+    adapter.call("end trace", client.end_trace, mlflow_trace_id, outputs=decode_json(root["outputs"]), status=_status(root),
                 end_time_ns=end_of[root["span_id"]])
 
 
@@ -105,7 +104,7 @@ def count_traces(adapter, cursor) -> int:
     client = adapter.client
     total, token = 0, None
     while True:
-        page = adapter._do("search traces", client.search_traces, locations=[cursor.remote["experiment_id"]],
+        page = adapter.call("search traces", client.search_traces, locations=[cursor.remote["experiment_id"]],
                            run_id=cursor.remote["run_id"], max_results=500, page_token=token, include_spans=False)
         total += sum(1 for t in page if TRACE_TAG in (t.info.tags or {}))
         token = page.token

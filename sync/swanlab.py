@@ -58,8 +58,10 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError, UsageError
-from trackstore.ranges import RangeSet
-from trackstore.syncstate import redact_text, redact_url, save_cursor
+from trackstore.store.layout import target_dir
+from trackstore.store.ledger import save_cursor
+from trackstore.store.ranges import RangeSet
+from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
@@ -133,7 +135,7 @@ class SwanlabAdapter(Adapter):
             raise UsageError(f"--mode for swanlab must be cloud, offline or local, not {raw!r}")
         self.mode = MODES[raw]
         self.host = options.uri or os.environ.get("SWANLAB_API_HOST")
-        default_dir = Path(options.store_root or ".") / "_swanlab"
+        default_dir = target_dir(options.store_root or ".", "swanlab")
         self.logdir = Path(options.logdir or os.environ.get("SWANLAB_LOG_DIR") or default_dir).absolute()
         self._run = None            # the open swanlab Run (one per process at a time)
         self._cursor = None         # the cursor of the run whose session is open

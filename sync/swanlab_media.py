@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from trackstore.samples import decode_json
+from trackstore.records.samples import decode_json
 
 
 def sample_text(r: dict) -> str:
@@ -57,7 +57,7 @@ def trajectories(rows: list[dict]) -> list[tuple[str, str]]:
             children.setdefault(parent, []).append(s)
         lines: list[str] = []
 
-        def walk(parent, depth):
+        def walk(parent, depth, children=children, lines=lines):
             for s in children.get(parent, []):
                 dur = "" if s["end_ns"] is None else f" {(s['end_ns'] - s['start_ns']) / 1e9:.3f}s"
                 head = f"{'  ' * depth}- {s['name']} [{s['kind']}, {s['status']}{dur}]"

@@ -68,8 +68,9 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import TargetUnreachableError
-from trackstore.ranges import RangeSet
-from trackstore.syncstate import redact_text, redact_url
+from trackstore.store.layout import target_dir
+from trackstore.store.ranges import RangeSet
+from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .trajectories import ready_trajectories
@@ -158,7 +159,7 @@ class WandbAdapter(Adapter):
         self.mode = {"dryrun": "offline", "run": "online"}.get(mode, mode)
         if self.mode not in ("online", "offline"):
             raise PermanentError(f"wandb mode {mode!r} cannot sync; use online or offline")
-        base = options.logdir or os.environ.get("WANDB_DIR") or str(Path(options.store_root or ".") / "_wandb")
+        base = options.logdir or os.environ.get("WANDB_DIR") or str(target_dir(options.store_root or ".", "wandb"))
         self.root_dir = Path(base).expanduser().absolute()
         self.base_url = (options.uri or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.entity = options.entity or os.environ.get("WANDB_ENTITY") or None
@@ -291,7 +292,7 @@ class WandbAdapter(Adapter):
             self._hold = self._newest_step(run)
 
     def _newest_step(self, run) -> int | None:
-        from trackstore.reader import read_kind
+        from trackstore.read.reader import read_kind
 
         best = None
         for kind in STEP_KINDS:
@@ -361,7 +362,7 @@ class WandbAdapter(Adapter):
     def _other_pending(self, kind: str, cursor) -> list[dict]:
         """Rows of another step kind not acknowledged nor carried yet (read once per run session)."""
         if kind not in self._pending:
-            from trackstore.reader import read_kind
+            from trackstore.read.reader import read_kind
 
             table = read_kind(self._info.paths, kind, exclude=cursor.acked.get(kind), skip_corrupt=True)
             carried = self._sets(cursor, "carried").get(kind)
@@ -373,9 +374,9 @@ class WandbAdapter(Adapter):
         return self._pending[kind]
 
     def _send_steps(self, kind: str, rows, cursor) -> SendResult:
-        from .engine import _batch_id
+        from .engine import batch_id_of
 
-        batch_id = _batch_id(kind, rows)
+        batch_id = batch_id_of(kind, rows)
         if batch_id not in self._staged:
             self._staged[batch_id] = self._log_batch(kind, rows, cursor)
         result, carried, dropped, upto = self._staged[batch_id]
@@ -487,8 +488,9 @@ class WandbAdapter(Adapter):
         return skips
 
     def _send_spans(self, rows, cursor) -> SendResult:
-        from .engine import _batch_id
-        from trackstore.samples import decode_json as _loads
+        from trackstore.records.samples import decode_json as _loads
+
+        from .engine import batch_id_of
 
         wandb = self._import()
         result = SendResult()
@@ -515,11 +517,11 @@ class WandbAdapter(Adapter):
             self._wb.log_artifact(art)
         except Exception as exc:
             raise self._wrap(exc, "log trajectories") from exc
-        self._barrier(_batch_id("spans", rows))
+        self._barrier(batch_id_of("spans", rows))
         return result
 
     def _send_artifacts(self, rows, cursor) -> SendResult:
-        from .engine import _batch_id
+        from .engine import batch_id_of
 
         wandb = self._import()
         result = SendResult()
@@ -547,7 +549,7 @@ class WandbAdapter(Adapter):
                 self._wb.log_artifact(art, aliases=list(dict.fromkeys(aliases)) or None)
             except Exception as exc:
                 raise self._wrap(exc, f"log artifact {name}") from exc
-        self._barrier(_batch_id("artifacts", rows))
+        self._barrier(batch_id_of("artifacts", rows))
         return result
 
     # ------------------------------------------------------------------ reading back
@@ -574,7 +576,7 @@ class WandbAdapter(Adapter):
         """Rows of an interrupted batch that no transaction log of the run holds."""
         import pyarrow as pa
 
-        from .engine import _batch_id
+        from .engine import batch_id_of
 
         logs = self._contents(cursor, wait=True)
         before = self._last_step
@@ -592,7 +594,7 @@ class WandbAdapter(Adapter):
                         carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
                 self._pending.pop(other, None)
             self._save_sets(cursor, "carried", carried)
-        if _batch_id(kind, rows) in logs.markers:
+        if batch_id_of(kind, rows) in logs.markers:
             return rows.slice(0, 0)  # the marker follows the whole batch in the log
         if kind not in STEP_KINDS:
             return rows  # artifact versions are content-addressed: a resend adds no version

@@ -47,7 +47,7 @@ def root(tmp_path) -> Path:
 def _no_current_run():
     """Finish whatever run a test left open, so tests never leak state into each other."""
     yield
-    import trackstore.run as run_mod
+    import trackstore.write.run as run_mod
 
     for run in list(run_mod._live_runs):
         try:

@@ -300,7 +300,7 @@ class FaultyProxy:
         while not self._closed.is_set():
             try:
                 client, _ = self._listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return

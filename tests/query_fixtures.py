@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 
 import trackstore
-from trackstore import schema
-from trackstore.layout import RunPaths, part_file_name
-from trackstore.writer import write_part
+from trackstore.store import schema
+from trackstore.store.layout import RunPaths, part_file_name
+from trackstore.store.parts import write_part
 
 
 def make_run(root: Path, project: str = "p", name: str = "exp", *, steps: int = 10, config=None, tags=None,

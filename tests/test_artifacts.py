@@ -14,7 +14,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child
-from trackstore.artifacts import list_versions
+from trackstore.records.artifacts import list_versions
 
 
 def sha(data: bytes) -> str:

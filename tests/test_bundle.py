@@ -14,13 +14,13 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import run_cli
-from trackstore import bundle as B
-from trackstore import compact as C
-from trackstore import schema
-from trackstore import gc as G
-from trackstore.catalog import list_runs
 from trackstore.errors import BundleError
-from trackstore.syncstate import iter_cursors, pending_counts
+from trackstore.read.catalog import list_runs
+from trackstore.store import schema
+from trackstore.store.ledger import iter_cursors, pending_counts
+from trackstore.upkeep import bundle as B
+from trackstore.upkeep import compact as C
+from trackstore.upkeep import gc as G
 
 
 @pytest.fixture
@@ -325,7 +325,8 @@ def _backdate(paths, days):
     """Make a run look created, updated and ended ``days`` ago (what --since looks at)."""
     import time
 
-    from trackstore.meta import iso, read_run_json, write_run_json
+    from trackstore.store.clock import iso
+    from trackstore.store.meta import read_run_json, write_run_json
 
     meta = read_run_json(paths)
     t = iso(time.time() - days * 86400)
@@ -369,7 +370,7 @@ def test_import_killed_before_applying_leaves_store_unchanged(two, tmp_path):
     import textwrap
 
     from tests.helpers import python_child
-    from trackstore import doctor as D
+    from trackstore.upkeep import doctor as D
 
     a, b = two
     make_run(a)
@@ -380,7 +381,7 @@ def test_import_killed_before_applying_leaves_store_unchanged(two, tmp_path):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {repo!r})
-        from trackstore import bundle as B
+        from trackstore.upkeep import bundle as B
         B._import_runs = lambda root, st: os.kill(os.getpid(), 9)
         B.import_bundle({str(b)!r}, {str(tmp_path / "b.tar")!r})
     """)

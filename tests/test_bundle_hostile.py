@@ -23,11 +23,11 @@ import pytest
 
 from tests.fixtures.stores import make_run, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore import bundle as B
-from trackstore import compact as C
-from trackstore import doctor as D
-from trackstore.catalog import list_runs
 from trackstore.errors import BundleError, WriteError
+from trackstore.read.catalog import list_runs
+from trackstore.upkeep import bundle as B
+from trackstore.upkeep import compact as C
+from trackstore.upkeep import doctor as D
 
 MiB = 1 << 20
 ZEROS_GZ = gzip.compress(bytes(MiB), compresslevel=9, mtime=0)  # one gzip member: 1 MiB of zeros in ~1 KiB
@@ -118,7 +118,7 @@ LIMITED_IMPORT = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like a full disk
     resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
-    from trackstore import bundle as B
+    from trackstore.upkeep import bundle as B
     try:
         B.import_bundle({root!r}, {bundle!r})
         print(json.dumps({{"error": None}}))
@@ -265,3 +265,68 @@ def test_doctor_deep_finds_repeated_ids(root, tmp_path):
     assert parts[1].name in f.problem and "move the files repeating rows" in f.advice
     cli = run_cli("doctor", "--deep", root=root)
     assert cli.returncode == 4 and "repeated_rows" in cli.stdout + cli.stderr
+
+
+# ---------------------------------------------------------------------------- malformed manifests
+def _with_manifest(good, out, change):
+    manifest, members = read_bundle(good)
+    change(manifest, members)
+    write_bundle(out, manifest, members)
+    return out
+
+
+def _drop_version(m, _members):
+    del m["version"]
+
+
+def _text_version(m, _members):
+    m["version"] = "two"
+
+
+def _runs_not_a_list(m, _members):
+    m["runs"] = {"project": "p"}
+
+
+def _run_without_project(m, _members):
+    del m["runs"][0]["project"]
+
+
+def _run_entry_a_list(m, _members):
+    m["runs"][0] = ["p", "r"]
+
+
+def _run_not_listed(m, _members):
+    m["runs"] = []
+
+
+@pytest.mark.parametrize("change", [_drop_version, _text_version, _runs_not_a_list, _run_without_project,
+                                    _run_entry_a_list, _run_not_listed])
+def test_malformed_manifest_is_refused_with_nothing_imported(two, tmp_path, change):
+    a, b = two
+    make_run(a)
+    bad = _with_manifest(exported(a, tmp_path), tmp_path / "bad.tar", change)
+    with pytest.raises(BundleError, match="nothing was imported"):
+        B.import_bundle(b, bad)
+    assert tree(b) == {}
+    res = run_cli("import", str(bad), root=b)
+    assert res.returncode == 9 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_receipt_with_a_malformed_cursor_is_refused_whole(two, tmp_path):
+    """One bad cursor in a receipt: no cursor of it is merged (not even the good ones before it)."""
+    a, b = two
+    run = make_run(a)
+    good_cursor = {"version": 1, "target": "mlflow", "destination": "http://127.0.0.1:1", "project": run.project,
+                   "run_id": run.run_id, "acked": {"metrics": [[0, 0]]}}
+    manifest = {"format": B.FORMAT, "version": B.BUNDLE_VERSION, "kind": "receipt", "files": []}
+    members = []
+    for dest, data in (("mlflow-aaaaaaaaaaaa", json.dumps(good_cursor).encode()), ("mlflow-bbbbbbbbbbbb", b"[]")):
+        rel = f"sync/{dest}/project={run.project}/run={run.run_id}.json"
+        manifest["files"].append(listing(rel, data))
+        members.append(member(rel, data))
+    bad = tmp_path / "receipt.tar"
+    write_bundle(bad, manifest, members)
+    before = tree(a)
+    with pytest.raises(BundleError, match="nothing was imported"):
+        B.import_bundle(a, bad)
+    assert tree(a) == before

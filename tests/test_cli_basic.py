@@ -16,7 +16,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.catalog import RUN_COLUMNS, list_runs
+from trackstore.read.catalog import RUN_COLUMNS, list_runs
 
 
 def test_help_and_version():
@@ -180,7 +180,7 @@ def test_sigterm_during_a_flush_in_the_main_thread_waits_for_it(root):
     # I/O lock). Handling it right there would deadlock; it must wait for the flush to end.
     after = textwrap.dedent(
         """
-        import os, trackstore.writer as w
+        import os, trackstore.write.writer as w
         real = w.write_part
         def write_part(*a, **k):
             os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the write

@@ -8,7 +8,6 @@ it is read-only even for root and disappears with the process.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -18,9 +17,9 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore import locks
-from trackstore.catalog import list_runs
 from trackstore.errors import UsageError
+from trackstore.read.catalog import list_runs
+from trackstore.store import locks
 
 RUN_A, RUN_B = "20261201-000000000-aaaaaaaa", "20261201-000000001-bbbbbbbb"
 

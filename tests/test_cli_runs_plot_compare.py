@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.query_fixtures import make_run
-from trackstore.meta import iso
+from trackstore.store.clock import iso
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_runs_bad_sort_and_bad_where(store):
 
 def test_show_metric_overview(store):
     root, a, b, c = store
-    res = run_cli("show", f"grpo/hot", root=root)
+    res = run_cli("show", "grpo/hot", root=root)
     assert res.returncode == 0, res.stderr
     assert "metrics (3 keys)" in res.stdout and "actor/kl" in res.stdout and "0..39" in res.stdout
     data = json.loads(run_cli("show", b.id[:22], "-f", "json", root=root).stdout)[0]

@@ -16,9 +16,10 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore import compact as C
-from trackstore.reader import read_kind
-from trackstore.syncstate import load_cursor, pending_counts
+from trackstore.read.reader import read_kind
+from trackstore.store import merge as C
+from trackstore.store.ledger import load_cursor, pending_counts
+from trackstore.upkeep.compact import compact
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +44,7 @@ def test_compaction_keeps_rows_and_query_answers(root):
     before_sql = [sql(root, q) for q in QUERIES]
     before = store_snapshot(root)
     assert len(a.parts("metrics")) == 6 and len(a.parts("samples")) == 6
-    results = C.compact(root, [a, b])
+    results = compact(root, [a, b])
     assert all(r.changed and not r.skipped for r in results)
     for p in (a, b):
         for kind in ("metrics", "samples"):
@@ -55,7 +56,7 @@ def test_compaction_keeps_rows_and_query_answers(root):
     assert [sql(root, q) for q in QUERIES] == before_sql
     assert not any(n.startswith(".compact") for n in os.listdir(a.dir))
     # a second pass has nothing to do
-    assert not any(r.changed for r in C.compact(root, [a, b]))
+    assert not any(r.changed for r in compact(root, [a, b]))
 
 
 def test_merged_metrics_are_clustered_by_key_and_skippable(root, tmp_path):
@@ -72,7 +73,7 @@ def test_merged_metrics_are_clustered_by_key_and_skippable(root, tmp_path):
     assert len(paths.parts("metrics")) == 4
     before = sql(root, "SELECT key, step, value, seq FROM metrics ORDER BY ALL")
     latest_before = sql(root, "SELECT key, step, value FROM latest ORDER BY ALL")
-    assert C.compact(root, [paths])[0].changed
+    assert compact(root, [paths])[0].changed
     (merged,) = paths.parts("metrics")
     table = pq.read_table(merged)
     body = table.filter(pc.invert(table.column("last_of_key")))
@@ -100,7 +101,7 @@ def test_cursor_stays_exact_across_compaction(root):
     pending_before = pending_counts(p, cursor)
     rest_before = read_kind(p, "metrics", exclude=cursor.acked["metrics"]).to_pylist()
     assert pending_before["metrics"] == total - total // 2
-    C.compact(root, [p])
+    compact(root, [p])
     assert len(p.parts("metrics")) == 1
     cursor = load_cursor(root, cursor.target, cursor.destination, p.project, p.run_id)
     assert pending_counts(p, cursor) == pending_before
@@ -127,7 +128,7 @@ def test_run_being_synced_is_skipped(root):
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {REPO!r})
-        from trackstore import locks
+        from trackstore.store import locks
         lk = locks.acquire({str(root)!r}, "sync-mlflow-x", info={{"runs": [{p.run_id!r}]}})
         print("held", flush=True)
         time.sleep(60)
@@ -135,12 +136,12 @@ def test_run_being_synced_is_skipped(root):
     child = python_child(code)
     try:
         assert child.stdout.readline().strip() == "held"
-        (res,) = C.compact(root, [p])
+        (res,) = compact(root, [p])
         assert res.skipped and "being synced" in res.skipped and len(p.parts("metrics")) == 4
     finally:
         child.kill()
         child.wait()
-    assert C.compact(root, [p])[0].changed
+    assert compact(root, [p])[0].changed
 
 
 def test_reader_sees_old_or_new_never_both(root):
@@ -211,13 +212,13 @@ def test_reader_sees_old_or_new_never_both(root):
 
 
 def test_product_readers_stay_exact_while_compaction_swaps(root):
-    """The sync reader (read_kind), SQL over the views and curves (trackstore.points) list a
+    """The sync reader (read_kind), SQL over the views and curves (trackstore.read.points) list a
     folder and then open its files; a swap in between must cost a retry, never a wrong count
     or an error. Another process swaps the metrics folder between its flushed and merged forms."""
-    from trackstore.catalog import resolve_run
-    from trackstore.overview import curves
-    from trackstore.points import read_points
-    from trackstore.views import connect, run_sql
+    from trackstore.read.catalog import resolve_run
+    from trackstore.read.overview import curves
+    from trackstore.read.points import read_points
+    from trackstore.read.views import connect, run_sql
 
     p = make_run(root, chunks=12, samples=False)
     kind_dir = p.kind_dir("metrics")
@@ -235,7 +236,7 @@ def test_product_readers_stay_exact_while_compaction_swaps(root):
         import os, sys, time
         from pathlib import Path
         sys.path.insert(0, {REPO!r})
-        from trackstore import compact as C
+        from trackstore.store import merge as C
         kind_dir, forms = Path({str(kind_dir)!r}), [Path({str(forms[0])!r}), Path({str(forms[1])!r})]
         swaps = 0
         print("ready", flush=True)
@@ -272,8 +273,8 @@ def _kill_at(root, p, where):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {REPO!r})
-        from trackstore import compact as C
-        from trackstore.layout import RunPaths
+        from trackstore.store import merge as C
+        from trackstore.store.layout import RunPaths
         def die(*a, **k):
             os.kill(os.getpid(), 9)
         {where}
@@ -367,7 +368,7 @@ def test_sync_half_compact_sync_rest_is_exact_at_the_target(root, tmp_path, monk
     log(range(50, 100))
     run.finish(compact=False)
     assert len(run.paths.parts("metrics")) == 10
-    (res,) = C.compact(root, [run.paths])
+    (res,) = compact(root, [run.paths])
     assert res.changed and len(run.paths.parts("metrics")) == 1
     rest = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root, timeout=300)
     assert rest.returncode == 0, rest.stderr

@@ -16,12 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from trackstore import compact as C
-from trackstore.catalog import resolve_run
 from trackstore.errors import CorruptFileError, UsageError
-from trackstore.overview import curves, matching_keys
-from trackstore.points import _row_groups_for, read_points, run_keys
-from trackstore.views import SkippedFileWarning, connect, run_sql
+from trackstore.read.catalog import resolve_run
+from trackstore.read.overview import curves, matching_keys
+from trackstore.read.points import _row_groups_for, read_points, run_keys
+from trackstore.read.views import SkippedFileWarning, connect, run_sql
 
 
 def reference(root, runs, keys, *, points, smooth=None, x="step"):

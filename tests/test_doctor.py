@@ -17,11 +17,11 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run
 from tests.helpers import python_child, run_cli
-from trackstore import doctor as D
-from trackstore.catalog import list_runs
 from trackstore.errors import CorruptFileError
-from trackstore.layout import QUARANTINE_DIR, RunPaths
-from trackstore.reader import read_kind
+from trackstore.read.catalog import list_runs
+from trackstore.read.reader import read_kind
+from trackstore.store.layout import QUARANTINE_DIR, RunPaths
+from trackstore.upkeep import doctor as D
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "damaged_store"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,9 +146,9 @@ def test_live_run_and_write_in_progress_are_left_alone(root):
 
 
 def test_leftovers_of_interrupted_operations(root):
-    from trackstore import locks
-    from trackstore.bundle import IMPORT_DIR
-    from trackstore.compact import MARKER
+    from trackstore.store import locks
+    from trackstore.store.layout import IMPORT_DIR
+    from trackstore.store.layout import MERGE_MARKER as MARKER
 
     p = make_run(root)
     staging = p.dir / ".compact-metrics-0000abcd"

@@ -16,12 +16,10 @@ the kill is there, and the run reads as ``crashed``.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest

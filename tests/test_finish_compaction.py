@@ -11,12 +11,12 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore import compact as C
-from trackstore import locks
-from trackstore.catalog import resolve_run
-from trackstore.reader import read_kind
-from trackstore.schema import KINDS
-from trackstore.views import connect
+from trackstore.read.catalog import resolve_run
+from trackstore.read.reader import read_kind
+from trackstore.read.views import connect
+from trackstore.store import locks
+from trackstore.store import merge as C
+from trackstore.store.schema import KINDS
 
 REPO = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
 
@@ -166,7 +166,7 @@ def test_sigkill_during_the_merge_at_finish_loses_nothing(root, where):
         import os, sys
         sys.path.insert(0, {REPO!r})
         import trackstore
-        from trackstore import compact as C
+        from trackstore.store import merge as C
         def die(*a, **k):
             os.kill(os.getpid(), 9)
         {where}

@@ -14,11 +14,11 @@ import pytest
 
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
-from trackstore import gc as G
-from trackstore.catalog import list_runs
 from trackstore.errors import LockHeldError, UsageError
-from trackstore.layout import SYNC_DIR
-from trackstore.syncstate import iter_cursors
+from trackstore.read.catalog import list_runs
+from trackstore.store.layout import SYNC_DIR
+from trackstore.store.ledger import iter_cursors
+from trackstore.upkeep import gc as G
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = 86400
@@ -77,7 +77,7 @@ def test_status_running_final_status_not_pushed(root):
     p = make_run(root, ended_days_ago=40, status="failed")
     c = mark_synced(root, p)
     c.synced_status = "running"
-    from trackstore.syncstate import save_cursor
+    from trackstore.store.ledger import save_cursor
 
     save_cursor(root, c)
     plan = G.plan(root, G.Policy(older_than_s=0))
@@ -115,7 +115,7 @@ def _sync_lock_holder(root, runs):
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {REPO!r})
-        from trackstore import locks
+        from trackstore.store import locks
         lk = locks.acquire({str(root)!r}, "sync-mlflow-abc"{info})
         print("held", flush=True)
         time.sleep(120)
@@ -164,7 +164,7 @@ def test_lock_taken_after_plan_is_respected(root):
 
 def test_gc_and_compaction_exclude_each_other(root):
     synced_run(root)
-    from trackstore import locks
+    from trackstore.store import locks
 
     with locks.acquire(root, "maintenance"):
         with pytest.raises(LockHeldError):
@@ -205,7 +205,7 @@ def test_sigkill_between_rename_and_removal_leaves_consistent_store(root):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {REPO!r})
-        from trackstore import gc as G
+        from trackstore.upkeep import gc as G
         G._remove_tree = lambda path: os.kill(os.getpid(), 9)   # die right after the rename
         G.gc({str(root)!r}, G.Policy(older_than_s=0))
     """)
@@ -232,7 +232,7 @@ def test_sigkill_during_removal(root):
     code = textwrap.dedent(f"""
         import os, shutil, sys
         sys.path.insert(0, {REPO!r})
-        from trackstore import gc as G
+        from trackstore.upkeep import gc as G
         removed = []
         def slow_remove(path):
             for dirpath, _d, files in os.walk(path):
@@ -360,7 +360,7 @@ def test_real_sync_in_progress_protects_its_run(root, tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------- damage is not "done"
 def _corrupt_cursor(root, paths, content: bytes, target="wandb", destination="ent/proj"):
-    from trackstore.syncstate import cursor_path
+    from trackstore.store.ledger import cursor_path
 
     f = cursor_path(root, target, destination, paths.project, paths.run_id)
     f.write_bytes(content)
@@ -388,7 +388,7 @@ def _corrupt_column(part, column):
 def test_unreadable_cursor_keeps_the_run(root, content):
     """Fully synced to MLflow, half to wandb, and the wandb cursor is damaged: that must not read
     as "never synced to wandb" (the run would be deleted with half its rows only here)."""
-    from trackstore import doctor as D
+    from trackstore.upkeep import doctor as D
 
     p = synced_run(root)
     mark_synced(root, p, target="wandb", destination="ent/proj", fraction=0.5)
@@ -414,8 +414,8 @@ def test_unreadable_cursor_keeps_the_run(root, content):
 def test_damaged_parts_keep_the_run_until_doctor_fixes_them(root):
     """A truncated part's rows cannot be read, so sync never sent them and a cursor over the
     readable rows looks complete; gc keeps the run until doctor has quarantined the file."""
-    from trackstore import doctor as D
-    from trackstore.doctor import QUARANTINE_DIR
+    from trackstore.upkeep import doctor as D
+    from trackstore.upkeep.doctor import QUARANTINE_DIR
 
     truncated = make_run(root, ended_days_ago=40)
     lost = truncated.parts("metrics")[-1]
@@ -515,7 +515,7 @@ def test_cli_require_synced_to(root):
 
 
 def test_cli_exit_6_while_the_maintenance_lock_is_held(root):
-    from trackstore import locks
+    from trackstore.store import locks
 
     p = synced_run(root)
     with locks.acquire(root, "maintenance"):

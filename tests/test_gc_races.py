@@ -22,8 +22,8 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced
 from tests.helpers import python_child
-from trackstore import gc as G
-from trackstore.catalog import list_runs
+from trackstore.read.catalog import list_runs
+from trackstore.upkeep import gc as G
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -126,7 +126,7 @@ def paused_gc(root, go, *, after_rename: bool):
     code = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {REPO!r})
-        from trackstore import gc as G
+        from trackstore.upkeep import gc as G
         real = G.move_to_trash
         def wait_for_go():
             print("paused", flush=True)
@@ -202,7 +202,7 @@ def test_resume_between_recheck_and_rename_keeps_the_run(root, tmp_path):
     assert points(root, victim.run_id) == before + 50
     assert G.trash_entries(root) == []
     # the claim the resumer wrote before its own writer file is gone; its attempt is recorded
-    from trackstore.meta import read_run_json
+    from trackstore.store.meta import read_run_json
 
     assert not list(victim.writers_dir.glob("*.claim"))
     assert len(read_run_json(victim)["attempts"]) == 2
@@ -219,7 +219,7 @@ def test_resume_after_the_rename_starts_afresh_and_never_writes_into_the_trash(r
     # child, so that the test knows it is blocked there before letting gc go on)
     code = resume_code(root, victim, range(100, 150)).replace(
         "import trackstore\n",
-        "import trackstore\nfrom trackstore import locks\nreal_wait = locks.wait_for_deletion_verdict\n"
+        "import trackstore\nfrom trackstore.store import locks\nreal_wait = locks.wait_for_deletion_verdict\n"
         "def waiting(*a, **kw):\n    print('waiting', flush=True)\n    return real_wait(*a, **kw)\n"
         "locks.wait_for_deletion_verdict = waiting\n", 1)
     resumer = python_child(code)
@@ -245,9 +245,9 @@ def test_resume_after_the_rename_starts_afresh_and_never_writes_into_the_trash(r
 
 # ---------------------------------------------------------------------------- model-based
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule  # noqa: E402
-
 
 RUNS = 2  # runs per example; run 0 starts synced (so planned for deletion), run 1 not
 
@@ -273,7 +273,7 @@ class GcAgainstWriters(RuleBasedStateMachine):
         self.plan = None
 
     def _paths(self, run_id):
-        from trackstore.layout import RunPaths
+        from trackstore.store.layout import RunPaths
 
         return RunPaths(self.root, "p", run_id)
 
@@ -345,7 +345,7 @@ class GcAgainstWriters(RuleBasedStateMachine):
         self.every_kept_run_is_whole()
 
     def every_kept_run_is_whole(self):
-        from trackstore.reader import read_kind
+        from trackstore.read.reader import read_kind
 
         for run_id, n in self.points.items():
             assert read_kind(self._paths(run_id), "metrics").num_rows == n, run_id

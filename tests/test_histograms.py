@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from trackstore.histogram import Histogram
+from trackstore.records.histogram import Histogram
 
 
 def read_hists(run) -> list[dict]:
@@ -37,7 +37,7 @@ def test_pure_python_path_matches_numpy_path():
     values = [((i * 37) % 101) / 7.0 - 3 for i in range(1000)] + [float("nan"), float("inf"), -float("inf")]
     code = (
         "import sys, json; sys.modules['numpy'] = None\n"
-        "from trackstore.histogram import Histogram\n"
+        "from trackstore.records.histogram import Histogram\n"
         "h = Histogram(json.loads(sys.argv[1]), bins=16)\n"
         "print(json.dumps([h.counts, h.edges, h.count, h.nan_count, h.inf_count, h.mean, h.std]))"
     )
@@ -153,8 +153,8 @@ def test_watch_bad_arguments(root):
 
 
 def test_watch_callable_after_submodule_import():
-    # `from trackstore.watch import ...` first binds the submodule as trackstore.watch
-    code = ("import trackstore\nfrom trackstore.watch import unwatch\n"
+    # importing the watch submodule first must not shadow the function trackstore.watch
+    code = ("import trackstore\nfrom trackstore.integrations.watch import unwatch\n"
             "try:\n    trackstore.watch(object())\nexcept ValueError as e:\n    print('ValueError', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("ValueError watch expects a torch.nn.Module")

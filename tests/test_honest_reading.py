@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 import trackstore
 from tests.fixtures.stores import make_run
 from tests.helpers import python_child, run_cli
-from trackstore import doctor as D
-from trackstore.catalog import list_runs
 from trackstore.cli.main import main as cli_main
-from trackstore.layout import RunPaths
-from trackstore.meta import iso, parse_iso
-from trackstore.reader import read_kind
+from trackstore.read.catalog import list_runs
+from trackstore.read.reader import read_kind
+from trackstore.store.clock import iso, parse_iso
+from trackstore.store.layout import RunPaths
+from trackstore.upkeep import doctor as D
 
 GOOD_RUNS = 3
 STEPS = 20  # make_run's default: 4 chunks of 5 steps, two metric keys

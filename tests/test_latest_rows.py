@@ -1,5 +1,5 @@
 """The ``latest`` view reads only the rows marked last of their key in each part
-(trackstore.last_rows); these tests prove it still answers exactly what a full scan answers:
+(trackstore.store.last_rows); these tests prove it still answers exactly what a full scan answers:
 keys logged at different rates, a clock that steps back, several writers, parts from before
 the mark existed, and compaction."""
 
@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import trackstore
-from trackstore import schema
-from trackstore.compact import compact
-from trackstore.last_rows import COLUMN, mark_last_rows
-from trackstore.layout import RunPaths, part_file_name
-from trackstore.writer import write_part
+from trackstore.store import schema
+from trackstore.store.last_rows import COLUMN, mark_last_rows
+from trackstore.store.layout import RunPaths, part_file_name
+from trackstore.store.parts import write_part
+from trackstore.upkeep.compact import compact
 
 FULL_SCAN = ("SELECT project, run_id, key, arg_max(step, {o}) AS step, arg_max(value, {o}) AS value, max(ts) AS ts "
              "FROM metrics GROUP BY ALL ORDER BY ALL").format(o="((epoch_us(ts)::HUGEINT << 64) + seq)")

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from tests.helpers import python_child
-from trackstore import locks
 from trackstore.errors import LockHeldError
-from trackstore.meta import iso
+from trackstore.store import locks
+from trackstore.store.clock import iso
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,7 +24,7 @@ def _holder(root, name, extra=""):
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {REPO!r})
-        from trackstore import locks
+        from trackstore.store import locks
         lk = locks.acquire({str(root)!r}, {name!r})
         {extra}
         print("held", flush=True)
@@ -136,7 +136,7 @@ def test_racing_takeover_has_one_winner(root):
     code = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {REPO!r})
-        from trackstore import locks
+        from trackstore.store import locks
         from trackstore.errors import LockHeldError
         print("ready", flush=True)
         while not os.path.exists({str(go)!r}):
@@ -169,7 +169,7 @@ def test_bad_names_refused(root):
 def test_import_stays_cheap():
     import subprocess
 
-    code = "import sys, trackstore.locks; print('pyarrow' in sys.modules or 'duckdb' in sys.modules)"
+    code = "import sys, trackstore.store.locks; print('pyarrow' in sys.modules or 'duckdb' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -7,7 +7,7 @@ import pytest
 from tests.helpers import run_cli
 from tests.query_fixtures import make_run, metric_rows, part
 from trackstore.errors import CorruptFileError
-from trackstore.views import SkippedFileWarning, connect, query
+from trackstore.read.views import SkippedFileWarning, connect, query
 
 
 def damaged_store(root, how: str):

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from trackstore.catalog import resolve_run
 from tests.helpers import run_cli
 from tests.query_fixtures import part
-from trackstore.demo import simulate_grpo
-from trackstore.views import VIEWS, connect, run_sql
+from trackstore.cli.demo import simulate_grpo
+from trackstore.read.catalog import resolve_run
+from trackstore.read.views import VIEWS, connect, run_sql
 
 DOC = (__import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "sql.md").read_text()
 BLOCKS = re.findall(r"```sql\n(.*?)```", DOC, re.S)

@@ -13,9 +13,9 @@ import pytest
 import trackstore
 from tests.helpers import python_child
 from tests.query_fixtures import make_run, metric_rows, part
-from trackstore import schema
 from trackstore.errors import QueryError
-from trackstore.views import VIEWS, connect, query, run_sql, wide
+from trackstore.read.views import VIEWS, connect, query, run_sql, wide
+from trackstore.store import schema
 
 
 def columns(con, view):
@@ -85,11 +85,13 @@ def test_live_run_visible_while_writer_logs(root):
             "    r.flush(); print(step, flush=True)\n")
     child = python_child(code, stdin=__import__("subprocess").PIPE)
     try:
-        child.stdin.write("10\n"); child.stdin.flush()
+        child.stdin.write("10\n")
+        child.stdin.flush()
         assert child.stdout.readline().strip() == "10"
         con = connect(root)  # one connection, kept open across the writer's next flush
         assert con.execute("SELECT count(*), max(step) FROM metrics").fetchone() == (10, 9)
-        child.stdin.write("15\n"); child.stdin.flush()
+        child.stdin.write("15\n")
+        child.stdin.flush()
         assert child.stdout.readline().strip() == "25"
         assert con.execute("SELECT count(*), max(step) FROM metrics").fetchone() == (25, 24)
         assert con.execute("SELECT status FROM runs").fetchone() == ("running",)
@@ -247,8 +249,8 @@ def test_run_deleted_after_connect_leaves_views_working(root):
 
 
 def test_sync_state_view_reads_the_ledger(root):
-    from trackstore.ranges import RangeSet
-    from trackstore.syncstate import Cursor, save_cursor
+    from trackstore.store.ledger import Cursor, save_cursor
+    from trackstore.store.ranges import RangeSet
 
     run = make_run(root, "p", "synced", steps=5)  # 10 metric rows, seq 0..9 of one writer
     writer = query("SELECT DISTINCT writer FROM metrics", root=root).column("writer")[0].as_py()

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from trackstore.ranges import RangeSet
+from trackstore.store.ranges import RangeSet
 
 
 def test_merge_and_membership():

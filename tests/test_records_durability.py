@@ -13,10 +13,10 @@ import duckdb
 import pyarrow.parquet as pq
 
 from tests.helpers import python_child
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
-from trackstore.samples import decode_row
-from trackstore.trace import latest_rows
+from trackstore.read.catalog import list_runs
+from trackstore.records.samples import decode_row
+from trackstore.records.trace import latest_rows
+from trackstore.store.layout import RunPaths
 
 
 def wait_for(pred, timeout=60.0, every=0.02):
@@ -82,7 +82,7 @@ def test_sigkill_keeps_flushed_samples(root):
 TRACER = textwrap.dedent(
     """
     import time, trackstore
-    from trackstore.trace import traced
+    from trackstore.records.trace import traced
     run = trackstore.init("crash", root={root!r}, run_id="spans", flush_interval=0.05)
 
     @traced(kind="llm")

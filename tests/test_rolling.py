@@ -1,5 +1,5 @@
 """Rolling merges: a live writer keeps its own part files few, without losing, duplicating or
-blocking anything, and only when nothing could race it (trackstore.rolling)."""
+blocking anything, and only when nothing could race it (trackstore.write.rolling)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import time
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore import compact as C
-from trackstore import locks
-from trackstore import rolling as R
-from trackstore.layout import RunPaths
-from trackstore.catalog import resolve_run
-from trackstore.reader import read_kind
+from trackstore.read.catalog import resolve_run
+from trackstore.read.reader import read_kind
+from trackstore.store import locks
+from trackstore.store import merge as C
+from trackstore.store.layout import RunPaths
+from trackstore.write import rolling as R
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -127,14 +127,14 @@ def test_sigkill_during_a_rolling_merge_loses_nothing(root):
         import os, sys
         sys.path.insert(0, {REPO!r})
         import trackstore
-        from trackstore import compact as C
+        from trackstore.store import merge as C
         real = C._exchange
         def die(a, b):
             os.kill(os.getpid(), 9)
         C._exchange = die
         run = trackstore.init("p", root={str(root)!r}, run_id="k", flush_interval=3600)
         C._exchange = real  # the probe of the filesystem must pass; the merge's swap must not
-        import trackstore.rolling as R
+        import trackstore.write.rolling as R
         orig = R.RollingMerger._safe_now
         def safe_then_arm(self):
             ok = orig(self)
@@ -205,7 +205,7 @@ def test_maintenance_commands_wait_for_a_runs_brief_merge_but_not_for_a_gc(root)
         code = textwrap.dedent(f"""
             import sys, time
             sys.path.insert(0, {REPO!r})
-            from trackstore import locks
+            from trackstore.store import locks
             lk = locks.acquire({str(root)!r}, "maintenance", info={{"job": {job!r}}})
             print("held", flush=True)
             time.sleep({seconds})

@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import run_cli
 from tests.query_fixtures import make_run
 from trackstore.errors import QueryError
-from trackstore.views import SkippedFileWarning, connect, query
+from trackstore.read.views import SkippedFileWarning, connect, query
 
 SECRET = "s3cr3t-outside-the-store"
 
@@ -102,7 +102,7 @@ def test_queries_and_explain_of_queries_still_work(attacked):
     assert own.to_pylist() == [{"n": 6}]  # the store's own files stay readable directly
 
 
-@pytest.mark.filterwarnings("ignore::trackstore.views.SkippedFileWarning")  # expected: the links are skipped
+@pytest.mark.filterwarnings("ignore::trackstore.read.views.SkippedFileWarning")  # expected: the links are skipped
 def test_links_out_of_the_store_are_never_read(attacked, tmp_path):
     """A link planted in the store (a part file, a run folder) is neither read nor a way to fail
     every query: the views leave it out with a warning naming it."""

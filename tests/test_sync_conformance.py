@@ -144,7 +144,7 @@ def test_dry_run_sends_nothing(harness, root):
 
 
 def test_lock_excludes_a_second_sync(harness, root):
-    from trackstore import locks
+    from trackstore.store import locks
     from trackstore.sync import lock_name
 
     _log(root, 3)

@@ -310,3 +310,25 @@ def test_every_target_truncated_part_then_doctor(harness, root):
     assert sorted(got) == want and len(want) == 2 * ROWS_PER_PART
     assert harness.status(run.project, run.id) == "finished"
     assert harness.remote_run_count(run.project, run.id) == 1
+
+
+def test_unreadable_cursor_stops_that_run_not_the_sync(tmp_path):
+    """A cursor file that is not valid JSON: that run is named and left alone (replaying it
+    without knowing what the target holds could duplicate it), the other runs sync, exit 8."""
+    root = tmp_path / "store"
+    a = log_parts(root, 1, name="a")
+    b = log_parts(root, 1, name="b")
+    first = run_cli("sync", "--to", "mlflow", "-f", "json", root=root)
+    assert first.returncode == 0, first.stderr
+    (cursor,) = [p for p in (root / "_sync").rglob(f"run={a.id}.json")]
+    cursor.write_text('{"target": "mlflow", "acked": ')
+    log_parts(root, 1, run=trackstore.init("proj", run_id=b.id, resume=True, root=root), start=1)
+    for dry in ([], ["--dry-run"]):
+        res = run_cli("sync", "--to", "mlflow", "-f", "json", *dry, root=root)
+        assert res.returncode == 8, res.stderr
+        assert "Traceback" not in res.stderr
+        runs = {r["run_id"]: r for r in json.loads(res.stdout)["runs"]}
+        assert runs[a.id]["error_kind"] == "damaged" and "unreadable" in runs[a.id]["error"]
+        assert str(cursor) in runs[a.id]["error"]
+        assert runs[b.id]["error"] is None
+    assert cursor.read_text() == '{"target": "mlflow", "acked": '  # left for the user to look at

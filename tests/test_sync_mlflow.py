@@ -79,8 +79,8 @@ def test_full_roundtrip(root, mlflow_uri):
     assert r.data.tags["mlflow.note.content"] == "hello" and r.data.tags["t1"] == "true"
     assert r.data.tags["mlflow.runName"] == "exp"
     meta = json.loads((run.dir / "run.json").read_text())
-    created = int(trackstore.meta.parse_iso(meta["created_at"]) * 1000)
-    ended = int(trackstore.meta.parse_iso(meta["ended_at"]) * 1000)
+    created = int(trackstore.store.clock.parse_iso(meta["created_at"]) * 1000)
+    ended = int(trackstore.store.clock.parse_iso(meta["ended_at"]) * 1000)
     assert r.info.start_time == created and r.info.end_time == ended
     assert r.info.status == "FINISHED"
     files = [f.path for f in c.list_artifacts(r.info.run_id, "trackstore/samples/val")]
@@ -290,7 +290,7 @@ def test_nan_values_roundtrip(root, tmp_path):
 
 
 def test_lock_held_exits_6(root, tmp_path):
-    from trackstore import locks
+    from trackstore.store import locks
 
     make_run(root, steps=2, keys=1)
     uri = mlflow_sqlite_uri(tmp_path)
@@ -304,7 +304,7 @@ def test_lock_held_exits_6(root, tmp_path):
 def test_stale_lock_from_killed_sync_is_taken_over(root, tmp_path):
     make_run(root, steps=2, keys=1)
     uri = mlflow_sqlite_uri(tmp_path)
-    code = ("import sys, time; from trackstore import locks; l = locks.acquire(sys.argv[1], 'sync-mlflow'); "
+    code = ("import sys, time; from trackstore.store import locks; l = locks.acquire(sys.argv[1], 'sync-mlflow'); "
             "print('held', flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
@@ -386,8 +386,8 @@ def test_traces_round_trip_and_never_duplicated(root, tmp_path):
 def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(root, tmp_path):
     """Killed mid-trajectory before its root span was written: while the run is live the
     trajectory waits; once the run has ended it is reported, not left pending for ever."""
-    from trackstore.sync.trajectories import NO_ROOT_SPAN
     from tests.helpers import start_run_with_an_orphan_span
+    from trackstore.sync.trajectories import NO_ROOT_SPAN
 
     uri = mlflow_sqlite_uri(tmp_path)
     p, run_id = start_run_with_an_orphan_span(root)

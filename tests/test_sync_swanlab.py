@@ -21,8 +21,7 @@ from tests.helpers import fake_old_client, python_child, run_cli
 
 pytest.importorskip("swanlab")
 
-from trackstore.sync.swanlab import (SKIP_OLD, SKIP_SECOND, count_points, experiment_id,  # noqa: E402
-                                     read_session_files)
+from trackstore.sync.swanlab import SKIP_OLD, SKIP_SECOND, count_points, experiment_id, read_session_files  # noqa: E402
 
 
 @pytest.fixture
@@ -322,7 +321,7 @@ def test_live_trajectory_waits_and_late_samples_are_reported(root, logdir):
     run.log_samples([{"input": "q", "output": "a"}], step=0)
     tr = run.trace(step=1, sample_index=0).__enter__()
     span = tr.span("assistant", kind="llm", inputs={"q": "hi"}).__enter__()
-    from trackstore.trace import checkpoint_open_spans
+    from trackstore.records.trace import checkpoint_open_spans
 
     assert checkpoint_open_spans(run) == 2  # the open episode and turn, as ``unfinished`` rows
     run.flush()
@@ -388,8 +387,8 @@ def test_in_doubt_batch_is_counted_like_the_interrupted_send(root, logdir):
     """A batch whose send reached SwanLab but whose acknowledgement was never recorded (the
     state a kill between the two leaves): the next sync sends nothing twice and counts the
     batch's second values and late values exactly once."""
-    from trackstore.ranges import RangeSet
-    from trackstore.syncstate import iter_cursors, save_cursor
+    from trackstore.store.ledger import iter_cursors, save_cursor
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("doubt", root=root)
     run.log({"a": 1.0, "b": 1.0}, step=1)
@@ -521,7 +520,7 @@ def test_range_subtraction_matches_set_difference():
     difference, checked against Python sets on seeded random ranges."""
     import random
 
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
     from trackstore.sync.swanlab import _subtract
 
     rng = random.Random(5)

@@ -14,8 +14,7 @@ import pytest
 import trackstore
 from tests.helpers import fake_old_client, run_cli
 from tests.sync_harness import WandbHarness
-from trackstore.sync.wandb import (LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key,
-                                   wandb_run_id)
+from trackstore.sync.wandb import LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key, wandb_run_id
 
 
 @pytest.fixture
@@ -33,7 +32,7 @@ def _sync(root, *extra, target="wandb"):
 
 
 def _stored(run, kind):
-    from trackstore.reader import read_kind
+    from trackstore.read.reader import read_kind
 
     return read_kind(run.paths, kind).to_pylist()
 
@@ -222,7 +221,7 @@ def test_interrupted_batch_already_in_the_log_is_not_resent(wb, root, first):
     """The process died after wandb-core wrote the batch but before the cursor recorded it.
     Steps 8..11 are exactly the last batch (its marker is in the log); 6..11 is not a batch
     that was sent, so the history's steps and keys decide."""
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
     for s in range(12):
@@ -250,7 +249,7 @@ def test_interrupted_batch_already_in_the_log_is_not_resent(wb, root, first):
 
 def test_interrupted_batch_missing_from_the_log_is_sent_once(wb, root):
     """The process died before wandb-core wrote anything of the batch."""
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
     for s in range(6):
@@ -405,7 +404,7 @@ def test_online_unreachable_exits_7_or_0_with_if_online(root):
 def test_interrupted_batch_with_carried_histograms(wb, root):
     """A metrics batch that carried histograms was written, then the sync died before recording
     it: the histograms it carried must be recognised as delivered, not reported as late."""
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
     for s in range(12):
@@ -546,8 +545,8 @@ def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(wb, ro
     """A run killed mid-trajectory before its root span was ever written (no checkpoint yet):
     while the run is live the trajectory waits (the root may still come); once the run has
     ended it is reported as skipped, not left pending on every sync for ever."""
-    from trackstore.sync.trajectories import NO_ROOT_SPAN as NO_ROOT
     from tests.helpers import start_run_with_an_orphan_span
+    from trackstore.sync.trajectories import NO_ROOT_SPAN as NO_ROOT
 
     p, run_id = start_run_with_an_orphan_span(root, metrics=True)
     try:
@@ -585,7 +584,7 @@ def test_an_artifact_resent_after_an_interrupted_batch_adds_no_version(wb, root,
     assert len(first) == 3 and len({a["digest"] for a in first}) == 3  # one version per content
 
     # the last artifact batch in doubt again (its acknowledgement lost), as a kill leaves it
-    from trackstore.ranges import RangeSet
+    from trackstore.store.ranges import RangeSet
 
     [path] = _cursor_files(root)
     cur = json.loads(path.read_text())

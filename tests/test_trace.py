@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from trackstore.trace import checkpoint_open_spans, configure, current_span, latest_rows, traced
+from trackstore.records.trace import checkpoint_open_spans, configure, current_span, latest_rows, traced
 
 
 def read_spans(run) -> list[dict]:
@@ -134,7 +134,7 @@ async def _async_episode(run, i: int, delays: list[float]) -> str:
             await asyncio.sleep(delays[1])  # the other trajectories run meanwhile
             s.set_outputs({"accepted": True})
         with tr.span("assistant", kind="agent") as s:
-            plan = await agenerate(f"q{i}")
+            await agenerate(f"q{i}")
             res = await atool(f"q{i}")
             answer = await agenerate(res)
             s.set_outputs(answer)
@@ -462,7 +462,7 @@ def test_spans_of_a_trace_never_entered_are_not_orphans(root):
 
 WORKER = """
 import asyncio, sys, trackstore
-from trackstore.trace import traced
+from trackstore.records.trace import traced
 run = trackstore.init("p", root=sys.argv[1], run_id="shared", resume=True)
 w = int(sys.argv[2])
 print("ready", flush=True)

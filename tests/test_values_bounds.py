@@ -18,7 +18,7 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.histogram import Histogram
+from trackstore.records.histogram import Histogram
 
 BIG = 10 ** 400
 INT64_MAX = 2 ** 63 - 1
@@ -92,7 +92,7 @@ def test_int_beyond_float64_is_refused_at_the_call_and_costs_no_neighbour(root, 
 def test_plain_numbers_looks_at_ints_a_numpy_sum_absorbed():
     """Run.log's fast path asks this when a call's sum is not a plain float (numpy values among
     them): with numpy 1.x, a float64 sum may absorb a huge int without raising."""
-    from trackstore.values import plain_numbers
+    from trackstore.store.values import plain_numbers
 
     assert plain_numbers([1.0, 2, True, -(2 ** 1000)])
     assert not plain_numbers([1.0, BIG]) and not plain_numbers([-BIG]) and not plain_numbers([2 ** 1024])
@@ -282,7 +282,7 @@ def test_histogram_extreme_values_without_numpy_match_the_numpy_path():
     cases = [[1e308, -1e308], [1.7e308] * 3, [1e16, 1e16], [-1e308, 1e-320, 5e-324, 3e307], [1.0, math.nan, 2.0]]
     code = (
         "import sys, json; sys.modules['numpy'] = None\n"
-        "from trackstore.histogram import Histogram\n"
+        "from trackstore.records.histogram import Histogram\n"
         "out = []\n"
         "for v in json.loads(sys.argv[1]):\n"
         "    h = Histogram(v, bins=8)\n"

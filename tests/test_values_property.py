@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trackstore
-from trackstore.histogram import Histogram
+from trackstore.records.histogram import Histogram
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 FLOAT64_INT_LIMIT = 2 ** 1024 - 2 ** 970  # the smallest int whose float() overflows
@@ -183,7 +183,7 @@ SAMPLES_CALL = st.tuples(st.lists(ROW, min_size=1, max_size=4), STEP, st.sampled
 def samples_call(run, call, counters: dict, rows_out: list) -> None:
     rows, (step_tag, step), split = call
     raw = []
-    for inp, out, (score_tag, score), (index_tag, index), as_tuple in rows:
+    for inp, out, (_score_tag, score), (index_tag, index), as_tuple in rows:
         if as_tuple and index_tag == "none":
             raw.append((inp, out, score))
         else:

@@ -13,10 +13,10 @@ import time
 
 import pyarrow.parquet as pq
 
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
-from trackstore.samples import decode_row
-from trackstore.trace import latest_rows
+from trackstore.read.catalog import list_runs
+from trackstore.records.samples import decode_row
+from trackstore.records.trace import latest_rows
+from trackstore.store.layout import RunPaths
 
 PRELUDE = textwrap.dedent(
     """
@@ -65,7 +65,7 @@ RECOVERS = PRELUDE + textwrap.dedent(
 
 SAMPLES_AND_SPANS = PRELUDE + textwrap.dedent(
     """
-    from trackstore.trace import traced
+    from trackstore.records.trace import traced
 
     @traced(kind="tool")
     def tool(query):

@@ -12,10 +12,12 @@ import time
 import pyarrow.parquet as pq
 
 from tests.helpers import python_child, run_cli
-from trackstore import meta as tsmeta
-from trackstore import schema
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
+from trackstore.read.catalog import list_runs
+from trackstore.store import clock as tsclock
+from trackstore.store import host as tshost
+from trackstore.store import meta as tsmeta
+from trackstore.store import schema
+from trackstore.store.layout import RunPaths
 
 KEYS = 50
 
@@ -108,7 +110,7 @@ def test_partial_and_temp_files_are_never_read(root):
     # file in it (and one with no footer at all).
     whole = paths.parts("metrics")[0].read_bytes()
     metrics = paths.kind_dir("metrics")
-    (metrics / f".part-deadbeef-1-abc-000000999999.parquet.1a2b3c4d.tmp").write_bytes(whole[: len(whole) // 2])
+    (metrics / ".part-deadbeef-1-abc-000000999999.parquet.1a2b3c4d.tmp").write_bytes(whole[: len(whole) // 2])
     (metrics / ".part-deadbeef-1-abc-000001999999.parquet.5e6f7a8b.tmp").write_bytes(b"PAR1")
     assert all(p.name.endswith(".parquet") and not p.name.startswith(".") for p in paths.parts("metrics"))
     assert check_parts_complete(paths) == n
@@ -122,12 +124,12 @@ def test_dead_pid_on_this_host_is_crashed_at_once(root):
     paths = RunPaths(root, "crash", "r3")
     assert wait_for(lambda: paths.writers_dir.exists() and any(paths.writers_dir.glob("*.json")))
     [w] = tsmeta.read_writer_files(paths)
-    assert w["host"] == tsmeta.hostname() and w["pid"] == child.pid
+    assert w["host"] == tshost.hostname() and w["pid"] == child.pid
     assert [r.status for r in list_runs(root)] == ["running"]  # alive: pid exists
     kill9(child)
     # No waiting for a heartbeat to go stale: the reader is on the writer's host.
     [w] = tsmeta.read_writer_files(paths)
-    assert time.time() - tsmeta.parse_iso(w["heartbeat_at"]) < tsmeta.STALE_AFTER_S
+    assert time.time() - tsclock.parse_iso(w["heartbeat_at"]) < tsmeta.STALE_AFTER_S
     assert [r.status for r in list_runs(root)] == ["crashed"]
 
 
@@ -135,7 +137,7 @@ def fake_run(root, run_id, writers: list[dict]):
     """A run folder as a writer elsewhere would leave it: run.json 'running' + heartbeat files."""
     paths = RunPaths(root, "remote", run_id)
     tsmeta.write_run_json(paths, {"project": "remote", "run_id": run_id, "name": run_id, "status": "running",
-                                  "created_at": tsmeta.iso(time.time() - 3600), "host": writers[0]["host"],
+                                  "created_at": tsclock.iso(time.time() - 3600), "host": writers[0]["host"],
                                   "pid": writers[0]["pid"]})
     for w in writers:
         tsmeta.write_writer_file(paths, {"status": "running", **w})
@@ -151,15 +153,15 @@ def test_foreign_host_is_judged_by_heartbeat_age(root):
     bound = tsmeta.STALE_AFTER_S
     live_pid = os.getpid()  # a live pid here must not make a foreign writer alive
     fake_run(root, "fresh", [{"writer_id": "gpu17-1-a", "host": "gpu-node-17", "pid": live_pid,
-                              "heartbeat_at": tsmeta.iso(now - 5)}])
+                              "heartbeat_at": tsclock.iso(now - 5)}])
     fake_run(root, "stale", [{"writer_id": "gpu17-2-b", "host": "gpu-node-17", "pid": live_pid,
-                              "heartbeat_at": tsmeta.iso(now - bound - 5)}])
+                              "heartbeat_at": tsclock.iso(now - bound - 5)}])
     fake_run(root, "nobeat", [{"writer_id": "gpu17-3-c", "host": "gpu-node-17", "pid": 1}])
     # Two ranks on two nodes: one still beating keeps the run alive.
     fake_run(root, "ranks", [{"writer_id": "gpu17-4-d", "host": "gpu-node-17", "pid": 4,
-                              "heartbeat_at": tsmeta.iso(now - bound - 60)},
+                              "heartbeat_at": tsclock.iso(now - bound - 60)},
                              {"writer_id": "gpu18-5-e", "host": "gpu-node-18", "pid": 5,
-                              "heartbeat_at": tsmeta.iso(now - 1)}])
+                              "heartbeat_at": tsclock.iso(now - 1)}])
     assert statuses(root) == {"fresh": "running", "stale": "crashed", "nobeat": "crashed", "ranks": "running"}
     out = run_cli("runs", "--format", "json", "--project", "remote", root=root)
     assert {r["run_id"]: r["status"] for r in json.loads(out.stdout)} == statuses(root)
@@ -171,9 +173,9 @@ def test_foreign_host_is_judged_by_heartbeat_age(root):
 
 def test_reused_pid_on_this_host_is_not_alive(root):
     # The pid exists (it is this test process) but was started at another time: a reused pid.
-    start = tsmeta.process_start_ticks(os.getpid())
-    fake_run(root, "reused", [{"writer_id": "me-1-a", "host": tsmeta.hostname(), "pid": os.getpid(),
-                               "pid_start": (start or 0) + 12345, "heartbeat_at": tsmeta.iso(time.time())}])
-    fake_run(root, "same", [{"writer_id": "me-2-b", "host": tsmeta.hostname(), "pid": os.getpid(),
-                             "pid_start": start, "heartbeat_at": tsmeta.iso(time.time() - 10_000)}])
+    start = tshost.process_start_ticks(os.getpid())
+    fake_run(root, "reused", [{"writer_id": "me-1-a", "host": tshost.hostname(), "pid": os.getpid(),
+                               "pid_start": (start or 0) + 12345, "heartbeat_at": tsclock.iso(time.time())}])
+    fake_run(root, "same", [{"writer_id": "me-2-b", "host": tshost.hostname(), "pid": os.getpid(),
+                             "pid_start": start, "heartbeat_at": tsclock.iso(time.time() - 10_000)}])
     assert statuses(root) == {"reused": "crashed", "same": "running"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import textwrap
-import os
 import time
 
 import pyarrow.parquet as pq
@@ -15,9 +15,9 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child
-from trackstore import meta as tsmeta
-from trackstore.catalog import list_runs
-from trackstore.layout import RunPaths
+from trackstore.read.catalog import list_runs
+from trackstore.store import meta as tsmeta
+from trackstore.store.layout import RunPaths
 
 FIRST = textwrap.dedent(
     """

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trackstore
-from trackstore.catalog import list_runs
-from trackstore.doctor import diagnose
+from trackstore.read.catalog import list_runs
+from trackstore.upkeep.doctor import diagnose
 
 CHILD = textwrap.dedent(
     r'''

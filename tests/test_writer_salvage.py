@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trackstore
-from trackstore.arrays import column
-from trackstore.layout import run_paths
-from trackstore.writer import Writer
+from trackstore.store.arrays import column
+from trackstore.store.layout import run_paths
+from trackstore.write.writer import Writer
 
 TS = pa.timestamp("us", tz="UTC")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -64,7 +64,7 @@ def test_column_refuses_what_does_not_fit(bad, type_):
 
 
 def test_column_never_imports_pandas():
-    code = ("import sys, pyarrow as pa\nfrom datetime import datetime, timezone\nfrom trackstore.arrays import column\n"
+    code = ("import sys, pyarrow as pa\nfrom datetime import datetime, timezone\nfrom trackstore.store.arrays import column\n"
             "column(['a', None], pa.string()); column([1, None], pa.int64()); column([1.0], pa.float64())\n"
             "column([True], pa.bool_()); column([datetime.now(timezone.utc)], pa.timestamp('us', tz='UTC'))\n"
             "column([['a'], None], pa.list_(pa.string()))\n"

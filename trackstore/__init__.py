@@ -22,7 +22,6 @@ from .errors import (
     InvalidNameError,
     InvalidValueError,
     LockHeldError,
-    PartialSyncError,
     QueryError,
     RunNotFoundError,
     StoreError,
@@ -31,11 +30,13 @@ from .errors import (
     UsageError,
     WriteError,
 )
-from .histogram import Histogram
-from .run import Run, current_run, finish, init, log
+from .records.histogram import Histogram
+from .write.run import Run, current_run, finish, init, log
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .views import connect, query
+    from .integrations.watch import unwatch, watch
+    from .read.views import connect, query, wide
+    from .records.trace import configure, traced
 
 __all__ = [
     "__version__",
@@ -47,7 +48,11 @@ __all__ = [
     "Histogram",
     "connect",
     "query",
+    "wide",
+    "traced",
+    "configure",
     "watch",
+    "unwatch",
     "TrackstoreError",
     "InvalidNameError",
     "InvalidValueError",
@@ -60,14 +65,17 @@ __all__ = [
     "QueryError",
     "LockHeldError",
     "TargetUnreachableError",
-    "PartialSyncError",
     "BundleError",
 ]
 
 _LAZY = {
-    "connect": ("views", "connect"),
-    "query": ("views", "query"),
-    "watch": ("watch", "watch"),
+    "connect": ("read.views", "connect"),
+    "query": ("read.views", "query"),
+    "wide": ("read.views", "wide"),
+    "traced": ("records.trace", "traced"),
+    "configure": ("records.trace", "configure"),
+    "watch": ("integrations.watch", "watch"),
+    "unwatch": ("integrations.watch", "unwatch"),
 }
 
 
@@ -79,7 +87,5 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     module = importlib.import_module(f".{target[0]}", __name__)
-    # Importing submodule `watch` binds the *module* under that name on this package;
-    # bind the function instead so `trackstore.watch(...)` keeps working on every later call.
     value = globals()[name] = getattr(module, target[1])
     return value

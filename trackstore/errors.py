@@ -14,8 +14,10 @@ The hierarchy::
     ├── QueryError                  a SQL query failed or was refused                   exit 5
     ├── LockHeldError               another process holds the lock (sync, gc)           exit 6
     ├── TargetUnreachableError      a sync target cannot be reached                     exit 7
-    ├── PartialSyncError            some runs synced, some failed                       exit 8
     └── BundleError                 an export/import bundle is invalid or tampered      exit 9
+
+Exit 8 (some runs synced, others failed or were blocked) is the sync command's own summary of a
+pass, not an exception.
 
 Messages say what happened and what to do next; the CLI prints them without a traceback.
 The exit codes are documented in docs/cli.md and cron jobs may rely on them.
@@ -112,12 +114,6 @@ class TargetUnreachableError(TrackstoreError):
     """The sync target could not be reached (network down, server not running)."""
 
     exit_code = EXIT_UNREACHABLE
-
-
-class PartialSyncError(TrackstoreError):
-    """At least one run failed to sync while others may have succeeded."""
-
-    exit_code = EXIT_PARTIAL
 
 
 class BundleError(TrackstoreError):

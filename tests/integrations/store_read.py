@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trackstore import catalog
-from trackstore.layout import RunPaths
+from trackstore.read import catalog
+from trackstore.store.layout import RunPaths
 
 
 def only_run(root: Path, project: str | None = None) -> catalog.RunInfo:
@@ -33,7 +33,7 @@ def metrics(info) -> list[tuple[int, str, float]]:
 
 
 def spans(info) -> list[dict]:
-    from trackstore.trace import latest_rows
+    from trackstore.records.trace import latest_rows
 
     out = latest_rows(rows(info, "spans"))
     for r in out:

@@ -165,7 +165,7 @@ def test_artifact_add_dir_and_new_file(root, tmp_path, monkeypatch):
     import gc
     import hashlib
 
-    from trackstore.artifacts import list_versions
+    from trackstore.records.artifacts import list_versions
 
     monkeypatch.setenv("TRACKSTORE_DIR", str(root))
     src = tmp_path / "ckpt"

@@ -95,7 +95,7 @@ def test_unwatch_and_rewatch_replace_hooks(root):
     trackstore.watch(model, log="all", every=1)
     trackstore.watch(model, log="gradients", every=1)  # replaces the first hooks: no parameters/*
     train(run, model, 1)
-    from trackstore.watch import unwatch
+    from trackstore.integrations.watch import unwatch
 
     unwatch(model)
     train(run, model, 1, first=1)

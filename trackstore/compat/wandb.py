@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import UsageError
-from ..histogram import Histogram as _TsHistogram
+from ..records.histogram import Histogram as _TsHistogram
 
 # The wandb API level this module imitates (code compares wandb.__version__ to pick code paths).
 __version__ = "0.19.0"
@@ -293,7 +293,7 @@ class Run:
         if run is self:
             run, config, summary = None, _PreInit("config"), _PreInit("summary")
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -332,14 +332,14 @@ class Run:
             return None
         if log_graph:
             raise _unsupported("watch(log_graph=True)", "graphs are not stored; leave log_graph off")
-        from ..watch import watch as ts_watch
+        from ..integrations.watch import watch as ts_watch
 
         handles = [ts_watch(m, log=log, every=log_freq, run=self._run)
                    for m in (models if isinstance(models, (list, tuple)) else [models])]
         return handles[0] if len(handles) == 1 else handles
 
     def unwatch(self, models: Any = None) -> None:
-        from ..watch import unwatch as ts_unwatch
+        from ..integrations.watch import unwatch as ts_unwatch
 
         for m in models if isinstance(models, (list, tuple)) else [models]:
             if m is not None:
@@ -359,7 +359,7 @@ _MEDIA = {"Image", "Audio", "Video", "Html", "Object3D", "Molecule", "Plotly", "
 
 
 class _DisabledDict(dict):
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         super().update(*args, **{k: v for k, v in kwargs.items() if k != "allow_val_change"})
 
     def __getattr__(self, name: str) -> Any:
@@ -430,7 +430,7 @@ def init(project: str | None = None, name: str | None = None, config: Any = None
         root = None
         if not os.environ.get("TRACKSTORE_DIR") and dir is not None:
             root = Path(dir) / "tsruns"
-        exists = bool(id) and _run_exists(root, project, id)
+        exists = id is not None and _run_exists(root, project, id)
         if resume == "must" and not exists:
             raise UsageError(f"wandb.init(resume='must'): no run {id!r} in project {project!r}")
         if resume == "never" and exists:
@@ -444,7 +444,7 @@ def init(project: str | None = None, name: str | None = None, config: Any = None
 
 
 def _run_exists(root: Path | None, project: str, run_id: str) -> bool:
-    from ..layout import resolve_root, run_paths
+    from ..store.layout import resolve_root, run_paths
 
     return run_paths(resolve_root(root), project, run_id).run_file.exists()
 

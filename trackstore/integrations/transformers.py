@@ -90,7 +90,7 @@ class TrackstoreCallback(TrainerCallback):
         if self._run_id is not None:  # logging after on_train_end (e.g. trainer.evaluate())
             self.run = trackstore.init(project=self.run.project, run_id=self._run_id, resume=True, root=self.root)
             return self.run
-        config = {}
+        config: dict[str, Any] = {}
         model_config = getattr(model, "config", None)
         if model_config is not None:
             config.update(model_config if isinstance(model_config, dict) else model_config.to_dict())

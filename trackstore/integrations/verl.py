@@ -30,9 +30,10 @@ config (verl passes ``OmegaConf.to_container(config, resolve=True)``) becomes th
 ``$TRACKSTORE_RUN_ID`` pins the run id (and continues that run as a new attempt if it exists).
 Rollout traces are written by the agent-loop worker processes, not by the process that owns
 ``Tracking``: a worker joins the run of the same project and experiment name that is running in
-the store (or ``$TRACKSTORE_RUN_ID``) as an extra writer, and flushes its spans to disk when the
-last trajectory of a batch ends (Ray ends workers without running exit handlers, so nothing
-may wait in memory for the end of the job). Logging never stops training: a value
+the store (or ``$TRACKSTORE_RUN_ID``) as an extra writer (``trackstore.init(..., join=True)``),
+and flushes its spans to disk when the last trajectory of a batch ends (Ray ends workers
+without running exit handlers, so nothing may wait in memory for the end of the job); see
+:mod:`trackstore.integrations.verl_runs`. Logging never stops training: a value
 trackstore cannot store is skipped with one warning per key, and trace/sample trouble is logged
 as a warning.
 
@@ -45,25 +46,13 @@ every process (metrics and samples then work; the trace backend needs verl >= 0.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import threading
-import time
-import weakref
 from typing import Any, Mapping
 
-BACKEND = "trackstore"
-ENV_RUN_ID = "TRACKSTORE_RUN_ID"
-_MARK = "__trackstore_patched__"
+from .verl_runs import BACKEND, ENV_RUN_ID, activity, log, mark, marked, register_run, run_for
 
-log = logging.getLogger("trackstore.verl")
-
-_lock = threading.RLock()
-# Runs opened in this process, by (project, experiment name): the driver's own run, or the run a
-# worker joined for its traces. Samples and traces of the same names go to the same run.
-_runs: dict[tuple[str, str], Any] = {}
-# The runs of _runs this process joined or made for traces (never the run Tracking owns).
-_worker_runs: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_lock = threading.RLock()  # one install at a time
 
 
 # ---------------------------------------------------------------------- install
@@ -93,22 +82,12 @@ def install() -> bool:
     return True
 
 
-def _marked(fn: Any) -> bool:
-    return bool(getattr(fn, _MARK, False))
-
-
-def _mark(fn: Any, original: Any) -> Any:
-    setattr(fn, _MARK, True)
-    fn.__trackstore_original__ = original
-    return fn
-
-
 # ---------------------------------------------------------------------- Tracking
-def _patch_tracking(Tracking: type) -> None:
+def _patch_tracking(Tracking: Any) -> None:
     if BACKEND not in Tracking.supported_backend:
         Tracking.supported_backend.append(BACKEND)
 
-    if not _marked(Tracking.__init__):
+    if not marked(Tracking.__init__):
         original_init = Tracking.__init__
 
         @functools.wraps(original_init)
@@ -118,11 +97,11 @@ def _patch_tracking(Tracking: type) -> None:
             if BACKEND in backends:
                 self.logger[BACKEND] = VerlLogger(project_name, experiment_name, config)
 
-        Tracking.__init__ = _mark(__init__, original_init)
+        Tracking.__init__ = mark(__init__, original_init)
 
     original_finish = getattr(Tracking, "finish", None)
     if original_finish is not None:
-        if not _marked(original_finish):
+        if not marked(original_finish):
 
             @functools.wraps(original_finish)
             def finish(self, exit_code: int = 0, *args, **kwargs):
@@ -133,10 +112,10 @@ def _patch_tracking(Tracking: type) -> None:
                     if adapter is not None:
                         adapter.finish(exit_code)
 
-            Tracking.finish = _mark(finish, original_finish)
+            Tracking.finish = mark(finish, original_finish)
     else:  # verl < 0.9: backends are only finished from __del__
         original_del = getattr(Tracking, "__del__", None)
-        if not _marked(original_del):
+        if not marked(original_del):
 
             def __del__(self):
                 try:
@@ -147,7 +126,7 @@ def _patch_tracking(Tracking: type) -> None:
                     if adapter is not None:
                         adapter.finish(0)
 
-            Tracking.__del__ = _mark(__del__, original_del)
+            Tracking.__del__ = mark(__del__, original_del)
 
 
 def _plain_config(config: Any) -> dict:
@@ -175,8 +154,7 @@ class VerlLogger:
                                    run_id=run_id, resume=run_id is not None, tags=["verl"])
         self._skip: set[str] = set()
         self._finished = False
-        with _lock:
-            _runs[(project_name, experiment_name)] = self.run
+        register_run(project_name, experiment_name, self.run)
 
     def log(self, data: Mapping[str, Any], step: int) -> None:
         if self._finished:
@@ -210,119 +188,10 @@ class VerlLogger:
             log.warning("trackstore: finishing run %s: %s", self.run.id, exc)
 
 
-# ---------------------------------------------------------------------- run lookup for other writers
-def _run_for(project: str | None, experiment: str | None) -> Any:
-    """The run samples or traces of (project, experiment) go to in this process (opened once)."""
-    key = (project or "verl", experiment or "")
-    with _lock:
-        run = _runs.get(key)
-        if run is not None and not run.finished:
-            return run
-        run = _join_or_create(*key)
-        _runs[key] = run
-        return run
-
-
-def _join_or_create(project: str, experiment: str) -> Any:
-    """Join the run the driver opened (by ``$TRACKSTORE_RUN_ID``, else the newest running run of
-    that project and name) as an extra writer; create a run when there is none.
-
-    A joined run is finished by this process at exit with status ``finished``, which never
-    overrides the status the owning process records; it is not failed by this process's SIGTERM
-    (Ray stops its workers that way at the end of every job). Between batches this writer is
-    recorded as ended (see :func:`_mark_idle`), so a worker that Ray stops without running its
-    exit handlers does not make the run look crashed.
-    """
-    import atexit
-
-    import trackstore
-    from trackstore import catalog
-    from trackstore import run as run_module
-
-    run_id = os.environ.get(ENV_RUN_ID) or None
-    if run_id is None:
-        running = [r for r in catalog.list_runs(project=project, status="running") if not experiment or r.name == experiment]
-        if running:
-            run_id = running[-1].run_id
-    if run_id is None:
-        run = trackstore.init(project=project, name=experiment or None, tags=["verl"])
-    else:
-        run = trackstore.init(project=project, run_id=run_id, resume=True)
-        run_module._live_runs.discard(run)  # this process is not the run's owner: see the docstring
-        atexit.register(_finish_joined, run)
-    _worker_runs.add(run)
-    return run
-
-
-def _mark_idle(run: Any, idle: bool) -> None:
-    """Record this worker's writer as ended while it has no trajectory open, running again when
-    the next batch starts.
-
-    Readers call a run whose writers all died without ending ``crashed``; Ray stops its workers
-    with a signal at the end of a job and their exit handlers do not run, so a worker's writer
-    would never end. Its data is on disk at that point (the batch's flush), so "ended" is the
-    truth. Uses the run's writer record (``Run._writer_info``), as the heartbeat does.
-    """
-    from trackstore import meta
-
-    info = run._writer_info
-    if idle:
-        info.update(status="finished", ended_at=meta.iso(time.time()))
-    else:
-        info.update(status="running", ended_at=None)
-    meta.write_writer_file(run.paths, info, durable=idle)
-
-
-class _Activity:
-    """Counts the trajectories (and sample batches) being written in this process.
-
-    When the count falls to zero (a worker's batch is done) the buffered records go to disk now:
-    Ray ends worker processes without running their exit handlers, so whatever is still buffered
-    when the job ends would otherwise be lost; this happens once per batch. A worker's writer is
-    then recorded as ended until the next batch (:func:`_mark_idle`).
-    """
-
-    def __init__(self) -> None:
-        self._n = 0
-        self._lock = threading.Lock()
-
-    def begin(self, run: Any) -> None:
-        with self._lock:
-            if self._n == 0 and run in _worker_runs:
-                try:
-                    _mark_idle(run, False)
-                except OSError as exc:  # the heartbeat rewrites the writer file anyway
-                    log.warning("trackstore: writer file: %s", exc)
-            self._n += 1
-
-    def end(self, run: Any, flush: bool) -> None:
-        with self._lock:
-            self._n -= 1
-            if self._n:
-                return
-            try:
-                if flush:
-                    run.flush()
-                if run in _worker_runs and not run.finished:
-                    _mark_idle(run, True)
-            except Exception as exc:
-                log.warning("trackstore: flushing rollout traces: %s", exc)
-
-
-_activity = _Activity()
-
-
-def _finish_joined(run: Any) -> None:
-    try:
-        run.finish(status="finished")
-    except Exception as exc:
-        log.warning("trackstore: finishing joined run %s: %s", run.id, exc)
-
-
 # ---------------------------------------------------------------------- validation generations
-def _patch_validation(ValidationGenerationsLogger: type) -> None:
+def _patch_validation(ValidationGenerationsLogger: Any) -> None:
     original_log = ValidationGenerationsLogger.log
-    if _marked(original_log):
+    if marked(original_log):
         return
 
     @functools.wraps(original_log)
@@ -330,14 +199,14 @@ def _patch_validation(ValidationGenerationsLogger: type) -> None:
         result = original_log(self, loggers, samples, step, *args, **kwargs)
         if BACKEND in list(loggers or ()):
             try:
-                run = _run_for(getattr(self, "project_name", None), getattr(self, "experiment_name", None))
-                _activity.begin(run)
+                run = run_for(getattr(self, "project_name", None), getattr(self, "experiment_name", None))
+                activity.begin(run)
                 try:
                     run.log_samples(list(samples), step=step, split="val")
                 finally:
-                    _activity.end(run, flush=True)
+                    activity.end(run, flush=True)
             except Exception as exc:
                 log.warning("trackstore: validation generations at step %s not stored: %s", step, exc)
         return result
 
-    ValidationGenerationsLogger.log = _mark(log_, original_log)
+    ValidationGenerationsLogger.log = mark(log_, original_log)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from trackstore.layout import ENV_ROOT, resolve_root
+from trackstore.store.layout import ENV_ROOT, resolve_root
 
 os.environ.setdefault(ENV_ROOT, str(resolve_root()))
 

@@ -28,7 +28,7 @@ import functools
 import inspect
 from typing import Any, Iterator, Mapping
 
-from .verl import BACKEND, _activity, _mark, _marked, _run_for, log
+from .verl_runs import BACKEND, activity, log, mark, marked, run_for
 
 # The trajectory (trackstore trace) the current asyncio task is inside, and its innermost span.
 _current_trace: contextvars.ContextVar[Any] = contextvars.ContextVar("trackstore_verl_trace", default=None)
@@ -43,14 +43,14 @@ class TraceClient:
 
     @property
     def run(self) -> Any:
-        return _run_for(self.project_name, self.experiment_name)
+        return run_for(self.project_name, self.experiment_name)
 
     @contextlib.contextmanager
     def trajectory(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
         fields, extra = _trace_fields(attributes)
         try:
             run = self.run
-            _activity.begin(run)
+            activity.begin(run)
         except Exception as exc:
             log.warning("trackstore: rollout trace not recorded: %s", exc)
             yield None
@@ -65,7 +65,7 @@ class TraceClient:
             try:
                 yield None
             finally:
-                _activity.end(run, flush=False)
+                activity.end(run, flush=False)
             return
         token = _current_trace.set(tr)
         exc_info: tuple = (None, None, None)
@@ -80,7 +80,7 @@ class TraceClient:
                 tr.__exit__(*exc_info)
             except Exception as exc:
                 log.warning("trackstore: closing rollout trace: %s", exc)
-            _activity.end(run, flush=True)
+            activity.end(run, flush=True)
 
 
 def _trace_fields(attributes: Mapping[str, Any]) -> tuple[dict, dict]:
@@ -116,7 +116,7 @@ def patch(rt: Any) -> None:
         return
     config_cls = rt.RolloutTraceConfig
     original_init = config_cls.init.__func__
-    if not _marked(original_init):
+    if not marked(original_init):
 
         def init(cls, project_name, experiment_name, backend, token2text=False, max_samples_per_step_per_worker=None):
             if backend != BACKEND:
@@ -135,9 +135,9 @@ def patch(rt: Any) -> None:
             return None
 
         functools.update_wrapper(init, original_init)
-        config_cls.init = classmethod(_mark(init, original_init))
+        config_cls.init = classmethod(mark(init, original_init))
 
-    if not _marked(rt.rollout_trace_attr):
+    if not marked(rt.rollout_trace_attr):
         original_attr = rt.rollout_trace_attr
 
         @contextlib.contextmanager
@@ -155,9 +155,9 @@ def patch(rt: Any) -> None:
                     yield
 
         functools.update_wrapper(rollout_trace_attr, original_attr)
-        _rebind(rt, "rollout_trace_attr", original_attr, _mark(rollout_trace_attr, original_attr))
+        _rebind(rt, "rollout_trace_attr", original_attr, mark(rollout_trace_attr, original_attr))
 
-    if not _marked(rt.rollout_trace_op):
+    if not marked(rt.rollout_trace_op):
         original_op = rt.rollout_trace_op
 
         def rollout_trace_op(func):
@@ -186,7 +186,7 @@ def patch(rt: Any) -> None:
                         record(await _with_text(rt, config_cls, self, inputs, result))
                     return result
 
-                return _mark(async_wrapper, verl_wrapped)
+                return mark(async_wrapper, verl_wrapped)
 
             @functools.wraps(func)
             def wrapper(self, *args, **kwargs):
@@ -197,10 +197,10 @@ def patch(rt: Any) -> None:
                     record(result)
                 return result
 
-            return _mark(wrapper, verl_wrapped)
+            return mark(wrapper, verl_wrapped)
 
         functools.update_wrapper(rollout_trace_op, original_op)
-        _rebind(rt, "rollout_trace_op", original_op, _mark(rollout_trace_op, original_op))
+        _rebind(rt, "rollout_trace_op", original_op, mark(rollout_trace_op, original_op))
 
 
 async def _with_text(rt: Any, config_cls: Any, instance: Any, inputs: Mapping[str, Any], result: Any) -> Any:

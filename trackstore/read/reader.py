@@ -1,0 +1,64 @@
+"""Reading one run's records back in replay order, with pyarrow only (no DuckDB needed).
+
+This is "the core's reader" that sync replays from: all complete part files of a kind (never
+temp files), concatenated with schema evolution (columns added by newer versions are filled
+with nulls for older files; files from a *newer* format version are refused), optionally
+minus the rows a sync cursor already acknowledged, sorted in canonical replay order:
+``(step, writer, seq)`` — log order within a step, steps ascending, so a late-logged
+evaluation is put back where it belongs.
+
+A part that cannot be read as rows of its kind (truncated, no footer, no read permission, a
+required column missing or of a type that cannot be converted) is a :class:`CorruptFileError`
+naming the file. Each caller decides what that means: queries may leave it out with a warning,
+while sync must never: :func:`read_kind` can hand the damaged parts back (``damaged=``), and
+:func:`trackstore.store.parts.part_row_ids` says which ``(writer, seq)`` rows such a part
+holds, as far as its columns or its name still tell. Reading one part, and the relisting when
+a compaction swaps a kind folder mid-read, live in :mod:`trackstore.store.parts`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import CorruptFileError
+from ..store.layout import RunPaths
+from ..store.parts import each_part, read_rows
+from ..store.ranges import RangeSet
+
+
+def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
+              columns: Sequence[str] | None = None, skip_corrupt: bool = False,
+              damaged: dict[Path, CorruptFileError] | None = None):
+    """All stored rows of one kind for one run, minus ``exclude``, in replay order.
+
+    A part that cannot be read (:func:`trackstore.store.parts.read_rows`) raises :class:`CorruptFileError`, unless
+    ``damaged`` is given: then it is left out and recorded there (path -> error) for the caller
+    to act on, as sync does. ``skip_corrupt=True`` leaves it out without a word (the caller
+    should report it; ``trackstore doctor`` quarantines it).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..store import schema
+
+    need = None
+    if columns is not None:
+        need = list(dict.fromkeys([*columns, "writer", "seq"] + (["step"] if "step" in schema.ROWS[kind].names else [])))
+
+    def on_damaged(path, exc):
+        if damaged is not None:
+            damaged[path] = exc  # by path: a listing taken again after a swap records it once
+        elif not skip_corrupt:
+            raise exc
+
+    tables = each_part(paths, kind, lambda part: read_rows(part, kind, need), on_damaged)
+    if not tables:
+        names = need or schema.ROWS[kind].names
+        return pa.Table.from_pylist([], schema=pa.schema([schema.ROWS[kind].field(n) for n in names]))
+    table = pa.concat_tables(tables)
+    if exclude:
+        table = table.filter(pc.invert(exclude.mask(table)))
+    keys = [("step", "ascending")] if "step" in table.column_names else []
+    keys += [("writer", "ascending"), ("seq", "ascending")]
+    return table.sort_by(keys)

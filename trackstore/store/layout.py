@@ -1,0 +1,301 @@
+"""Where everything lives on disk. The one place that derives store paths and file names.
+
+::
+
+    <root>/project=<project>/run=<run_id>/
+        run.json                      run metadata, rewritten atomically
+        _writers/<writer_id>.json     one heartbeat file per writing process
+        _writers/<id>.claim           a process about to join the run (trackstore.store.locks)
+        metrics/part-<writer_id>-<first_seq>.parquet              as flushed
+        metrics/part-<writer_id>-<first_seq>-<last_seq>.parquet   as merged
+        samples/ spans/ histograms/   same naming
+        artifacts/<name>/v<version>/  files; their manifest rows live in artifacts/_manifest/
+        .compact-<kind>-<token>/      a kind folder being merged and swapped (trackstore.store.merge)
+    <root>/_sync/                     per-destination sync state (owned by trackstore.sync)
+    <root>/_sync/_gc/                 cursors of runs gc deleted
+    <root>/_locks/<name>.lock         cross-process locks (trackstore.store.locks)
+    <root>/_trash/                    runs being deleted by gc (invisible to queries)
+    <root>/_quarantine/               damaged files moved aside by doctor
+    <root>/_import/                   bundles being imported
+    <root>/_mlflow/ _wandb/ _swanlab/ the sync targets' own local files, when no other place is given
+
+Temp files (``.<name>.<token>.tmp``, :mod:`trackstore.store.atomic`) never match a reader's
+glob. A kind folder may be swapped for a new one by a merge at any moment: :func:`relist` is
+the one policy for listing and reading one that stays consistent across such a swap.
+
+The root is ``root=`` / ``--root``, else ``$TRACKSTORE_DIR``, else ``./tsruns`` in the
+current working directory (like ``wandb/`` or ``mlruns/``). Writing a run creates it; reading
+(``resolve_root(..., must_exist=True)``: ``connect()`` and every CLI command but ``demo`` and
+``run``) requires a store there, so a mistyped path is an error, never an empty store: a folder
+is a store when it is empty (hidden entries aside) or holds a ``project=*`` folder or one of
+trackstore's own ``_*`` folders (``_sync``, ``_locks``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+from ..errors import UsageError
+from .names import validate_project, validate_run_id
+
+ENV_ROOT = "TRACKSTORE_DIR"
+DEFAULT_ROOT = "tsruns"
+RUN_FILE = "run.json"
+WRITERS_DIR = "_writers"
+SYNC_DIR = "_sync"
+TRASH_DIR = "_trash"
+QUARANTINE_DIR = "_quarantine"
+PROJECT_PREFIX = "project="
+RUN_PREFIX = "run="
+PART_SUFFIX = ".parquet"
+PART_PREFIX = "part-"
+ARTIFACTS_DIR = "artifacts"
+MANIFEST_DIR = "_manifest"  # artifacts/_manifest/: the artifact manifest's part files
+ARTIFACT_MANIFEST = "manifest.json"  # artifacts/<name>/v<N>/manifest.json: one version's description
+ARTIFACT_FILES_DIR = "files"  # artifacts/<name>/v<N>/files/: its files
+ARTIFACT_STAGING_PREFIX = ".staging-"  # artifacts/<name>/.staging-<writer>-<token>/: a version being written
+ARTIFACT_LOCK = ".lock"  # artifacts/<name>/.lock: flock taken to number a new version
+ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of runs gc deleted
+LOCKS_DIR = "_locks"
+LOCK_SUFFIX = ".lock"
+GUARD_SUFFIX = ".guard"
+STALE_LOCK_MARK = ".stale-"  # .<name>.lock.stale-<token>: a stale lock moved aside while it is taken over
+CLAIM_SUFFIX = ".claim"  # <run>/_writers/<id>.claim: a process about to join the run (not a writer file)
+IMPORT_DIR = "_import"
+TMP_SUFFIX = ".tmp"
+MERGE_STAGING_PREFIX = ".compact-"  # <run>/.compact-<kind>-<token>/: a kind folder's next (or last) content
+MERGE_MARKER = ".compact.json"  # written last into a complete staging folder
+
+_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def resolve_root(root: str | os.PathLike | None = None, *, must_exist: bool = False,
+                 source: str | None = None) -> Path:
+    """The store root: explicit argument, then ``$TRACKSTORE_DIR``, then ``./tsruns``.
+
+    With ``must_exist`` the root must be a store (:func:`check_store_root`); ``source`` names
+    where the path came from in the error (``--root``; by default ``root=``, the variable or
+    the default).
+    """
+    origin = "root="
+    if root is None or root == "":
+        env = os.environ.get(ENV_ROOT)
+        default = f"the default ./{DEFAULT_ROOT}, used when neither root nor ${ENV_ROOT} is set"
+        root, origin = (env, f"${ENV_ROOT}") if env else (DEFAULT_ROOT, default)
+    path = Path(root).expanduser().absolute()
+    if must_exist:
+        check_store_root(path, source or origin)
+    return path
+
+
+def store_root_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a store ("does not exist", ...), or None when it can."""
+    others = []
+    try:
+        with os.scandir(path) as entries:
+            for e in entries:
+                if e.name.startswith((PROJECT_PREFIX, "_")):
+                    return None  # trackstore's own entries: a store
+                if not e.name.startswith("."):
+                    others.append(e.name)
+    except FileNotFoundError:
+        return "does not exist"
+    except NotADirectoryError:
+        return "is not a directory"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if others:
+        return (f"is not a trackstore store: it holds {len(others)} other entries (e.g. {min(others)!r}) "
+                f"and no {PROJECT_PREFIX}* or _* folder")
+    return None  # empty: a new store
+
+
+def check_store_root(path: Path, source: str) -> Path:
+    """``path`` if it is a store; else a UsageError naming the path and where it came from."""
+    problem = store_root_problem(path)
+    if problem is not None:
+        raise UsageError(f"store root {path} {problem} (from {source}). Check the path; an empty folder is a "
+                         f"valid new store, and logging a run (trackstore.init, trackstore demo) creates one")
+    return path
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A run id sortable by creation time (ms) and unique across hosts: ``20261202-175630123-k3j9x2ab``."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}"
+    suffix = "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+    return f"{stamp}-{suffix}"
+
+
+def _host_tag() -> str:
+    host = re.sub(r"[^A-Za-z0-9-]", "", socket.gethostname().split(".")[0])[:16]
+    return host or "host"
+
+
+def new_writer_id() -> str:
+    """Unique per writing process; readable (host and pid) so a file tells who wrote it."""
+    return f"{_host_tag()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def part_file_name(writer_id: str, first_seq: int) -> str:
+    """A part as flushed: named by its writer and its first row's seq."""
+    return f"{PART_PREFIX}{writer_id}-{first_seq:012d}{PART_SUFFIX}"
+
+
+def merged_part_name(writer_id: str, first_seq: int, last_seq: int) -> str:
+    """A part merged from one writer's parts: named by its writer and its first and last seq."""
+    return f"{PART_PREFIX}{writer_id}-{first_seq:012d}-{last_seq:012d}{PART_SUFFIX}"
+
+
+# part-<writer>-<first seq>[-<last seq>].parquet: as flushed (part_file_name) or merged (merged_part_name)
+_PART_NAME = re.compile(r"^" + re.escape(PART_PREFIX) + r"(?P<writer>.+?)-(?P<first>\d{12})(?:-(?P<last>\d{12}))?"
+                        + re.escape(PART_SUFFIX) + "$")
+
+
+def parse_part_name(name: str) -> tuple[str, int, int | None] | None:
+    """``(writer, first_seq, last_seq)`` from a part file name; ``last_seq`` is None for a part
+    as flushed (its name says only where it starts); None for a name of another form."""
+    m = _PART_NAME.match(name)
+    if m is None:
+        return None
+    last = m.group("last")
+    return m.group("writer"), int(m.group("first")), None if last is None else int(last)
+
+
+def is_part_name(name: str) -> bool:
+    """Whether a file name in a kind folder is a complete part (temp files and hidden files are not)."""
+    return name.endswith(PART_SUFFIX) and not name.startswith(".")
+
+
+def target_dir(root: str | os.PathLike, target: str) -> Path:
+    """``<root>/_<target>``: where a sync target keeps its own local files when told no other place."""
+    return Path(root) / f"_{target}"
+
+
+# ---------------------------------------------------------------------------- relisting
+RELIST_ATTEMPTS = 8
+RELIST_BACKOFF_S = 0.002  # first pause between attempts; doubled each time (2, 4, ... 128 ms)
+T = TypeVar("T")
+
+
+def relist(kind_dir: Path, read: Callable[[Path], T] | None = None) -> tuple[list, list[Path]]:
+    """``read(part)`` for every complete part in ``kind_dir``, in name order, from one consistent
+    listing: ``(results, vanished)``. Without ``read``, the results are the parts' paths.
+
+    This is the store's one relist policy for a kind folder that a merge may swap for a new
+    one at any moment (:mod:`trackstore.store.merge` swaps the folder, then empties the old one):
+
+    * a listing during which the folder changed identity (it may have come back short) is
+      taken again;
+    * a part that vanished between the listing and ``read`` (``read`` raised
+      :class:`FileNotFoundError`) means its rows are in other files now: the whole folder is
+      listed and read again, never a mix of old and new files;
+    * at most :data:`RELIST_ATTEMPTS` (8) attempts, pausing 2 ms, 4 ms, ... 128 ms between them
+      (a swap is over in microseconds; about 0.25 s in all);
+    * when the folder still changes at the last attempt, that attempt's listing is read to the
+      end and ``vanished`` names the parts that were gone: each caller says what that means
+      (:meth:`RunPaths.parts` returns the listing, :func:`trackstore.store.parts.each_part`
+      raises, :func:`trackstore.store.ledger.read_row_ids` counts them as unreadable).
+
+    A folder that does not exist is an empty listing. Nothing is cached.
+    """
+    results: list = []
+    vanished: list[Path] = []
+    for attempt in range(RELIST_ATTEMPTS):
+        last = attempt == RELIST_ATTEMPTS - 1
+        if attempt:
+            time.sleep(RELIST_BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            before = os.stat(kind_dir)
+            found = sorted(p for p in kind_dir.iterdir() if is_part_name(p.name))
+            after = os.stat(kind_dir)
+        except FileNotFoundError:
+            return [], []
+        if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino) and not last:
+            continue  # the listing straddled a swap
+        if read is None:
+            return found, []
+        results, vanished = [], []
+        for part in found:
+            try:
+                results.append(read(part))
+            except FileNotFoundError:
+                vanished.append(part)
+                if not last:
+                    break  # swapped meanwhile: list again
+        if not vanished:
+            return results, []
+    return results, vanished
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Paths of one run folder."""
+
+    root: Path
+    project: str
+    run_id: str
+
+    @property
+    def dir(self) -> Path:
+        return self.root / f"{PROJECT_PREFIX}{self.project}" / f"{RUN_PREFIX}{self.run_id}"
+
+    @property
+    def run_file(self) -> Path:
+        return self.dir / RUN_FILE
+
+    @property
+    def writers_dir(self) -> Path:
+        return self.dir / WRITERS_DIR
+
+    def writer_file(self, writer_id: str) -> Path:
+        return self.writers_dir / f"{writer_id}.json"
+
+    def kind_dir(self, kind: str) -> Path:
+        if kind == "artifacts":
+            return self.dir / ARTIFACTS_DIR / MANIFEST_DIR
+        return self.dir / kind
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.dir / ARTIFACTS_DIR
+
+    def parts(self, kind: str) -> list[Path]:
+        """Complete part files of one kind, sorted by name (temp files never match).
+
+        Compaction swaps a kind folder for a new one and then empties the old one: a listing
+        that began on the old folder could come back short, so a listing that straddled a swap
+        is taken again (:func:`relist`).
+        """
+        return relist(self.kind_dir(kind))[0]
+
+
+def run_paths(root: Path, project: str, run_id: str) -> RunPaths:
+    return RunPaths(Path(root), validate_project(project), validate_run_id(run_id))
+
+
+def iter_run_dirs(root: Path) -> Iterator[tuple[str, str, Path]]:
+    """Yield ``(project, run_id, run_dir)`` for every run folder under ``root``."""
+    root = Path(root)
+    try:
+        projects = sorted(root.iterdir())
+    except FileNotFoundError:
+        return
+    for pdir in projects:
+        if not pdir.name.startswith(PROJECT_PREFIX) or not pdir.is_dir():
+            continue
+        project = pdir.name[len(PROJECT_PREFIX):]
+        try:
+            runs = sorted(pdir.iterdir())
+        except OSError:
+            continue
+        for rdir in runs:
+            if rdir.name.startswith(RUN_PREFIX) and rdir.is_dir():
+                yield project, rdir.name[len(RUN_PREFIX):], rdir

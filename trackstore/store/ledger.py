@@ -1,0 +1,289 @@
+"""The sync ledger under ``<root>/_sync/``: what each destination has acknowledged, per run.
+
+The core owns this format (so ``gc``, ``status`` and the ``sync_state`` SQL view can read it
+without importing the sync engine); :mod:`trackstore.sync` is its only writer.
+
+::
+
+    <root>/_sync/<dest_id>/destination.json              {"target", "destination", "dest_id"}
+    <root>/_sync/<dest_id>/project=<p>/run=<id>.json     one cursor per run
+
+A *destination* is a target plus where it points (an MLflow tracking URI, a wandb
+entity/project, a SwanLab host), so one run synced to two MLflow servers has two cursors.
+Credentials are stripped from destinations before they are stored
+(:func:`trackstore.store.redact.redact_url`).
+
+A cursor holds, per record kind, the :class:`~trackstore.store.ranges.RangeSet` of ``(writer, seq)``
+rows the target acknowledged (plus rows it cannot hold, counted in ``skipped`` and reported);
+an ``in_doubt`` batch (sent, acknowledgement not yet recorded: the engine asks the target
+before resending it); the remote ids the adapter needs; the run status last pushed; and the
+last error. It is rewritten atomically after every acknowledged batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .atomic import read_json, write_json_atomic
+from .clock import iso
+from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
+from .ranges import RangeSet
+from .schema import KINDS
+
+CURSOR_VERSION = 1
+TERMINAL = ("finished", "failed", "crashed")
+
+
+def destination_id(target: str, destination: str) -> str:
+    """A path-safe, stable folder name for one destination."""
+    digest = hashlib.sha256(f"{target}\0{destination}".encode()).hexdigest()[:12]
+    safe_target = re.sub(r"[^A-Za-z0-9_-]", "_", target)
+    return f"{safe_target}-{digest}"
+
+
+def sync_root(root: Path) -> Path:
+    return Path(root) / SYNC_DIR
+
+
+@dataclass
+class Cursor:
+    """Sync progress of one run to one destination. See the module docstring."""
+
+    target: str
+    destination: str
+    project: str
+    run_id: str
+    acked: dict[str, RangeSet] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    in_doubt: dict | None = None
+    remote: dict[str, Any] = field(default_factory=dict)
+    synced_status: str | None = None
+    last_sync_at: str | None = None
+    last_error: str | None = None
+    last_error_at: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dest_id(self) -> str:
+        return destination_id(self.target, self.destination)
+
+    def acked_set(self, kind: str) -> RangeSet:
+        return self.acked.setdefault(kind, RangeSet())
+
+    def to_json(self) -> dict:
+        return {
+            "version": CURSOR_VERSION,
+            "target": self.target,
+            "destination": self.destination,
+            "project": self.project,
+            "run_id": self.run_id,
+            "acked": {k: v.to_json() for k, v in self.acked.items()},
+            "skipped": dict(self.skipped),
+            "in_doubt": self.in_doubt,
+            "remote": self.remote,
+            "synced_status": self.synced_status,
+            "last_sync_at": self.last_sync_at,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
+            "notes": self.notes[-50:],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Cursor:
+        return cls(
+            target=data["target"],
+            destination=data["destination"],
+            project=data["project"],
+            run_id=data["run_id"],
+            acked={k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()},
+            skipped={k: int(v) for k, v in (data.get("skipped") or {}).items()},
+            in_doubt=data.get("in_doubt"),
+            remote=dict(data.get("remote") or {}),
+            synced_status=data.get("synced_status"),
+            last_sync_at=data.get("last_sync_at"),
+            last_error=data.get("last_error"),
+            last_error_at=data.get("last_error_at"),
+            notes=list(data.get("notes") or []),
+        )
+
+
+def cursor_path(root: Path, target: str, destination: str, project: str, run_id: str) -> Path:
+    return (sync_root(root) / destination_id(target, destination) / f"{PROJECT_PREFIX}{project}"
+            / f"{RUN_PREFIX}{run_id}.json")
+
+
+def load_cursor(root: Path, target: str, destination: str, project: str, run_id: str) -> Cursor:
+    """The stored cursor, or a fresh empty one (nothing acknowledged yet)."""
+    path = cursor_path(root, target, destination, project, run_id)
+    try:
+        return Cursor.from_json(read_json(path))
+    except FileNotFoundError:
+        return Cursor(target=target, destination=destination, project=project, run_id=run_id)
+
+
+def save_cursor(root: Path, cursor: Cursor) -> None:
+    """Atomically persist a cursor (and the destination's description, once)."""
+    path = cursor_path(root, cursor.target, cursor.destination, cursor.project, cursor.run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    desc = path.parent.parent / "destination.json"
+    if not desc.exists():
+        write_json_atomic(desc, {"target": cursor.target, "destination": cursor.destination,
+                                 "dest_id": cursor.dest_id, "created_at": iso(time.time())})
+    write_json_atomic(path, cursor.to_json())
+
+
+# What a damaged cursor file raises while being parsed: I/O errors, invalid JSON or UTF-8
+# (ValueError), a missing field (KeyError), the wrong JSON shape (TypeError, AttributeError).
+CURSOR_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError)
+
+
+def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterator[Path]:
+    """Cursor files of live destinations (``_``/``.`` folders such as ``_gc`` are not live)."""
+    base = sync_root(root)
+    if not base.is_dir():
+        return
+    for dest in sorted(base.iterdir()):
+        if not dest.is_dir() or dest.name.startswith((".", "_")):
+            continue
+        for pdir in sorted(dest.glob(f"{PROJECT_PREFIX}*")):
+            if project is not None and pdir.name != f"{PROJECT_PREFIX}{project}":
+                continue
+            for f in sorted(pdir.glob(f"{RUN_PREFIX}*.json")):
+                if run_id is not None and f.name != f"{RUN_PREFIX}{run_id}.json":
+                    continue
+                yield f
+
+
+def scan_cursors(root: Path, *, project: str | None = None,
+                 run_id: str | None = None) -> tuple[list[Cursor], list[Path]]:
+    """The stored cursors (optionally filtered), and the cursor files that exist but cannot be
+    parsed, each file read once.
+
+    An unreadable file's target cannot be known for sure, so it matches any target. A file that
+    disappears while being read (archived, or replaced atomically) is neither.
+    """
+    cursors, unreadable = [], []
+    for f in _cursor_files(root, project, run_id):
+        try:
+            cursors.append(Cursor.from_json(read_json(f)))
+        except FileNotFoundError:
+            continue
+        except CURSOR_ERRORS:
+            unreadable.append(f)
+    return cursors, unreadable
+
+
+def iter_cursors(root: Path, *, project: str | None = None, run_id: str | None = None,
+                 target: str | None = None) -> Iterator[Cursor]:
+    """Every stored cursor (optionally filtered). Unreadable cursor files are skipped.
+
+    Skipping suits readers that only report progress (``status``, the ``sync_state`` view);
+    anything that decides from the *absence* of a cursor (gc) must use :func:`scan_cursors`,
+    or a damaged file reads as "never synced there".
+    """
+    for c in scan_cursors(root, project=project, run_id=run_id)[0]:
+        if target is None or c.target == target:
+            yield c
+
+
+def read_row_ids(paths: RunPaths, kind: str):
+    """The ``writer``/``seq`` columns of every readable row of one kind, and the parts that
+    could not be read: ``(pyarrow Table, [Path, ...])``.
+
+    A damaged part's rows can neither be counted nor synced; callers that must not mistake
+    them for "nothing pending" (gc) look at the second element. A part that vanishes while
+    being read was replaced by a compaction swap, so the kind is listed and read again
+    (:func:`trackstore.store.layout.relist`; undercounting would make pending rows look
+    acknowledged); parts still vanishing at the last attempt count as unreadable, since
+    the rows read are not known to be complete.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def ids(part: Path):
+        try:
+            return pq.read_table(part, columns=["writer", "seq"])
+        except FileNotFoundError:
+            raise  # a swap: relist reads the folder again
+        except Exception:
+            return part  # damaged: doctor reports it; it cannot be synced either
+
+    found, vanished = relist(paths.kind_dir(kind), ids)
+    tables = [t for t in found if not isinstance(t, Path)]
+    damaged = [p for p in found if isinstance(p, Path)] + vanished
+    if not tables:
+        return pa.table({"writer": pa.array([], pa.string()), "seq": pa.array([], pa.int64())}), damaged
+    return pa.concat_tables(tables), damaged
+
+
+def row_ids(paths: RunPaths, kind: str):
+    """The ``writer``/``seq`` columns of every stored row of one kind (a pyarrow Table).
+
+    Damaged parts are skipped; :func:`read_row_ids` also says which they were.
+    """
+    return read_row_ids(paths, kind)[0]
+
+
+def pending_counts(paths: RunPaths, cursor: Cursor | None, *, ids: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Rows per kind that are stored but not acknowledged (nor reported as skipped).
+
+    ``ids`` (kind -> :func:`row_ids` table) lets a caller that checks several cursors of one run
+    read its part files once.
+    """
+    import pyarrow.compute as pc
+
+    out = {}
+    for kind in KINDS:
+        kind_ids = ids[kind] if ids is not None and kind in ids else row_ids(paths, kind)
+        if kind_ids.num_rows == 0:
+            out[kind] = 0
+            continue
+        acked = cursor.acked.get(kind) if cursor else None
+        done = 0
+        if acked:
+            done = pc.sum(acked.mask(kind_ids).cast("int64")).as_py() or 0
+        out[kind] = kind_ids.num_rows - done
+    return out
+
+
+def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
+                    ids: Mapping[str, Any] | None = None) -> bool:
+    """True when every stored row is acknowledged and the final status has been pushed.
+
+    Rows of damaged parts are not counted (see :func:`read_row_ids`).
+    """
+    if cursor.in_doubt:
+        return False
+    if run_status not in TERMINAL or cursor.synced_status != run_status:
+        return False
+    return not any(pending_counts(paths, cursor, ids=ids).values())
+
+
+def sync_state_rows(root: Path) -> list[dict]:
+    """One row per (destination, run, kind): the data behind the ``sync_state`` SQL view."""
+    rows = []
+    for c in iter_cursors(root):
+        paths = RunPaths(Path(root), c.project, c.run_id)
+        pending = pending_counts(paths, c) if paths.dir.exists() else {}
+        for kind in KINDS:
+            acked = c.acked.get(kind)
+            rows.append({
+                "target": c.target,
+                "destination": c.destination,
+                "project": c.project,
+                "run_id": c.run_id,
+                "kind": kind,
+                "acked_rows": len(acked) if acked else 0,
+                "pending_rows": pending.get(kind, 0),
+                "skipped_rows": c.skipped.get(kind, 0),
+                "remote_id": c.remote.get("run_id") or c.remote.get("id"),
+                "synced_status": c.synced_status,
+                "last_sync_at": c.last_sync_at,
+                "last_error": c.last_error,
+            })
+    return rows

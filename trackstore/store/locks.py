@@ -1,0 +1,652 @@
+"""Named, cross-process locks under ``<root>/_locks/``: one sync per target, one maintenance job.
+
+The promise: at most one live process holds a given lock name in a store, on one host or on
+several hosts sharing the store's filesystem, and a lock whose holder died never blocks anyone
+for longer than it takes to notice the death.
+
+Usage (the sync engine, gc, compaction and import all use it)::
+
+    from trackstore.store import locks
+
+    with locks.acquire(root, "sync-mlflow-1a2b3c4d5e6f") as lock:   # LockHeldError if held
+        lock.set_info(runs=["p/20261202-...-abc"])   # what gc must not delete right now
+        for batch in ...:
+            lock.refresh()        # heartbeat; raises LockHeldError if the lock was taken over
+    # released here, also when the block raises
+
+    locks.acquire(root, "gc", wait=True, timeout=60)   # wait up to 60 s for the holder
+
+API:
+
+* :func:`acquire(root, name, *, wait=False, timeout=None, stale_after=...) <acquire>` returns a
+  held :class:`Lock` (also a context manager). Not waiting, a held lock raises
+  :class:`~trackstore.errors.LockHeldError` whose message names the holder (host, pid, since);
+  waiting, it polls until ``timeout`` seconds (``None`` = for ever) and then raises.
+* :meth:`Lock.refresh` rewrites ``heartbeat_at``; call it at least every ``stale_after / 2``
+  seconds while working (the sync engine does it per batch).
+* :meth:`Lock.set_info` stores extra fields (``runs=[...]``: run ids or ``project/run_id``
+  being worked on); :func:`live_locks` and :func:`runs_in_use` read them back for gc.
+* :meth:`Lock.release` (idempotent) removes the file only if it is still ours.
+
+Reading without writing. :func:`reading` keeps maintenance away while a command that only
+reads needs the store to hold still (``export``), and writes nothing into the store: it
+takes a shared ``flock`` on the root folder itself, which every ``maintenance`` holder takes
+exclusively (besides its lock file) for as long as it holds the lock. A reader waits up to
+:data:`BRIEF_WAIT_S` for a run merging its own files and otherwise raises
+:class:`~trackstore.errors.LockHeldError`; a maintenance job that finds readers does the
+same. Where the root folder cannot be flocked, a reader checks the lock file only and says
+so in one line (on a read-only filesystem nothing can change the store, so nothing is
+lost). flock on a folder is local to one host on NFS: a gc started on another host during
+an export is not excluded there (the lock file check still sees one already running).
+
+A store that cannot be written (a read-only mount or snapshot, no permission) makes
+:func:`acquire` raise :class:`~trackstore.errors.StoreError` (exit 4) in one line naming the
+path, never a traceback: commands that change the store cannot run there.
+
+Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters). The
+names in use: ``sync-<target>`` (the sync engine, one per target; it should declare its runs,
+best at once with ``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock
+that names no runs as "every run is in use") and ``maintenance`` (gc, compaction, import,
+``doctor --fix`` and runs merging their own files: at most one of them changes the store at a
+time; ``export`` holds them off with :func:`reading`).
+
+Deletion announcements. While gc deletes a run it names it in the maintenance lock's info,
+``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
+A resuming writer writes its own writer file first, then calls
+:func:`wait_for_deletion_verdict` (a single read of the lock file when nothing is announced),
+so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.upkeep.gc`). That
+first write is a *claim*, ``<run>/_writers/<id>.claim`` (:func:`claim_run`), which gc counts as
+a live writer (:func:`run_claimed`) until the process has its own writer file.
+
+How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
+local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
+heartbeat_at, info}``. A lock file is *stale* when
+
+* its host is this host and its pid is dead or was reused (start time differs) — on the same
+  host the pid decides, so a live but slow holder is never robbed, or
+* it is from another host and its heartbeat is older than ``stale_after`` seconds
+  (default :data:`STALE_AFTER_S`), or
+* it is unreadable (a holder died between create and write) and older than ``stale_after``.
+
+Taking over a stale lock is race-free: every check-and-create and every takeover runs while
+holding ``flock`` on ``<name>.guard`` (released by the kernel if the process dies), and the
+stale file is first renamed to a unique name and checked, so a fresh lock created by someone
+else in between (possible only where flock does not work) is recognised (inode, mtime, token)
+and put back instead of being deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import LockHeldError, StoreError, UsageError
+from . import meta as _meta
+from .clock import iso, parse_iso
+from .host import hostname, pid_alive, process_start_ticks
+from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, STALE_LOCK_MARK, RunPaths
+
+STALE_AFTER_S = 300.0
+POLL_S = 0.2
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
+MAINTENANCE = "maintenance"
+BRIEF_JOB = "merge"  # the ``job`` a run's own merge (rolling or at finish) declares in its lock
+BRIEF_WAIT_S = 30.0
+
+
+def locks_dir(root: str | os.PathLike) -> Path:
+    return Path(root) / LOCKS_DIR
+
+
+def lock_path(root: str | os.PathLike, name: str) -> Path:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UsageError(f"invalid lock name {name!r}: use letters, digits, '.', '_' and '-' (max 120)")
+    return locks_dir(root) / f"{name}{LOCK_SUFFIX}"
+
+
+@dataclass
+class LockState:
+    """What a lock file says about its holder, and whether that holder is still alive."""
+
+    name: str
+    path: Path
+    data: dict = field(default_factory=dict)
+    stale: bool = False
+
+    @property
+    def info(self) -> dict:
+        return dict(self.data.get("info") or {})
+
+    @property
+    def runs(self) -> list[str] | None:
+        """Run ids the holder declared it is working on (None: it declared nothing)."""
+        runs = self.info.get("runs")
+        return [str(r) for r in runs] if isinstance(runs, list) else None
+
+    def describe(self) -> str:
+        d = self.data
+        if not d:
+            return f"lock {self.name!r} ({self.path}, holder unknown: file unreadable)"
+        return (f"lock {self.name!r} held by pid {d.get('pid')} on {d.get('host')} since {d.get('created_at')} "
+                f"(last heartbeat {d.get('heartbeat_at')}; file {self.path})")
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read() or b"null")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_stale(data: dict | None, path: Path, stale_after: float, now: float | None = None) -> bool:
+    now = time.time() if now is None else now
+    if not data:
+        try:
+            return now - path.stat().st_mtime > stale_after
+        except FileNotFoundError:
+            return True
+    if data.get("host") == hostname() and isinstance(data.get("pid"), int):
+        return not pid_alive(data["pid"], data.get("pid_start"))
+    beat = parse_iso(data.get("heartbeat_at")) or parse_iso(data.get("created_at"))
+    return beat is None or now - beat > stale_after
+
+
+def read_lock(root: str | os.PathLike, name: str, *, stale_after: float = STALE_AFTER_S) -> LockState | None:
+    """The state of one lock, or None when nobody holds it."""
+    path = lock_path(root, name)
+    if not path.exists():
+        return None
+    data = _read(path)
+    return LockState(name, path, data or {}, _is_stale(data, path, stale_after))
+
+
+def live_locks(root: str | os.PathLike, prefix: str = "", *, stale_after: float = STALE_AFTER_S) -> list[LockState]:
+    """Every lock whose name starts with ``prefix`` and whose holder is alive."""
+    d = locks_dir(root)
+    try:
+        entries = sorted(d.iterdir())
+    except FileNotFoundError:
+        return []
+    out = []
+    for p in entries:
+        if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
+            continue
+        name = p.name[: -len(LOCK_SUFFIX)]
+        data = _read(p)
+        if p.exists() and not _is_stale(data, p, stale_after):
+            out.append(LockState(name, p, data or {}, False))
+    return out
+
+
+def runs_in_use(root: str | os.PathLike, prefix: str = "sync-") -> tuple[set[str], list[LockState]]:
+    """Runs named by live ``prefix*`` locks, and the live locks that named none.
+
+    A run id and its ``project/run_id`` form are both accepted in a lock's ``runs`` field.
+    A live lock without a ``runs`` field means "unknown runs": callers must treat every run
+    as in use (gc then deletes nothing and says why).
+    """
+    named: set[str] = set()
+    unnamed = []
+    for st in live_locks(root, prefix):
+        runs = st.runs
+        if runs is None:
+            unnamed.append(st)
+        else:
+            named.update(runs)
+    return named, unnamed
+
+
+def run_in_use(project: str, run_id: str, named: set[str]) -> bool:
+    return run_id in named or f"{project}/{run_id}" in named
+
+
+@contextmanager
+def _guard(path: Path) -> Iterator[None]:
+    """Serialise check-and-create/takeover of one lock name among processes (kernel flock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    try:
+        fd = os.open(path.with_suffix(GUARD_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # filesystem without flock: O_EXCL plus the token check still protect us
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+class Lock:
+    """A held lock. Use :func:`acquire` to get one."""
+
+    def __init__(self, root: Path, name: str, path: Path, data: dict, stale_after: float):
+        self.root = root
+        self.name = name
+        self.path = path
+        self._data = data
+        self.stale_after = stale_after
+        self.held = True
+        self._root_fd: int | None = None  # maintenance only: the root folder's exclusive flock (readers)
+
+    @property
+    def token(self) -> str:
+        return self._data["token"]
+
+    @property
+    def info(self) -> dict:
+        return dict(self._data.get("info") or {})
+
+    def _rewrite(self) -> None:
+        from .atomic import write_json_atomic
+
+        with _guard(self.path):
+            current = _read(self.path)
+            if current is None or current.get("token") != self.token:
+                self.held = False
+                holder = read_lock(self.root, self.name)
+                who = holder.describe() if holder else "nobody holds it now"
+                raise LockHeldError(f"lost lock {self.name!r}: it was taken over as stale ({who})")
+            write_json_atomic(self.path, self._data, durable=False)
+
+    def refresh(self) -> None:
+        """Heartbeat: rewrite ``heartbeat_at``. Raises LockHeldError if the lock is no longer ours."""
+        self._data["heartbeat_at"] = iso(time.time())
+        self._rewrite()
+
+    def set_info(self, **fields: Any) -> None:
+        """Record extra fields for others to read, e.g. ``runs=[...]`` (also refreshes the heartbeat)."""
+        info = dict(self._data.get("info") or {})
+        info.update(fields)
+        self._data["info"] = info
+        self.refresh()
+
+    def release(self) -> None:
+        """Remove the lock file if it is still ours. Idempotent; never raises for I/O trouble."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            with _guard(self.path):
+                current = _read(self.path)
+                if current is not None and current.get("token") == self.token:
+                    self.path.unlink()
+        except OSError:
+            pass
+        fd, self._root_fd = self._root_fd, None
+        try:
+            _close(fd)
+        except OSError:
+            pass
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<trackstore.store.locks.Lock {self.name!r} held={self.held}>"
+
+
+def _try_create(path: Path, data: dict) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, json.dumps(data, indent=1).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _identity(path: Path) -> tuple | None:
+    """What tells one lock file from another: inode, change time, size and holder token."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, (_read(path) or {}).get("token")
+
+
+def _take_over(path: Path, judged: tuple | None) -> None:
+    """Move a stale lock file aside; put it back if it is not the file judged stale.
+
+    Files are told apart by inode, mtime, size and token (:func:`_identity`), so even an
+    unreadable lock created by someone else between the judgement and the rename is
+    recognised and restored, never deleted.
+    """
+    aside = path.with_name(f".{path.name}{STALE_LOCK_MARK}{secrets.token_hex(4)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    if _identity(aside) != judged:
+        try:
+            os.link(aside, path)  # a fresh lock was created meanwhile: restore it (fails if replaced)
+        except OSError:
+            pass
+    try:
+        aside.unlink()
+    except OSError:
+        pass
+
+
+def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: float | None = None,
+            stale_after: float = STALE_AFTER_S, info: dict | None = None) -> Lock:
+    """Take lock ``name`` in the store at ``root``; see the module docstring."""
+    root = Path(root)
+    path = lock_path(root, name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(name, path.parent, exc) from None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        now = time.time()
+        data = {
+            "name": name,
+            "host": hostname(),
+            "pid": os.getpid(),
+            "pid_start": process_start_ticks(os.getpid()),
+            "token": secrets.token_hex(8),
+            "created_at": iso(now),
+            "heartbeat_at": iso(now),
+            "info": dict(info or {}),
+        }
+        with _guard(path):
+            root_fd, readers = _exclude_readers(root) if name == MAINTENANCE else (None, False)
+            if not readers:
+                try:
+                    lock = _create_or_take_over(root, name, path, data, stale_after)
+                except OSError as exc:
+                    _close(root_fd)
+                    raise _unwritable(name, path, exc) from None
+                if lock is not None:
+                    lock._root_fd = root_fd
+                    return lock
+                _close(root_fd)
+            current = _read(path)
+        if not wait or (deadline is not None and time.monotonic() >= deadline):
+            raise LockHeldError(_held_message(root, name, path, current, readers, stale_after))
+        time.sleep(POLL_S)
+
+
+def _create_or_take_over(root: Path, name: str, path: Path, data: dict, stale_after: float) -> Lock | None:
+    """Create the lock file, or replace a stale one; None when a live holder has it (call under the guard)."""
+    if _try_create(path, data):
+        return Lock(root, name, path, data, stale_after)
+    judged = _identity(path)
+    if _is_stale(_read(path), path, stale_after):
+        _take_over(path, judged)
+        if _try_create(path, data):
+            return Lock(root, name, path, data, stale_after)
+    return None
+
+
+def _held_message(root: Path, name: str, path: Path, current: dict | None, readers: bool,
+                  stale_after: float) -> str:
+    if readers and (not current or _is_stale(current, path, stale_after)):
+        return (f"lock {name!r}: the store {root} is being read by a command that needs it unchanged "
+                "(trackstore export); wait for it to finish, or retry later")
+    holder = LockState(name, path, current or {}, False)
+    return f"{holder.describe()}; wait for it to finish, or retry later"
+
+
+def _unwritable(name: str, path: Path, exc: OSError) -> StoreError:
+    why = exc.strerror or str(exc)
+    return StoreError(f"cannot take the {name!r} lock: {why} ({path}). This command changes the store, so it "
+                      "needs a writable store; commands that only read (runs, show, sql, status, doctor, export, "
+                      "--dry-run) work on a read-only one")
+
+
+# ---------------------------------------------------------------------------- readers
+def _root_fd(root: Path) -> int | None:
+    try:
+        return os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing releases the flock
+
+
+def _flock_root(fd: int | None, exclusive: bool) -> bool | None:
+    """flock the root folder without waiting: True taken, False someone else holds it, None not possible here."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        return None
+    if fd is None:
+        return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+
+
+def _exclude_readers(root: Path) -> tuple[int | None, bool]:
+    """A maintenance holder's exclusive flock on the root folder: ``(fd to keep, readers or a holder present)``."""
+    fd = _root_fd(root)
+    got = _flock_root(fd, exclusive=True)
+    if got is False:
+        _close(fd)
+        return None, True
+    if got is None:  # no flock on this filesystem: the lock file alone decides, as before
+        _close(fd)
+        return None, False
+    return fd, False
+
+
+def _readers_present(root: Path) -> bool:
+    """Whether a process holds the root folder's flock (a reader, or a holder not yet in its file)."""
+    fd, busy = _exclude_readers(root)
+    _close(fd)
+    return busy
+
+
+def read_only_filesystem(root: str | os.PathLike) -> bool:
+    """True when the filesystem holding ``root`` is mounted read-only (nothing can change the store)."""
+    try:
+        return bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+@contextmanager
+def reading(root: str | os.PathLike, *, job: str) -> Iterator[None]:
+    """Hold maintenance (gc, compact, import, ``doctor --fix``, run merges) off the store while
+    ``job`` reads it, writing nothing into the store; see the module docstring.
+
+    Raises :class:`~trackstore.errors.LockHeldError` when a maintenance job holds the store
+    (a run merging its own files is waited for, up to :data:`BRIEF_WAIT_S`).
+    """
+    root = Path(root)
+    deadline = time.monotonic() + BRIEF_WAIT_S
+    while True:
+        fd = _root_fd(root)
+        got = _flock_root(fd, exclusive=False)
+        holder = read_lock(root, MAINTENANCE)
+        live = holder if holder is not None and not holder.stale else None
+        if got is not False and live is None:
+            break
+        _close(fd)
+        brief = live is None or live.info.get("job") == BRIEF_JOB  # None: a holder between flock and file
+        if not brief or time.monotonic() >= deadline:
+            who = live.describe() if live is not None else f"a maintenance job holds {root}"
+            raise LockHeldError(f"{who}; {job} needs the store unchanged: wait for it to finish, or retry later")
+        time.sleep(POLL_S)
+    if got is None:
+        from .files import warn_note
+
+        if read_only_filesystem(root):
+            warn_note(f"note: {root} is on a read-only filesystem: nothing can change it, "
+                      f"{job} reads it without a lock")
+        else:
+            warn_note(f"note: cannot flock {root}: {job} checked that no gc, compact or import runs, but cannot "
+                      "keep one from starting meanwhile")
+    try:
+        yield
+    finally:
+        _close(fd)
+
+
+def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | None = None) -> Lock:
+    """Take the store's maintenance lock for ``job`` (gc, compact, import, doctor...).
+
+    Runs merge their own part files under this lock too, for milliseconds to a few seconds,
+    every few dozen flushes of each live run. A cron gc must not fail because one of those
+    was in progress, so a holder that declares itself a brief merge is waited for (up to
+    :data:`BRIEF_WAIT_S`); any other holder, and a reader (:func:`reading`: an export),
+    raises :class:`LockHeldError` at once, as before.
+    """
+    info: dict = {"job": job}
+    if runs is not None:
+        info["runs"] = runs
+    try:
+        return acquire(root, MAINTENANCE, info=info)
+    except LockHeldError:
+        holder = read_lock(root, MAINTENANCE)
+        gone = holder is None and not _readers_present(Path(root))  # released just now
+        if gone or (holder is not None and holder.info.get("job") == BRIEF_JOB):
+            return acquire(root, MAINTENANCE, wait=True, timeout=BRIEF_WAIT_S, info=info)
+        raise
+
+
+# ---------------------------------------------------------------------------- deletion announcements
+DELETING = "deleting"  # maintenance lock info: the ``project/run_id`` gc is deleting right now
+DELETION_WAIT_S = 60.0  # how long a resuming writer waits for gc's verdict on its run
+
+
+def announce(lock: Lock, **fields: Any) -> None:
+    """``lock.set_info(**fields)``, made durable (file and folder fsynced) before it returns:
+    for announcements another process must see before this one acts on them."""
+    from .atomic import fsync_dir
+
+    lock.set_info(**fields)
+    try:
+        fd = os.open(lock.path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    fsync_dir(lock.path.parent)
+
+
+def deletion_announced(root: str | os.PathLike, project: str, run_id: str) -> LockState | None:
+    """The live maintenance lock if its holder announced that it is deleting this run, else None.
+
+    Reads one small file and creates nothing, so a writer can afford it on every resume.
+    """
+    state = read_lock(root, MAINTENANCE)
+    if state is None or state.stale or state.info.get(DELETING) != f"{project}/{run_id}":
+        return None
+    return state
+
+
+def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str, *,
+                              timeout: float = DELETION_WAIT_S) -> bool:
+    """Return once no live gc announces the deletion of this run (True if one did and this
+    waited for it); LockHeldError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    waited = False
+    while True:
+        holder = deletion_announced(root, project, run_id)
+        if holder is None:
+            return waited
+        waited = True
+        if time.monotonic() >= deadline:
+            raise LockHeldError(
+                f"run {project}/{run_id} is being deleted by trackstore gc ({holder.describe()}) and gc has "
+                f"not decided within {timeout:.0f} s; wait for that gc to end (or stop it), then resume the run again")
+        time.sleep(POLL_S / 4)
+
+
+# ---------------------------------------------------------------------------- run claims
+def claim_run(paths: RunPaths) -> Path | None:
+    """Claim an existing run folder for a process about to write it: ``_writers/<id>.claim``
+    (host, pid, process start time, time), written durably. gc counts a live claim as a live
+    writer. Never creates the run folder: None when it is not there (being deleted, or gone).
+    A claim is not a writer file, so it is never recorded as an attempt of the run."""
+    from .atomic import write_json_atomic
+    from .layout import new_writer_id
+
+    now = iso(time.time())
+    claim = {"claim_id": new_writer_id(), "host": hostname(), "pid": os.getpid(),
+             "pid_start": process_start_ticks(os.getpid()), "heartbeat_at": now}
+    path = paths.writers_dir / f"{claim['claim_id']}{CLAIM_SUFFIX}"
+    try:
+        paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder
+        write_json_atomic(path, claim, durable=True)
+    except FileNotFoundError:
+        return None
+    return path
+
+
+def _claims(paths: RunPaths) -> list[tuple[Path, dict | None]]:
+    try:
+        files = sorted(paths.writers_dir.glob(f"*{CLAIM_SUFFIX}"))
+    except OSError:
+        return []
+    return [(f, _read(f)) for f in files]
+
+
+def run_claimed(paths: RunPaths) -> bool:
+    """Does a live process hold a claim on this run folder? (Alive as for writer files:
+    :func:`trackstore.store.meta.writer_alive`; an unreadable claim counts while it is fresh.)"""
+    now = time.time()
+    for f, data in _claims(paths):
+        if data is None:
+            try:
+                if now - f.stat().st_mtime < _meta.STALE_AFTER_S:
+                    return True
+            except OSError:
+                pass
+        elif _meta.writer_alive(data, now):
+            return True
+    return False
+
+
+def dead_claims(paths: RunPaths) -> list[Path]:
+    """Claims whose process died before it became a writer (readable ones only)."""
+    return [f for f, data in _claims(paths) if data is not None and not _meta.writer_alive(data)]
+
+
+def release_claim(path: Path) -> None:
+    """Remove a claim; never raises (a claim that left with a deleted folder is gone already)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+__all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
+           "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
+           "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",
+           "dead_claims"]

@@ -1,0 +1,1 @@
+"""Maintenance jobs over a store: compact, gc, doctor, and bundles (export, verify, import)."""

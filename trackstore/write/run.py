@@ -1,0 +1,1041 @@
+"""The run lifecycle: ``trackstore.init`` -> ``Run.log`` ... -> ``Run.finish``.
+
+What a run promises training code:
+
+* ``log`` is cheap (it appends to memory; see :mod:`trackstore.write.writer`) and raises only for the
+  caller's own mistakes (a non-numeric value, a bad key), before anything is buffered.
+* The run finishes however the process ends: ``finish()``, leaving a ``with`` block (an
+  exception marks it ``failed`` with the error recorded), ``atexit``, an uncaught exception, or
+  SIGTERM (flushed and marked ``failed``). After ``kill -9`` readers report it ``crashed``.
+* ``run.json`` holds the metadata and is rewritten atomically; the automatic summary (last value
+  of each metric) is merged with whatever the user sets on ``run.summary``.
+* ``resume=True`` continues an existing run as a new attempt: steps continue after the largest
+  step on disk, a new writer id guarantees no file is overwritten.
+* ``join=True`` makes this process a helper writer of a run another process owns (rollout or
+  data workers): it is resumed as above, and at exit it records only its own end, as
+  ``finished``; an uncaught exception, ``sys.exit`` or SIGTERM in the helper never fails the
+  owner's run. ``Run.mark_idle`` records such a writer as ended between batches of work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from ..errors import InvalidValueError, UsageError, WriteError
+from ..store import meta as _meta
+from ..store.atomic import is_temp_file
+from ..store.clock import iso, ts_now
+from ..store.files import warn
+from ..store.host import environment_info, hostname, process_start_ticks
+from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
+from ..store.names import validate_run_id
+from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
+from .writer import DEFAULT_FLUSH_INTERVAL, Writer
+
+T = TypeVar("T")
+_ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
+_current: Run | None = None
+_live_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs this process owns: ended by its ending
+_joined_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs it joined (init(join=True)): see init
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+class Config(dict):
+    """``run.config``: a dict whose changes after init are recorded (with their time) in run.json."""
+
+    def __init__(self, run: Run, data: Mapping[str, Any]):
+        super().__init__(data)
+        self._run = run
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        value = json_safe(value)
+        super().__setitem__(key, value)
+        self._run._config_changed({key: value})
+
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
+        changes = {str(k): json_safe(v) for k, v in dict(other, **kw).items()}
+        super().update(changes)
+        self._run._config_changed(changes)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._run._config_changed({key: None}, deleted=True)
+
+    def __getattr__(self, name: str) -> Any:  # wandb-style config.lr
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Summary(dict):
+    """``run.summary``: user-set values, which override the automatic last-value summary."""
+
+    def __init__(self, run: Run, data: Mapping[str, Any]):
+        super().__init__(data)
+        self._run = run
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, json_safe(value))
+        self._run._dirty = True
+
+    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
+        super().update({str(k): json_safe(v) for k, v in dict(other, **kw).items()})
+        self._run._dirty = True
+
+
+class Run:
+    """One run being written by this process. Create it with :func:`trackstore.init`.
+
+    It is the record sink (:class:`trackstore.records.sink.RecordSink`) that samples, traces and
+    artifacts write through: :meth:`append`, :meth:`on_finish`, :meth:`record_state` and the
+    identity properties are all they use of it.
+    """
+
+    def __init__(self, paths: RunPaths, meta: dict, *, flush_interval: float, first_step: int,
+                 compact: bool = True):
+        self.paths = paths
+        self._compact = compact
+        self.writer_id = new_writer_id()
+        self._meta = meta
+        self._known_keys: set[str] = set()
+        self._warned_none: set[str] = set()
+        self._step = first_step
+        self._finished = False
+        self._done = threading.Event()  # set when finish() has completed (in whatever thread)
+        self._forked = False
+        self._failed_error: str | None = None
+        self._dirty = True
+        self._meta_lock = threading.Lock()
+        self._config_updates: list[dict] = list(meta.get("config_updates", []))
+        self.config = Config(self, meta.get("config") or {})
+        self.summary = Summary(self, meta.get("summary_user") or {})
+        self._histogram_type = _histogram_type()
+        self._finish_callbacks: list[Callable[[], Any]] = []  # see on_finish
+        self._record_states: dict[str, Any] = {}  # see record_state
+        self._record_states_lock = threading.Lock()
+        self._writer_info = {
+            "writer_id": self.writer_id,
+            "host": hostname(),
+            "pid": os.getpid(),
+            "pid_start": process_start_ticks(os.getpid()),
+            "started_at": iso(time.time()),
+            "command": list(sys.argv),
+            "heartbeat_at": iso(time.time()),
+            "status": "running",
+        }
+        _meta.write_writer_file(paths, self._writer_info, durable=True)
+        self._meta_parts = -1  # writer.parts_written when run.json was last written
+        self._writer = Writer(paths, self.writer_id, flush_interval=flush_interval, on_tick=self._tick,
+                              tick_interval=_meta.HEARTBEAT_INTERVAL_S, merge_parts=compact)
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def id(self) -> str:
+        return self.paths.run_id
+
+    run_id = id
+
+    @property
+    def project(self) -> str:
+        return self.paths.project
+
+    @property
+    def name(self) -> str:
+        return self._meta.get("name") or self.id
+
+    @property
+    def dir(self):
+        return self.paths.dir
+
+    @property
+    def root(self):
+        return self.paths.root
+
+    @property
+    def step(self) -> int:
+        """The step the next ``log`` without an explicit step will use."""
+        return self._step
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self._meta.get("tags") or [])
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def flush_interval(self) -> float:
+        """Seconds between two flushes of this run's writer (``init(..., flush_interval=)``)."""
+        return self._writer.flush_interval
+
+    def __repr__(self) -> str:
+        return f"<trackstore.Run {self.project}/{self.id} name={self.name!r}>"
+
+    # ------------------------------------------------------------------ logging
+    def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
+        """Record metrics at ``step`` (default: the run's counter, like wandb).
+
+        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`;
+        nested dicts flatten with ``/``; ``None`` values are skipped (warned once per key).
+        Values are stored as float64 and steps as int64: ``step`` goes from ``-2**63`` to
+        ``2**63-1``, and the counter stops at ``2**63-1``. With ``commit=False`` the step
+        counter does not advance, so the next call without a step lands on the same step.
+        Raises ``ValueError`` (:class:`InvalidValueError`) for a bad key, value or step (an
+        int too large for a float64, a step beyond int64), naming it, before anything of the
+        call is recorded; never raises for disk trouble.
+        """
+        if self._finished:
+            raise UsageError(self._closed_message())
+        if step is None:
+            step = self._step
+        if type(step) is not int or not -0x8000_0000_0000_0000 <= step <= 0x7FFF_FFFF_FFFF_FFFF:
+            step = _as_step(step)  # converts, or refuses a step beyond int64
+        # Fast path: a plain dict, every key seen before, every value a plain number. ``sum``
+        # from 0.0 checks the values in one C loop (a few ns each): it raises for None,
+        # strings, dicts and lists, and for an int too large for a float64 (adding it to a
+        # float overflows); its result is an exact float only when every value is a plain
+        # int, float or bool. A sum of another type (numpy.float64 values among them) proves
+        # less, so ``plain_numbers`` looks at each value. The dict's copy (one C call) is what
+        # gets buffered, so the caller may reuse and mutate its dict. Everything else goes
+        # through ``normalize``, which names the bad key.
+        values = None
+        if type(data) is dict and self._known_keys.issuperset(data.keys()):
+            try:
+                total = sum(data.values(), 0.0)
+            except Exception:
+                total = None
+            if type(total) is float or (total is not None and plain_numbers(data.values())):
+                values = data.copy()
+        if values is None:
+            values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
+            if hists:
+                self._log_histograms(hists, step)
+        if values:
+            self._writer.log_metrics(step, time.time(), values)
+        if commit:  # the counter stops at the int64 maximum: it never holds a step the store cannot
+            self._step = step + 1 if step != 0x7FFF_FFFF_FFFF_FFFF else step
+        elif step > self._step:
+            self._step = step
+
+    def _log_histograms(self, hists: Mapping[str, Any], step: int) -> None:
+        ts = ts_now()
+        for key, hist in hists.items():
+            self._writer.append("histograms", hist.to_row(key=key, step=step, ts=ts))
+
+    # ------------------------------------------------------------------ the record sink
+    # What the record kinds (samples, traces, artifacts) use of a run: the members of
+    # trackstore.records.sink.RecordSink, all public, so records never reach into a Run.
+    def append(self, kind: str, row: dict) -> None:
+        """Buffer one record of a non-metric kind (``samples``, ``spans``, ``artifacts``...).
+
+        Raises :class:`UsageError` once the run is finished; never raises for disk trouble.
+        """
+        if self._finished:
+            raise UsageError(self._closed_message())
+        self._writer.append(kind, row)
+
+    def on_finish(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` when this run finishes, just before it stops taking records.
+
+        Callbacks run once, in registration order, in the thread that finishes the run (also
+        at exit and on SIGTERM), while :meth:`append` still works: tracing writes the spans
+        still open then. One that raises is reported as a warning; finishing goes on. A
+        callback registered after the run finished is never called.
+        """
+        self._finish_callbacks.append(callback)
+
+    def record_state(self, key: str, factory: Callable[[], T]) -> T:
+        """Per-run state of a record kind: ``factory()`` on the first call with ``key``, the
+        same object on every later call (thread-safe: ``factory`` runs under a lock, so it must not
+        call ``record_state`` itself). It lives as long as this Run object."""
+        with self._record_states_lock:
+            try:
+                return self._record_states[key]
+            except KeyError:
+                state = self._record_states[key] = factory()
+                return state
+
+    def mark_idle(self, idle: bool = True) -> None:
+        """Record this process's writer of the run as ended (``idle=True``), or as running again
+        (``idle=False``), without finishing anything.
+
+        For a helper process (``init(..., join=True)``) that writes in batches and may be
+        stopped between them without its exit handlers running (Ray stops its workers that way
+        at the end of a job): readers call a run whose writers all died without ending
+        ``crashed``, so a helper marks itself idle once a batch is on disk (call :meth:`flush`
+        first: marking does not flush), and ``mark_idle(False)`` before it writes again. An
+        idle writer never counts as alive: the last other writer to finish sets the run's
+        status. No-op on a finished run; raises ``OSError`` if the writer file cannot be
+        written (the heartbeat rewrites it every few seconds anyway).
+        """
+        if self._finished:
+            return
+        if idle:
+            self._writer_info.update(status="finished", ended_at=iso(time.time()))
+        else:
+            self._writer_info.update(status="running", ended_at=None)
+        _meta.write_writer_file(self.paths, self._writer_info, durable=idle)
+
+    def flush(self) -> bool:
+        """Write everything buffered now (blocking). True if it all reached the disk."""
+        with _signals_deferred():
+            ok = self._writer.flush()
+            try:
+                self._write_meta(durable=True)
+            except OSError:
+                ok = False
+            return ok
+
+    # ------------------------------------------------------------------ metadata
+    def _config_changed(self, changes: Mapping[str, Any], deleted: bool = False) -> None:
+        now = iso(time.time())
+        for k, v in changes.items():
+            entry = {"at": now, "key": k, "value": v}
+            if deleted:
+                entry["deleted"] = True
+            self._config_updates.append(entry)
+        self._dirty = True
+
+    def _tick(self) -> None:
+        """Called by the writer thread every heartbeat interval: the heartbeat file, and run.json
+        when something changed (new parts, config or summary), so a quiet run costs one tiny write."""
+        self._writer_info["heartbeat_at"] = iso(time.time())
+        _meta.write_writer_file(self.paths, self._writer_info)
+        if self._dirty or self._writer.parts_written != self._meta_parts:
+            self._write_meta(durable=False)
+
+    def _write_meta(self, durable: bool, writers: list[dict] | None = None) -> None:
+        """Merge this writer's view into run.json (read, merge, atomic rewrite).
+
+        Several processes may write one run. Each merges what is on disk with its own values,
+        so a concurrent rewrite by another process can at worst delay that process's newest
+        values until its next rewrite. The last writer to finish passes every ``writers`` file
+        (each holds that writer's final summary and step), so the final run.json has them all.
+        """
+        with self._meta_lock:
+            on_disk = _meta.read_run_json(self.paths) or {}
+            meta = dict(self._meta)
+            if self._finished and meta.get("status") == "running" and on_disk.get("status") not in (None, "running"):
+                meta.update(status=on_disk["status"], ended_at=on_disk.get("ended_at"))
+            auto = dict(on_disk.get("summary_auto") or {})
+            user = dict(on_disk.get("summary_user") or {})
+            steps = [on_disk.get("last_step"), meta.get("last_step"), self._writer.max_step]
+            for w in sorted(writers or [], key=lambda w: w.get("ended_at") or ""):
+                if w.get("writer_id") != self.writer_id:
+                    auto.update(w.get("summary_auto") or {})
+                    user.update(w.get("summary_user") or {})
+                    steps.append(w.get("last_step"))
+            auto.update(self._writer.last_values)
+            user.update(self.summary)
+            # Several processes may write one run (ranks, resumed attempts): keep every
+            # attempt any of them recorded, and the largest step any of them reached.
+            attempts = {a.get("writer_id"): a for a in on_disk.get("attempts") or []}
+            for w in writers if writers is not None else _meta.read_writer_files(self.paths):
+                if w.get("writer_id") not in attempts:  # a writer whose own run.json update was raced
+                    attempts[w.get("writer_id")] = {k: w.get(k) for k in _ATTEMPT_FIELDS}
+            attempts.update({a.get("writer_id"): a for a in meta.get("attempts") or []})
+            meta["attempts"] = sorted(attempts.values(), key=lambda a: a.get("started_at") or "")
+            meta.update(
+                config=dict(self.config),
+                config_updates=self._config_updates,
+                summary_auto=auto,
+                summary_user=user,
+                summary={**auto, **user},
+                updated_at=iso(time.time()),
+                heartbeat_at=iso(time.time()),
+            )
+            known = [s for s in steps if s is not None]
+            if known:
+                meta["last_step"] = max(known)
+            parts = self._writer.parts_written
+            _meta.write_run_json(self.paths, meta, durable=durable)
+            self._meta = meta
+            self._meta_parts = parts
+            self._dirty = False
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self, exit_code: int | None = None, *, status: str | None = None, error: str | None = None,
+               compact: bool | None = None) -> None:
+        """Flush everything and mark the run ended. Idempotent.
+
+        ``status`` defaults to ``finished`` (``failed`` when ``exit_code`` is non-zero or an
+        error was recorded). Raises :class:`WriteError` if data could not be written to disk
+        even after retries (the message says how much); the run is ended either way.
+
+        When other processes are still writing the same run, only this writer's end is
+        recorded; the last writer to finish sets the run's status (see :mod:`trackstore.store.meta`).
+
+        The last writer then merges the run's part files into one per kind, which is what keeps
+        queries over many finished runs fast; ``compact`` (default: the ``compact`` given to
+        :func:`init`) turns that off for this call. It is skipped when a sync, gc or other
+        writer is busy with the run, and never raises (see
+        :func:`trackstore.store.merge.compact_finished_run`).
+
+        A run some of whose rows could not be stored (the disk failed until the end, a value
+        that could not be converted) ends ``failed`` with ``write_errors`` saying what was lost.
+        """
+        with _signals_deferred():
+            if self._finished:
+                if threading.current_thread() is threading.main_thread():
+                    self._done.wait(60)  # another thread is finishing it: let that complete first
+                return
+            error = error or self._failed_error
+            if status is None:
+                status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
+            if status not in _meta.STATUSES:
+                raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
+            self._run_finish_callbacks()  # e.g. spans still open now are kept, as 'unfinished'
+            self._finished = True
+            try:
+                report = self._end(status, exit_code, error, self._compact if compact is None else bool(compact))
+            finally:
+                self._done.set()
+                _live_runs.discard(self)
+                _joined_runs.discard(self)
+                global _current
+                if _current is self:
+                    _current = None
+        if not report.ok:
+            raise WriteError(f"run {self.id}: {report.describe()}")
+
+    def _run_finish_callbacks(self) -> None:
+        callbacks, self._finish_callbacks = self._finish_callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception as exc:  # finishing must go on whatever happens here
+                warn(f"run {self.id}: a finish callback failed ({exc!r}); the run is finished anyway")
+
+    def _end(self, status: str, exit_code: int | None, error: str | None, compact: bool = True):
+        report = self._writer.close()
+        if not report.ok:  # a run missing rows never looks complete
+            if status == "finished":
+                status = "failed"
+            error = error or f"some data could not be stored: {report.describe()}"
+        now = time.time()
+        self._writer_info.update(status=status, ended_at=iso(now), heartbeat_at=iso(now))
+        if error:
+            self._writer_info["error"] = error
+        if exit_code is not None:
+            self._writer_info["exit_code"] = int(exit_code)
+        if not report.ok:
+            self._writer_info["write_errors"] = report.describe()
+        self._writer_info.update(summary_auto=dict(self._writer.last_values), summary_user=dict(self.summary),
+                                 last_step=self._writer.max_step)
+        try:
+            # Our end goes on disk before we look at the others: of two writers finishing at
+            # the same moment, at least one then sees the other ended and sets the run status.
+            _meta.write_writer_file(self.paths, self._writer_info, durable=True)
+            writers = _meta.read_writer_files(self.paths)
+            last = not any(w.get("writer_id") != self.writer_id and _meta.writer_alive(w) for w in writers)
+            if last:
+                final = _meta.ended_status(writers) or status
+                self._meta.update(status=final, ended_at=iso(now))
+                errors = [w["error"] for w in writers if w.get("error") and w.get("status") == "failed"]
+                if error or errors:
+                    self._meta["error"] = error or errors[-1]
+                if exit_code is not None:
+                    self._meta["exit_code"] = int(exit_code)
+                if not report.ok:
+                    self._meta["write_errors"] = report.describe()
+                self._write_meta(durable=True, writers=writers)
+            # Otherwise run.json is left to the writers still running: a rewrite now could race
+            # the last one's final merge. Our end, summary and errors are in our writer file.
+        except OSError as exc:
+            report.last_error = report.last_error or str(exc)
+            if report.ok:
+                report.unwritten_rows["run.json"] = 1
+            last = False
+        if last and compact and report.ok:
+            self._merge_parts_at_end()
+        return report
+
+    def _merge_parts_at_end(self) -> None:
+        """Merge the finished run's part files; a failure only costs query speed, so it warns."""
+        from ..store.merge import compact_finished_run
+
+        try:
+            compact_finished_run(self.paths)
+        except Exception as exc:  # the run is complete on disk either way: never fail finish()
+            warn(f"run {self.id} is finished and complete, but merging its part files failed ({exc}); "
+                 "queries still see every row. `trackstore compact` retries it.")
+
+    def _closed_message(self) -> str:
+        if self._forked:
+            return (f"run {self.id} belongs to process {self._writer_info['pid']}; this process is a fork of it "
+                    f"and cannot write to it (call trackstore.init({self.project!r}, run_id={self.id!r}, "
+                    "resume=True) here to write as another writer of the same run)")
+        return f"run {self.id} is finished; start a new run or resume it to log more"
+
+    def _forked_copy(self) -> None:
+        """In a forked child: this object is a copy of the parent's run, whose writer thread did
+        not survive the fork. It must never flush (it would rewrite the parent's part files
+        with the parent's writer id) nor end the run (the parent is still writing it)."""
+        self._forked = True
+        self._finished = True
+        self._done.set()
+
+    def _fail(self, error: str) -> None:
+        self._failed_error = error
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
+            self.finish(status="failed", error=err, exit_code=1)
+
+    # ------------------------------------------------------------------ other record kinds
+    # Each kind lives in its own module, imported on first use so `import trackstore` stays cheap.
+    def log_samples(self, rows: Iterable[Any], step: int | None = None, split: str = "val", **kw: Any) -> int:
+        """Record text generations (dicts with input/output/score, or (input, output, score) tuples)."""
+        from ..records.samples import log_samples
+
+        return log_samples(self, rows, step=step, split=split, **kw)
+
+    def trace(self, step: int | None = None, sample_index: int | None = None, rollout_n: int | None = None,
+              name: str = "episode", **attrs: Any):
+        """Open one trajectory (a span tree); use as a context manager. See :mod:`trackstore.records.trace`."""
+        from ..records.trace import Trace
+
+        return Trace(self, step=step, sample_index=sample_index, rollout_n=rollout_n, name=name, **attrs)
+
+    def log_artifact(self, path: str | os.PathLike, name: str | None = None, type: str = "model",
+                     aliases: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None, **kw: Any):
+        """Snapshot a file or folder into the run's artifacts (content-addressed versions)."""
+        from ..records.artifacts import log_artifact
+
+        return log_artifact(self, path, name=name, type=type, aliases=aliases, metadata=metadata, **kw)
+
+
+def _histogram_type() -> type:
+    from ..records.histogram import Histogram
+
+    return Histogram
+
+
+def _as_step(step: Any) -> int:
+    """A step given by the caller as an int64, or :class:`InvalidValueError` (see :func:`values.as_step`)."""
+    return as_step(step)
+
+
+# ---------------------------------------------------------------------- init and module API
+def init(
+    project: str,
+    name: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    tags: Iterable[str] | None = None,
+    notes: str | None = None,
+    *,
+    root: str | os.PathLike | None = None,
+    run_id: str | None = None,
+    resume: bool = False,
+    join: bool = False,
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    group: str | None = None,
+    job_type: str | None = None,
+    compact: bool | None = None,
+) -> Run:
+    """Start (or with ``resume=True`` continue) a run and make it the current run.
+
+    ``run_id`` defaults to a new time-sortable id. With ``resume=True`` and an existing
+    ``run_id`` the run continues as a new attempt (config keys given here are merged in); with
+    ``resume=True`` and an unknown id a new run with that id is created. Without ``resume``, an
+    existing ``run_id`` is an error (nothing is overwritten). Names are validated before
+    anything touches the disk.
+
+    Resuming is safe against a ``trackstore gc`` deleting the run at the same moment: the run
+    is either kept by gc and continued here, or (deleted before this process got to it) started
+    afresh as a new run with the same id, with a warning. Only when gc is deleting this very
+    run does init wait, for gc's verdict (milliseconds; :class:`LockHeldError` after 60 s). A
+    new run pays nothing for this. See :mod:`trackstore.upkeep.gc`.
+
+    ``join=True`` (needs ``run_id``) joins the run as a *helper* writer, for processes that
+    add records to a run another process owns (rollout workers writing traces, data workers):
+    the run is resumed as with ``resume=True`` (a new writer id; an unknown id creates the
+    run), and this process's ending never decides how the run ended. At exit the joined run is
+    finished with status ``finished`` (its data flushed, its writer recorded as ended); an
+    uncaught exception, ``sys.exit(n)`` or SIGTERM in this process does not mark it ``failed``
+    (SIGTERM leaves it to the owner: what was not flushed is lost, so flush after each batch).
+    The run's status is set by the last of its writers to finish, as always, so the owner's
+    ``failed`` is never overwritten. :meth:`Run.mark_idle` records a helper as ended between
+    batches, for helpers stopped without running their exit handlers.
+
+    ``compact`` (default on, off with ``TRACKSTORE_COMPACT=0``): keep the run's part files
+    few. The writer merges its own files as it goes (:mod:`trackstore.write.rolling`) and the last
+    writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
+    flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
+    """
+    global _current
+    if join:
+        if run_id is None:
+            raise UsageError("init(join=True) needs the run_id of the run to join")
+        resume = True
+    if run_id is not None:
+        validate_run_id(run_id)
+    paths = run_paths(resolve_root(root), project, run_id or new_run_id())
+    if name is not None and not isinstance(name, str):
+        raise InvalidValueError(f"run name must be a string, got {type(name).__name__}")
+    if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
+        raise InvalidValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
+    tag_list = _tags(tags)
+    # A resume claims the run folder before it reads it: see _claim_existing_run.
+    with _joining(paths, resume):
+        now = time.time()
+        existing = _meta.read_run_json(paths) if paths.run_file.exists() else None
+        if paths.dir.exists() and existing is None and any(paths.dir.iterdir()):
+            if not resume:
+                raise UsageError(f"{paths.dir} exists but has no readable run.json; run `trackstore doctor`")
+        if existing is not None and not resume:
+            raise UsageError(
+                f"run {paths.run_id} already exists in project {paths.project!r}; pass resume=True to "
+                "continue it, or choose another run_id"
+            )
+        env = environment_info()
+        if existing is not None:
+            meta = dict(existing)
+            attempts = list(meta.get("attempts") or [])
+            cfg = dict(meta.get("config") or {})
+            cfg.update(json_safe(dict(config or {})))
+            meta.update(status="running", ended_at=None, config=cfg, resumed_at=iso(now))
+            meta.pop("error", None)
+            meta.pop("exit_code", None)
+            if name is not None:
+                meta["name"] = name
+            if tags is not None:
+                old_tags = list(meta.get("tags") or [])
+                meta["tags"] = old_tags + [t for t in tag_list if t not in old_tags]
+            if notes is not None:
+                meta["notes"] = notes
+            _close_dead_writers(paths, now)
+            first_step = min(_max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
+        else:
+            attempts = []
+            meta = {
+                "format_version": _meta.META_VERSION,
+                "project": paths.project,
+                "run_id": paths.run_id,
+                "name": name or paths.run_id,
+                "status": "running",
+                "created_at": iso(now),
+                "ended_at": None,
+                **env,
+                "config": json_safe(dict(config or {})),
+                "tags": tag_list,
+                "notes": notes,
+                "group": group,
+                "job_type": job_type,
+                "summary": {},
+            }
+            first_step = 0
+        if group is not None:
+            meta["group"] = group
+        if job_type is not None:
+            meta["job_type"] = job_type
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        if compact is None:
+            from .rolling import compact_default
+
+            compact = compact_default()
+        run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
+    attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
+    run._meta["attempts"] = attempts
+    run._write_meta(durable=True)
+    (_joined_runs if join else _live_runs).add(run)
+    _install_process_hooks()
+    _current = run
+    # The writer thread has been loading pyarrow meanwhile; wait for it (about 0.3 s, once), so
+    # that the first flush comes flush_interval from now and nothing is imported at exit.
+    run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
+    return run
+
+
+@contextmanager
+def _joining(paths: RunPaths, resume: bool):
+    """While init resumes a run, hold a claim on its folder (removed once the run's own writer
+    file exists, or if init fails). A new run needs none: no gc can have planned its deletion."""
+    claim = _claim_existing_run(paths) if resume else None
+    try:
+        yield
+    finally:
+        if claim is not None:
+            from ..store.locks import release_claim
+
+            release_claim(claim)
+
+
+def _claim_existing_run(paths: RunPaths):
+    """Make sure no ``trackstore gc`` deletes the run folder this process is about to join.
+
+    Write first, then check: a *claim* (:func:`trackstore.store.locks.claim_run`, which gc counts as
+    a live writer) goes into the folder, THEN gc's announcement that it is deleting this run is
+    looked for and, if present, its verdict awaited (``LockHeldError`` after
+    :data:`trackstore.store.locks.DELETION_WAIT_S`). gc
+    announces before its last re-check, so either gc sees the claim and keeps the run, or this
+    sees the announcement. The claim is the proof: still in place afterwards, the folder is ours
+    to write; moved away with the folder, the run was deleted and None is returned (init then
+    starts it afresh, warning). Nothing here creates the run folder, so a folder gc moved is
+    never silently recreated. Returns the claim file, or None when there is no folder (a run id
+    not in the store: one failed ``mkdir`` and one lock file read).
+    """
+    from ..store import locks as _locks
+
+    claim = None
+    waited = False
+    for _attempt in range(100):  # more than a couple only if the folder keeps coming and going
+        if claim is None:
+            claim = _locks.claim_run(paths)  # None: no folder (a new id, or a run gc is deleting)
+        try:
+            waited = _locks.wait_for_deletion_verdict(paths.root, paths.project, paths.run_id) or waited
+        except BaseException:
+            if claim is not None:
+                _locks.release_claim(claim)
+            raise
+        if claim is not None and claim.exists():
+            return claim
+        if claim is None and paths.dir.exists():
+            continue  # the folder is there now (gc put it back, or another process created it)
+        break  # our claim left with the folder, or there is none: nothing to join
+    else:
+        raise UsageError(f"run {paths.project}/{paths.run_id}: its folder keeps appearing and disappearing "
+                         f"({paths.dir}); check what else writes or deletes it, then resume again")
+    if claim is None and not waited:
+        return None  # an unknown run id: init creates it, as documented
+    warn(f"run {paths.project}/{paths.run_id} was deleted by `trackstore gc` while this process was resuming "
+         "it; it starts again as a new run with the same id (what gc deleted is not in this store any more)")
+    return None
+
+
+def _tags(tags: Iterable[str] | None) -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        tags = [tags]
+    out = []
+    for t in tags:
+        if not isinstance(t, str) or not t:
+            raise InvalidValueError(f"tags must be non-empty strings, got {t!r}")
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def _close_dead_writers(paths: RunPaths, now: float) -> None:
+    """On resume: mark writers that died without finishing as ``crashed`` (a superseded attempt,
+    see :func:`trackstore.store.meta.ended_status`) and delete the temp files they left mid-write.
+    Claims of resumes that died while joining (:func:`_claim_existing_run`) are deleted.
+
+    Temp files of live writers (other ranks writing this run now) are never touched.
+    """
+    writers = _meta.read_writer_files(paths)
+    alive = {w.get("writer_id") for w in writers if _meta.writer_alive(w)}
+    for w in writers:
+        if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
+            try:
+                _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": iso(now)}, durable=True)
+            except OSError:
+                pass
+    from ..store.locks import dead_claims, release_claim
+
+    for claim in dead_claims(paths):
+        release_claim(claim)
+    dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in _KINDS)]
+    for d in dirs:
+        try:
+            entries = list(d.iterdir())
+        except OSError:
+            continue
+        for p in entries:
+            if not is_temp_file(p):
+                continue
+            try:  # a temp file lives milliseconds; a fresh one may belong to a writer starting now
+                if now - p.stat().st_mtime < TEMP_GRACE_S:
+                    continue
+            except OSError:
+                continue
+            owner = _temp_owner(p.name)
+            if (owner is None and not alive) or (owner is not None and owner not in alive):
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+
+
+_KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
+_WRITER_START_TIMEOUT_S = 60.0
+TEMP_GRACE_S = 60.0  # only temp files older than this are a dead writer's leftovers
+
+
+def _temp_owner(name: str) -> str | None:
+    """The writer id in a temp file's name (``.part-<writer>-<seq>.parquet.<hex>.tmp`` or
+    ``.<writer>.json.<hex>.tmp``); None for run.json's, which any writer may be writing."""
+    base = name[1:].rsplit(".", 2)[0]  # drop the leading '.' and '.<hex>.tmp'
+    if base.startswith("part-") and base.endswith(PART_SUFFIX):
+        return base[len("part-"):-len(PART_SUFFIX)].rsplit("-", 1)[0]
+    if base.endswith(".json") and base != RUN_FILE:
+        return base[:-len(".json")]
+    return None
+
+
+def _max_step_on_disk(paths: RunPaths, meta: dict) -> int:
+    """Largest step of any metric already stored (from Parquet footers; cheap)."""
+    best = meta.get("last_step")
+    best = -1 if best is None else int(best)
+    parts = paths.parts("metrics")
+    if parts:
+        import pyarrow.parquet as pq
+
+        for p in parts:
+            try:
+                md = pq.ParquetFile(p).metadata
+                idx = md.schema.names.index("step")
+                for rg in range(md.num_row_groups):
+                    st = md.row_group(rg).column(idx).statistics
+                    if st is not None and st.has_min_max:
+                        best = max(best, int(st.max))
+            except Exception:
+                continue  # a damaged part is doctor's business; never block a resume
+    return best
+
+
+def current_run() -> Run | None:
+    """The run started last by :func:`init` in this process and not yet finished."""
+    return _current
+
+
+def log(data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
+    """``trackstore.log(...)``: log to the current run (like ``wandb.log``)."""
+    if _current is None:
+        raise UsageError("no active run: call trackstore.init(project=...) first")
+    _current.log(data, step=step, commit=commit)
+
+
+def finish(exit_code: int | None = None, **kw: Any) -> None:
+    """``trackstore.finish()``: finish the current run (no-op without one)."""
+    if _current is not None:
+        _current.finish(exit_code, **kw)
+
+
+# ---------------------------------------------------------------------- process hooks
+# Signal handlers run in the main thread between two bytecodes, possibly while that thread is
+# itself inside Run.flush/finish (holding the writer's I/O lock). Flushing again from the
+# handler would deadlock, and a KeyboardInterrupt raised in the middle of the final flush would
+# lose what it was writing. So while the main thread is inside such a section, SIGTERM and
+# SIGINT are only noted, and handled the moment the section ends (at interpreter exit, a SIGINT
+# is then only reported: the process is ending anyway).
+_busy_depth = 0
+_deferred_signals: list[tuple[int, Any]] = []
+_exiting = False  # set by the atexit hook: nothing may be imported from here on
+_exit_code: Any = None  # what the program passed to sys.exit, if it did
+
+
+@contextmanager
+def _signals_deferred():
+    global _busy_depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    outer = _busy_depth == 0
+    previous_int = _defer_sigint() if outer else None
+    _busy_depth += 1
+    try:
+        yield
+    finally:
+        _busy_depth -= 1
+        if outer:
+            _restore_sigint(previous_int)
+        if _busy_depth == 0 and _deferred_signals:
+            pending = list(_deferred_signals)
+            _deferred_signals.clear()
+            terms = [(n, f) for n, f in pending if n != signal.SIGINT]
+            if terms:
+                _handle_sigterm(*terms[0])
+            elif not _exiting and callable(previous_int):
+                previous_int(signal.SIGINT, pending[0][1])  # the interrupt, now that the data is safe
+
+
+def _on_deferred_sigint(signum, frame):
+    if not any(n == signal.SIGINT for n, _f in _deferred_signals):
+        sys.stderr.write("trackstore: saving buffered data before stopping; the interrupt takes effect right "
+                         "after (kill -9 abandons what is not yet written)\n")
+    _deferred_signals.append((signum, frame))
+
+
+def _defer_sigint():
+    """Note SIGINT instead of raising KeyboardInterrupt; returns the handler to restore."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous in (signal.SIG_IGN, None) or previous is _on_deferred_sigint:
+            return None
+        signal.signal(signal.SIGINT, _on_deferred_sigint)
+        return previous
+    except (ValueError, OSError):  # not the main thread of the main interpreter
+        return None
+
+
+def _restore_sigint(previous) -> None:
+    if previous is None:
+        return
+    try:
+        signal.signal(signal.SIGINT, previous)
+    except (ValueError, OSError):
+        pass
+
+
+def _exit_status() -> tuple[str | None, int | None, str | None]:
+    """(status, exit code, error) for runs ended by the interpreter's exit, from ``sys.exit``."""
+    code = _exit_code
+    if code is None or code == 0:
+        return None, None, None
+    if isinstance(code, int):
+        return "failed", code, f"exited with sys.exit({code})"
+    return "failed", 1, f"exited with sys.exit({str(code)[:200]!r})"
+
+
+def _finish_at_exit() -> None:
+    """The atexit hook: end every run this process still has open, data first."""
+    global _exiting
+    _exiting = True
+    status, code, error = _exit_status()
+    with _signals_deferred():
+        for run in list(_joined_runs):  # this process only helped: its ending is not the run's
+            try:
+                run.finish(status="finished")
+            except Exception as exc:  # atexit context: report, never raise
+                sys.stderr.write(f"trackstore: WARNING: finishing joined run {run.id}: {exc}\n")
+        for run in list(_live_runs):
+            try:
+                run.finish(code, status=status, error=run._failed_error or error)
+            except Exception as exc:  # atexit context: report, never raise
+                sys.stderr.write(f"trackstore: WARNING: {exc}\n")
+
+
+def _finish_all(status: str | None = None, error: str | None = None, compact: bool | None = None) -> None:
+    for run in list(_live_runs):
+        try:
+            run.finish(status=status, error=error or run._failed_error, compact=compact)
+        except Exception as exc:  # signal context: report, never raise
+            sys.stderr.write(f"trackstore: WARNING: {exc}\n")
+
+
+_SIGTERM_ERROR = "terminated by SIGTERM"
+_previous_sigterm: Any = signal.SIG_DFL
+
+
+def _on_sigterm(signum, frame):
+    if _busy_depth:
+        _deferred_signals.append((signum, frame))
+        return
+    _handle_sigterm(signum, frame)
+
+
+def _handle_sigterm(signum, frame):
+    """SIGTERM (scheduler pre-emption, ``kill``, ``timeout``): make every run's data safe.
+
+    With no other handler, the runs are finished as ``failed`` ("terminated by SIGTERM") and
+    the signal is re-raised with its default action, so the process still dies of SIGTERM. If
+    the program had its own handler (a graceful-shutdown flag, torchrun's), that handler owns
+    shutdown: the runs are flushed and the reason is recorded, they stay open for the last
+    ``log`` calls, and ``finish``/``atexit`` later mark them ``failed`` with it.
+    """
+    previous = _previous_sigterm
+    if callable(previous):
+        for run in list(_live_runs):
+            run._fail(_SIGTERM_ERROR)
+            try:
+                run.flush()
+            except Exception as exc:
+                sys.stderr.write(f"trackstore: WARNING: flush on SIGTERM failed: {exc}\n")
+        previous(signum, frame)
+        return
+    # No merging of part files here: a pre-empted job has seconds before SIGKILL, and the data
+    # is what must be safe. `trackstore compact` merges such runs later.
+    _finish_all(status="failed", error=_SIGTERM_ERROR, compact=False)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (DataLoader and rollout workers, ``multiprocessing`` with fork) inherits
+    the parent's runs, atexit hook and SIGTERM handler. Its copies (of the runs the parent owns
+    or joined) are disowned, so neither its exit nor a SIGTERM to it (torch terminates stuck
+    workers that way) touches the parent's run."""
+    global _current, _busy_depth
+    for run in [*_live_runs, *_joined_runs]:
+        run._forked_copy()
+    _live_runs.clear()
+    _joined_runs.clear()
+    _current = None
+    _busy_depth = 0
+    _deferred_signals.clear()
+
+
+def _install_process_hooks() -> None:
+    """atexit, sys.excepthook, sys.exit and SIGTERM, installed once per process, chaining what
+    exists.
+
+    SIGINT needs no handler of its own: it raises KeyboardInterrupt, which the excepthook
+    records and ``atexit`` (or the ``with`` block) turns into a ``failed`` run; from the moment
+    the main thread dies of an exception, and during every final flush, further SIGINTs are
+    only noted (see :func:`_signals_deferred`). ``sys.exit(n)`` is recorded (the exit code is
+    not visible to ``atexit``), so a non-zero exit ends the runs ``failed`` with that code. An
+    uncaught exception in another thread does not end the process, so it does not end the run
+    either. A SIGTERM the program ignores (``SIG_IGN``) stays ignored.
+    """
+    global _hooks_installed, _previous_sigterm
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(_finish_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+    previous_hook = sys.excepthook
+
+    def _excepthook(exc_type, exc, tb):
+        err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
+        for run in list(_live_runs):
+            run._fail(err)
+        if _live_runs and threading.current_thread() is threading.main_thread() and not hasattr(sys, "ps1"):
+            _defer_sigint()  # the process is ending: a second Ctrl-C must not cut the final flush
+        previous_hook(exc_type, exc, tb)
+
+    sys.excepthook = _excepthook
+
+    previous_exit = sys.exit
+
+    def _exit(status: Any = None):
+        global _exit_code
+        if threading.current_thread() is threading.main_thread():
+            _exit_code = status
+        previous_exit(status)
+
+    _exit.__doc__ = previous_exit.__doc__
+    sys.exit = _exit
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be installed from the main thread
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous == signal.SIG_IGN:
+            return
+        _previous_sigterm = previous if callable(previous) else signal.SIG_DFL
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        pass
