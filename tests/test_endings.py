@@ -30,6 +30,9 @@ CHILD = textwrap.dedent(
     r'''
     import atexit, json, os, signal, sys, threading, time
     root, ending, env, report_path = sys.argv[1:5]
+    # as in a terminal: a shell starts background jobs (and so this test, under `cmd &`) with
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if env == "imported":
         import numpy, pandas  # noqa: F401
 
@@ -188,6 +191,7 @@ EXPECTED_ROWS = {"metrics": 200, "metric_values": round(sum(s + i / 100 for s in
 
 
 def check(root: Path, ending: str, report: dict, done: subprocess.CompletedProcess) -> None:
+    assert "the signal never came" not in done.stderr, "the child ended by itself: the signal was not delivered"
     got = stored(root)
     meta = json.loads(next(root.glob("project=endings/run=r1/run.json")).read_text())
     wrong = {k: (got[k], v) for k, v in EXPECTED_ROWS.items() if got[k] != v}

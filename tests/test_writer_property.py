@@ -36,6 +36,7 @@ CHILD = textwrap.dedent(
     import trackstore
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when started under `cmd &`
     SOFT, HARD = resource.getrlimit(resource.RLIMIT_FSIZE)
     program = json.load(open(program_path))
     ledger = {"metrics": [], "samples": 0, "spans": 0, "histograms": 0, "disk_ok_at_end": True}
@@ -117,6 +118,7 @@ CHILD = textwrap.dedent(
     elif ending in ("sigterm", "sigint"):
         print("READY", flush=True)
         time.sleep(60)
+        sys.exit("the signal never came")
     '''
 )
 
@@ -192,6 +194,7 @@ def lost_in_report(text: str) -> dict[str, int]:
 @given(program=PROGRAMS)
 def test_the_store_holds_exactly_what_was_accepted(tmp_path, program):
     ledger, output = run_program(tmp_path, program)
+    assert "the signal never came" not in output
     root = tmp_path / "store"
     con = trackstore.connect(root, sync_state=False)  # every reader still reads the store
     try:
