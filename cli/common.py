@@ -98,6 +98,28 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=width, soft_wrap=False)
 
 
+# C0 and C1 control characters, DEL, and the invisible format characters that reorder or hide
+# text (bidi overrides and isolates, zero-width characters): shown as escapes, never obeyed.
+_INVISIBLE = {**{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]},
+              0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r",
+              **{c: f"\\u{c:04x}" for c in [*range(0x200B, 0x2010), *range(0x202A, 0x202F),
+                                              *range(0x2066, 0x206A), 0xFEFF]}}
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and invisible formatting character written as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), so a terminal shows it instead of obeying it."""
+    return text.translate(_INVISIBLE)
+
+
+def literal(value: Any) -> Any:
+    """A value that came from a user or a model, for rich to print as it is: a ``Text`` (never
+    parsed as markup) with control characters made visible."""
+    from rich.text import Text
+
+    return Text(visible(cell(value)))
+
+
 def cell(value: Any) -> str:
     """One value as a table cell (the rich tables and csv output share it)."""
     if value is None:
@@ -178,9 +200,9 @@ def emit(
 
             t = Table(title=title, show_lines=False, header_style="bold")
             for c in columns:
-                t.add_column(str(c), overflow="fold")
+                t.add_column(literal(c), overflow="fold")
             for r in rows:
-                t.add_row(*[cell(r.get(c)) for c in columns])
+                t.add_row(*[literal(r.get(c)) for c in columns])
             con.print(t)
             if total is not None and total > len(rows):
                 con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")
