@@ -21,8 +21,10 @@ from . import (  # store upkeep (issue 7)  # SQL, curves, comparisons (issue 4)
     doctor_cmd,
     gc_cmd,
     plot_cmd,
+    records_cmd,
     run_cmd,  # wandb scripts under the drop-in (issue 8)
     runs_cmd,
+    show_cmd,
     sql_cmd,
     sync_cmd,
 )
@@ -56,8 +58,10 @@ def _root(
 
 
 app.command("runs")(runs_cmd.runs)
-app.command("show")(runs_cmd.show)
+app.command("show")(show_cmd.show)
 app.command("sql")(sql_cmd.sql)
+app.command("samples")(records_cmd.samples)
+app.command("trace")(records_cmd.trace)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
 app.command("demo")(demo_cmd.demo)
