@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import NewRootOpt, console
+from .common import NewRootOpt, console, literal
 
 
 def demo(
@@ -23,11 +23,11 @@ def demo(
     con = console()
     written = load_run_json(run.paths)
     n_keys = len(written.meta.get("summary_auto") or {}) if written else 0
-    con.print(f"[green]wrote[/green] run [bold]{run.project}/{run.id}[/bold] ({steps} steps, {n_keys} metric keys)")
-    con.print(f"  folder: {run.dir}")
+    con.print(literal(f"wrote run {run.project}/{run.id} ({steps} steps, {n_keys} metric keys)"))
+    con.print(literal(f"  folder: {run.dir}"))
     con.print("next:")
     root_flag = f" --root {root}" if root else ""
-    con.print(f"  trackstore runs{root_flag}")
-    con.print(f"  trackstore show {run.id[:24]}{root_flag}")
-    con.print(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}")
-    con.print(f"  trackstore sync --to mlflow{root_flag}")
+    con.print(literal(f"  trackstore runs{root_flag}"))
+    con.print(literal(f"  trackstore show {run.id[:24]}{root_flag}"))
+    con.print(literal(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}"))
+    con.print(literal(f"  trackstore sync --to mlflow{root_flag}"))

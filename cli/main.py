@@ -79,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used by tests)."""
     from trackstore.errors import TrackstoreError
 
+    from .common import visible_lines
+
     try:
         # with standalone_mode=False, click returns the code of a typer.Exit instead of raising
         code = app(args=argv, standalone_mode=False)
     except TrackstoreError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {visible_lines(str(exc))}\n")  # names and SQL in it are the user's
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

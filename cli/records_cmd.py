@@ -209,7 +209,11 @@ def _fold(text: str, full: bool) -> tuple[list[str], str]:
         for line in lines:
             if len(kept) >= FOLD_LINES or size >= FOLD_CHARS:
                 break
-            kept.append(line[: FOLD_CHARS - size] if size + len(line) > FOLD_CHARS else line)
+            if size + len(line) > FOLD_CHARS:  # cut at a space when there is one near the limit
+                cut = FOLD_CHARS - size
+                space = line.rfind(" ", max(cut - 40, 0), cut)
+                line = line[: space if space > 0 else cut]
+            kept.append(line)
             size += len(line) + 1
         hidden = len(text) - sum(len(k) + 1 for k in kept) + 1
         if hidden > 0:
@@ -222,21 +226,22 @@ def _fold(text: str, full: bool) -> tuple[list[str], str]:
 
 def _block(con, label: str, value: Any, indent: int, full: bool, style: str = "") -> None:
     """``label: text`` with the text's lines under it, indented; folded unless ``full``."""
-    from rich.padding import Padding
     from rich.text import Text
 
     label = visible(label)
     text = _text(value)
     lines, note = _fold(text, full)
-    pad = " " * indent
     if len(lines) == 1 and not note and len(lines[0]) + len(label) + indent + 2 <= con.width:
-        con.print(Text(pad) + Text(label + ": ", style="bold" + (" " + style if style else "")) + Text(lines[0]))
+        con.print(Text(" " * indent) + Text(label + ": ", style="bold" + (" " + style if style else "")) + Text(lines[0]))
         return
-    con.print(Text(pad) + Text(label + ":", style="bold" + (" " + style if style else "")))
+    con.print(Text(" " * indent) + Text(label + ":", style="bold" + (" " + style if style else "")))
     body = Text("\n".join(lines))
     if note:
         body.append("\n" + note, style="dim")
-    con.print(Padding(body, (0, 0, 0, indent + 2)))
+    pad = Text(" " * (indent + 2))
+    for line in body.wrap(con, max(con.width - indent - 2, 20), overflow="fold"):  # indented, unpadded
+        line.rstrip()
+        con.print(pad + line, soft_wrap=True)
 
 
 def _score(value: Any) -> str:
