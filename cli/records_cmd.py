@@ -244,6 +244,29 @@ def _block(con, label: str, value: Any, indent: int, full: bool, style: str = ""
         con.print(pad + line, soft_wrap=True)
 
 
+def _value(con, label: str, value: Any, indent: int, full: bool, style: str = "") -> None:
+    """An input or output: a short value on one line; a larger object key by key under its label
+    (verl's ``prompt_text``/``response_text`` readable, token id lists summarised unless ``full``)."""
+    from rich.text import Text
+
+    if _is_chat(value):
+        con.print(Text(" " * indent) + Text(visible(label) + ":", style="bold" + (" " + style if style else "")))
+        for msg in value:
+            _print_message(con, msg, indent + 2, full)
+        return
+    if isinstance(value, dict) and value:
+        one_line = _text(value)
+        if len(one_line) + len(label) + indent + 2 > con.width or "\n" in one_line:
+            con.print(Text(" " * indent) + Text(visible(label) + ":", style="bold" + (" " + style if style else "")))
+            for k, v in value.items():
+                _value(con, str(k), v, indent + 2, full, style="")
+            return
+    if not full and isinstance(value, list) and len(value) > 16 and all(isinstance(v, int) for v in value):
+        head = ", ".join(map(str, value[:8]))
+        value = f"[{len(value):,} ids: {head}, ...]"
+    _block(con, label, value, indent, full, style)
+
+
 def _score(value: Any) -> str:
     if value is None:
         return "-"
@@ -264,7 +287,7 @@ def _print_sample(con, r: dict, full: bool) -> None:
             continue
         if _is_chat(value):
             for msg in value:
-                _block(con, str(msg.get("role") or "message"), msg.get("content", msg), 0, full)
+                _print_message(con, msg, 0, full)
         else:
             _block(con, field, value, 0, full)
     extra = {k: v for k, v in r.items()
@@ -317,30 +340,30 @@ def _print_span(con, node, depth: int, full: bool) -> None:
     if kind == "llm":
         if _is_chat(inputs):
             for msg in inputs:
-                _block(con, str(msg.get("role") or "message"), msg.get("content", msg), indent + 2, full)
+                _print_message(con, msg, indent + 2, full)
         elif inputs is not None:
-            _block(con, "prompt", inputs, indent + 2, full)
+            _value(con, "prompt", inputs, indent + 2, full)
         _print_llm_output(con, outputs, indent + 2, full)
     elif kind == "tool":
         if inputs is not None:
-            _block(con, "arguments", inputs, indent + 2, full)
+            _value(con, "arguments", inputs, indent + 2, full)
         if outputs is not None:
-            _block(con, "result", outputs, indent + 2, full)
+            _value(con, "result", outputs, indent + 2, full)
     elif kind == "reward":
         if inputs is not None:
-            _block(con, "inputs", inputs, indent + 2, full)
+            _value(con, "inputs", inputs, indent + 2, full)
         if outputs is not None:
-            _block(con, "reward", outputs, indent + 2, full, style="green")
+            _value(con, "reward", outputs, indent + 2, full, style="green")
     else:
         if _is_chat(inputs):
             for msg in inputs:
-                _block(con, str(msg.get("role") or "message"), msg.get("content", msg), indent + 2, full)
+                _print_message(con, msg, indent + 2, full)
         elif isinstance(inputs, dict) and set(inputs) == {"content"}:
             _block(con, str(r.get("name") or "content"), inputs["content"], indent + 2, full)
         elif inputs is not None:
-            _block(con, "inputs", inputs, indent + 2, full)
+            _value(con, "inputs", inputs, indent + 2, full)
         if outputs is not None:
-            _block(con, "outputs", outputs, indent + 2, full)
+            _value(con, "outputs", outputs, indent + 2, full)
     if r.get("error"):
         _block(con, "error", r["error"], indent + 2, full, style="red")
     attrs = {k: v for k, v in node.attributes.items()}
@@ -354,24 +377,43 @@ def _print_span(con, node, depth: int, full: bool) -> None:
         _print_span(con, child, depth + 1, full)
 
 
-def _print_llm_output(con, outputs: Any, indent: int, full: bool) -> None:
+def _print_message(con, msg: dict, indent: int, full: bool) -> None:
+    """One chat message: ``role: content``, then its tool calls."""
+    role = str(msg.get("role") or "message")
+    if msg.get("tool_calls") or set(msg) - {"role", "content"}:
+        _print_llm_output(con, msg, indent, full, label=role)
+    else:
+        _block(con, role, msg.get("content"), indent, full)
+
+
+def _print_llm_output(con, outputs: Any, indent: int, full: bool, label: str = "assistant") -> None:
     if outputs is None:
         return
     if isinstance(outputs, dict) and ("tool_calls" in outputs or "content" in outputs):
         if outputs.get("content") not in (None, ""):
-            _block(con, "assistant", outputs["content"], indent, full)
+            _block(con, label, outputs["content"], indent, full)
         for call in outputs.get("tool_calls") or []:
             if isinstance(call, dict):
                 fn = call.get("function") if isinstance(call.get("function"), dict) else call
                 name = fn.get("name", "?")
-                _block(con, f"tool call {name}", fn.get("arguments", {}), indent, full)
+                args = fn.get("arguments", {})
+                if isinstance(args, str):  # OpenAI-style: the arguments as JSON text
+                    try:
+                        args = json.loads(args)
+                    except ValueError:
+                        pass
+                _value(con, f"tool call {name}", args, indent, full)
             else:
                 _block(con, "tool call", call, indent, full)
         rest = {k: v for k, v in outputs.items() if k not in ("content", "tool_calls", "role")}
-        if rest:
-            _block(con, "outputs", rest, indent, full)
+        if rest and label == "assistant":
+            _value(con, "outputs", rest, indent, full)
+        for k, v in rest.items() if label != "assistant" else ():  # a message's other fields (tool_call_id...)
+            _block(con, str(k), v, indent + 2, full, style="dim")
+    elif isinstance(outputs, str):
+        _block(con, label, outputs, indent, full)
     else:
-        _block(con, "assistant", outputs, indent, full)
+        _value(con, "outputs", outputs, indent, full)
 
 
 def _duration(seconds: float) -> str:
