@@ -165,7 +165,7 @@ def _paged(render: Callable[[Any], None], no_pager: bool) -> None:
         sys.stdout.write(text)
         return
     # colours only when the pager shows them (less -R); otherwise plain text
-    styles = "R" in os.environ.get("LESS", "") or bool(os.environ.get("PAGER"))
+    styles = "R" in os.environ.get("LESS", "") or "-R" in os.environ.get("PAGER", "")
     with con.pager(styles=styles):
         render(con)
 
