@@ -232,4 +232,4 @@ def emit(
 
 
 def echo_err(msg: str) -> None:
-    sys.stderr.write(msg.rstrip("\n") + "\n")
+    sys.stderr.write(visible_lines(msg.rstrip("\n")) + "\n")  # messages name the user's runs, paths, errors
