@@ -148,3 +148,16 @@ def test_errors_name_hostile_text_literally(hostile):
     assert "\\x1b[2J [/bold]" in out.stderr
     out = run_cli("sql", "SELECT '[/bold]' + \x1b[2J", root=root)
     _check(out, codes=(5,))
+
+
+def test_sync_summary_prints_hostile_text_literally(hostile, tmp_path):
+    """A real sync (the embedded MLflow store) of a copy of the store: progress lines, the
+    summary table and the notes about renamed keys."""
+    import shutil
+
+    root, a, b = hostile
+    copy = tmp_path / "store"
+    shutil.copytree(root, copy)
+    out = run_cli("sync", "--to", "mlflow", root=copy, env={"COLUMNS": "120"}, timeout=300)
+    stdout = _check(out)
+    assert "synced to mlflow" in stdout and PROJECT in stdout and "\\x1b[2J" in stdout
