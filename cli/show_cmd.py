@@ -31,6 +31,20 @@ PREFERRED_KEYS = (
 OVERVIEW_COLUMNS = ("key", "points", "first_step", "last_step", "last", "min", "max", "mean")
 
 
+SHORT_CHARS = 240  # a longer value (notes, an error, a config value) is cut here; --format json has it whole
+
+
+def short(value) -> object:
+    """A value from the run as literal text, cut to :data:`SHORT_CHARS` with a note of the rest."""
+    text = value if isinstance(value, str) else cell(value) if isinstance(value, float) else \
+        json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > SHORT_CHARS:
+        out = literal(text[:SHORT_CHARS])
+        out.append(f" ... ({len(text) - SHORT_CHARS:,} more characters; --format json shows all)", style="dim")
+        return out
+    return literal(text)
+
+
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
@@ -90,13 +104,13 @@ def show(
                 "group", "job_type", "exit_code", "error", "write_errors"):
         value = row.get(key)
         if value not in (None, [], ""):
-            meta.add_row(key, literal(", ".join(map(str, value)) if isinstance(value, list) else value))
+            meta.add_row(key, short(", ".join(map(str, value)) if isinstance(value, list) else value))
     m = info.meta
     if isinstance(m.get("git"), dict):
         git = m["git"]
         meta.add_row("git", literal(f"{(git.get('commit') or '')[:12]} ({git.get('branch')})" + (" dirty" if git.get("dirty") else "")))
     if m.get("command"):
-        meta.add_row("command", literal(" ".join(map(str, m.get("command") or []))))
+        meta.add_row("command", short(" ".join(map(str, m.get("command") or []))))
     meta.add_row("path", literal(info.paths.dir))
     con_out.print(meta)
 
@@ -109,8 +123,7 @@ def show(
         t.add_column("key", overflow="fold")
         t.add_column("value", overflow="fold")
         for k, v in shown:
-            t.add_row(literal(k), literal(v if isinstance(v, str) else cell(v) if isinstance(v, float) else
-                                         json.dumps(v, ensure_ascii=False, default=str)))
+            t.add_row(literal(k), short(v))
         con_out.print(t)
 
     con_out.print(_records_table(counts))
@@ -121,8 +134,7 @@ def show(
         t.add_column("key", overflow="fold")
         t.add_column("value", overflow="fold")
         for k, v in user_summary.items():
-            t.add_row(literal(k), literal(v if isinstance(v, str) else cell(v) if isinstance(v, float) else
-                                         json.dumps(v, ensure_ascii=False, default=str)))
+            t.add_row(literal(k), short(v))
         con_out.print(t)
 
     by_key = {o["key"]: o for o in overview}
