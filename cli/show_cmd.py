@@ -66,6 +66,7 @@ def top_keys(keys: list[str], n: int = TOP_KEYS) -> list[str]:
 
 
 def show(
+    ctx: typer.Context,
     run: Annotated[str, typer.Argument(help="Run id, unique id prefix, or project/name.")],
     root: RootOpt = None,
     keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Only these metric keys in the overview (repeatable; globs like 'actor/*').")] = None,
@@ -154,7 +155,8 @@ def show(
         con_out.print(t)
     else:
         con_out.print("[dim]no metrics match[/dim]" if keys else "[dim]no metrics logged yet[/dim]")
-    _next_steps(con_out, info, root, counts, chosen)
+    given = getattr(ctx.get_parameter_source("root"), "name", "") == "COMMANDLINE"
+    _next_steps(con_out, info, root if given else None, counts, chosen)
 
 
 def _records_table(counts: dict) -> object:
@@ -188,20 +190,36 @@ def _records_table(counts: dict) -> object:
 
 
 def _next_steps(con, info, root, counts: dict, chosen: list[str]) -> None:
-    """The commands that show what the summary leaves out, for this run, ready to paste."""
-    from rich.text import Text
-
-    root_flag = f" --root {shlex.quote(str(root))}" if root is not None else ""
+    """The commands that show what the summary leaves out, for this run, ready to paste (a long
+    one continues on the next line after a backslash, so it still pastes as one command).
+    ``--root`` is repeated only when it was given on the command line."""
+    root_flag = ["--root", shlex.quote(str(root))] if root is not None else []
     run_ref = shlex.quote(info.run_id)
-    lines = []
+    commands = []
     if counts["samples"]["rows"]:
-        lines.append(f"trackstore samples {run_ref}{root_flag}")
+        commands.append(["trackstore", "samples", run_ref, *root_flag])
     if counts["spans"]["spans"]:
-        lines.append(f"trackstore trace {run_ref}{root_flag}")
+        commands.append(["trackstore", "trace", run_ref, *root_flag])
     if chosen:
-        lines.append(f"trackstore plot {run_ref} -k {shlex.quote(chosen[0])}{root_flag}")
-    lines.append(f"trackstore sql \"SELECT step, key, value FROM metrics WHERE run_id = '{info.run_id}' "
-                 f"LIMIT 20\"{root_flag}")  # run ids are [A-Za-z0-9._-]: safe inside quotes
+        commands.append(["trackstore", "plot", run_ref, "-k", shlex.quote(chosen[0]), *root_flag])
+    # run ids are [A-Za-z0-9._-]: safe inside the quotes
+    commands.append(["trackstore", "sql", f"\"SELECT * FROM metrics WHERE run_id = '{info.run_id}'\"", *root_flag])
     con.print("more:")
-    for line in lines:  # soft-wrapped, so a copy from the terminal is one line
-        con.print(Text("  ") + literal(line), soft_wrap=True)
+    for words in commands:
+        for line in _shell_lines(words, con.width - 2):
+            con.print(literal("  " + line))
+
+
+def _shell_lines(words: list[str], width: int) -> list[str]:
+    """``words`` as one shell command in lines of at most ``width`` characters where the words
+    allow, continued with a trailing backslash and indented by four spaces."""
+    lines: list[str] = []
+    current = ""
+    for w in words:
+        if current and len(current) + 1 + len(w) + 2 > width:
+            lines.append(current + " \\")
+            current = "    " + w
+        else:
+            current = f"{current} {w}" if current else w
+    lines.append(current)
+    return lines

@@ -167,3 +167,64 @@ def test_show_summarises_the_demo_run(demo):
     assert data["records"]["samples"]["rows"] == 16 and data["records"]["spans"]["trajectories"] == 2
     assert data["records"]["metrics"]["keys"] == len(data["metrics"]) > 90
     assert data["records"]["histograms"] == {"rows": 2, "keys": 1}
+
+
+def _in_terminal(args: list[str], env: dict, columns: int = 80, lines: int = 20) -> str:
+    """Run the CLI with stdout and stderr on a pseudo-terminal of ``columns`` x ``lines``; what it printed."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", *args], stdin=slave,
+                            stdout=slave, stderr=slave, env={**os.environ, **env, "COLUMNS": str(columns),
+                                                             "LINES": str(lines)})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_pager_on_a_terminal_only_when_the_text_is_longer_than_the_screen(demo, tmp_path):
+    root, info = demo
+    paged = tmp_path / "paged.txt"
+    env = {"PAGER": f"cat > {paged}"}
+    shown = _in_terminal(["samples", info.run_id, "-n", "0", "--root", str(root)], env)
+    assert paged.exists() and paged.read_text().count("· val ·") == 16  # 16 samples: longer than 20 lines
+    assert "· val ·" not in shown
+    assert "\x1b[" not in paged.read_text()  # plain text: the pager was not asked to show colours
+    paged.unlink()
+    shown = _in_terminal(["samples", info.run_id, "-n", "1", "--root", str(root)], env)
+    assert not paged.exists() and "step 40 · val · #0" in shown  # fits the screen: printed directly
+    shown = _in_terminal(["samples", info.run_id, "-n", "0", "--no-pager", "--root", str(root)], env)
+    assert not paged.exists() and shown.count("· val ·") == 16
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_samples_trace_show_fit_the_width(demo, verl_run, columns):
+    import re
+
+    root, info = demo
+    vroot, vrun = verl_run
+    for args, r in ((["samples", info.run_id], root), (["show", info.run_id], root),
+                    (["trace", vrun.id, "-n", "0"], vroot), (["trace", vrun.id, "--full"], vroot)):
+        text = _in_terminal([*args, "--root", str(r), *(["--no-pager"] if args[0] != "show" else [])], {},
+                            columns=columns, lines=500)
+        plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
+        too_long = [line for line in plain.splitlines() if len(line) > columns]
+        assert too_long == [], (args, too_long[:3])
