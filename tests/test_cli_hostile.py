@@ -116,6 +116,8 @@ def test_every_command_prints_hostile_text_literally(hostile, name):
         assert "[/bold]" in stdout and "\\x1b" in stdout, stdout[-3000:]
     if name in ("sql input", "samples", "samples grep"):
         assert "[INST] hi [/INST]" in stdout and "\\x1b[2J" in stdout, stdout[-3000:]
+    if name in ("doctor", "gc", "status", "sync", "sql artifacts"):  # markup shown as written, however folded
+        assert "[red]" in stdout, stdout[-3000:]
     if name in ("show", "show all", "runs"):
         assert PROJECT in stdout
     if name.startswith("trace"):
