@@ -63,7 +63,11 @@ def hostile(tmp_path_factory):
     a.log_artifact(src, name="[red]ckpt 🚀", type="model", metadata={"\x1b[2J": "[/bold]", "note": ALL})
     a.finish()
     b = _hostile_run(root, "[bold red]second \x1b]0;title\x07", {"lr": 3e-4})
-    b.finish()
+    try:
+        with b:  # the run ends failed, its error text is the exception's
+            raise ValueError("\x1b[2J [bold red]boom[/bold red] \u202e")
+    except ValueError:
+        pass
     # a crashed run (its process died without finishing): doctor reports it, with its name
     child = python_child(
         "import os, trackstore\n"
@@ -118,6 +122,8 @@ def test_every_command_prints_hostile_text_literally(hostile, name):
         assert "[INST] hi [/INST]" in stdout and "\\x1b[2J" in stdout, stdout[-3000:]
     if name in ("doctor", "gc", "status", "sync", "sql artifacts"):  # markup shown as written, however folded
         assert "[red]" in stdout, stdout[-3000:]
+    if name == "compare":
+        assert "failed" in stdout
     if name in ("show", "show all", "runs"):
         assert PROJECT in stdout
     if name.startswith("trace"):
@@ -143,6 +149,8 @@ def test_csv_keeps_text_exact_for_programs(hostile):
 
 def test_errors_name_hostile_text_literally(hostile):
     root, a, b = hostile
+    out = run_cli("show", b.id, root=root)
+    assert "\\x1b[2J [bold red]boom[/bold red] \\u202e" in _check(out)  # the run's error
     out = run_cli("show", "[bold red]second \x1b]0;title\x07", root=root)  # by name: found
     _check(out)
     out = run_cli("show", "no \x1b[2J [/bold] run", root=root)
