@@ -228,3 +228,43 @@ def test_samples_trace_show_fit_the_width(demo, verl_run, columns):
         plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
         too_long = [line for line in plain.splitlines() if len(line) > columns]
         assert too_long == [], (args, too_long[:3])
+
+
+def test_damaged_trees_hide_nothing(tmp_path):
+    """A span whose parent was never written hangs under the root; a checkpointed span shows
+    as unfinished; a trajectory without a root span is still shown; steps may be NULL."""
+    from tests.query_fixtures import part
+    from trackstore.read.browse import find_trajectories
+    from trackstore.read.views import connect
+
+    root = tmp_path / "store"
+    run = trackstore.init("p", name="broken", root=root)
+    run.log({"x": 1.0}, step=0)
+    run.finish()
+    spans = [
+        {"trace_id": "t1", "span_id": "r", "name": "rollout", "kind": "agent", "step": 1, "reward": 0.5,
+         "start_ns": 0, "end_ns": 9_000_000, "status": "ok"},
+        {"trace_id": "t1", "span_id": "o", "parent_span_id": "never-written", "name": "orphan", "kind": "tool",
+         "step": 1, "start_ns": 1_000_000, "end_ns": 2_000_000, "status": "ok"},
+        {"trace_id": "t1", "span_id": "u", "parent_span_id": "r", "name": "hanging", "kind": "tool", "step": 1,
+         "start_ns": 3_000_000, "status": "unfinished", "inputs": "{\"cmd\": \"sleep 1000\"}"},
+        {"trace_id": "t2", "span_id": "c", "parent_span_id": "gone", "name": "rootless", "kind": "llm", "step": 1,
+         "start_ns": 5_000_000, "end_ns": 6_000_000, "status": "error", "error": "TimeoutError: 30 s"},
+    ]
+    part(root, "p", run.id, "spans", spans, writer="w9")
+    with connect(root) as con:
+        roots, total = find_trajectories(con, resolve(root, run.id), step=1)
+    assert total == 2
+    assert [c.row["name"] for c in roots[0].children] == ["orphan", "hanging"]
+    assert roots[1].row["name"] == "(no root span)" and [c.row["name"] for c in roots[1].children] == ["rootless"]
+    text = _ok(run_cli("trace", "p/broken", "-n", "0", root=root))
+    for expected in ("rollout [agent]", "  orphan [tool] 1.0 ms", "  hanging [tool] unfinished",
+                     'arguments: {"cmd": "sleep 1000"}', "(no root span)", "rootless [llm] 1.0 ms error",
+                     "error: TimeoutError: 30 s", "reward 0.5"):
+        assert expected in text, (expected, text)
+
+
+def resolve(root, run_id):
+    from trackstore.read.catalog import resolve_run
+
+    return resolve_run(run_id, root)

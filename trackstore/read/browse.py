@@ -166,8 +166,10 @@ def find_trajectories(con, run: RunInfo, *, step: int | None = None, sample_inde
 def _tree(rows: list[dict]) -> SpanNode:
     nodes = {r["span_id"]: SpanNode(r) for r in rows}
     roots = [n for n in nodes.values() if n.row.get("parent_span_id") is None]
-    root = roots[0] if roots else SpanNode({**rows[0], "name": "(no root span)", "span_id": None, "inputs": None,
-                                             "outputs": None, "attributes": None, "error": None})
+    root = roots[0] if roots else SpanNode({**rows[0], "name": "(no root span)", "kind": "agent", "span_id": None,
+                                             "parent_span_id": None, "start_ns": None, "end_ns": None,
+                                             "status": None, "reward": None, "inputs": None, "outputs": None,
+                                             "attributes": None, "error": None})
     for n in nodes.values():
         if n is root:
             continue
