@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, console, emit
+from .common import Format, FormatOpt, RootOpt, console, emit, literal
 
 
 def _since_ts(since: str) -> float:
@@ -80,8 +80,8 @@ def export(
         what = f"{res.runs} runs"
     rows = [{"file": str(p), "bytes": p.stat().st_size} for p in res.paths]
     if fmt is Format.table:
-        console().print(f"wrote {what}, {res.files} files, {format_bytes(res.bytes)} to "
-                        + ", ".join(str(p) for p in res.paths))
+        console().print(literal(f"wrote {what}, {res.files} files, {format_bytes(res.bytes)} to "
+                                + ", ".join(str(p) for p in res.paths)))
     else:
         emit(rows, fmt, columns=["file", "bytes"])
 
@@ -103,9 +103,9 @@ def import_(
     res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None)
     con = console(stderr=fmt is not Format.table)
     if res.kind == "receipt":
-        con.print(f"merged {res.cursors_merged} sync cursors from {res.source_host}")
+        con.print(literal(f"merged {res.cursors_merged} sync cursors from {res.source_host}"))
         for s in res.cursors_skipped:
-            con.print(f"  skipped {s}")
+            con.print(literal(f"  skipped {s}"))
         if fmt is not Format.table:
             emit([{"cursors_merged": res.cursors_merged, "cursors_skipped": len(res.cursors_skipped)}], fmt)
         return

@@ -98,6 +98,47 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=width, soft_wrap=False)
 
 
+# C0 and C1 control characters, DEL, and the invisible format characters that reorder or hide
+# text (bidi overrides and isolates, zero-width characters): shown as escapes, never obeyed.
+_INVISIBLE = {**{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]},
+              0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r",
+              **{c: f"\\u{c:04x}" for c in [*range(0x200B, 0x2010), *range(0x202A, 0x202F),
+                                              *range(0x2066, 0x206A), 0xFEFF]}}
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and invisible formatting character written as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), so a terminal shows it instead of obeying it."""
+    return text.translate(_INVISIBLE)
+
+
+def visible_lines(text: str) -> str:
+    """:func:`visible` for a message of several lines: its newlines are kept, every other
+    control or invisible character is shown as an escape."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+# JSON output keeps text exact: the characters a JSON encoder leaves raw but a terminal would
+# obey or hide (C1 controls, DEL, bidi and zero-width characters) become \uXXXX escapes, which
+# every JSON reader decodes back to the same text.
+_JSON_INVISIBLE = {c: f"\\u{c:04x}" for c in [0x7F, *range(0x80, 0xA0), *range(0x200B, 0x2010),
+                                               *range(0x2028, 0x202F), *range(0x2066, 0x206A), 0xFEFF]}
+
+
+def json_safe(text: str) -> str:
+    """JSON text (from ``json.dumps``) with invisible and C1 control characters escaped as
+    ``\\uXXXX``: the same JSON value, safe to print on a terminal."""
+    return text.translate(_JSON_INVISIBLE)
+
+
+def literal(value: Any) -> Any:
+    """A value that came from a user or a model, for rich to print as it is: a ``Text`` (never
+    parsed as markup) with control characters made visible."""
+    from rich.text import Text
+
+    return Text(visible(cell(value)))
+
+
 def cell(value: Any) -> str:
     """One value as a table cell (the rich tables and csv output share it)."""
     if value is None:
@@ -157,16 +198,17 @@ def emit(
     out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
     try:
         if fmt is Format.json:
-            json.dump([{c: _jsonable(r.get(c)) for c in columns} for r in rows], out, ensure_ascii=False, indent=1)
-            out.write("\n")
+            out.write(json_safe(json.dumps([{c: _jsonable(r.get(c)) for c in columns} for r in rows],
+                                           ensure_ascii=False, indent=1)) + "\n")
         elif fmt is Format.jsonl:
             for r in rows:
-                out.write(json.dumps({c: _jsonable(r.get(c)) for c in columns}, ensure_ascii=False) + "\n")
+                out.write(json_safe(json.dumps({c: _jsonable(r.get(c)) for c in columns}, ensure_ascii=False)) + "\n")
         elif fmt is Format.csv:
             w = csv.writer(out)
-            w.writerow(columns)
+            shown = visible if out.isatty() else str  # to a terminal: control characters as escapes
+            w.writerow([shown(c) for c in columns])
             for r in rows:
-                w.writerow([cell(r.get(c)) for c in columns])
+                w.writerow([shown(cell(r.get(c))) for c in columns])
         else:
             if output is not None:
                 from rich.console import Console
@@ -176,11 +218,11 @@ def emit(
                 con = console()
             from rich.table import Table
 
-            t = Table(title=title, show_lines=False, header_style="bold")
+            t = Table(title=literal(title) if title else None, show_lines=False, header_style="bold")
             for c in columns:
-                t.add_column(str(c), overflow="fold")
+                t.add_column(literal(c), overflow="fold")
             for r in rows:
-                t.add_row(*[cell(r.get(c)) for c in columns])
+                t.add_row(*[literal(r.get(c)) for c in columns])
             con.print(t)
             if total is not None and total > len(rows):
                 con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")
@@ -190,4 +232,4 @@ def emit(
 
 
 def echo_err(msg: str) -> None:
-    sys.stderr.write(msg.rstrip("\n") + "\n")
+    sys.stderr.write(visible_lines(msg.rstrip("\n")) + "\n")  # messages name the user's runs, paths, errors

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, console, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, console, emit, literal
 from .sql_cmd import StrictOpt, open_store
 
 STATS = ("last", "min", "max", "last_step")
@@ -58,30 +58,30 @@ def compare(
     meta = Table(title="runs", title_justify="left", header_style="bold")
     meta.add_column("")
     for h in header:
-        meta.add_column(h, overflow="fold")
+        meta.add_column(literal(h), overflow="fold")
     for field in ("run_id", "project", "status", "last_step", "created_at"):
-        meta.add_row(field, *[cell(r.row().get(field)) for r in infos])
+        meta.add_row(field, *[literal(r.row().get(field)) for r in infos])
     con_out.print(meta)
     title = "config (all keys)" if all_config else "config differences"
     cfg = Table(title=title, title_justify="left", header_style="bold")
     cfg.add_column("key")
     for h in header:
-        cfg.add_column(h, overflow="fold")
+        cfg.add_column(literal(h), overflow="fold")
     for row in config_rows:
-        cfg.add_row(row["key"], *[cell(row[rid]) if rid in row and row[rid] is not None else "-" for rid in ids])
+        cfg.add_row(literal(row["key"]), *[literal(row[rid]) if rid in row and row[rid] is not None else "-" for rid in ids])
     if not config_rows:
         cfg.add_row("(identical)", *["" for _ in ids])
     con_out.print(cfg)
     met = Table(title="metrics (last / min / max)", title_justify="left", header_style="bold")
     met.add_column("key")
     for h in header:
-        met.add_column(h, overflow="fold")
+        met.add_column(literal(h), overflow="fold")
     for key in sorted(by_key):
         cells = []
         for rid in ids:
             r = by_key[key].get(rid)
             cells.append("-" if r is None else f"{cell(r['last'])}  ({cell(r['min'])} .. {cell(r['max'])})")
-        met.add_row(key, *cells)
+        met.add_row(literal(key), *cells)
     if not by_key:
         met.add_row("(no metrics)", *["" for _ in ids])
     con_out.print(met)

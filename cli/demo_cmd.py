@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import NewRootOpt, console
+from .common import NewRootOpt, console, literal, visible
 
 
 def demo(
@@ -16,6 +16,8 @@ def demo(
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same values).")] = 0,
 ) -> None:
     """Log a simulated GRPO run (~100 verl-style metric keys per step) into the store."""
+    from rich.text import Text
+
     from trackstore.cli.demo import simulate_grpo
     from trackstore.store.meta import load_run_json
 
@@ -23,11 +25,14 @@ def demo(
     con = console()
     written = load_run_json(run.paths)
     n_keys = len(written.meta.get("summary_auto") or {}) if written else 0
-    con.print(f"[green]wrote[/green] run [bold]{run.project}/{run.id}[/bold] ({steps} steps, {n_keys} metric keys)")
-    con.print(f"  folder: {run.dir}")
+    con.print(Text.assemble(("wrote", "green"), " run ", (visible(f"{run.project}/{run.id}"), "bold"),
+                            f" ({steps} steps, {n_keys} metric keys)"))
+    con.print(literal(f"  folder: {run.dir}"))
     con.print("next:")
     root_flag = f" --root {root}" if root else ""
-    con.print(f"  trackstore runs{root_flag}")
-    con.print(f"  trackstore show {run.id[:24]}{root_flag}")
-    con.print(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}")
-    con.print(f"  trackstore sync --to mlflow{root_flag}")
+    con.print(literal(f"  trackstore runs{root_flag}"))
+    con.print(literal(f"  trackstore show {run.id[:24]}{root_flag}"))
+    con.print(literal(f"  trackstore samples {run.id[:24]}{root_flag}"))
+    con.print(literal(f"  trackstore trace {run.id[:24]}{root_flag}"))
+    con.print(literal(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}"))
+    con.print(literal(f"  trackstore sync --to mlflow{root_flag}"))

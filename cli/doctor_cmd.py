@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, console, emit
+from .common import Format, FormatOpt, RootOpt, console, emit, literal
 
 
 def doctor(
@@ -40,9 +40,9 @@ def doctor(
     else:
         emit(rows, fmt, columns=["check", "severity", "path", "problem", "advice", "fixed"])
     for note in report.notes:
-        con.print(f"note: {note}")
+        con.print(literal(f"note: {note}"))
     if report.quarantine is not None:
-        con.print(f"quarantined files are in {report.quarantine} (see reasons.json there)")
+        con.print(literal(f"quarantined files are in {report.quarantine} (see reasons.json there)"))
     if report.healthy:
         con.print("store is healthy" + (" (findings above)" if rows and not fix else ""))
         return

@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, check_targets, console, emit
+from .common import Format, FormatOpt, RootOpt, check_targets, console, emit, literal
 
 COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes", "reason"]
 
@@ -91,7 +91,7 @@ def gc(
             raise typer.Exit(1)
     result = G.execute(root_path, plan)
     for c in result.skipped:
-        con.print(f"[yellow]kept[/yellow] {c.project}/{c.run_id}: {c.reason}")
+        con.print(literal(f"kept {c.project}/{c.run_id}: {c.reason}"), style="yellow")
     con.print(f"deleted {len(result.deleted)} runs, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")
     _compact(root_path, plan, policy, compact, con)
 

@@ -21,8 +21,10 @@ from . import (  # store upkeep (issue 7)  # SQL, curves, comparisons (issue 4)
     doctor_cmd,
     gc_cmd,
     plot_cmd,
+    records_cmd,
     run_cmd,  # wandb scripts under the drop-in (issue 8)
     runs_cmd,
+    show_cmd,
     sql_cmd,
     sync_cmd,
 )
@@ -56,8 +58,10 @@ def _root(
 
 
 app.command("runs")(runs_cmd.runs)
-app.command("show")(runs_cmd.show)
+app.command("show")(show_cmd.show)
 app.command("sql")(sql_cmd.sql)
+app.command("samples")(records_cmd.samples)
+app.command("trace")(records_cmd.trace)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
 app.command("demo")(demo_cmd.demo)
@@ -75,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used by tests)."""
     from trackstore.errors import TrackstoreError
 
+    from .common import visible_lines
+
     try:
         # with standalone_mode=False, click returns the code of a typer.Exit instead of raising
         code = app(args=argv, standalone_mode=False)
     except TrackstoreError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {visible_lines(str(exc))}\n")  # names and SQL in it are the user's
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

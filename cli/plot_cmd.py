@@ -15,7 +15,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, choices, emit
+from .common import Format, RootOpt, choices, emit, visible
 from .sql_cmd import StrictOpt, report_skipped_files
 
 XAxis = choices("XAxis", ("step", "time"))
@@ -93,8 +93,8 @@ def _terminal(series, xlabel: str, smooth: int | None, width: int | None, height
         fig.clear()
         fig.plot_size(max(40, cols), max(8, height or 20))
         for label, xs, ys in lines:
-            fig.draw(fig.signal(xs, ys).label(label).lines())
-        fig.title(key + (f"  (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+            fig.draw(fig.signal(xs, ys).label(visible(label)).lines())
+        fig.title(visible(key) + (f"  (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
         fig.label(xlabel)
         sys.stdout.write(fig.build().string(colorless=not color) + "\n")
     sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""``trackstore runs`` and ``trackstore show``: what is in the store."""
+"""``trackstore runs``: what is in the store (``trackstore show`` is in show_cmd)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing_extensions import Annotated
 
 from trackstore.store.meta import STATUSES
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, choices, console, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, choices, emit
 from .sql_cmd import ParamOpt
 
 RunStatus = choices("RunStatus", STATUSES)
@@ -121,85 +121,3 @@ def _short_time(value) -> str:
     if value is None:
         return ""
     return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
-
-
-def show(
-    run: Annotated[str, typer.Argument(help="Run id, unique id prefix, or project/name.")],
-    root: RootOpt = None,
-    keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Only these metric keys in the overview (repeatable; globs like 'actor/*').")] = None,
-    fmt: FormatOpt = Format.table,
-) -> None:
-    """Show one run: metadata, config, summary and a metric overview (keys, step range, last/min/max)."""
-    from trackstore.read.catalog import resolve_run
-
-    from .sql_cmd import report_skipped_files
-
-    with report_skipped_files():  # a run.json read in part is named on stderr
-        info = resolve_run(run, root, unreadable=True)  # shown with what can be read
-        row = info.row()
-    overview = _metric_overview(info, root, keys)
-    if fmt is not Format.table:
-        row["metrics"] = [{c: m[c] for c in OVERVIEW_COLUMNS} for m in overview]
-        emit([row], fmt)
-        return
-    from rich.table import Table
-
-    con = console()
-    meta = Table(show_header=False, title=f"{info.project}/{info.run_id}", title_justify="left")
-    meta.add_column(style="bold")
-    meta.add_column(overflow="fold")
-    for key in ("name", "status", "created_at", "ended_at", "last_step", "host", "user", "tags", "notes",
-                "group", "job_type", "exit_code", "error", "write_errors"):
-        value = row.get(key)
-        if value not in (None, [], ""):
-            meta.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
-    m = info.meta
-    if m.get("git"):
-        meta.add_row("git", f"{(m['git'].get('commit') or '')[:12]} ({m['git'].get('branch')})"
-                     + (" dirty" if m["git"].get("dirty") else ""))
-    meta.add_row("command", " ".join(m.get("command") or []))
-    meta.add_row("path", str(info.paths.dir))
-    con.print(meta)
-    for title, data in (("config", row["config"]), ("summary", row["summary"])):
-        if not data:
-            continue
-        t = Table(title=title, title_justify="left", header_style="bold")
-        t.add_column("key")
-        t.add_column("value", overflow="fold")
-        for k, v in _flat(data).items():
-            t.add_row(k, f"{v:.6g}" if isinstance(v, float) else json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v)
-        con.print(t)
-    t = Table(title=f"metrics ({len(overview)} keys)", title_justify="left", header_style="bold")
-    for c in ("key", "points", "steps", "last", "min", "max"):
-        t.add_column(c, overflow="fold", justify="left" if c in ("key", "steps") else "right")
-    for m in overview:
-        t.add_row(m["key"], str(m["points"]), f"{m['first_step']}..{m['last_step']}",
-                  *[cell(m[c]) for c in ("last", "min", "max")])
-    if overview:
-        con.print(t)
-    else:
-        con.print("[dim]no metrics logged yet[/dim]")
-
-
-OVERVIEW_COLUMNS = ("key", "points", "first_step", "last_step", "last", "min", "max", "mean")
-
-
-def _metric_overview(info, root, keys) -> list[dict]:
-    """Per key of one run: points, step range, last/min/max/mean (from the metric_summary view)."""
-    from trackstore.read.overview import metric_overview
-
-    from .sql_cmd import open_store
-
-    with open_store(root, sync_state=False, runs=[info]) as con:
-        return metric_overview(con, [info], keys).to_pylist()
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, key))
-        else:
-            out[key] = v
-    return out

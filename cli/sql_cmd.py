@@ -15,7 +15,7 @@ from typing import Annotated, Iterator, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, emit
+from .common import Format, FormatOpt, OutputOpt, RootOpt, emit, visible_lines
 
 ParamOpt = Annotated[
     Optional[List[str]],
@@ -75,7 +75,7 @@ def report_skipped_files() -> Iterator[None]:
             if issubclass(w.category, ours):
                 if str(w.message) not in seen:
                     seen.add(str(w.message))
-                    sys.stderr.write(f"trackstore: WARNING: {w.message}\n")
+                    sys.stderr.write(f"trackstore: WARNING: {visible_lines(str(w.message))}\n")
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 

@@ -18,7 +18,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit
+from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit, literal, visible
 
 TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
                                         "(or one registered by a plugin).")]
@@ -38,7 +38,7 @@ class _CronProgress:
 
     def run_started(self, run, total):
         if not self.quiet:
-            print(f"sync {run.project}/{run.run_id}: {total} rows pending", file=self.out, flush=True)
+            print(visible(f"sync {run.project}/{run.run_id}: {total} rows pending"), file=self.out, flush=True)
 
     def advanced(self, n):
         pass
@@ -50,11 +50,11 @@ class _CronProgress:
             return
         sent = ", ".join(f"{k} {v}" for k, v in result.sent.items() if v) or "nothing new"
         state = "ok" if result.ok else f"FAILED: {result.error}"
-        print(f"sync {result.project}/{result.run_id}: {state} ({sent}; {result.retries} retries)", file=self.out,
+        print(visible(f"sync {result.project}/{result.run_id}: {state} ({sent}; {result.retries} retries)"), file=self.out,
               flush=True)
 
     def message(self, text):
-        print(text, file=self.out, flush=True)
+        print(visible(text), file=self.out, flush=True)
 
 
 class _RichProgress:
@@ -86,7 +86,7 @@ class _RichProgress:
 
     def run_started(self, run, total):
         self.started, self.done = time.monotonic(), 0
-        self.task = self.bar.add_task(f"{run.project}/{run.run_id[:24]}", total=max(total, 1), rate="")
+        self.task = self.bar.add_task(visible(f"{run.project}/{run.run_id[:24]}"), total=max(total, 1), rate="")
 
     def advanced(self, n):
         self.done += n
@@ -99,10 +99,10 @@ class _RichProgress:
             self.bar.update(self.task, completed=t.total)
             self.task = None
         if not result.ok:
-            self.bar.console.print(f"[red]{result.project}/{result.run_id}: {result.error}[/red]")
+            self.bar.console.print(literal(f"{result.project}/{result.run_id}: {result.error}"), style="red")
 
     def message(self, text):
-        self.bar.console.print(f"[yellow]{text}[/yellow]")
+        self.bar.console.print(literal(text), style="yellow")
 
 
 def sync(
@@ -318,11 +318,11 @@ def _render(report, fmt: Format) -> None:
         _print_lost(report.runs)
         return
     if not rows:
-        print(f"nothing to sync to {report.target} {report.destination}")
+        print(visible(f"nothing to sync to {report.target} {report.destination}"))
         return
     changed = [r for r in report.runs if not r.up_to_date or not r.ok]
     if not changed:
-        print(f"{len(rows)} runs already up to date at {report.target} {report.destination}")
+        print(visible(f"{len(rows)} runs already up to date at {report.target} {report.destination}"))
         return
     emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}")
     _print_lost(changed)
@@ -331,10 +331,10 @@ def _render(report, fmt: Format) -> None:
         for reason, n in r.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
     for reason, n in skipped.items():
-        print(f"not representable at {report.target}: {reason}" + (f" ({n} rows)" if n else ""))
+        print(visible(f"not representable at {report.target}: {reason}" + (f" ({n} rows)" if n else "")))
     notes = sorted({n for r in report.runs for n in r.notes})
     for n in notes[:20]:
-        print(f"note: {n}")
+        print(visible(f"note: {n}"))
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
 
@@ -343,7 +343,7 @@ def _print_lost(runs) -> None:
     """One line per run whose writer lost rows: they are in neither the store nor the target."""
     for r in runs:
         if r.write_errors:
-            print(f"{r.project}/{r.run_id}: {_lost_line(r)}")
+            print(visible(f"{r.project}/{r.run_id}: {_lost_line(r)}"))
 
 
 def status(

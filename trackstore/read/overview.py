@@ -36,7 +36,8 @@ def key_filter(patterns: Sequence[str] | None, params: dict, column: str = "key"
     for i, pat in enumerate(patterns):
         name = f"key{i}"
         params[name] = pat
-        parts.append(f"{column} GLOB ${name}" if _GLOB.search(pat) else f"{column} = ${name}")
+        # a key may itself hold glob characters ('acc@[1]'): it also matches as written
+        parts.append(f"({column} GLOB ${name} OR {column} = ${name})" if _GLOB.search(pat) else f"{column} = ${name}")
     return "(" + " OR ".join(parts) + ")"
 
 
@@ -152,7 +153,7 @@ def curves(runs: Sequence[RunInfo], keys: Sequence[str], *, points: int = 1000, 
 
 def matching_keys(patterns: Sequence[str], keys: Sequence[str]) -> list[str]:
     """The ``keys`` matching any of ``patterns`` (exact, or globs with SQL ``GLOB`` semantics)."""
-    exact = {p for p in patterns if not _GLOB.search(p)}
+    exact = set(patterns)  # a key holding glob characters ('acc@[1]') matches as written too
     globs = [p for p in patterns if _GLOB.search(p)]
     found = {k for k in keys if k in exact}
     if globs and keys:
