@@ -13,7 +13,19 @@ from typing_extensions import Annotated
 
 from trackstore.store.meta import STATUSES
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, choices, console, emit
+from .common import (
+    Format,
+    FormatOpt,
+    OutputOpt,
+    RootOpt,
+    WideOpt,
+    cell,
+    choices,
+    console,
+    emit,
+    plural,
+    store_run_ids,
+)
 from .sql_cmd import ParamOpt
 
 RunStatus = choices("RunStatus", STATUSES)
@@ -35,6 +47,7 @@ def runs(
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most this many runs (0 = all).")] = 0,
     fmt: FormatOpt = Format.table,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """List runs with their status (a run whose writer died is shown as crashed), filtered and sorted."""
     from trackstore.read.catalog import RUN_COLUMNS
@@ -55,8 +68,9 @@ def runs(
     if fmt is Format.table:
         for r in rows:
             r["last_step"] = r["last_step"] if r["last_step"] is not None else "-"
-            r["updated_at"] = _short_time(r["updated_at"])
-        emit(rows, fmt, columns=LIST_COLUMNS, output=output, title=f"{len(rows)} runs")
+        emit(rows, fmt, columns=LIST_COLUMNS, output=output, title=plural(len(rows), "run"), wide=wide,
+             run_ids=store_run_ids(root), labels={"last_step": "step", "updated_at": "updated"},
+             drop_order=["updated_at", "project"])
     else:
         emit(rows, fmt, columns=list(RUN_COLUMNS), output=output)
 

@@ -18,7 +18,18 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit
+from .common import (
+    Format,
+    FormatOpt,
+    RootOpt,
+    WideOpt,
+    check_targets,
+    choices,
+    console,
+    echo_err,
+    emit,
+    store_run_ids,
+)
 
 TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
                                         "(or one registered by a plugin).")]
@@ -349,7 +360,8 @@ def _print_lost(runs) -> None:
 def status(
     root: RootOpt = None,
     to: Annotated[Optional[str], typer.Option("--to", "-t", help="Only this target.")] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    fmt: FormatOpt = Format.table,
+    wide: WideOpt = False,
 ) -> None:
     """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
     from trackstore.read.catalog import list_runs
@@ -388,7 +400,18 @@ def status(
     for key, info in infos.items():
         if key not in seen:
             rows.append(row(info, None, to or "-", "(never synced)"))
-    emit(rows, fmt, title="sync status")
+    if fmt is Format.table:
+        from trackstore.store.units import format_bytes
+
+        for r in rows:
+            r["bytes"] = format_bytes(r["bytes"])
+    emit(rows, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
+         drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
+
+
+STATUS_LABELS = {"pending_metrics": "metrics", "pending_other": "other", "synced_status": "synced",
+                 "last_sync_at": "last sync", "last_error": "error", "unreadable_parts": "unreadable",
+                 "write_errors": "lost rows", "destination": "where"}
 
 
 def _stored_ids(paths) -> tuple[dict, int]:
