@@ -235,6 +235,7 @@ def echo_err(msg: str) -> None:
 
 MIN_ID = 8  # a shortened run id keeps at least this many characters (git keeps 7)
 MIN_TEXT = 10  # free text is never cut narrower than this
+MIN_ERROR = 24  # nor an error text (the rest of it is printed below the table)
 ERROR_COLUMNS = frozenset({"error", "last_error", "result", "write_errors", "problem"})
 # the table's frame: one border at each edge and between columns, one space of padding each side
 _EDGE, _PER_COLUMN = 1, 3
@@ -304,7 +305,8 @@ class _Column:
     def minimum(self) -> int:
         """The narrowest this column may be: free text can be cut, nothing else."""
         if self.kind == "text":
-            return min(self.natural, max(MIN_TEXT, len(self.label)))
+            floor = MIN_ERROR if self.name in ERROR_COLUMNS else MIN_TEXT
+            return min(self.natural, max(floor, len(self.label)))
         return self.natural
 
 
@@ -400,20 +402,27 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
     for i in range(len(rows)):
         t.add_row(*[Text(c.cells[i]) for c in cols])
     con.print(t)
-    # error texts cut short, in full (each of their lines made visible)
+    # error texts cut short, in full (each of their lines made visible), each text once
     label = next((c for c in cols if c.kind == "id"), None)
     for c in cols + hidden:
         if c.name not in ERROR_COLUMNS or (c.name in wrap and c in cols):
             continue
+        cut: dict[str, list[str]] = {}
         for i, text in enumerate(c.cells):
-            if not text or (c in cols and len(text) <= widths[c.name]):
-                continue
-            who = label.cells[i] if label is not None else f"row {i + 1}"
-            full = cell(c.values[i])
-            con.print(Text(f"{who} {c.label}: " + "\n  ".join(visible(line) for line in full.splitlines())))
+            if text and (c not in cols or len(text) > widths[c.name]):
+                cut.setdefault(cell(c.values[i]), []).append(label.cells[i] if label is not None else f"row {i + 1}")
+        for full, who in cut.items():
+            lines = [visible(line) for line in full.splitlines()] or [""]
+            con.print(Text(f"{', '.join(who)} {c.label}: " + "\n  ".join(lines)))
     if hidden:
         names = ", ".join(c.label for c in hidden)
         con.print(Text(f"(hidden: {names}; {hint})", style="dim"))
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` as one visible line of at most ``limit`` characters (an ellipsis marks a cut)."""
+    flat = visible(" ".join(str(text).split()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
