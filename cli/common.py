@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
-_ROOT_HELP = "Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns."
+_ROOT_HELP = "Store root (default: $TRACKSTORE_DIR, else ./tsruns)."
 
 
 def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
@@ -42,8 +42,8 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
 
 RootOpt = Annotated[
     Optional[Path],
-    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist (an empty folder is a "
-                 "valid empty store).", show_default=False, callback=existing_root),
+    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist.",
+                 show_default=False, callback=existing_root),
 ]
 # demo and run write runs: the first run written creates the root
 NewRootOpt = Annotated[
