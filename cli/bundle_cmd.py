@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, console, emit
+from .common import Format, FormatOpt, RootOpt, Steps, console, emit
 
 
 def _since_ts(since: str) -> float:
@@ -75,8 +75,9 @@ def export(
     else:
         if not runs and not (project or since or all_runs):
             raise UsageError("name the runs to export, or use --project, --since or --all")
-        res = bundle.export_runs(root_path, infos, output, compress=comp,
-                                 split_bytes=parse_size(split) if split else None)
+        with Steps("export") as step:
+            res = bundle.export_runs(root_path, infos, output, compress=comp,
+                                     split_bytes=parse_size(split) if split else None, on_stage=step)
         what = f"{res.runs} runs"
     rows = [{"file": str(p), "bytes": p.stat().st_size} for p in res.paths]
     if fmt is Format.table:
@@ -100,7 +101,8 @@ def import_(
     """
     from trackstore.upkeep import bundle
 
-    res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None)
+    with Steps("import") as step:
+        res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None, on_stage=step)
     con = console(stderr=fmt is not Format.table)
     if res.kind == "receipt":
         con.print(f"merged {res.cursors_merged} sync cursors from {res.source_host}")

@@ -428,3 +428,56 @@ def one_line(text: str, limit: int = 200) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 run``, ``2 runs``, ``0 runs``; ``many`` for irregular words (``plural(n, "entry", "entries")``)."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+class Steps:
+    """Progress of a long command (export, import, gc, compact, doctor --deep): a rich bar on
+    stderr when it is a terminal, else plain lines on stderr (cron mail, logs), at most one
+    every few seconds and always the last. ``total`` None: stages, each named as it begins.
+
+        with Steps("compact", total=len(runs)) as step:
+            compact(root, runs, on_run=lambda paths: step(paths.run_id))
+    """
+
+    EVERY_S = 5.0
+
+    def __init__(self, what: str, total: int | None = None, *, quiet: bool = False):
+        self.what, self.total, self.done = what, total, 0
+        self.quiet = quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.last = 0.0
+
+    def __enter__(self) -> Steps:
+        if not self.quiet and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.fields[label]}"),
+                                console=console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=self.total, label="")
+        return self
+
+    def __call__(self, label: str = "") -> None:
+        import time
+
+        label = one_line(label, 60)
+        if self.total is not None:
+            self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done, label=label)
+            return
+        if self.quiet:
+            return
+        now = time.monotonic()
+        last = self.total is not None and self.done >= self.total
+        if self.total is None or last or now - self.last >= self.EVERY_S:
+            self.last = now
+            count = f" {self.done}/{self.total}" if self.total is not None else ""
+            sys.stderr.write(f"{self.what}:{count} {label}".rstrip() + "\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, WideOpt, console, emit, plural, store_run_ids
+from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, plural, store_run_ids
 
 COLUMNS = ["project", "run_id", "kind", "files_before", "files_after", "rows", "bytes_before", "bytes_after", "note"]
 
@@ -36,7 +36,9 @@ def compact(
     infos = resolve_runs(runs, root_path) if runs else list_runs(root_path, project=project)
     if project:
         infos = [i for i in infos if i.project == project]
-    results = do_compact(root_path, [i.paths for i in infos], dry_run=dry_run, target_bytes=target_mb << 20)
+    with Steps("compact", total=len(infos)) as step:
+        results = do_compact(root_path, [i.paths for i in infos], dry_run=dry_run, target_bytes=target_mb << 20,
+                             on_run=lambda paths: step(paths.run_id))
     rows = []
     for r in results:
         if r.skipped:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, WideOpt, console, emit, plural
+from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, plural
 
 
 def doctor(
@@ -31,7 +31,11 @@ def doctor(
     from trackstore.upkeep.doctor import doctor as run_doctor
 
     root_path = resolve_root(root)
-    report = run_doctor(root_path, fix_problems=fix, deep=deep)
+    from trackstore.store.layout import iter_run_dirs
+
+    total = sum(1 for _ in iter_run_dirs(root_path)) if deep else None
+    with Steps("doctor --deep", total=total, quiet=not deep) as step:  # only --deep reads enough to take long
+        report = run_doctor(root_path, fix_problems=fix, deep=deep, on_run=lambda _project, run_id: step(run_id))
     rows = [f.row(root_path) for f in report.findings]
     con = console(stderr=fmt is not Format.table)
     columns = ["check", "severity", "path", "problem", "fixed" if fix else "advice"]

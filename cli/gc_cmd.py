@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, WideOpt, check_targets, console, emit, plural, store_run_ids
+from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, check_targets, console, emit, plural, store_run_ids
 
 COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes", "reason"]
 
@@ -94,7 +94,8 @@ def gc(
                              default=False):
             con.print("nothing deleted")
             raise typer.Exit(1)
-    result = G.execute(root_path, plan)
+    with Steps("gc", total=len(plan.delete)) as step:
+        result = G.execute(root_path, plan, on_deleted=lambda c: step(c.run_id))
     for c in result.skipped:
         con.print(f"[yellow]kept[/yellow] {c.project}/{c.run_id}: {c.reason}")
     con.print(f"deleted {plural(len(result.deleted), 'run')}, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")
