@@ -19,7 +19,8 @@ def demo(
     from trackstore.cli.demo import simulate_grpo
     from trackstore.store.meta import load_run_json
 
-    run = simulate_grpo(project=project, steps=steps, root=root, seed=seed)
+    run = simulate_grpo(project=project, name=_free_name(root, project, "qwen2.5-0.5b-grpo-gsm8k"), steps=steps,
+                        root=root, seed=seed)
     con = console()
     written = load_run_json(run.paths)
     n_keys = len(written.meta.get("summary_auto") or {}) if written else 0
@@ -28,6 +29,21 @@ def demo(
     con.print("next:")
     root_flag = f" --root {root}" if root else ""
     con.print(f"  trackstore runs{root_flag}")
-    con.print(f"  trackstore show {run.id[:24]}{root_flag}")
+    con.print(f"  trackstore show {run.project}/{run.name}{root_flag}")
     con.print(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}")
     con.print(f"  trackstore sync --to mlflow{root_flag}")
+
+
+def _free_name(root, project: str, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``... when a run of ``project`` already has it: each demo run
+    has a name of its own, so ``trackstore show demo-grpo/<name>`` names one run (docs/quickstart.md)."""
+    from trackstore.read.catalog import list_runs
+    from trackstore.store.layout import resolve_root
+
+    path = resolve_root(root)
+    taken = {r.name for r in list_runs(path, project=project, unreadable=True)} if path.exists() else set()
+    n, name = 1, base
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name
