@@ -290,7 +290,7 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             if stop.sleep(watch):
                 raise KeyboardInterrupt
             continue
-        seen = _render(report, fmt, root_path, wide=wide, seen=seen)
+        seen = render_summary(report, fmt, root_path, wide=wide, seen=seen)
         if watch is None or stop.stopped or stop.sleep(watch):
             return report
 
@@ -352,7 +352,7 @@ SUMMARY_LABELS = {"histograms": "hists"}
 SUMMARY_DROP = ["name", "project", "skipped", "retries", "artifacts", "histograms", "spans", "samples"]
 
 
-def _render(report, fmt: Format, root_path=None, *, wide: bool = False, seen: dict | None = None) -> dict:
+def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, seen: dict | None = None) -> dict:
     """Print the summary of a pass; returns what each run's row said. With ``seen`` (the
     previous pass of ``--watch``), only runs whose row changed are printed, and nothing when
     none did."""
