@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, Steps, console, emit
+from .common import Format, FormatOpt, RootOpt, Steps, console, emit, store_run_ids
 
 
 def _since_ts(since: str) -> float:
@@ -118,6 +118,7 @@ def import_(
         added = sum(r.action == "added" for r in res.runs)
         updated = sum(r.action == "updated" for r in res.runs)
         emit(rows, fmt, title=f"imported from {res.source_host}: {added} new, {updated} updated, "
-                              f"{len(res.runs) - added - updated} unchanged")
+                              f"{len(res.runs) - added - updated} unchanged", run_ids=store_run_ids(root),
+             labels={"files_added": "files", "files_replaced": "replaced", "rows_added": "rows"})
     else:
         emit(rows, fmt)

@@ -333,7 +333,8 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
     """Print ``rows`` as a rich table of one line per row that fits ``con.width`` (see above).
 
     ``wide``: every column, full ids and texts, however wide (lines may pass the terminal's
-    edge). ``run_ids``: every run id of the store (shortened ids are unique among them).
+    edge). ``run_ids``: every run id of the store (shortened ids are unique among them; without
+    it run ids are never shortened).
     ``labels``: shorter headers for some columns. ``drop_order``: the columns to hide first.
     ``wrap``: free-text columns whose cells wrap over several lines instead (a report whose text
     is the point, such as doctor's advice).
@@ -366,8 +367,8 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
             cols.remove(c)
             hidden.append(c)
     ids = next((c for c in cols if c.kind == "id"), None)
-    if not wide and ids is not None and natural(cols) > width:  # 2. unique prefixes of the run ids
-        short = unique_prefixes([v for v in ids.values if isinstance(v, str)], run_ids or ())
+    if not wide and ids is not None and run_ids is not None and natural(cols) > width:  # 2. unique prefixes
+        short = unique_prefixes([v for v in ids.values if isinstance(v, str)], run_ids)
         ids.cells = [visible(short.get(v, cell(v))) if isinstance(v, str) else visible(cell(v)) for v in ids.values]
     if not wide:  # 3. free text cut to its minimum (below), and columns hidden until that fits
         errors = [c for c in cols if c.name in ERROR_COLUMNS]

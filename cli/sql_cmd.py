@@ -112,4 +112,5 @@ def print_table(table, fmt: Format, *, output=None, limit: int = 0, title: str |
     from trackstore.store.arrays import to_pylist
 
     rows = to_pylist(shown)
-    emit(rows, fmt, columns=table.column_names, output=output, total=total, arrow_table=table, title=title)
+    emit(rows, fmt, columns=table.column_names, output=output, total=total, arrow_table=table, title=title,
+         hint="--format csv or json shows all")
