@@ -299,7 +299,9 @@ class _Column:
 
     @property
     def natural(self) -> int:
-        return max([len(self.label), *(len(c) for c in self.cells)])
+        from rich.cells import cell_len  # terminal cells: a CJK character or an emoji takes two
+
+        return max([cell_len(self.label), *(cell_len(c) for c in self.cells)])
 
     @property
     def minimum(self) -> int:
@@ -340,6 +342,7 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
     is the point, such as doctor's advice).
     """
     from rich import box
+    from rich.cells import cell_len
     from rich.table import Table
     from rich.text import Text
 
@@ -410,7 +413,7 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
             continue
         cut: dict[str, list[str]] = {}
         for i, text in enumerate(c.cells):
-            if text and (c not in cols or len(text) > widths[c.name]):
+            if text and (c not in cols or cell_len(text) > widths[c.name]):
                 cut.setdefault(cell(c.values[i]), []).append(label.cells[i] if label is not None else f"row {i + 1}")
         for full, who in cut.items():
             lines = [visible(line) for line in full.splitlines()] or [""]
