@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, Steps, console, emit, store_run_ids
+from .common import Format, FormatOpt, RootOpt, Steps, console, emit, plural, store_run_ids
 
 
 def _since_ts(since: str) -> float:
@@ -71,17 +71,17 @@ def export(
             raise UsageError("receipts are small: --split applies to run bundles only")
         pairs = [(i.project, i.run_id) for i in infos] if (runs or project or since) else None
         res = bundle.export_receipt(root_path, output, runs=pairs, compress=comp)
-        what = f"{len(res.manifest['cursors'])} cursors of {res.runs} runs"
+        what = f"{plural(len(res.manifest['cursors']), 'cursor')} of {plural(res.runs, 'run')}"
     else:
         if not runs and not (project or since or all_runs):
             raise UsageError("name the runs to export, or use --project, --since or --all")
         with Steps("export") as step:
             res = bundle.export_runs(root_path, infos, output, compress=comp,
                                      split_bytes=parse_size(split) if split else None, on_stage=step)
-        what = f"{res.runs} runs"
+        what = plural(res.runs, "run")
     rows = [{"file": str(p), "bytes": p.stat().st_size} for p in res.paths]
     if fmt is Format.table:
-        console().print(f"wrote {what}, {res.files} files, {format_bytes(res.bytes)} to "
+        console().print(f"wrote {what}, {plural(res.files, 'file')}, {format_bytes(res.bytes)} to "
                         + ", ".join(str(p) for p in res.paths))
     else:
         emit(rows, fmt, columns=["file", "bytes"])
@@ -105,7 +105,7 @@ def import_(
         res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None, on_stage=step)
     con = console(stderr=fmt is not Format.table)
     if res.kind == "receipt":
-        con.print(f"merged {res.cursors_merged} sync cursors from {res.source_host}")
+        con.print(f"merged {plural(res.cursors_merged, 'sync cursor')} from {res.source_host}")
         for s in res.cursors_skipped:
             con.print(f"  skipped {s}")
         if fmt is not Format.table:
