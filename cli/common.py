@@ -213,7 +213,7 @@ def emit(
             render_table(con, rows, columns, title=title, wide=wide, run_ids=run_ids, labels=labels,
                          drop_order=drop_order, hint=hint, wrap=wrap)
             if total is not None and total > len(rows):
-                con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")
+                con.print(f"[dim]showing {len(rows)} of {plural(total, 'row')} (use --limit, or --format csv for all)[/dim]")
     finally:
         if output:
             out.close()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import NewRootOpt, console
+from .common import NewRootOpt, console, plural
 
 
 def demo(
@@ -24,7 +24,7 @@ def demo(
     con = console()
     written = load_run_json(run.paths)
     n_keys = len(written.meta.get("summary_auto") or {}) if written else 0
-    con.print(f"[green]wrote[/green] run [bold]{run.project}/{run.id}[/bold] ({steps} steps, {n_keys} metric keys)")
+    con.print(f"[green]wrote[/green] run [bold]{run.project}/{run.id}[/bold] ({plural(steps, 'step')}, {plural(n_keys, 'metric key')})")
     con.print(f"  folder: {run.dir}")
     con.print("next:")
     root_flag = f" --root {root}" if root else ""

@@ -112,4 +112,4 @@ def _compact(root_path, plan, policy, enabled: bool, con) -> None:
     changed = [r for r in results if r.changed]
     before = sum(k.files_before for r in changed for k in r.kinds)
     after = sum(k.files_after for r in changed for k in r.kinds)
-    con.print(f"compacted {plural(len(changed), 'kept run')}: {before} part files -> {after}")
+    con.print(f"compacted {plural(len(changed), 'kept run')}: {plural(before, 'part file')} -> {after}")

@@ -15,7 +15,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, choices, emit, visible
+from .common import Format, RootOpt, choices, emit, plural, visible
 from .sql_cmd import StrictOpt, report_skipped_files
 
 XAxis = choices("XAxis", ("step", "time"))
@@ -136,7 +136,7 @@ def _terminal(series, xlabel: str, smooth: int | None, width: int | None, height
             hi = max(max(c[1]) for c in curves)
             ticks = integer_ticks(lo, hi, max(2, cols // 12))
             fig.ruler("x").ticks(ticks, [str(t) for t in ticks])
-        fig.title(visible(key) + (f"  (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+        fig.title(visible(key) + (f"  (smoothed over {plural(smooth, 'point')})" if smooth and smooth > 1 else ""))
         fig.label(xlabel)
         sys.stdout.write(fig.build().string(colorless=not color) + "\n")
         legend = [f"  {MARKERS[i % len(MARKERS)]} {visible(c[0])}" for i, c in enumerate(curves)]
@@ -167,7 +167,7 @@ def _png(series, path: Path, xlabel: str, smooth: int | None) -> None:
                             markevery=max(1, len(xs) // 12), markersize=4)
             if _has_spread(curve):  # each bucket's extremes, so a spike inside a bucket shows
                 ax.fill_between(xs, mins, maxs, color=line.get_color(), alpha=0.2, linewidth=0)
-        ax.set_title(key + (f" (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+        ax.set_title(key + (f" (smoothed over {plural(smooth, 'point')})" if smooth and smooth > 1 else ""))
         ax.set_xlabel(xlabel)
         if xlabel == "step":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
