@@ -296,6 +296,7 @@ class _Column:
         self.values = values
         self.cells = [visible(cell(v)) for v in values]
         self.empty = all(v in (None, "", [], {}) for v in values)
+        self.wraps = False  # its cells wrap over lines (render_table's ``wrap``)
 
     @property
     def natural(self) -> int:
@@ -307,7 +308,7 @@ class _Column:
     def minimum(self) -> int:
         """The narrowest this column may be: free text can be cut, nothing else."""
         if self.kind == "text":
-            floor = MIN_ERROR if self.name in ERROR_COLUMNS else MIN_TEXT
+            floor = MIN_ERROR if self.name in ERROR_COLUMNS and not self.wraps else MIN_TEXT
             return min(self.natural, max(floor, len(self.label)))
         return self.natural
 
@@ -354,6 +355,7 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
         if kind == "time":
             values = [short_time(v) for v in values]
         cols.append(_Column(name, labels.get(name, name), values, kind))
+        cols[-1].wraps = name in wrap
     width = con.width
 
     def total(cs) -> int:

@@ -230,3 +230,16 @@ def test_runs_in_a_terminal(demo_store):
     header, rows = table_rows(text)
     assert len(rows) == 2
     check_ids(header, rows, demo_store)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_doctor_fits(demo_store, tmp_path, width):
+    root = tmp_path / "store"
+    shutil.copytree(demo_store, root)
+    [run] = list_runs(root)[:1]
+    (run.paths.kind_dir("metrics") / "part-broken-0.parquet").write_bytes(b"not parquet at all")
+    out = at(width, "doctor", root=root)
+    assert out.returncode == 4
+    check_fits(out.stdout, width)
+    assert "1 finding in" in ANSI.sub("", out.stdout).replace("\n", " ")
+    assert "corrupt_parquet" in out.stdout  # the check's name whole, never cut
