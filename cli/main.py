@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     if args in ([], ["--help"], ["-h"]):
         sys.stdout.write(overview())
         return 0
+    if args == ["--version"]:
+        from trackstore._version import __version__
+
+        sys.stdout.write(f"trackstore {__version__}\n")
+        return 0
     import typer
 
     from trackstore.errors import TrackstoreError
