@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, console, emit, literal
+from .common import Format, FormatOpt, RootOpt, Steps, console, emit, literal, plural, store_run_ids
 
 
 def _since_ts(since: str) -> float:
@@ -71,16 +71,17 @@ def export(
             raise UsageError("receipts are small: --split applies to run bundles only")
         pairs = [(i.project, i.run_id) for i in infos] if (runs or project or since) else None
         res = bundle.export_receipt(root_path, output, runs=pairs, compress=comp)
-        what = f"{len(res.manifest['cursors'])} cursors of {res.runs} runs"
+        what = f"{plural(len(res.manifest['cursors']), 'cursor')} of {plural(res.runs, 'run')}"
     else:
         if not runs and not (project or since or all_runs):
             raise UsageError("name the runs to export, or use --project, --since or --all")
-        res = bundle.export_runs(root_path, infos, output, compress=comp,
-                                 split_bytes=parse_size(split) if split else None)
-        what = f"{res.runs} runs"
+        with Steps("export") as step:
+            res = bundle.export_runs(root_path, infos, output, compress=comp,
+                                     split_bytes=parse_size(split) if split else None, on_stage=step)
+        what = plural(res.runs, "run")
     rows = [{"file": str(p), "bytes": p.stat().st_size} for p in res.paths]
     if fmt is Format.table:
-        console().print(literal(f"wrote {what}, {res.files} files, {format_bytes(res.bytes)} to "
+        console().print(literal(f"wrote {what}, {plural(res.files, 'file')}, {format_bytes(res.bytes)} to "
                                 + ", ".join(str(p) for p in res.paths)))
     else:
         emit(rows, fmt, columns=["file", "bytes"])
@@ -100,10 +101,11 @@ def import_(
     """
     from trackstore.upkeep import bundle
 
-    res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None)
+    with Steps("import") as step:
+        res = bundle.import_bundle(root, bundle_path, expect="receipt" if receipt else None, on_stage=step)
     con = console(stderr=fmt is not Format.table)
     if res.kind == "receipt":
-        con.print(literal(f"merged {res.cursors_merged} sync cursors from {res.source_host}"))
+        con.print(literal(f"merged {plural(res.cursors_merged, 'sync cursor')} from {res.source_host}"))
         for s in res.cursors_skipped:
             con.print(literal(f"  skipped {s}"))
         if fmt is not Format.table:
@@ -116,6 +118,7 @@ def import_(
         added = sum(r.action == "added" for r in res.runs)
         updated = sum(r.action == "updated" for r in res.runs)
         emit(rows, fmt, title=f"imported from {res.source_host}: {added} new, {updated} updated, "
-                              f"{len(res.runs) - added - updated} unchanged")
+                              f"{len(res.runs) - added - updated} unchanged", run_ids=store_run_ids(root),
+             labels={"files_added": "files", "files_replaced": "replaced", "rows_added": "rows"})
     else:
         emit(rows, fmt)

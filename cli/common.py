@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
-_ROOT_HELP = "Store root folder. Default: $TRACKSTORE_DIR, else ./tsruns."
+_ROOT_HELP = "Store root (default: $TRACKSTORE_DIR, else ./tsruns)."
 
 
 def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
@@ -42,8 +42,8 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
 
 RootOpt = Annotated[
     Optional[Path],
-    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist (an empty folder is a "
-                 "valid empty store).", show_default=False, callback=existing_root),
+    typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist.",
+                 show_default=False, callback=existing_root),
 ]
 # demo and run write runs: the first run written creates the root
 NewRootOpt = Annotated[
@@ -84,6 +84,10 @@ class Format(str, Enum):
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.", case_sensitive=False)]
+WideOpt = Annotated[
+    bool, typer.Option("--wide", "--no-trunc", help="Tables: every column, full run ids and texts, even past "
+                       "the terminal's edge.", rich_help_panel="Output")
+]
 OutputOpt = Annotated[
     Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of standard output.")
 ]
@@ -173,9 +177,19 @@ def emit(
     title: str | None = None,
     total: int | None = None,
     arrow_table: Any = None,
+    wide: bool = False,
+    run_ids: Iterable[str] | None = None,
+    labels: dict[str, str] | None = None,
+    drop_order: Sequence[str] = (),
+    hint: str = "--wide shows all",
+    wrap: Sequence[str] = (),
 ) -> None:
     """Render records in the requested format. ``arrow_table`` (a pyarrow Table) is used as-is
-    for parquet and to keep types; ``total`` notes truncation in the table view."""
+    for parquet and to keep types; ``total`` notes truncation in the table view.
+
+    The table view fits the terminal (:func:`render_table`); ``wide``, ``run_ids``, ``labels``,
+    ``drop_order``, ``hint`` and ``wrap`` are its options. Other formats always carry every column and
+    the full run ids."""
     fmt = Format(fmt)
     if columns is None:
         columns = list(rows[0].keys()) if rows else (arrow_table.column_names if arrow_table is not None else [])
@@ -204,7 +218,7 @@ def emit(
             for r in rows:
                 out.write(json_safe(json.dumps({c: _jsonable(r.get(c)) for c in columns}, ensure_ascii=False)) + "\n")
         elif fmt is Format.csv:
-            w = csv.writer(out)
+            w = csv.writer(out, lineterminator="\n")  # LF, as every Unix tool expects
             shown = visible if out.isatty() else str  # to a terminal: control characters as escapes
             w.writerow([shown(c) for c in columns])
             for r in rows:
@@ -216,16 +230,10 @@ def emit(
                 con = Console(file=out, width=200)
             else:
                 con = console()
-            from rich.table import Table
-
-            t = Table(title=literal(title) if title else None, show_lines=False, header_style="bold")
-            for c in columns:
-                t.add_column(literal(c), overflow="fold")
-            for r in rows:
-                t.add_row(*[literal(r.get(c)) for c in columns])
-            con.print(t)
+            render_table(con, rows, columns, title=title, wide=wide, run_ids=run_ids, labels=labels,
+                         drop_order=drop_order, hint=hint, wrap=wrap)
             if total is not None and total > len(rows):
-                con.print(f"[dim]showing {len(rows)} of {total} rows (use --limit, or --format csv for all)[/dim]")
+                con.print(f"[dim]showing {len(rows)} of {plural(total, 'row')} (use --limit, or --format csv for all)[/dim]")
     finally:
         if output:
             out.close()
@@ -233,3 +241,270 @@ def emit(
 
 def echo_err(msg: str) -> None:
     sys.stderr.write(visible_lines(msg.rstrip("\n")) + "\n")  # messages name the user's runs, paths, errors
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables that fit the terminal
+#
+# A table row is one line: every cell is no_wrap. What cannot be made narrower (run ids,
+# numbers, times, short words such as a status) keeps its full width; free text (names, paths,
+# errors) is cut with an ellipsis down to a minimum width. When even that does not fit, run ids
+# are shortened to their shortest unique prefix (as git does: every run reference accepts it),
+# and then whole columns are hidden (empty ones first, then the command's ``drop_order``, then
+# from the right), with a note saying which. Error texts cut short are printed in full below.
+
+MIN_ID = 8  # a shortened run id keeps at least this many characters (git keeps 7)
+MIN_TEXT = 10  # free text is never cut narrower than this
+MIN_ERROR = 24  # nor an error text (the rest of it is printed below the table)
+ERROR_COLUMNS = frozenset({"error", "last_error", "result", "write_errors", "problem"})
+# the table's frame: one border at each edge and between columns, one space of padding each side
+_EDGE, _PER_COLUMN = 1, 3
+
+
+def unique_prefixes(ids: Iterable[str], universe: Iterable[str] = ()) -> dict[str, str]:
+    """The shortest prefix of each id (at least :data:`MIN_ID` characters) that no other run id
+    of ``universe`` (and ``ids``) starts with: what `trackstore show` and every run reference
+    resolve to that one run. An id that is a prefix of another stays whole."""
+    ids = list(ids)
+    others = sorted(set(universe) | set(ids))
+    out = {}
+    for rid in ids:
+        length = min(MIN_ID, len(rid))
+        for other in others:
+            if other == rid:
+                continue
+            common = 0
+            for a, b in zip(rid, other):
+                if a != b:
+                    break
+                common += 1
+            length = max(length, common + 1)
+        out[rid] = rid[:length] if length < len(rid) else rid
+    return out
+
+
+def store_run_ids(root: Path | None) -> set[str]:
+    """Every run id under the store root (folder names only, nothing is read): the set a
+    shortened id must be unique in."""
+    from trackstore.store.layout import iter_run_dirs, resolve_root
+
+    try:
+        return {run_id for _project, run_id, _dir in iter_run_dirs(resolve_root(root))}
+    except Exception:  # an unusable root was refused before any table is drawn
+        return set()
+
+
+def short_time(value: Any) -> str:
+    """A timestamp as ``YYYY-MM-DD HH:MM:SS`` (a datetime or an ISO string; else as it is)."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        from datetime import datetime
+
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
+
+
+class _Column:
+    """One column of a table being fitted: its cells as text and how it may be narrowed."""
+
+    def __init__(self, name: str, label: str, values: list[Any], kind: str):
+        self.name, self.label, self.kind = name, label, kind
+        self.values = values
+        self.cells = [visible(cell(v)) for v in values]
+        self.empty = all(v in (None, "", [], {}) for v in values)
+        self.wraps = False  # its cells wrap over lines (render_table's ``wrap``)
+
+    @property
+    def natural(self) -> int:
+        from rich.cells import cell_len  # terminal cells: a CJK character or an emoji takes two
+
+        return max([cell_len(self.label), *(cell_len(c) for c in self.cells)])
+
+    @property
+    def minimum(self) -> int:
+        """The narrowest this column may be: free text can be cut, nothing else."""
+        if self.kind == "text":
+            floor = MIN_ERROR if self.name in ERROR_COLUMNS and not self.wraps else MIN_TEXT
+            return min(self.natural, max(floor, len(self.label)))
+        return self.natural
+
+
+def _kind(name: str, values: list[Any]) -> str:
+    from datetime import datetime
+
+    present = [v for v in values if v not in (None, "", "-")]
+    if name == "run_id":
+        return "id"
+    if name in ERROR_COLUMNS:
+        return "text"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return "number"
+    if present and (all(isinstance(v, datetime) for v in present) or name.endswith("_at")):
+        return "time"
+    if max((len(visible(cell(v))) for v in present), default=0) <= 16:
+        return "word"  # a status, a kind, a short name: cut, it says nothing
+    return "text"
+
+
+def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, title: str | None = None,
+                 wide: bool = False, run_ids: Iterable[str] | None = None, labels: dict[str, str] | None = None,
+                 drop_order: Sequence[str] = (), hint: str = "--wide shows all", wrap: Sequence[str] = ()) -> None:
+    """Print ``rows`` as a rich table of one line per row that fits ``con.width`` (see above).
+
+    ``wide``: every column, full ids and texts, however wide (lines may pass the terminal's
+    edge). ``run_ids``: every run id of the store (shortened ids are unique among them; without
+    it run ids are never shortened).
+    ``labels``: shorter headers for some columns. ``drop_order``: the columns to hide first.
+    ``wrap``: free-text columns whose cells wrap over several lines instead (a report whose text
+    is the point, such as doctor's advice).
+    """
+    from rich import box
+    from rich.cells import cell_len
+    from rich.table import Table
+    from rich.text import Text
+
+    labels = labels or {}
+    cols = []
+    for name in columns:
+        values = [r.get(name) for r in rows]
+        kind = _kind(name, values)
+        if kind == "time":
+            values = [short_time(v) for v in values]
+        cols.append(_Column(name, labels.get(name, name), values, kind))
+        cols[-1].wraps = name in wrap
+    width = con.width
+
+    def total(cs) -> int:
+        return _EDGE + sum(c.minimum + _PER_COLUMN for c in cs)
+
+    def natural(cs) -> int:
+        return _EDGE + sum(c.natural + _PER_COLUMN for c in cs)
+
+    hidden: list[_Column] = []
+    if not wide:  # 1. empty columns go first: they say nothing
+        for c in [c for c in cols if c.empty and c.kind != "id"]:
+            if natural(cols) <= width:
+                break
+            cols.remove(c)
+            hidden.append(c)
+    ids = next((c for c in cols if c.kind == "id"), None)
+    if not wide and ids is not None and run_ids is not None and natural(cols) > width:  # 2. unique prefixes
+        short = unique_prefixes([v for v in ids.values if isinstance(v, str)], run_ids)
+        ids.cells = [visible(short.get(v, cell(v))) if isinstance(v, str) else visible(cell(v)) for v in ids.values]
+    if not wide:  # 3. free text cut to its minimum (below), and columns hidden until that fits
+        errors = [c for c in cols if c.name in ERROR_COLUMNS]
+        order = [c for name in drop_order for c in cols if c.name == name]
+        order += [c for c in reversed(cols) if c.kind == "text" and c not in order + errors]
+        order += [c for c in reversed(cols) if c.kind != "id" and c not in order + errors]
+        order += [c for c in errors if c not in order]
+        while total(cols) > width and len(cols) > 1 and order:
+            gone = order.pop(0)
+            cols.remove(gone)
+            hidden.append(gone)
+    # widths: every column its minimum, then what is left to the free-text ones, up to their natural
+    widths = {c.name: (c.natural if wide else c.minimum) for c in cols}
+    spare = width - total(cols)
+    growing = [c for c in cols if c.kind == "text" and widths[c.name] < c.natural]
+    while spare > 0 and growing and not wide:
+        for c in list(growing):
+            if spare <= 0:
+                break
+            widths[c.name] += 1
+            spare -= 1
+            if widths[c.name] >= c.natural:
+                growing.remove(c)
+    if wide:
+        con.width = max(width, _EDGE + sum(w + _PER_COLUMN for w in widths.values()))
+    t = Table(title=Text(title) if title else None, header_style="bold", box=box.HEAVY_HEAD)
+    for c in cols:
+        right = c.kind == "number"
+        folds = c.name in wrap and c.kind == "text"
+        t.add_column(Text(c.label), width=widths[c.name], no_wrap=not folds, overflow="fold" if folds else "ellipsis",
+                     justify="right" if right else "left", min_width=widths[c.name])
+    for i in range(len(rows)):
+        t.add_row(*[Text(c.cells[i]) for c in cols])
+    con.print(t)
+    # error texts cut short, in full (each of their lines made visible), each text once
+    label = next((c for c in cols if c.kind == "id"), None)
+    for c in cols + hidden:
+        if c.name not in ERROR_COLUMNS or (c.name in wrap and c in cols):
+            continue
+        cut: dict[str, list[str]] = {}
+        for i, text in enumerate(c.cells):
+            if text and (c not in cols or cell_len(text) > widths[c.name]):
+                cut.setdefault(cell(c.values[i]), []).append(label.cells[i] if label is not None else f"row {i + 1}")
+        for full, who in cut.items():
+            lines = [visible(line) for line in full.splitlines()] or [""]
+            con.print(Text(f"{', '.join(who)} {c.label}: " + "\n  ".join(lines)))
+    if hidden:
+        names = ", ".join(c.label for c in hidden)
+        con.print(Text(f"(hidden: {names}; {hint})", style="dim"))
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` as one visible line of at most ``limit`` characters (an ellipsis marks a cut)."""
+    flat = visible(" ".join(str(text).split()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 run``, ``2 runs``, ``0 runs``; ``many`` for irregular words (``plural(n, "entry", "entries")``)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+class Steps:
+    """Progress of a long command (export, import, gc, compact, doctor --deep): a rich bar on
+    stderr when it is a terminal, else plain lines on stderr (cron mail, logs), at most one
+    every few seconds and always the last. ``total`` None: stages, each named as it begins.
+
+        with Steps("compact", total=len(runs)) as step:
+            compact(root, runs, on_run=lambda paths: step(paths.run_id))
+    """
+
+    EVERY_S = 5.0
+
+    def __init__(self, what: str, total: int | None = None, *, quiet: bool = False):
+        self.what, self.total, self.done = what, total, 0
+        self.quiet = quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.last = 0.0
+
+    def __enter__(self) -> Steps:
+        if not self.quiet and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.fields[label]}"),
+                                console=console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=self.total, label="")
+        return self
+
+    def __call__(self, label: str = "") -> None:
+        import time
+
+        label = one_line(label, 60)
+        if self.total is not None:
+            self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done, label=label)
+            return
+        if self.quiet:
+            return
+        now = time.monotonic()
+        last = self.total is not None and self.done >= self.total
+        if self.total is None or last or now - self.last >= self.EVERY_S:
+            self.last = now
+            count = f" {self.done}/{self.total}" if self.total is not None else ""
+            sys.stderr.write(f"{self.what}:{count} {label}".rstrip() + "\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()

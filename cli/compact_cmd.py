@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, console, emit
+from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, plural, store_run_ids
 
 COLUMNS = ["project", "run_id", "kind", "files_before", "files_after", "rows", "bytes_before", "bytes_after", "note"]
 
@@ -18,6 +18,7 @@ def compact(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show which files would be merged; change nothing.")] = False,
     target_mb: Annotated[int, typer.Option("--target-mb", min=1, help="Merge input files up to this many MB into one file.")] = 256,
     fmt: FormatOpt = Format.table,
+    wide: WideOpt = False,
 ) -> None:
     """Merge small part files per run and kind, keeping every row and its (writer, seq).
 
@@ -35,7 +36,9 @@ def compact(
     infos = resolve_runs(runs, root_path) if runs else list_runs(root_path, project=project)
     if project:
         infos = [i for i in infos if i.project == project]
-    results = do_compact(root_path, [i.paths for i in infos], dry_run=dry_run, target_bytes=target_mb << 20)
+    with Steps("compact", total=len(infos)) as step:
+        results = do_compact(root_path, [i.paths for i in infos], dry_run=dry_run, target_bytes=target_mb << 20,
+                             on_run=lambda paths: step(paths.run_id))
     rows = []
     for r in results:
         if r.skipped:
@@ -47,10 +50,12 @@ def compact(
                          "note": "dry run" if dry_run else (f"swap: {r.swap}" if r.swap else "")})
     if fmt is Format.table:
         changed = sum(1 for r in results if r.kinds)
-        title = f"{'would compact' if dry_run else 'compacted'} {changed} of {len(results)} runs"
+        title = f"{'would compact' if dry_run else 'compacted'} {changed} of {plural(len(results), 'run')}"
         if not rows:
-            console().print(f"nothing to compact ({len(results)} runs checked)")
+            console().print(f"nothing to compact ({plural(len(results), 'run')} checked)")
             return
-        emit(rows, fmt, columns=COLUMNS, title=title)
+        emit(rows, fmt, columns=COLUMNS, title=title, wide=wide, run_ids=store_run_ids(root_path),
+             labels={"files_before": "files", "files_after": "after", "bytes_before": "bytes", "bytes_after": "after"},
+             drop_order=["project", "bytes_before", "bytes_after"])
     else:
         emit(rows, fmt, columns=COLUMNS)

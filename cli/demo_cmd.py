@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import NewRootOpt, console, literal, visible
+from .common import NewRootOpt, console, literal, plural, visible
 
 
 def demo(
@@ -21,18 +21,35 @@ def demo(
     from trackstore.cli.demo import simulate_grpo
     from trackstore.store.meta import load_run_json
 
-    run = simulate_grpo(project=project, steps=steps, root=root, seed=seed)
+    run = simulate_grpo(project=project, name=_free_name(root, project, "qwen2.5-0.5b-grpo-gsm8k"), steps=steps,
+                        root=root, seed=seed)
     con = console()
     written = load_run_json(run.paths)
     n_keys = len(written.meta.get("summary_auto") or {}) if written else 0
     con.print(Text.assemble(("wrote", "green"), " run ", (visible(f"{run.project}/{run.id}"), "bold"),
-                            f" ({steps} steps, {n_keys} metric keys)"))
+                            f" ({plural(steps, 'step')}, {plural(n_keys, 'metric key')})"))
     con.print(literal(f"  folder: {run.dir}"))
     con.print("next:")
     root_flag = f" --root {root}" if root else ""
+    ref = f"{run.project}/{run.name}"
     con.print(literal(f"  trackstore runs{root_flag}"))
-    con.print(literal(f"  trackstore show {run.id[:24]}{root_flag}"))
-    con.print(literal(f"  trackstore samples {run.id[:24]}{root_flag}"))
-    con.print(literal(f"  trackstore trace {run.id[:24]}{root_flag}"))
+    con.print(literal(f"  trackstore show {ref}{root_flag}"))
+    con.print(literal(f"  trackstore samples {ref}{root_flag}"))
+    con.print(literal(f"  trackstore trace {ref}{root_flag}"))
     con.print(literal(f"  trackstore sql \"SELECT key, max(value) FROM metrics WHERE key LIKE 'critic/score/%' GROUP BY key\"{root_flag}"))
     con.print(literal(f"  trackstore sync --to mlflow{root_flag}"))
+
+
+def _free_name(root, project: str, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``... when a run of ``project`` already has it: each demo run
+    has a name of its own, so ``trackstore show demo-grpo/<name>`` names one run (docs/quickstart.md)."""
+    from trackstore.read.catalog import list_runs
+    from trackstore.store.layout import resolve_root
+
+    path = resolve_root(root)
+    taken = {r.name for r in list_runs(path, project=project, unreadable=True)} if path.exists() else set()
+    n, name = 1, base
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, console, emit, literal
+from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, literal, plural
 
 
 def doctor(
@@ -18,6 +18,7 @@ def doctor(
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be repaired; move what cannot under <root>/_quarantine/ (never deletes data).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer, and find rows whose (writer, seq) id another row of the run also holds.")] = False,
     fmt: FormatOpt = Format.table,
+    wide: WideOpt = False,
 ) -> None:
     """Check the store: temp files, unreadable Parquet, crashed runs, broken run.json, orphaned sync state, trash.
 
@@ -30,13 +31,18 @@ def doctor(
     from trackstore.upkeep.doctor import doctor as run_doctor
 
     root_path = resolve_root(root)
-    report = run_doctor(root_path, fix_problems=fix, deep=deep)
+    from trackstore.store.layout import iter_run_dirs
+
+    total = sum(1 for _ in iter_run_dirs(root_path)) if deep else None
+    with Steps("doctor --deep", total=total, quiet=not deep) as step:  # only --deep reads enough to take long
+        report = run_doctor(root_path, fix_problems=fix, deep=deep, on_run=lambda _project, run_id: step(run_id))
     rows = [f.row(root_path) for f in report.findings]
     con = console(stderr=fmt is not Format.table)
     columns = ["check", "severity", "path", "problem", "fixed" if fix else "advice"]
     if fmt is Format.table:
         if rows:
-            emit(rows, fmt, columns=columns, title=f"{len(rows)} findings in {root_path}")
+            emit(rows, fmt, columns=columns, title=f"{plural(len(rows), 'finding')} in {root_path}", wide=wide,
+                 drop_order=["check"], wrap=["path", "problem", "advice", "fixed"])
     else:
         emit(rows, fmt, columns=["check", "severity", "path", "problem", "advice", "fixed"])
     for note in report.notes:
@@ -47,4 +53,4 @@ def doctor(
         con.print("store is healthy" + (" (findings above)" if rows and not fix else ""))
         return
     n = len(report.remaining)
-    raise StoreError((f"{n} problems remain" if n != 1 else "1 problem remains") + ("" if fix else "; run `trackstore doctor --fix`"))
+    raise StoreError((f"{plural(n, 'problem')} remain" if n != 1 else "1 problem remains") + ("" if fix else "; run `trackstore doctor --fix`"))

@@ -13,7 +13,19 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, check_targets, console, emit, literal
+from .common import (
+    Format,
+    FormatOpt,
+    RootOpt,
+    Steps,
+    WideOpt,
+    check_targets,
+    console,
+    emit,
+    literal,
+    plural,
+    store_run_ids,
+)
 
 COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes", "reason"]
 
@@ -33,6 +45,7 @@ def gc(
     show_kept: Annotated[bool, typer.Option("--show-kept", help="Also list the runs kept, with the reason.")] = False,
     compact: Annotated[bool, typer.Option("--compact", help="Also merge the part files of the ended runs that are kept (older than --older-than).")] = False,
     fmt: FormatOpt = Format.table,
+    wide: WideOpt = False,
 ) -> None:
     """Delete old runs that ended and are fully synced; show the plan and ask first.
 
@@ -65,9 +78,12 @@ def gc(
     con = console(stderr=fmt is not Format.table)
     if fmt is Format.table:
         if rows:
-            emit(rows, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS,
-                 title=f"{'would delete' if dry_run else 'to delete'}: {len(plan.delete)} runs, "
-                       f"{format_bytes(plan.freed_bytes)}")
+            shown = [{**r, "bytes": format_bytes(r["bytes"])} for r in rows]
+            emit(shown, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS,
+                 title=f"{'would delete' if dry_run else 'to delete'}: {plural(len(plan.delete), 'run')}, "
+                       f"{format_bytes(plan.freed_bytes)}",
+                 wide=wide, run_ids=store_run_ids(root_path), labels={"ended_at": "ended", "age_days": "days"},
+                 drop_order=["ended_at", "project", "status", "name"])
     else:
         emit(rows, fmt, columns=["action", *COLUMNS])
     kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")
@@ -86,13 +102,15 @@ def gc(
         if not sys.stdin.isatty():
             raise UsageError("gc needs confirmation and there is no terminal to ask: pass --yes (e.g. from cron), "
                              "or --dry-run to only see the plan; nothing deleted")
-        if not typer.confirm(f"Delete {len(plan.delete)} runs ({format_bytes(plan.freed_bytes)})?", default=False):
+        if not typer.confirm(f"Delete {plural(len(plan.delete), 'run')} ({format_bytes(plan.freed_bytes)})?",
+                             default=False):
             con.print("nothing deleted")
             raise typer.Exit(1)
-    result = G.execute(root_path, plan)
+    with Steps("gc", total=len(plan.delete)) as step:
+        result = G.execute(root_path, plan, on_deleted=lambda c: step(c.run_id))
     for c in result.skipped:
         con.print(literal(f"kept {c.project}/{c.run_id}: {c.reason}"), style="yellow")
-    con.print(f"deleted {len(result.deleted)} runs, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")
+    con.print(f"deleted {plural(len(result.deleted), 'run')}, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")
     _compact(root_path, plan, policy, compact, con)
 
 
@@ -106,4 +124,4 @@ def _compact(root_path, plan, policy, enabled: bool, con) -> None:
     changed = [r for r in results if r.changed]
     before = sum(k.files_before for r in changed for k in r.kinds)
     after = sum(k.files_after for r in changed for k in r.kinds)
-    con.print(f"compacted {len(changed)} kept runs: {before} part files -> {after}")
+    con.print(f"compacted {plural(len(changed), 'kept run')}: {plural(before, 'part file')} -> {after}")

@@ -9,82 +9,61 @@ so ``trackstore --help`` answers fast.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Any
 
-import typer
-
-from . import (  # store upkeep (issue 7)  # SQL, curves, comparisons (issue 4)
-    bundle_cmd,
-    compact_cmd,
-    compare_cmd,
-    demo_cmd,
-    doctor_cmd,
-    gc_cmd,
-    plot_cmd,
-    records_cmd,
-    run_cmd,  # wandb scripts under the drop-in (issue 8)
-    runs_cmd,
-    show_cmd,
-    sql_cmd,
-    sync_cmd,
-)
-
-app = typer.Typer(
-    name="trackstore",
-    help="Local-first experiment tracking for LLM RL: log to Parquet, query with SQL, "
-    "replay to wandb, MLflow or SwanLab when the network allows.",
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-)
+from .commands import COMMANDS, HELP
 
 
-def _version(value: bool) -> None:
-    if value:
-        from trackstore._version import __version__
+def overview() -> str:
+    """``trackstore --help``, without importing typer or any command."""
+    import os
+    import textwrap
 
-        typer.echo(f"trackstore {__version__}")
-        raise typer.Exit()
+    width = min(int(os.environ.get("COLUMNS", "0") or 0) or 80, 100)
+    names = max(len(n) for n in COMMANDS)
+    lines = ["Usage: trackstore [OPTIONS] COMMAND [ARGS]...", ""]
+    lines += textwrap.wrap(HELP, width - 2, initial_indent="  ", subsequent_indent="  ")
+    lines += ["", "Options:", "  --version   Print the version and exit.", "  -h, --help  Show this message and exit.",
+              "", "Commands:"]
+    for name, (_module, _func, short) in COMMANDS.items():
+        lines += textwrap.wrap(short, width - 2, initial_indent=f"  {name:<{names}}  ",
+                               subsequent_indent=" " * (names + 4))
+    lines += ["", "`trackstore COMMAND --help` describes a command; docs/cli.md all of them."]
+    return "\n".join(lines) + "\n"
 
 
-@app.callback()
-def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
-) -> None:
-    """Local-first experiment tracking for LLM RL."""
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the whole app, built on first use (docgen, tests)
+        from .app import build_app
 
-
-app.command("runs")(runs_cmd.runs)
-app.command("show")(show_cmd.show)
-app.command("sql")(sql_cmd.sql)
-app.command("samples")(records_cmd.samples)
-app.command("trace")(records_cmd.trace)
-app.command("plot")(plot_cmd.plot)
-app.command("compare")(compare_cmd.compare)
-app.command("demo")(demo_cmd.demo)
-app.command("sync")(sync_cmd.sync)
-app.command("status")(sync_cmd.status)
-app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run_cmd.run)
-app.command("compact")(compact_cmd.compact)
-app.command("gc")(gc_cmd.gc)
-app.command("export")(bundle_cmd.export)
-app.command("import")(bundle_cmd.import_)
-app.command("doctor")(doctor_cmd.doctor)
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used by tests)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in ([], ["--help"], ["-h"]):
+        sys.stdout.write(overview())
+        return 0
+    if args == ["--version"]:
+        from trackstore._version import __version__
+
+        sys.stdout.write(f"trackstore {__version__}\n")
+        return 0
+    import typer
+
     from trackstore.errors import TrackstoreError
 
-    from .common import visible_lines
+    from .app import build_app
 
     try:
         # with standalone_mode=False, click returns the code of a typer.Exit instead of raising
-        code = app(args=argv, standalone_mode=False)
+        only = args[0] if args[0] in COMMANDS else None  # else: an option, or a mistyped command
+        code = build_app(only)(args=args, standalone_mode=False, prog_name="trackstore")
     except TrackstoreError as exc:
+        from .common import visible_lines
+
         sys.stderr.write(f"error: {visible_lines(str(exc))}\n")  # names and SQL in it are the user's
         return exc.exit_code
     except typer.Exit as exc:

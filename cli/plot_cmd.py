@@ -15,7 +15,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, choices, emit, visible
+from .common import Format, RootOpt, choices, emit, plural, visible
 from .sql_cmd import StrictOpt, report_skipped_files
 
 XAxis = choices("XAxis", ("step", "time"))
@@ -72,15 +72,45 @@ def _unique(infos):
     return out
 
 
-def _series(data, labels) -> dict[str, list[tuple[str, list[float], list[float]]]]:
-    """``{key: [(run label, xs, ys), ...]}`` in the order the rows come (run, key, x)."""
-    out: dict[str, dict[str, tuple[list, list]]] = {}
+Curve = tuple  # (run label, xs, values, mins, maxs): the bucket means and each bucket's extremes
+MARKERS = ("•", "x", "+", "o", "*", "#", "@", "%")  # one per run: two runs differ without colour too
+PNG_MARKERS = ("o", "x", "+", "s", "^", "D", "v", "*")
+
+
+def _series(data, labels) -> dict[str, list[Curve]]:
+    """``{key: [(run label, xs, ys, mins, maxs), ...]}`` in the order the rows come (run, key, x)."""
+    out: dict[str, dict[str, tuple[list, list, list, list]]] = {}
     cols = data.to_pydict()
-    for project, run_id, key, xv, yv in zip(cols["project"], cols["run_id"], cols["key"], cols["x"], cols["value"]):
-        xs, ys = out.setdefault(key, {}).setdefault(labels[(project, run_id)], ([], []))
+    lows = cols.get("min") or cols["value"]
+    highs = cols.get("max") or cols["value"]
+    for project, run_id, key, xv, yv, lo, hi in zip(cols["project"], cols["run_id"], cols["key"], cols["x"],
+                                                   cols["value"], lows, highs):
+        xs, ys, mins, maxs = out.setdefault(key, {}).setdefault(labels[(project, run_id)], ([], [], [], []))
         xs.append(xv)
         ys.append(yv)
-    return {k: [(label, xs, ys) for label, (xs, ys) in sorted(v.items())] for k, v in sorted(out.items())}
+        mins.append(yv if lo is None else lo)
+        maxs.append(yv if hi is None else hi)
+    return {k: [(label, *v) for label, v in sorted(runs.items())] for k, runs in sorted(out.items())}
+
+
+def integer_ticks(lo: float, hi: float, most: int) -> list[int]:
+    """At most ``most`` round integer positions (1, 2, 5 x 10^k apart) between ``lo`` and ``hi``."""
+    import math
+
+    span = max(hi - lo, 1)
+    step = 1
+    for power in range(0, 19):
+        for mult in (1, 2, 5):
+            step = mult * 10 ** power
+            if span / step <= max(most - 1, 1):
+                first = math.ceil(lo / step) * step
+                return list(range(int(first), int(hi) + 1, step))
+    return [int(lo), int(hi)]
+
+
+def _has_spread(curve: Curve) -> bool:
+    _label, _xs, ys, mins, maxs = curve
+    return any(lo < y or hi > y for y, lo, hi in zip(ys, mins, maxs))
 
 
 def _terminal(series, xlabel: str, smooth: int | None, width: int | None, height: int | None) -> None:
@@ -89,14 +119,30 @@ def _terminal(series, xlabel: str, smooth: int | None, width: int | None, height
     fig = plt.figure
     cols = width or int(os.environ.get("COLUMNS", "0") or 0) or shutil.get_terminal_size((100, 24)).columns
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    for key, lines in series.items():
+    for key, curves in series.items():
         fig.clear()
         fig.plot_size(max(40, cols), max(8, height or 20))
-        for label, xs, ys in lines:
-            fig.draw(fig.signal(xs, ys).label(visible(label)).lines())
-        fig.title(visible(key) + (f"  (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+        fig.legend(False)  # it would cover the data: the legend is printed below the chart
+        spread = False
+        for i, curve in enumerate(curves):
+            _label, xs, ys, mins, maxs = curve
+            if _has_spread(curve):  # each bucket's extremes, so a spike inside a bucket shows
+                spread = True
+                fig.draw(fig.signal(xs, mins, marker="·"))
+                fig.draw(fig.signal(xs, maxs, marker="·"))
+            fig.draw(fig.signal(xs, ys, marker=MARKERS[i % len(MARKERS)]).lines())
+        if xlabel == "step":
+            lo = min(min(c[1]) for c in curves)
+            hi = max(max(c[1]) for c in curves)
+            ticks = integer_ticks(lo, hi, max(2, cols // 12))
+            fig.ruler("x").ticks(ticks, [str(t) for t in ticks])
+        fig.title(visible(key) + (f"  (smoothed over {plural(smooth, 'point')})" if smooth and smooth > 1 else ""))
         fig.label(xlabel)
         sys.stdout.write(fig.build().string(colorless=not color) + "\n")
+        legend = [f"  {MARKERS[i % len(MARKERS)]} {visible(c[0])}" for i, c in enumerate(curves)]
+        if spread:
+            legend.append("  · lowest and highest value in each plotted bucket")
+        sys.stdout.write("\n".join(legend) + "\n")
     sys.stdout.flush()
 
 
@@ -110,15 +156,23 @@ def _png(series, path: Path, xlabel: str, smooth: int | None) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("--png needs matplotlib: pip install 'trackstore[plot]'") from None
+    from matplotlib.ticker import MaxNLocator
+
     n = len(series)
-    fig, axes = plt.subplots(n, 1, figsize=(9, 3.2 * n), squeeze=False)
-    for ax, (key, lines) in zip(axes[:, 0], series.items()):
-        for label, xs, ys in lines:
-            ax.plot(xs, ys, label=label, linewidth=1.2)
-        ax.set_title(key + (f" (smoothed over {smooth} points)" if smooth and smooth > 1 else ""))
+    fig, axes = plt.subplots(n, 1, figsize=(10, 3.2 * n), squeeze=False)
+    for ax, (key, curves) in zip(axes[:, 0], series.items()):
+        for i, curve in enumerate(curves):
+            label, xs, ys, mins, maxs = curve
+            line, = ax.plot(xs, ys, label=label, linewidth=1.2, marker=PNG_MARKERS[i % len(PNG_MARKERS)],
+                            markevery=max(1, len(xs) // 12), markersize=4)
+            if _has_spread(curve):  # each bucket's extremes, so a spike inside a bucket shows
+                ax.fill_between(xs, mins, maxs, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_title(key + (f" (smoothed over {plural(smooth, 'point')})" if smooth and smooth > 1 else ""))
         ax.set_xlabel(xlabel)
+        if xlabel == "step":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the data
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -60,16 +60,17 @@ def open_store(root, *, strict: bool = False, **kw) -> Iterator:
 def report_skipped_files() -> Iterator[None]:
     """Print each damaged file a read skipped or read in part (a SkippedFileWarning or
     RunJsonWarning) on stderr as one line; other warnings pass on unchanged."""
-    from trackstore.read.views import SkippedFileWarning
     from trackstore.store.meta import RunJsonWarning
 
-    ours = (SkippedFileWarning, RunJsonWarning)
     try:
         with warnings.catch_warnings(record=True) as caught:
-            for category in ours:
-                warnings.simplefilter("always", category)
+            warnings.simplefilter("always")  # every one recorded; those not ours pass on through the filters below
             yield
     finally:  # outside catch_warnings, so warnings passed on are not recorded again
+        ours: tuple[type[Warning], ...] = (RunJsonWarning,)
+        views = sys.modules.get("trackstore.read.views")  # not imported by the block: it skipped no file
+        if views is not None:
+            ours += (views.SkippedFileWarning,)
         seen = set()
         for w in caught:
             if issubclass(w.category, ours):
@@ -108,5 +109,8 @@ def print_table(table, fmt: Format, *, output=None, limit: int = 0, title: str |
     """Render a pyarrow Table through :func:`cli.common.emit` (table view limited to ``limit`` rows)."""
     total = table.num_rows
     shown = table.slice(0, limit) if fmt is Format.table and limit and total > limit else table
-    rows = shown.to_pylist()
-    emit(rows, fmt, columns=table.column_names, output=output, total=total, arrow_table=table, title=title)
+    from trackstore.store.arrays import to_pylist
+
+    rows = to_pylist(shown)
+    emit(rows, fmt, columns=table.column_names, output=output, total=total, arrow_table=table, title=title,
+         hint="--format csv or json shows all")

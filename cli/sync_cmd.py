@@ -18,7 +18,21 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, check_targets, choices, console, echo_err, emit, literal, visible
+from .common import (
+    Format,
+    FormatOpt,
+    RootOpt,
+    WideOpt,
+    check_targets,
+    choices,
+    console,
+    echo_err,
+    emit,
+    one_line,
+    plural,
+    store_run_ids,
+    visible,
+)
 
 TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
                                         "(or one registered by a plugin).")]
@@ -32,13 +46,17 @@ TARGET_MODES = {"mlflow": (), "wandb": ("online", "offline"), "wandb-offline": (
 class _CronProgress:
     """Plain lines for logs and cron mail (no TTY): one line per run, retries as they happen."""
 
-    def __init__(self, quiet: bool = False):
+    def __init__(self, quiet: bool = False, opening: str | None = None):
         self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
         self.out = sys.stderr if quiet else sys.stdout
+        self.opening = opening  # "mlflow at URI": said once, before the first run opens it
 
     def run_started(self, run, total):
         if not self.quiet:
-            print(visible(f"sync {run.project}/{run.run_id}: {total} rows pending"), file=self.out, flush=True)
+            if self.opening:
+                print(visible(f"sync: opening {self.opening}"), file=self.out, flush=True)
+                self.opening = None
+            print(visible(f"sync {run.project}/{run.run_id}: {plural(total, 'row')} pending"), file=self.out, flush=True)
 
     def advanced(self, n):
         pass
@@ -49,18 +67,19 @@ class _CronProgress:
         if result.up_to_date and result.ok:
             return
         sent = ", ".join(f"{k} {v}" for k, v in result.sent.items() if v) or "nothing new"
-        state = "ok" if result.ok else f"FAILED: {result.error}"
-        print(visible(f"sync {result.project}/{result.run_id}: {state} ({sent}; {result.retries} retries)"), file=self.out,
-              flush=True)
+        state = "ok" if result.ok else f"FAILED: {one_line(result.error or '')}"
+        print(visible(f"sync {result.project}/{result.run_id}: {state} ({sent}; "
+                      f"{plural(result.retries, 'retry', 'retries')})"), file=self.out, flush=True)
 
     def message(self, text):
         print(visible(text), file=self.out, flush=True)
 
 
 class _RichProgress:
-    """A progress bar per run (points sent, rate, ETA) on a terminal."""
+    """A progress bar per run (points sent, rate, ETA) on a terminal; while a run's first request
+    opens the target (a first MLflow sync creates its database, ~10 s), the bar says so."""
 
-    def __init__(self):
+    def __init__(self, opening: str | None = None):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -70,12 +89,14 @@ class _RichProgress:
             TimeRemainingColumn,
         )
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
                             TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                             console=console(stderr=True), transient=False)
         self.task = None
         self.started = 0.0
         self.done = 0
+        self.opening = opening
+        self.opening_task = None  # a line of its own while the run's first request opens the target
 
     def __enter__(self):
         self.bar.start()
@@ -86,23 +107,47 @@ class _RichProgress:
 
     def run_started(self, run, total):
         self.started, self.done = time.monotonic(), 0
-        self.task = self.bar.add_task(visible(f"{run.project}/{run.run_id[:24]}"), total=max(total, 1), rate="")
+        self.task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
+        if self.opening and self.opening_task is None:
+            self.opening_task = self.bar.add_task(f"[dim]opening {escape(visible(self.opening))}…[/dim]",
+                                                  total=None, rate="")
+
+    def _opened(self):
+        if self.opening_task is not None:
+            self.bar.remove_task(self.opening_task)
+            self.opening_task, self.opening = None, None
 
     def advanced(self, n):
+        self._opened()
         self.done += n
         rate = self.done / max(time.monotonic() - self.started, 1e-6)
         self.bar.update(self.task, advance=n, rate=f"{rate:,.0f} rows/s")
 
     def run_ended(self, result):
+        self._opened()
         if self.task is not None:
-            t = self.bar.tasks[-1]
-            self.bar.update(self.task, completed=t.total)
+            if result.ok:
+                t = self.bar.tasks[-1]
+                self.bar.update(self.task, completed=t.total)
+            else:
+                self.bar.update(self.task, rate="[red]FAILED[/red]")
             self.task = None
         if not result.ok:
-            self.bar.console.print(literal(f"{result.project}/{result.run_id}: {result.error}"), style="red")
+            from rich.text import Text
+
+            self.bar.console.print(Text(f"{result.run_id}: {one_line(result.error or '', 500)}", style="red"),
+                                   no_wrap=True, overflow="ellipsis")
 
     def message(self, text):
-        self.bar.console.print(literal(text), style="yellow")
+        from rich.text import Text
+
+        self.bar.console.print(Text(one_line(text, 500), style="yellow"), no_wrap=True, overflow="ellipsis")
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def sync(
@@ -127,6 +172,7 @@ def sync(
                                                       "target's own limit).")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Read back what the target holds and compare counts.")] = False,
     fmt: Annotated[SummaryFormat, typer.Option("--format", "-f", help="Summary format: table or json.")] = SummaryFormat.table,
+    wide: WideOpt = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for another sync of this target to finish instead of "
                                        "exiting with code 6.")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
@@ -163,7 +209,7 @@ def sync(
     stop = _WatchStop() if watch is not None else None
     try:
         report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
-                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait)
+                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide)
     finally:
         if stop is not None:
             stop.restore()
@@ -221,46 +267,54 @@ class _WatchStop:
             signal.signal(sig, handler)
 
 
-def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait):
+def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
     from trackstore.sync import sync as do_sync
 
+    first = True
+    seen: dict | None = None  # --watch: what each run's last summary row said (a pass prints what changed)
     while True:
         with _in_pass(stop):
-            reachable = dry_run or _target_reachable(to, options, if_online=if_online, watch=watch)
+            where = _target_reachable(to, options, if_online=if_online, watch=watch) if not dry_run else None
+            reachable = dry_run or where is not None
+            opening = f"{to} at {where}" if where and first else None  # later passes have it open already
             if reachable:
                 if interactive:
-                    with _RichProgress() as progress:
+                    with _RichProgress(opening) as progress:
                         report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
                 else:
-                    report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json),
-                                     wait_lock=wait)
+                    report = do_sync(root_path, to, opts, options,
+                                     progress=_CronProgress(quiet=fmt is Format.json, opening=opening), wait_lock=wait)
+                first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
             if stop.sleep(watch):
                 raise KeyboardInterrupt
             continue
-        _render(report, fmt)
+        seen = render_summary(report, fmt, root_path, wide=wide, seen=seen)
         if watch is None or stop.stopped or stop.sleep(watch):
             return report
 
 
-def _target_reachable(to, options, *, if_online: bool, watch: float | None) -> bool:
-    """Whether the target answers. Unreachable: exit 0 with ``--if-online``, raise without
-    ``--watch``, else say so and return False (the watch loop retries)."""
+def _target_reachable(to, options, *, if_online: bool, watch: float | None) -> str | None:
+    """Where the target is (its destination, credentials left out) if it answers. Unreachable:
+    exit 0 with ``--if-online``, raise without ``--watch``, else say so and return None (the
+    watch loop retries)."""
     from trackstore.errors import TargetUnreachableError
     from trackstore.sync import make_adapter
 
     adapter = make_adapter(to, options)
     try:
         adapter.check_online()
-        return True
+        from trackstore.store.redact import redact_text
+
+        return redact_text(str(adapter.destination()))
     except TargetUnreachableError as exc:
         if if_online:
             raise typer.Exit(0) from None
         if watch is None:
             raise
         echo_err(f"{exc}; retrying in {watch:.0f}s")
-        return False
+        return None
     finally:
         adapter.close()
 
@@ -294,8 +348,15 @@ def _lost_line(result) -> str:
     return f"WARNING: rows lost before sync (the writer could not write them): {result.write_errors}"
 
 
-def _render(report, fmt: Format) -> None:
-    rows = [r.row() for r in report.runs]
+SUMMARY_LABELS = {"histograms": "hists"}
+SUMMARY_DROP = ["name", "project", "skipped", "retries", "artifacts", "histograms", "spans", "samples"]
+
+
+def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, seen: dict | None = None) -> dict:
+    """Print the summary of a pass; returns what each run's row said. With ``seen`` (the
+    previous pass of ``--watch``), only runs whose row changed are printed, and nothing when
+    none did."""
+    rows = {(r.project, r.run_id): r.row() for r in report.runs}
     if fmt is Format.json:
         import json
 
@@ -306,7 +367,8 @@ def _render(report, fmt: Format) -> None:
                                           "write_errors": r.write_errors, "verified": r.verified,
                                           "verify_ok": r.verify_ok} for r in report.runs]}
         print(json.dumps(out, indent=1, ensure_ascii=False))
-        return
+        return rows
+    ids = store_run_ids(root_path) if root_path is not None else None
     if report.dry_run:
         plan = []
         for r in report.runs:
@@ -314,29 +376,41 @@ def _render(report, fmt: Format) -> None:
                          **{k: v for k, v in r.pending.items()},
                          "cannot hold": "; ".join(f"{reason}: {n}" if n else reason for reason, n in r.skipped.items()),
                          "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
-        emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}")
+        emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
+             run_ids=ids, labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
         _print_lost(report.runs)
-        return
+        return rows
+    if seen is not None:  # a later pass of --watch: what changed since the last one, if anything
+        changed = [r for r in report.runs if (r.ok and not r.up_to_date)  # sent something
+                   or (not r.ok and seen.get((r.project, r.run_id)) != rows[(r.project, r.run_id)])]  # a new failure
+        if changed:
+            emit([r.row() for r in changed], Format.table, title=f"{time.strftime('%H:%M:%S')} synced to "
+                 f"{report.target} {report.destination}", wide=wide, run_ids=ids, labels=SUMMARY_LABELS,
+                 drop_order=SUMMARY_DROP)
+            _print_lost(changed)
+        return rows
     if not rows:
         print(visible(f"nothing to sync to {report.target} {report.destination}"))
-        return
+        return rows
     changed = [r for r in report.runs if not r.up_to_date or not r.ok]
     if not changed:
-        print(visible(f"{len(rows)} runs already up to date at {report.target} {report.destination}"))
-        return
-    emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}")
+        print(visible(f"{plural(len(rows), 'run')} already up to date at {report.target} {report.destination}"))
+        return rows
+    emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}",
+         wide=wide, run_ids=ids, labels=SUMMARY_LABELS, drop_order=SUMMARY_DROP)
     _print_lost(changed)
-    skipped = {}
+    skipped: dict = {}
     for r in report.runs:
         for reason, n in r.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
     for reason, n in skipped.items():
-        print(visible(f"not representable at {report.target}: {reason}" + (f" ({n} rows)" if n else "")))
+        print(visible(f"not representable at {report.target}: {reason}" + (f" ({plural(n, 'row')})" if n else "")))
     notes = sorted({n for r in report.runs for n in r.notes})
     for n in notes[:20]:
         print(visible(f"note: {n}"))
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
+    return rows
 
 
 def _print_lost(runs) -> None:
@@ -349,7 +423,8 @@ def _print_lost(runs) -> None:
 def status(
     root: RootOpt = None,
     to: Annotated[Optional[str], typer.Option("--to", "-t", help="Only this target.")] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    fmt: FormatOpt = Format.table,
+    wide: WideOpt = False,
 ) -> None:
     """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
     from trackstore.read.catalog import list_runs
@@ -388,7 +463,18 @@ def status(
     for key, info in infos.items():
         if key not in seen:
             rows.append(row(info, None, to or "-", "(never synced)"))
-    emit(rows, fmt, title="sync status")
+    if fmt is Format.table:
+        from trackstore.store.units import format_bytes
+
+        for r in rows:
+            r["bytes"] = format_bytes(r["bytes"])
+    emit(rows, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
+         drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
+
+
+STATUS_LABELS = {"pending_metrics": "metrics", "pending_other": "other", "synced_status": "synced",
+                 "last_sync_at": "last sync", "last_error": "error", "unreadable_parts": "unreadable",
+                 "write_errors": "lost rows", "destination": "where"}
 
 
 def _stored_ids(paths) -> tuple[dict, int]:

@@ -279,7 +279,7 @@ class Engine:
         except PermanentError as exc:
             self._fail(cursor, res, str(exc), "permanent")
         except (RetryableError, TargetUnreachableError) as exc:
-            self._fail(cursor, res, f"gave up after {res.retries} retries: {exc}", "unreachable")
+            self._fail(cursor, res, f"gave up after {res.retries} {'retry' if res.retries == 1 else 'retries'}: {exc}", "unreachable")
         except TrackstoreError as exc:
             self._fail(cursor, res, str(exc), "error")
         except PermissionError as exc:  # e.g. a kind folder this user may not list
@@ -341,7 +341,7 @@ class Engine:
         cursor.acked_set(kind).add_table(batch)
         cursor.in_doubt = None
         res.notes.append(f"reconciled an interrupted {kind} batch: {batch.num_rows - missing.num_rows} of "
-                         f"{batch.num_rows} rows were already at the target")
+                         f"{batch.num_rows} {'row was' if batch.num_rows == 1 else 'rows were'} already at the target")
         save_cursor(self.root, cursor)
 
     def _batches(self, kind: str, table):

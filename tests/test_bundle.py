@@ -312,7 +312,7 @@ def test_cli_export_import(two, tmp_path):
     make_run(a, "other")
     out = run_cli("export", "--project", "proj", "--compress", "--split", "1M", "-o", str(tmp_path / "x.tar"), root=a)
     assert out.returncode == 0, out.stderr
-    assert "1 runs" in out.stdout
+    assert "wrote 1 run," in out.stdout
     none = run_cli("export", "-o", str(tmp_path / "y.tar"), root=a)
     assert none.returncode == 2
     imp = run_cli("import", str(tmp_path / "x.tar"), "--format", "json", root=b)
@@ -357,7 +357,7 @@ def test_cli_export_since(two, tmp_path):
     assert exported(sixty_days_ago, "both.tar") == {old.run_id, new.run_id}
     # --since narrows --project too
     out = run_cli("export", "--project", "p", "--since", "7d", "-o", str(tmp_path / "pw.tar"), root=a)
-    assert out.returncode == 0 and "1 runs" in out.stdout, out.stderr
+    assert out.returncode == 0 and "wrote 1 run," in out.stdout, out.stderr
     for bad in ("yesterday", "7 days"):
         out = run_cli("export", "--since", bad, "-o", str(tmp_path / "bad.tar"), root=a)
         assert out.returncode == 2 and "invalid --since" in out.stderr, (bad, out.stderr)

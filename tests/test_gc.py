@@ -303,7 +303,7 @@ def test_cli_asks_on_a_terminal(root):
     code, out = _in_pty(["gc", "--older-than", "1d", "--root", str(root)], b"n\n")
     assert code == 1 and "nothing deleted" in out and p.dir.exists()
     code, out = _in_pty(["gc", "--older-than", "1d", "--root", str(root)], b"y\n")
-    assert code == 0 and "deleted 1 runs" in out and not p.dir.exists()
+    assert code == 0 and "deleted 1 run," in out and not p.dir.exists()
 
 
 def test_gc_compact_merges_the_old_runs_it_keeps(root):
@@ -312,7 +312,7 @@ def test_gc_compact_merges_the_old_runs_it_keeps(root):
     before = store_snapshot(root)
     out = run_cli("gc", "--older-than", "30d", "--yes", "--compact", root=root)
     assert out.returncode == 0, out.stderr
-    assert "compacted 1 kept runs: 8 part files -> 2" in out.stdout
+    assert "compacted 1 kept run: 8 part files -> 2" in out.stdout
     assert len(kept.parts("metrics")) == 1 and len(recent.parts("metrics")) == 4
     assert store_snapshot(root) == before
 

@@ -109,7 +109,7 @@ def test_run_resumed_while_gc_asks_is_kept_with_its_new_points(root):
     code, out = gc.answer(b"y\n")
     assert code == 0, out
     assert f"kept p/{victim.run_id}: changed since the plan" in out and "run gc again" in out
-    assert "deleted 1 runs" in out
+    assert "deleted 1 run," in out
     assert {r.run_id for r in list_runs(root)} == {victim.run_id}
     assert points(root, victim.run_id) == before + 50
     # the next gc sees the unsynced points and says so
@@ -235,7 +235,7 @@ def test_resume_after_the_rename_starts_afresh_and_never_writes_into_the_trash(r
                 p.kill()
     assert gc.returncode == 0, err
     assert resumer.returncode == 0, r_err
-    assert "deleted 1 runs" in out
+    assert "deleted 1 run," in out
     assert "was deleted by `trackstore gc` while this process was resuming it" in r_err
     assert G.trash_entries(root) == []  # nothing was written into the moved folder after gc removed it
     assert points(root, victim.run_id) == 50  # the new run holds exactly the new points

@@ -6,7 +6,8 @@
     run.finish()
     con = trackstore.connect()        # DuckDB connection with views over every run
 
-``import trackstore`` is cheap: it imports neither pyarrow nor duckdb nor any target SDK.
+``import trackstore`` is cheap: it imports the errors and the version only (every public name
+loads on first use), so neither pyarrow nor duckdb nor any target SDK.
 pyarrow is imported by the writer thread at its first flush, duckdb by ``connect``/``query``.
 """
 
@@ -30,13 +31,13 @@ from .errors import (
     UsageError,
     WriteError,
 )
-from .records.histogram import Histogram
-from .write.run import Run, current_run, finish, init, log
 
 if TYPE_CHECKING:  # pragma: no cover
     from .integrations.watch import unwatch, watch
     from .read.views import connect, query, wide
+    from .records.histogram import Histogram
     from .records.trace import configure, traced
+    from .write.run import Run, current_run, finish, init, log
 
 __all__ = [
     "__version__",
@@ -69,6 +70,13 @@ __all__ = [
 ]
 
 _LAZY = {
+    # the write path too: `import trackstore.cli.main` (every CLI start) pays for none of it
+    "init": ("write.run", "init"),
+    "log": ("write.run", "log"),
+    "finish": ("write.run", "finish"),
+    "current_run": ("write.run", "current_run"),
+    "Run": ("write.run", "Run"),
+    "Histogram": ("records.histogram", "Histogram"),
     "connect": ("read.views", "connect"),
     "query": ("read.views", "query"),
     "wide": ("read.views", "wide"),
@@ -80,7 +88,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    # Heavy parts (duckdb, torch helpers) load on first use only.
+    # Everything but the version and the errors loads on first use only.
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'trackstore' has no attribute {name!r}")

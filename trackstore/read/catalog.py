@@ -109,6 +109,29 @@ class RunInfo:
         }
 
 
+    def view_row(self) -> dict[str, Any]:
+        """:meth:`row` with the types of the ``runs`` SQL view: times as aware UTC datetimes,
+        ``last_step``/``exit_code`` as int64 or None, tags as text, other values as text or None
+        (``config`` and ``summary`` stay dicts; the view holds them as JSON text)."""
+        from ..store.clock import parse_time
+        from ..store.meta import INT64_MAX, INT64_MIN
+
+        out = {}
+        for name, v in self.row().items():
+            if name in ("created_at", "ended_at", "updated_at"):
+                v = parse_time(v)
+            elif name in ("config", "summary"):
+                v = v if v is not None else {}
+            elif name == "tags":
+                v = [str(t) for t in (v or [])]
+            elif name in ("last_step", "exit_code"):
+                v = v if isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX else None
+            elif v is not None and not isinstance(v, str):
+                v = str(v)
+            out[name] = v
+        return out
+
+
 @dataclass
 class DataExtent:
     """What a run's part footers say: its largest metric ``step``, its newest row time (epoch s)."""

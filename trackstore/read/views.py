@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import CorruptFileError, QueryError
 from ..store import schema as _schema
+from ..store.arrays import column
 from ..store.last_rows import COLUMN as LAST_OF_KEY
 from ..store.layout import (
     ARTIFACTS_DIR,
@@ -328,7 +329,7 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
     empty = f"_empty_{kind}"
     sch = _schema.SCHEMAS[kind]
     hive = [pa.field("project", pa.string()), pa.field("run", pa.string())]
-    _register(con, empty, pa.schema([*hive, *sch]).empty_table())
+    _register(con, empty, pa.Table.from_batches([], schema=pa.schema([*hive, *sch])))  # empty_table() imports pandas
     if only is None:
         globs = [f"{root}/{PROJECT_PREFIX}*/{RUN_PREFIX}*/{_KIND_GLOB[kind]}"]
     else:
@@ -371,13 +372,11 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     """The ``runs`` view's rows as a pyarrow Table (config/summary as JSON text)."""
     import pyarrow as pa
 
-    from ..store.clock import parse_time
-    from ..store.meta import INT64_MAX, INT64_MIN
     from .catalog import list_runs
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
-    rows = [info.row() for info in list_runs(root, unreadable=True)
+    rows = [info.view_row() for info in list_runs(root, unreadable=True)
             if only is None or (info.project, info.run_id) in only]
     ts = _schema.TS_TYPE
     fields = [
@@ -389,20 +388,10 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     ]
     cols: dict[str, list] = {name: [] for name, _ in fields}
     for r in rows:
-        for name, typ in fields:
+        for name, _typ in fields:
             v = r.get(name)
-            if typ == ts:
-                v = parse_time(v)
-            elif name in ("config", "summary"):
-                v = _json(v if v is not None else {})
-            elif name == "tags":
-                v = [str(t) for t in (v or [])]
-            elif typ == pa.int64():
-                v = v if isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX else None
-            elif v is not None and not isinstance(v, str):
-                v = str(v)
-            cols[name].append(v)
-    return pa.table({name: pa.array(cols[name], typ) for name, typ in fields})
+            cols[name].append(_json(v) if name in ("config", "summary") else v)
+    return pa.table({name: column(cols[name], typ) for name, typ in fields})  # pa.array would import pandas
 
 
 def _create_runs_view(con, root: Path, only: set[tuple[str, str]] | None) -> None:
@@ -425,7 +414,7 @@ def _create_sync_state_view(con, root: Path | None) -> None:
         vals = [r.get(name) for r in rows]
         if typ == "ts":
             vals = [_ts(v) for v in vals]
-        arrays[name] = pa.array(vals, types[typ])
+        arrays[name] = column(vals, types[typ])  # pa.array would import pandas
     _register(con, "_sync_state_data", pa.table(arrays))
     con.execute("CREATE VIEW sync_state AS SELECT * FROM _sync_state_data")
 

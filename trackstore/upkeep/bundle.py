@@ -62,7 +62,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Iterable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
 from ..read.catalog import RunInfo
@@ -370,8 +370,10 @@ def _write_bundle(out: str | os.PathLike, compress: str | None, split_bytes: int
 
 
 def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.PathLike, *,
-                compress: str | None = None, split_bytes: int | None = None) -> ExportResult:
-    """Write the given runs to a bundle at ``out`` (see the module docstring)."""
+                compress: str | None = None, split_bytes: int | None = None,
+                on_stage: Callable[[str], None] | None = None) -> ExportResult:
+    """Write the given runs to a bundle at ``out`` (see the module docstring). ``on_stage`` is
+    told what begins: each run read, then the writing of the bundle (progress)."""
     from ..store import locks
 
     root = resolve_root(root)
@@ -381,11 +383,15 @@ def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.
     with locks.reading(root, job="export"):  # writes nothing into the store (works on a read-only one)
         entries, members = [], []
         for info in runs:
+            if on_stage is not None:
+                on_stage(f"reading {info.project}/{info.run_id}")
             entry, files = _run_members(info)
             entries.append(entry)
             members.extend(files)
         manifest = _manifest_base("runs", compress)
         manifest["runs"] = entries
+        if on_stage is not None:
+            on_stage(f"writing {len(members)} files to {out}")
         paths = _write_bundle(out, compress, split_bytes, manifest, members)
     return ExportResult(paths, len(entries), len(manifest["files"]), sum(p.stat().st_size for p in paths), manifest)
 
@@ -1010,14 +1016,20 @@ def merge_cursors(local, incoming):
     return out
 
 
-def import_bundle(root: str | Path | None, bundle: str | os.PathLike, *, expect: str | None = None) -> ImportResult:
-    """Verify and import a bundle or receipt (``expect``: ``"runs"`` or ``"receipt"`` to insist)."""
+def import_bundle(root: str | Path | None, bundle: str | os.PathLike, *, expect: str | None = None,
+                  on_stage: Callable[[str], None] | None = None) -> ImportResult:
+    """Verify and import a bundle or receipt (``expect``: ``"runs"`` or ``"receipt"`` to insist).
+    ``on_stage`` is told what begins: verifying, then merging (progress)."""
     from ..store import locks
 
     root = resolve_root(root)
     root.mkdir(parents=True, exist_ok=True)
     with locks.acquire_maintenance(root, job="import"):
+        if on_stage is not None:
+            on_stage(f"verifying {bundle}")
         st = _extract_verified(root, bundle)
+        if on_stage is not None:
+            on_stage(f"merging {len(st.manifest.get('runs') or [])} runs")
         try:
             kind = st.manifest.get("kind")
             if expect is not None and kind != expect:

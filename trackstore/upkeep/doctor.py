@@ -53,6 +53,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
@@ -294,8 +295,10 @@ def _check_store_level(root: Path, maintenance: bool) -> list[Finding]:
     return out
 
 
-def diagnose(root: str | Path | None, *, deep: bool = False, temp_age_s: float = TEMP_AGE_S) -> Report:
-    """Look at the whole store and list every problem. Changes nothing."""
+def diagnose(root: str | Path | None, *, deep: bool = False, temp_age_s: float = TEMP_AGE_S,
+             on_run: Callable[[str, str], None] | None = None) -> Report:
+    """Look at the whole store and list every problem. Changes nothing. ``on_run(project,
+    run_id)`` is called after each run is checked (progress)."""
     root = resolve_root(root)
     report = Report(root)
     now = time.time()
@@ -304,6 +307,8 @@ def diagnose(root: str | Path | None, *, deep: bool = False, temp_age_s: float =
         report.notes.append("a gc/compact/import is running: its work folders were not checked")
     for project, run_id, run_dir in iter_run_dirs(root):
         report.findings += _check_run(root, project, run_id, run_dir, deep, temp_age_s, now)
+        if on_run is not None:
+            on_run(project, run_id)
     report.findings += _check_sync(root, now)
     report.findings += _check_store_level(root, maintenance)
     return report
@@ -460,9 +465,9 @@ def _paths_of_run_file(root: Path, run_file: Path) -> RunPaths:
 
 
 def doctor(root: str | Path | None, *, fix_problems: bool = False, deep: bool = False,
-           temp_age_s: float = TEMP_AGE_S) -> Report:
+           temp_age_s: float = TEMP_AGE_S, on_run: Callable[[str, str], None] | None = None) -> Report:
     """Diagnose (and with ``fix_problems`` repair) the store; see the module docstring."""
-    report = diagnose(root, deep=deep, temp_age_s=temp_age_s)
+    report = diagnose(root, deep=deep, temp_age_s=temp_age_s, on_run=on_run)
     if fix_problems and report.findings:
         fix(report)
     return report

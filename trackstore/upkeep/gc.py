@@ -530,10 +530,10 @@ def gc(root: str | Path | None, policy: Policy, *, dry_run: bool = False) -> tup
 
 
 def describe_kept(candidates: Iterable[Candidate]) -> dict[str, int]:
-    """How many runs were kept for each kind of reason (reason text up to the first ':' or '(')."""
+    """How many runs were kept for each kind of reason (reason text up to the first ": " or " (")."""
     out: dict[str, int] = {}
     for c in candidates:
-        key = c.reason.split(" (")[0].split(":")[0]
+        key = c.reason.split(" (")[0].split(": ")[0]  # not ":" alone: a destination URL holds one
         if c.reason.startswith("ended "):
             key = "newer than --older-than"
         out[key] = out.get(key, 0) + 1
