@@ -104,7 +104,7 @@ COMMANDS = {
     "trace": ["trace", "{a}"],
     "trace full": ["trace", "{a}", "--full"],
     "doctor": ["doctor"],
-    "gc": ["gc", "--older-than", "0d", "--include-unsynced", "--dry-run", "--show-kept"],
+    "gc": ["gc", "--older-than", "0d", "--include-unsynced", "--dry-run", "--show-kept", "--wide"],
     "sync": ["sync", "--to", "mlflow", "--dry-run"],
     "plot": ["plot", "{a}", "-k", "[/bold]/loss"],
 }
