@@ -20,6 +20,28 @@ def run_cli(*args: str, root: Path | None = None, env: dict | None = None, input
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, input=input, timeout=timeout)
 
 
+def cli_in_pty(*args: str | Path, columns: int) -> tuple[int, str]:
+    """The real CLI on a pseudo-terminal ``columns`` wide, as a person over ssh runs it:
+    (exit code, everything it printed, CRLF as LF)."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child
+        os.environ["COLUMNS"] = str(columns)
+        os.execv(sys.executable, [sys.executable, "-m", "trackstore.cli.main", *map(str, args)])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace").replace("\r\n", "\n")
+
+
 def python_child(code: str, *, env: dict | None = None, **kw) -> subprocess.Popen:
     """Start a child Python process running ``code`` (for SIGKILL and concurrency tests)."""
     full_env = {**os.environ, **(env or {})}

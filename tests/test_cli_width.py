@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import cli_in_pty, run_cli
 from trackstore.read.catalog import list_runs
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -208,24 +206,8 @@ def test_first_sync_summary_fits(demo_store, tmp_path):
 
 def test_runs_in_a_terminal(demo_store):
     """Through a pseudo-terminal of 80 columns, as a person over ssh sees it."""
-    import pty
-
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ["COLUMNS"] = "80"
-        os.execv(sys.executable, [sys.executable, "-m", "trackstore.cli.main", "runs", "--root", str(demo_store)])
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    _, status = os.waitpid(pid, 0)
-    text = out.decode(errors="replace").replace("\r\n", "\n")
-    assert os.waitstatus_to_exitcode(status) == 0, text
+    code, text = cli_in_pty("runs", "--root", demo_store, columns=80)
+    assert code == 0, text
     check_fits(text, 80)
     header, rows = table_rows(text)
     assert len(rows) == 2

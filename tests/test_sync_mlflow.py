@@ -3,6 +3,7 @@ which does not deduplicate re-sent points, so exactly-once is ours to prove ther
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import mlflow_sqlite_uri, run_cli
+from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -547,27 +548,10 @@ def test_selection_flags(root, tmp_path):
 
 def test_progress_bar_on_a_terminal(root, tmp_path):
     """On a TTY the sync draws a rich progress bar (rows, rate); without one, plain lines."""
-    import pty
-
     uri = mlflow_sqlite_uri(tmp_path)
     make_run(root, steps=50, keys=4)
-    pid, fd = pty.fork()
-    if pid == 0:  # child: the real CLI on a pseudo-terminal
-        os.environ["COLUMNS"] = "120"
-        os.execv(sys.executable, [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "mlflow", "--uri", uri,
-                                  "--root", str(root)])
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    _, status = os.waitpid(pid, 0)
-    text = out.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0, text
+    code, text = cli_in_pty("sync", "--to", "mlflow", "--uri", uri, "--root", root, columns=120)
+    assert code == 0, text
     assert "rows/s" in text and "200/200" in text
 
 
@@ -578,7 +562,8 @@ def test_watch_stops_on_sigterm_between_rounds(root, tmp_path):
     run.log({"x": 1.0}, step=0)
     run.finish()
     watcher = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--watch", "30",
-                                "--root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     try:
         line = watcher.stdout.readline()
         while line and not line.startswith("└"):  # the summary table's last line: now it sleeps 30 s
@@ -589,11 +574,12 @@ def test_watch_stops_on_sigterm_between_rounds(root, tmp_path):
         except subprocess.TimeoutExpired:  # say where it hangs, not just that it does
             watcher.send_signal(signal.SIGUSR1)
             time.sleep(2)
-            watcher.kill()
+            os.killpg(watcher.pid, signal.SIGKILL)  # and whatever it started, which may hold its pipes
             _out, err = watcher.communicate(timeout=30)
             pytest.fail(f"--watch did not stop within 30 s of SIGTERM; its threads:\n{err[-6000:]}")
     finally:
-        watcher.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(watcher.pid, signal.SIGKILL)
     assert watcher.returncode == 0, err
     c = client_for(uri)
     assert [m.value for m in c.get_metric_history(remote_run(c, "w", "term").info.run_id, "x")] == [1.0]
