@@ -127,3 +127,23 @@ def test_resume_unknown_id_creates_the_run(root):
     run.log({"x": 1.0})
     run.finish()
     assert [(r.run_id, r.status) for r in list_runs(root)] == [("fresh-id", "finished")]
+
+
+def test_resume_never_writes_where_a_writer_file_points(tmp_path):
+    """A writer file is data from disk (a bundle, a hand edit): its ``writer_id`` never becomes a
+    path. A resume that marks dead writers crashed skips one whose id is not a file name."""
+    root = tmp_path / "store"
+    run = trackstore.init("p", run_id="r", root=root)
+    run.log({"a": 1.0}, step=0)
+    run.finish()
+    writers = run.paths.writers_dir
+    evil = {"writer_id": "../../../../escaped", "status": "running", "host": "elsewhere", "pid": 1,
+            "heartbeat_at": "2000-01-01T00:00:00+00:00"}
+    (writers / "dead.json").write_text(json.dumps(evil))
+    again = trackstore.init("p", run_id="r", root=root, resume=True)
+    again.log({"a": 2.0}, step=1)
+    again.finish()
+    assert not list(tmp_path.rglob("escaped*"))
+    assert json.loads((writers / "dead.json").read_text()) == evil  # left as it was
+    values = trackstore.query("SELECT value FROM metrics ORDER BY step", root=root).column("value").to_pylist()
+    assert values == [1.0, 2.0]

@@ -29,6 +29,7 @@ named in :attr:`RunJson.problems`, so one bad file never breaks a command for th
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,6 +38,8 @@ from .atomic import read_json, write_json_atomic
 from .clock import parse_iso, parse_time
 from .host import PID_MAX, hostname, pid_alive
 from .layout import RunPaths
+
+_WRITER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a file name: no "/", no leading "."
 
 HEARTBEAT_INTERVAL_S = 10.0
 STALE_AFTER_S = 120.0
@@ -211,8 +214,16 @@ def write_run_json(paths: RunPaths, meta: dict, *, durable: bool = True) -> None
 
 
 def write_writer_file(paths: RunPaths, info: dict, *, durable: bool = False) -> None:
+    """Write a writer's heartbeat file, ``_writers/<writer_id>.json``.
+
+    ``writer_id`` may come from a file on disk (a resume rewriting a dead writer's record), so it
+    must be a plain file name: ``ValueError`` otherwise, never a path outside ``_writers/``.
+    """
+    writer_id = info.get("writer_id")
+    if not (isinstance(writer_id, str) and _WRITER_ID.fullmatch(writer_id)):
+        raise ValueError(f"not a writer id: {str(writer_id)[:80]!r}")
     paths.writers_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(paths.writer_file(info["writer_id"]), info, durable=durable)
+    write_json_atomic(paths.writer_file(writer_id), info, durable=durable)
 
 
 def read_writer_files(paths: RunPaths) -> list[dict]:

@@ -748,7 +748,7 @@ def _close_dead_writers(paths: RunPaths, now: float) -> None:
         if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
             try:
                 _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": iso(now)}, durable=True)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a record whose writer id is not a file name
                 pass
     from ..store.locks import dead_claims, release_claim
 
