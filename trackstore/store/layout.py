@@ -62,6 +62,7 @@ ARTIFACT_MANIFEST = "manifest.json"  # artifacts/<name>/v<N>/manifest.json: one 
 ARTIFACT_FILES_DIR = "files"  # artifacts/<name>/v<N>/files/: its files
 ARTIFACT_STAGING_PREFIX = ".staging-"  # artifacts/<name>/.staging-<writer>-<token>/: a version being written
 ARTIFACT_LOCK = ".lock"  # artifacts/<name>/.lock: flock taken to number a new version
+DESTINATION_FILE = "destination.json"  # <root>/_sync/<dest_id>/destination.json: what the destination is
 ARCHIVE_DIR = "_gc"  # under <root>/_sync/: cursors of runs gc deleted
 LOCKS_DIR = "_locks"
 LOCK_SUFFIX = ".lock"

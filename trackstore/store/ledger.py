@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 
 from .atomic import read_json, write_json_atomic
 from .clock import iso
-from .layout import PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
+from .layout import DESTINATION_FILE, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .ranges import RangeSet
 from .schema import KINDS
 
@@ -130,7 +130,7 @@ def save_cursor(root: Path, cursor: Cursor) -> None:
     """Atomically persist a cursor (and the destination's description, once)."""
     path = cursor_path(root, cursor.target, cursor.destination, cursor.project, cursor.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    desc = path.parent.parent / "destination.json"
+    desc = path.parent.parent / DESTINATION_FILE
     if not desc.exists():
         write_json_atomic(desc, {"target": cursor.target, "destination": cursor.destination,
                                  "dest_id": cursor.dest_id, "created_at": iso(time.time())})

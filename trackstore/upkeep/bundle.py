@@ -72,6 +72,7 @@ from ..store.clock import iso, parse_iso
 from ..store.files import sha256_file
 from ..store.host import hostname
 from ..store.layout import (
+    DESTINATION_FILE,
     IMPORT_DIR,
     PROJECT_PREFIX,
     RUN_FILE,
@@ -411,7 +412,7 @@ def export_receipt(root: str | Path | None, out: str | os.PathLike, *, runs: Ite
         path = cursor_path(root, c.target, c.destination, c.project, c.run_id)
         rel = path.relative_to(sync_root(root)).as_posix()
         dest_dir = rel.split("/", 1)[0]
-        desc = sync_root(root) / dest_dir / "destination.json"
+        desc = sync_root(root) / dest_dir / DESTINATION_FILE
         if dest_dir not in seen_dest and desc.is_file():
             members.append(_Member.snapshot(f"sync/{dest_dir}/destination.json", desc))
             seen_dest.add(dest_dir)
@@ -451,7 +452,7 @@ def _check_member(m: tarfile.TarInfo) -> str:
             validate_project(parts[2][len(PROJECT_PREFIX):])
             validate_run_id(parts[3][len(RUN_PREFIX):])
         elif head == "sync":
-            if len(parts) == 4 and parts[3] == "destination.json":
+            if len(parts) == 4 and parts[3] == DESTINATION_FILE:
                 pass
             elif (len(parts) == 5 and parts[3].startswith(PROJECT_PREFIX) and parts[4].startswith(RUN_PREFIX)
                   and parts[4].endswith(".json")):

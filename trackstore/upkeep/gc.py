@@ -64,7 +64,16 @@ from ..store import locks as _locks
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
 from ..store.files import tree_bytes
-from ..store.layout import ARCHIVE_DIR, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, TRASH_DIR, RunPaths, resolve_root
+from ..store.layout import (
+    ARCHIVE_DIR,
+    DESTINATION_FILE,
+    PROJECT_PREFIX,
+    RUN_PREFIX,
+    SYNC_DIR,
+    TRASH_DIR,
+    RunPaths,
+    resolve_root,
+)
 from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
 from ..store.parts import find_unreadable
 from ..store.schema import KINDS
@@ -368,11 +377,7 @@ def archive_cursors(root: Path, project: str, run_id: str) -> int:
     moved = 0
     for src in cursor_files(root, project, run_id):
         dest = src.parent.parent
-        dst = base / ARCHIVE_DIR / dest.name / src.parent.name / src.name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if (dest / "destination.json").exists() and not (dst.parent.parent / "destination.json").exists():
-            shutil.copy2(dest / "destination.json", dst.parent.parent / "destination.json")
-        os.replace(src, dst)
+        _move_cursor(src, base / ARCHIVE_DIR / dest.name / src.parent.name / src.name)
         moved += 1
     return moved
 
@@ -390,12 +395,19 @@ def restore_cursors(root: Path, project: str, run_id: str) -> int:
         dst = Path(root) / SYNC_DIR / dest.name / src.parent.name / src.name
         if dst.exists():
             continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if (dest / "destination.json").exists() and not (dst.parent.parent / "destination.json").exists():
-            shutil.copy2(dest / "destination.json", dst.parent.parent / "destination.json")
-        os.replace(src, dst)
+        _move_cursor(src, dst)
         restored += 1
     return restored
+
+
+def _move_cursor(src: Path, dst: Path) -> None:
+    """Move one cursor file (``<dest>/project=<p>/run=<id>.json``) to the same place under another
+    destination folder, bringing the destination's description along when that folder lacks it."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    desc, dst_desc = src.parent.parent / DESTINATION_FILE, dst.parent.parent / DESTINATION_FILE
+    if desc.exists() and not dst_desc.exists():
+        shutil.copy2(desc, dst_desc)
+    os.replace(src, dst)
 
 
 def trash_entries(root: Path) -> list[Path]:
