@@ -237,28 +237,45 @@ class _WatchStop:
     KeyboardInterrupt mid-request (some catch BaseException around retries) would otherwise
     let the loop run on for ever. Interrupting a pass is safe: the engine's in-doubt batch
     protocol settles the interrupted batch on the next sync.
+
+    The handler touches no lock: it runs in the main thread between two bytecodes, possibly
+    inside ``Event.wait`` holding the event's lock, so ``Event.set`` there deadlocks (a
+    SIGTERM between rounds once hung ``--watch`` for good). It sets a plain flag and, while
+    the loop sleeps or syncs, raises to cut the wait short. The sleep goes in short slices:
+    a signal that arrives just before ``time.sleep`` begins has its Python handler run only
+    when that sleep ends, which must not be a whole ``--watch`` interval later.
     """
+
+    SLICE_S = 0.2  # a signal whose handler is still pending when a sleep starts waits this long at most
 
     def __init__(self):
         import signal
-        import threading
 
-        self.event = threading.Event()
+        self.stopped = False
         self.in_pass = False  # True only while a sync pass talks to the target
+        self._sleeping = False
         self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum, frame):
-        self.event.set()
-        if self.in_pass:
+        self.stopped = True
+        if self.in_pass or self._sleeping:
             raise KeyboardInterrupt
 
     def sleep(self, seconds: float) -> bool:
-        """Wait ``seconds``; True when asked to stop."""
-        return self.event.wait(seconds)
+        """Wait ``seconds``; True when asked to stop (before or during the wait)."""
+        import time
 
-    @property
-    def stopped(self) -> bool:
-        return self.event.is_set()
+        try:
+            try:
+                self._sleeping = True  # from here a signal raises; before it, the check below sees the flag
+                deadline = time.monotonic() + seconds
+                while not self.stopped and (left := deadline - time.monotonic()) > 0:
+                    time.sleep(min(left, self.SLICE_S))
+            finally:
+                self._sleeping = False  # a signal even here is caught below
+        except KeyboardInterrupt:
+            return True
+        return self.stopped
 
     def restore(self) -> None:
         import signal
