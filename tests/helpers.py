@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
+import locale
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -12,12 +21,93 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run_cli(*args: str, root: Path | None = None, env: dict | None = None, input: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the real ``trackstore`` CLI in a subprocess (exit code, stdout, stderr as a user sees them)."""
-    cmd = [sys.executable, "-m", "trackstore.cli.main", *args]
-    if root is not None:
-        cmd += ["--root", str(root)]
+    """Run the real ``trackstore`` CLI in a process of its own (exit code, stdout, stderr as a
+    user sees them): forked from the tests' fork server (:mod:`tests.zygote`), which has the
+    heavy imports done, or a fresh ``python -m trackstore.cli.main`` when the run's ``PYTHON*``
+    variables differ from the server's (they only take effect in a fresh interpreter) or
+    ``TRACKSTORE_TEST_FORKSERVER=0``."""
+    argv = [*args, *(["--root", str(root)] if root is not None else [])]
     full_env = {**os.environ, **(env or {})}
+    if _forkserver_usable(full_env):
+        return _run_forked(argv, full_env, input, timeout)
+    cmd = [sys.executable, "-m", "trackstore.cli.main", *argv]
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, input=input, timeout=timeout)
+
+
+_START_ENV = dict(os.environ)  # as at collection, before any test changed it: the fork server's own
+_forkserver: tuple[subprocess.Popen, str] | None = None
+_forkserver_lock = threading.Lock()
+
+
+def _forkserver_usable(env: dict) -> bool:
+    if env.get("TRACKSTORE_TEST_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+        return False
+    python_vars = {k for k in (*env, *_START_ENV) if k.startswith("PYTHON")}
+    return all(env.get(k) == _START_ENV.get(k) for k in python_vars)
+
+
+def _forkserver_path() -> str:
+    global _forkserver
+    with _forkserver_lock:
+        if _forkserver is None or _forkserver[0].poll() is not None:
+            path = os.path.join(tempfile.mkdtemp(prefix="ts-forkserver-"), "socket")
+            proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "zygote.py"), path], env=_START_ENV,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            if proc.stdout.readline().strip() != b"ready":
+                raise RuntimeError("the tests' fork server did not start (run with TRACKSTORE_TEST_FORKSERVER=0)")
+            atexit.register(proc.kill)
+            _forkserver = (proc, path)
+        return _forkserver[1]
+
+
+def _run_forked(argv: list[str], env: dict, input: str | None, timeout: float) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "trackstore.cli.main", *argv]  # what it stands for, for messages
+    encoding = locale.getpreferredencoding(False)  # what subprocess.run(text=True) decodes with
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(_forkserver_path())
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
+    try:
+        sent = socket.send_fds(sock, [request], [in_r, out_w, err_w])
+        sock.sendall(request[sent:])
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+    replies = sock.makefile("rb")
+    pid = json.loads(replies.readline())["pid"]
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+
+    def drain(fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            while block := f.read1(65536):
+                chunks[fd].append(block)
+
+    def feed() -> None:
+        with os.fdopen(in_w, "wb") as f, contextlib.suppress(BrokenPipeError):
+            if input:
+                f.write(input.encode(encoding))
+
+    threads = [threading.Thread(target=drain, args=(fd,), daemon=True) for fd in (out_r, err_r)]
+    threads.append(threading.Thread(target=feed, daemon=True))
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+
+    def text(fd: int) -> str:
+        return b"".join(chunks[fd]).decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        sock.close()
+        raise subprocess.TimeoutExpired(cmd, timeout, text(out_r), text(err_r))
+    status = json.loads(replies.readline())["status"]
+    sock.close()
+    return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), text(out_r), text(err_r))
 
 
 def cli_in_pty(*args: str | Path, columns: int) -> tuple[int, str]:

@@ -1,0 +1,105 @@
+"""A fork server for the tests' CLI runs: real processes without paying the imports each time.
+
+Most of the suite's CPU went to starting ``python -m trackstore.cli.main`` again and again:
+importing mlflow alone costs about 2 s of CPU, wandb and swanlab about 1 s each, and a sync
+test starts the CLI several times. This server imports them once, then forks one real process
+per CLI run. The forked process gets the caller's stdin, stdout and stderr (passed as file
+descriptors over a Unix socket), the caller's environment, working directory and arguments,
+and then runs ``trackstore.cli.main`` as ``__main__`` at the top level of this script, so its
+exit (exit code, uncaught exception, atexit handlers, flushing) is the interpreter's own, as
+with ``python -m``. What differs from a fresh interpreter: modules are imported before the
+environment is set (nothing in trackstore or the SDKs reads it at import time), and
+``PYTHON*`` variables cannot take effect, so :func:`tests.helpers.run_cli` starts a plain
+subprocess whenever those differ from this server's.
+
+Protocol, one connection per run: the client sends one JSON line ``{"argv", "env", "cwd"}``
+with three file descriptors (stdin, stdout, stderr); the server answers ``{"pid": N}`` and,
+when that process has ended, ``{"status": waitstatus}``.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+
+MAX_REQUEST = 1 << 20
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    fds = array.array("i")
+    data = b""
+    while not data.endswith(b"\n"):
+        msg, ancdata, _flags, _addr = conn.recvmsg(MAX_REQUEST, socket.CMSG_LEN(3 * fds.itemsize))
+        if not msg:
+            raise EOFError("client went away")
+        data += msg
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    return json.loads(data), list(fds)
+
+
+def _serve(path: str) -> tuple[dict, socket.socket]:
+    """Accept runs for ever; returns only in a forked process that is to become a CLI run."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the per-run handlers are reaped by the kernel
+    print("ready", flush=True)
+    while True:
+        conn, _ = listener.accept()
+        if os.fork():
+            conn.close()
+            continue
+        # the handler of one run: start it, report its pid and, later, how it ended
+        listener.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        try:
+            request, fds = _recv_request(conn)
+        except Exception:
+            os._exit(1)
+        pid = os.fork()
+        if pid == 0:
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            for fd in fds:
+                if fd > 2:
+                    os.close(fd)
+            return request, conn
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            _, status = os.waitpid(pid, 0)
+            conn.sendall(json.dumps({"status": status}).encode() + b"\n")
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    # What the runs need, imported once. Each import is optional: a missing extra makes the
+    # run import (and fail) as it would in a fresh interpreter.
+    import runpy
+
+    import trackstore.cli.main  # noqa: F401
+
+    for name in ("mlflow", "wandb", "swanlab", "trackstore.sync.mlflow", "trackstore.sync.wandb",
+                 "trackstore.sync.swanlab", "trackstore.sync.engine", "trackstore.read.views", "duckdb",
+                 "pyarrow.parquet", "typer", "rich.console"):
+        with contextlib.suppress(Exception):
+            __import__(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    request, conn = _serve(sys.argv[1])
+    conn.close()
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.argv[1:] = request["argv"]
+    sys.path[0] = os.getcwd()  # as ``python -m`` has it (this script's folder must not be importable)
+    sys.modules.pop("trackstore.cli.main", None)  # run afresh as __main__, as ``python -m`` does
+    runpy.run_module("trackstore.cli.main", run_name="__main__", alter_sys=True)
