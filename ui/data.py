@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 import os
 import threading
 import time
@@ -41,6 +42,7 @@ from trackstore.records.samples import decode_row
 from trackstore.store.layout import resolve_root
 
 MAX_POINTS = 400_000  # points of one chart answer, over all its series: a 1,000-run overlay gets fewer per run
+CACHE_ENTRIES = 512  # downsampled curves kept; an entry is valid while its part files are unchanged
 LIST_TTL_S = 1.0  # the run listing is shared by requests arriving within this time
 
 
@@ -67,6 +69,7 @@ class Store:
         self.root = resolve_root(root, must_exist=True)
         self._lock = threading.Lock()
         self._listed: tuple[float, list[RunInfo]] | None = None
+        self._cache: OrderedDict[tuple, dict] = OrderedDict()  # curves by the fingerprint of their part files
         import duckdb
 
         self._duck = duckdb.connect(":memory:")
@@ -187,58 +190,101 @@ class Store:
             raise UsageError("x must be 'step' or 'time'")
         runs = list(runs)
         width = max(2, min(int(width), 4000, MAX_POINTS // max(1, 4 * len(runs))))
-        xexpr = "step::DOUBLE" if x == "step" else "epoch_us(ts) / 1e6"
-        out = {"key": key, "x": x, "series": []}
-        by_run: dict[tuple[str, str], dict] = {}
-        rows: list = []
+        found: dict[tuple[str, str], dict] = {}
         for attempt in range(3):  # a compaction may swap a run's files between listing and reading
-            files = [str(p) for r in runs for p in r.paths.parts("metrics")]
-            if not files:
-                break
-            params: dict[str, Any] = {"files": files, "key": key, "w": width}
-            rng = ""
-            if lo is not None:
-                params["lo"] = float(lo)
-                rng += " AND x >= $lo"
-            if hi is not None:
-                params["hi"] = float(hi)
-                rng += " AND x <= $hi"
-            sql = f"""
-            WITH pts AS (
-              SELECT project, run AS run_id, x, value FROM (
-                SELECT project, run, {xexpr} AS x, value
-                FROM read_parquet($files, hive_partitioning = true, union_by_name = true)
-                WHERE key = $key AND isfinite(value)) WHERE TRUE {rng}),
-            ext AS (SELECT project, run_id, min(x) AS x0, max(x) AS x1, count(*) AS n, min(value) AS vmin,
-                           max(value) AS vmax FROM pts GROUP BY project, run_id),
-            b AS (SELECT p.project, p.run_id, x, value,
-                         CASE WHEN x1 > x0 THEN least(floor((x - x0) * $w / (x1 - x0)), $w - 1) ELSE 0 END AS b
-                  FROM pts p JOIN ext USING (project, run_id)),
-            m4 AS (SELECT project, run_id, b,
-                          min(x) AS fx, arg_min(value, x) AS fv, max(x) AS lx, arg_max(value, x) AS lv,
-                          arg_min(x, value) AS nx, min(value) AS nv, arg_max(x, value) AS mx, max(value) AS mv
-                   FROM b GROUP BY project, run_id, b),
-            pts4 AS (SELECT DISTINCT project, run_id, unnest([fx, nx, mx, lx]) AS x, unnest([fv, nv, mv, lv]) AS y FROM m4)
-            SELECT p.project, p.run_id, list(p.x ORDER BY p.x, p.y) AS xs, list(p.y ORDER BY p.x, p.y) AS ys,
-                   any_value(e.n) AS n, any_value(e.vmin) AS vmin, any_value(e.vmax) AS vmax
-            FROM pts4 p JOIN ext e USING (project, run_id) GROUP BY p.project, p.run_id
-            """
-            cur = self._duck.cursor()
+            files = [p for r in runs for p in r.paths.parts("metrics")]
             try:
-                rows = cur.execute(sql, params).fetchall()
+                fingerprint = tuple((str(p), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+            except FileNotFoundError:
+                continue
+            cache_key = (fingerprint, key, x, width, lo, hi)
+            with self._lock:
+                hit = self._cache.get(cache_key)
+                if hit is not None:
+                    self._cache.move_to_end(cache_key)
+            if hit is not None:
+                found = hit
                 break
+            try:
+                groups = [(r.project, r.run_id, [str(p) for p in r.paths.parts("metrics")]) for r in runs]
+                found = self._m4([g for g in groups if g[2]], key, width, x, lo, hi)
             except Exception as exc:  # noqa: BLE001 - a part renamed away by a compaction: list again
                 if attempt == 2 or not _vanished(exc):
                     raise
-            finally:
-                cur.close()
-        for project, run_id, xs, ys, n, vmin, vmax in rows:
-            by_run[(project, run_id)] = {"project": project, "run_id": run_id, "x": xs, "y": ys, "n": n,
-                                         "min": vmin, "max": vmax}
-        for r in runs:  # in the order asked, runs without the key included (empty)
-            out["series"].append(by_run.get((r.project, r.run_id)) or
-                                 {"project": r.project, "run_id": r.run_id, "x": [], "y": [], "n": 0,
-                                  "min": None, "max": None})
+                continue
+            with self._lock:
+                self._cache[cache_key] = found
+                while len(self._cache) > CACHE_ENTRIES:
+                    self._cache.popitem(last=False)
+            break
+        empty = {"x": [], "y": [], "n": 0, "min": None, "max": None}
+        return {"key": key, "x": x, "series": [  # in the order asked; runs without the key included, empty
+            {"project": r.project, "run_id": r.run_id, **found.get((r.project, r.run_id), empty)} for r in runs]}
+
+    def _m4(self, groups: list[tuple[str, str, list[str]]], key: str, width: int, x: str, lo: float | None,
+            hi: float | None) -> dict:
+        """M4 over each run's part files (``groups``: project, run id, files) in DuckDB: each run's
+        x extent, then per bucket the first, last, minimum and maximum point. User values are
+        bound; ranges are pushed down to the Parquet reader, which skips row groups by their
+        statistics. A few runs are asked one by one (the fastest plan for long curves); many
+        runs in one query that joins each row to its run's extent."""
+        xexpr = "step::DOUBLE" if x == "step" else "epoch_us(ts) / 1e6"
+        base: dict[str, Any] = {"key": key}
+        where = "key = $key AND isfinite(value)"
+        if lo is not None:
+            base["lo"] = float(lo)
+            where += " AND step >= ceil($lo)" if x == "step" else " AND ts >= to_timestamp($lo)"
+        if hi is not None:
+            base["hi"] = float(hi)
+            where += " AND step <= floor($hi)" if x == "step" else " AND ts <= to_timestamp($hi)"
+        m4 = """m4 AS (SELECT g, min(x) AS fx, arg_min(value, x) AS fv, max(x) AS lx, arg_max(value, x) AS lv,
+                              arg_min(x, value) AS nx, min(value) AS nv, arg_max(x, value) AS mx, max(value) AS mv
+                       FROM b GROUP BY g),
+                pts AS (SELECT DISTINCT g // $width AS i, unnest([fx, nx, mx, lx]) AS x, unnest([fv, nv, mv, lv]) AS y FROM m4)
+                SELECT i, list(x ORDER BY x, y), list(y ORDER BY x, y) FROM pts GROUP BY i"""
+        out: dict[tuple[str, str], dict] = {}
+        cur = self._duck.cursor()
+        try:
+            if len(groups) <= 8:
+                for project, run_id, files in groups:
+                    params = {**base, "files": files}
+                    src = "read_parquet($files)"
+                    [(x0, x1, n, vmin, vmax)] = cur.execute(
+                        f"SELECT min({xexpr}), max({xexpr}), count(*), min(value), max(value) FROM {src} WHERE {where}",
+                        params).fetchall()
+                    if not n:
+                        continue
+                    params.update(x0=x0, scale=width / (x1 - x0) if x1 > x0 else 0.0, w=width - 1, width=width)
+                    rows = cur.execute(f"""
+                        WITH b AS (SELECT least(floor((x - $x0) * $scale), $w)::INTEGER AS g, x, value
+                                   FROM (SELECT {xexpr} AS x, value FROM {src} WHERE {where})),
+                        {m4}""", params).fetchall()
+                    for _i, xs, ys in rows:
+                        out[(project, run_id)] = {"x": xs, "y": ys, "n": n, "min": vmin, "max": vmax}
+                return out
+            files = [f for _p, _r, fs in groups for f in fs]
+            params = {**base, "files": files}
+            src = "read_parquet($files, hive_partitioning = true, union_by_name = true)"
+            ext = cur.execute(f"SELECT project, run, min({xexpr}), max({xexpr}), count(*), min(value), max(value) "
+                              f"FROM {src} WHERE {where} GROUP BY project, run", params).fetchall()
+            if not ext:
+                return {}
+            values = []
+            params.update(w=width - 1, width=width)
+            for i, (project, run_id, x0, x1, _n, _a, _b) in enumerate(ext):
+                params.update({f"p{i}": project, f"r{i}": run_id, f"a{i}": x0,
+                               f"s{i}": width / (x1 - x0) if x1 > x0 else 0.0})
+                values.append(f"($p{i}, $r{i}, {i}, $a{i}::DOUBLE, $s{i}::DOUBLE)")
+            rows = cur.execute(f"""
+                WITH ext(project, run, i, x0, scale) AS (VALUES {', '.join(values)}),
+                b AS (SELECT (i * $width + least(floor((x - x0) * scale), $w))::INTEGER AS g, x, value
+                      FROM (SELECT project, run, {xexpr} AS x, value FROM {src} WHERE {where}) JOIN ext USING (project, run)),
+                {m4}""", params).fetchall()
+        finally:
+            cur.close()
+        for i, xs, ys in rows:
+            project, run_id, _x0, _x1, n, vmin, vmax = ext[i]
+            out[(project, run_id)] = {"x": xs, "y": ys, "n": n, "min": vmin, "max": vmax}
         return out
 
     # ------------------------------------------------------------------ records
