@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
 import os
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
