@@ -74,14 +74,16 @@ def write_small_runs(root: Path) -> dict[str, str]:
     return ids
 
 
-BIG_RUN = f"""
+BIG_RUN = """
 import trackstore
-run = trackstore.init(project="big", name="spiky", root={{root!r}})
-for i in range({BIG_POINTS}):
-    run.log({{"loss": 1.0 + (i % 1000) / 1e4 + ({SPIKE_VALUE} if i == {SPIKE_STEP} else 0.0)}}, step=i)
+run = trackstore.init(project="big", name="spiky", root={root!r})
+for i in range(%d):
+    run.log({"loss": 1.0 + (i %% 1000) / 1e4 + (%r if i == %d else 0.0)}, step=i)
 run.finish()
 print(run.run_id)
-"""
+""" % (BIG_POINTS, SPIKE_VALUE, SPIKE_STEP)
+BIG_RUN = BIG_RUN.replace("{", "{{").replace("}", "}}").replace("{{root!r}}", "{root!r}")
+
 
 LIVE_RUN = """
 import os, time, trackstore

@@ -158,7 +158,8 @@ class Chart {
     const sig = series.map(s => s.project + "/" + s.run_id).join("|") + "|" + log + "|" + p.opts.x;
     if (this.u && this.sig === sig) {
       this.ignore++;
-      this.u.setData(data, !this.range);
+      this.u.setData(data, true);  // the data covers exactly the range asked (zoomed or whole)
+      if (this.u.select.width) this.u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
       this.ignore--;
     } else {
       if (this.u) this.u.destroy();
@@ -291,9 +292,11 @@ function configMatch(r, expr) {
   const m = expr.match(/^([^=~]+)([=~])(.*)$/);
   const entries = Object.entries(r.config || {});
   if (!m) return entries.some(([k, v]) => k.toLowerCase().includes(expr) || fmtVal(v).toLowerCase().includes(expr));
-  const [, key, op, val] = m;
+  const [, key, op, raw] = m, val = raw.trim();
+  const same = v => (typeof v === "number" && val !== "" && !isNaN(Number(val))) ? v === Number(val)
+    : (typeof v === "string" ? v.toLowerCase() : JSON.stringify(v)) === val;
   return entries.some(([k, v]) => (k === key.trim() || k.endsWith("." + key.trim())) &&
-    (op === "=" ? fmtVal(v).toLowerCase() === val.trim() : fmtVal(v).toLowerCase().includes(val.trim())));
+    (op === "=" ? same(v) : fmtVal(v).toLowerCase().includes(val)));
 }
 function filteredRuns() {
   const f = state.filter, t = f.text.toLowerCase(), c = f.config.toLowerCase().trim();
