@@ -154,7 +154,8 @@ def test_a_one_step_spike_in_a_million_points_is_drawn_at_any_zoom(browser, serv
     assert stored_max["n"] == 1_000_000 and len(pts) < 10_000
     assert max(y for _x, y in pts) == stored_max["m"] == pytest.approx(1.0 + (SPIKE_STEP % 1000) / 1e4 + SPIKE_VALUE)
     assert [x for x, y in pts if y == stored_max["m"]] == [SPIKE_STEP]
-    shot(browser, "run-page")
+    js(browser, "document.querySelector('.chart').scrollIntoView();")
+    shot(browser, "spike")
     # zoom to 1% around the spike, as a drag does: the chart fetches that range in detail
     js(browser, """const u = window.__ts.charts['loss'].u;
         const l = u.valToPos(arguments[0], 'x'), r = u.valToPos(arguments[1], 'x');
@@ -165,6 +166,7 @@ def test_a_one_step_spike_in_a_million_points_is_drawn_at_any_zoom(browser, serv
     assert max(y for _x, y in zoomed) == stored_max["m"]
     assert min(x for x, _y in zoomed) >= SPIKE_STEP - 5_001 and max(x for x, _y in zoomed) <= SPIKE_STEP + 5_001
     assert len([p for p in pts if SPIKE_STEP - 5_000 <= p[0] <= SPIKE_STEP + 5_000]) < len(zoomed)  # more detail
+    js(browser, "document.querySelector('.chart').scrollIntoView();")
     shot(browser, "zoomed-spike")
 
 
@@ -266,7 +268,7 @@ def test_run_page_compare_and_histograms(browser, server, store):
     assert js(browser, "return document.querySelector('#artifacts td a').textContent") == "weights.bin"
     js(browser, "const s = document.getElementById('config-search'); s.value = 'lr'; s.dispatchEvent(new Event('input'));")
     assert "actor.optim.lr" in js(browser, "return document.body.textContent")
-    shot(browser, "run-page-small")
+    shot(browser, "run-page")
     open_page(browser, server, f"/histograms/rl/{ids['alpha']}")
     wait_for(lambda: js(browser, "return document.querySelector('canvas.heat')"), what="the heatmap")
     shot(browser, "histograms")

@@ -63,10 +63,13 @@ function fmtDur(sec) {
   if (sec < 7200) return (sec / 60).toFixed(1) + " min";
   return (sec / 3600).toFixed(1) + " h";
 }
+function plural(n, word, words) { return fmtNum(n) + " " + (n === 1 ? word : (words || word + "s")); }
 function ref(r) { return r.project + "/" + r.run_id; }
 function hash32(s) { let h = 2166136261; for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619); } return h >>> 0; }
 // a run's colour depends on its id only: the same run has the same colour on every page
-function color(runRef) { const h = hash32(runRef); return `hsl(${h % 360}, ${55 + (h >> 9) % 30}%, ${38 + (h >> 14) % 14}%)`; }
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+                 "#3949ab", "#f4511e", "#00897b", "#c2185b", "#6d4c41", "#7cb342", "#5e35b1", "#fb8c00", "#039be5", "#546e7a"];
+function color(runRef) { return PALETTE[hash32(runRef) % PALETTE.length]; }
 function statusBadge(s) { return el("span", { class: "status " + (s || "") }, s || "?"); }
 function pre(text) { return el("pre", { class: "text" }, typeof text === "string" ? text : JSON.stringify(text, null, 2)); }
 function route() {
@@ -486,7 +489,8 @@ async function pageRun(project, runId) {
         ["git commit", git.commit ? el("span", { class: "mono" }, git.commit + (git.branch ? " (" + git.branch + ")" : "") + (git.dirty ? " dirty" : "")) : null],
         ["python", d.python], ["trackstore", d.trackstore_version], ["exit code", d.exit_code],
         ["error", d.error ? pre(d.error) : null], ["write errors", d.write_errors ? pre(d.write_errors) : null],
-        ["records", `${fmtNum(d.keys.length)} metric keys · ${fmtNum((c.samples || {}).rows || 0)} samples · ${fmtNum((c.spans || {}).trajectories || 0)} trajectories · ${fmtNum((c.histograms || {}).rows || 0)} histograms · ${fmtNum((c.artifacts || {}).files || 0)} artifact files`],
+        ["records", [plural(d.keys.length, "metric key"), plural((c.samples || {}).rows || 0, "sample"), plural((c.spans || {}).trajectories || 0, "trajectory", "trajectories"),
+                      plural((c.histograms || {}).rows || 0, "histogram"), plural((c.artifacts || {}).files || 0, "artifact file")].join(" · ")],
       ]),
       el("h2", {}, "Status history"),
       attempts.length ? el("table", {}, el("thead", {}, el("tr", {}, ["#", "started", "status", "ended / last seen", "where", "error"].map(h => el("th", {}, h)))), el("tbody", {}, attempts))
