@@ -204,3 +204,10 @@ def test_help_is_fast_and_imports_no_server(tmp_path):
                          capture_output=True, text=True, env=env_for(tmp_path), timeout=60)
     assert out.returncode == 0 and "--host" in out.stdout and "ssh -L" in out.stdout
     assert "starlette" not in out.stderr and "uvicorn" not in out.stderr and "duckdb" not in out.stderr
+
+
+def test_a_taken_port_is_a_clear_usage_error(server, store):
+    root, _ids, tmp = store
+    out = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "ui", "--root", str(root), "--port", str(server.port)],
+                         capture_output=True, text=True, env=env_for(tmp), timeout=60)
+    assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{server.port}" in out.stderr and "Traceback" not in out.stderr
