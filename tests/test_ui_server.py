@@ -211,3 +211,18 @@ def test_a_taken_port_is_a_clear_usage_error(server, store):
     out = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "ui", "--root", str(root), "--port", str(server.port)],
                          capture_output=True, text=True, env=env_for(tmp), timeout=60)
     assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{server.port}" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_series_of_many_runs_is_a_post(server, store):
+    """A thousand run ids do not fit in a URL: the page POSTs them as JSON; same answer as GET."""
+    import urllib.request
+
+    _root, ids, _tmp = store
+    refs = [f"rl/{ids['alpha']}", f"rl/{ids['beta']}"]
+    get = server.json(f"/api/series?run={refs[0]}&run={refs[1]}&key=actor/entropy&width=50")
+    req = urllib.request.Request(server.url + "api/series", method="POST", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"run": refs * 600, "key": "actor/entropy", "width": 50}).encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        post = json.loads(r.read())
+    assert post["series"] == get["series"]  # each run once
+    assert len(json.dumps({"run": refs * 600})) > 40_000  # more than a request line may hold

@@ -188,7 +188,7 @@ class Store:
         """
         if x not in ("step", "time"):
             raise UsageError("x must be 'step' or 'time'")
-        runs = list(runs)
+        runs = list({(r.project, r.run_id): r for r in runs}.values())  # each run once, in the order asked
         width = max(2, min(int(width), 4000, MAX_POINTS // max(1, 4 * len(runs))))
         found: dict[tuple[str, str], dict] = {}
         for attempt in range(3):  # a compaction may swap a run's files between listing and reading

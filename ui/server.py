@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -137,8 +138,28 @@ class Guard:
         return None
 
 
-def _runs(store: Store, request: Request, *, one: bool = False) -> list:
-    refs = request.query_params.getlist("run")
+class Params:
+    """A request's parameters: its query string, or for a POST (a chart of a thousand runs would
+    not fit in a URL) its JSON object body, whose lists stand for repeated parameters."""
+
+    def __init__(self, query, body: dict | None = None):
+        self.query, self.body = query, body or {}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.body:
+            v = self.body[name]
+            return None if v is None else str(v)
+        return self.query.get(name, default)
+
+    def getlist(self, name: str) -> list[str]:
+        if name in self.body:
+            v = self.body[name]
+            return [str(x) for x in v] if isinstance(v, list) else [str(v)]
+        return self.query.getlist(name)
+
+
+def _runs(store: Store, params: Params, *, one: bool = False) -> list:
+    refs = params.getlist("run")
     if not refs:
         raise UsageError("give run=PROJECT/RUN_ID")
     if one and len(refs) != 1:
@@ -150,8 +171,8 @@ def _runs(store: Store, request: Request, *, one: bool = False) -> list:
     return out
 
 
-def _int(request: Request, name: str, default: int | None = None) -> int | None:
-    v = request.query_params.get(name)
+def _int(params: Params, name: str, default: int | None = None) -> int | None:
+    v = params.get(name)
     if v in (None, ""):
         return default
     try:
@@ -160,8 +181,8 @@ def _int(request: Request, name: str, default: int | None = None) -> int | None:
         raise UsageError(f"{name} must be an integer") from None
 
 
-def _float(request: Request, name: str) -> float | None:
-    v = request.query_params.get(name)
+def _float(params: Params, name: str) -> float | None:
+    v = params.get(name)
     if v in (None, ""):
         return None
     try:
@@ -175,58 +196,68 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
     store = Store(root)
 
     def api(fn):
-        def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:
             try:
-                return JSONResponse(fn(request))
+                body = None
+                if request.method == "POST":
+                    try:
+                        body = await request.json()
+                    except ValueError:
+                        raise UsageError("the body must be a JSON object") from None
+                    if not isinstance(body, dict):
+                        raise UsageError("the body must be a JSON object")
+                params = Params(request.query_params, body)
+                return JSONResponse(await run_in_threadpool(fn, params))
             except RunNotFoundError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=404)
             except (UsageError, TrackstoreError) as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400)
         return endpoint
 
-    def health(request: Request) -> dict[str, Any]:
+    def health(params: Params) -> dict[str, Any]:
         return {"ok": True, "root": str(store.root)}
 
-    def runs(request: Request) -> dict[str, Any]:
+    def runs(params: Params) -> dict[str, Any]:
         return {"runs": store.run_rows()}
 
-    def run(request: Request) -> dict[str, Any]:
-        return store.run_detail(_runs(store, request, one=True)[0])
+    def run(params: Params) -> dict[str, Any]:
+        return store.run_detail(_runs(store, params, one=True)[0])
 
-    def keys(request: Request) -> dict[str, Any]:
-        return {"keys": store.keys(_runs(store, request))}
+    def keys(params: Params) -> dict[str, Any]:
+        return {"keys": store.keys(_runs(store, params))}
 
-    def series(request: Request) -> dict[str, Any]:
-        key = request.query_params.get("key")
+    def series(params: Params) -> dict[str, Any]:
+        key = params.get("key")
         if not key:
             raise UsageError("give key=")
-        return store.series(_runs(store, request), key, width=_int(request, "width", 1000) or 1000,
-                            x=request.query_params.get("x", "step"), lo=_float(request, "lo"), hi=_float(request, "hi"))
+        return store.series(_runs(store, params), key, width=_int(params, "width", 1000) or 1000,
+                            x=params.get("x", "step"), lo=_float(params, "lo"), hi=_float(params, "hi"))
 
-    def compare(request: Request) -> dict[str, Any]:
-        return store.compare(_runs(store, request))
+    def compare(params: Params) -> dict[str, Any]:
+        return store.compare(_runs(store, params))
 
-    def samples(request: Request) -> dict[str, Any]:
-        q = request.query_params
-        return store.samples(_runs(store, request, one=True)[0], step=_int(request, "step"), split=q.get("split") or None,
-                             grep=q.get("q") or None, min_score=_float(request, "min"), max_score=_float(request, "max"),
-                             sample_index=_int(request, "index"), limit=min(_int(request, "limit", 200) or 200, 2000))
+    def samples(params: Params) -> dict[str, Any]:
+        q = params
+        return store.samples(_runs(store, params, one=True)[0], step=_int(params, "step"), split=q.get("split") or None,
+                             grep=q.get("q") or None, min_score=_float(params, "min"), max_score=_float(params, "max"),
+                             sample_index=_int(params, "index"), limit=min(_int(params, "limit", 200) or 200, 2000))
 
-    def trajectories(request: Request) -> dict[str, Any]:
-        return store.trajectories(_runs(store, request, one=True)[0], step=_int(request, "step"),
-                                  sample_index=_int(request, "index"), limit=min(_int(request, "limit", 50) or 50, 500))
+    def trajectories(params: Params) -> dict[str, Any]:
+        return store.trajectories(_runs(store, params, one=True)[0], step=_int(params, "step"),
+                                  sample_index=_int(params, "index"), limit=min(_int(params, "limit", 50) or 50, 500))
 
-    def histograms(request: Request) -> dict[str, Any]:
-        key = request.query_params.get("key")
+    def histograms(params: Params) -> dict[str, Any]:
+        key = params.get("key")
         if not key:
             raise UsageError("give key=")
-        return store.histograms(_runs(store, request, one=True)[0], key)
+        return store.histograms(_runs(store, params, one=True)[0], key)
 
     def artifact(request: Request) -> Response:
         try:
-            info = _runs(store, request, one=True)[0]
-            q = request.query_params
-            path = store.artifact_file(info, q.get("name", ""), _int(request, "version", 0) or 0, q.get("path", ""))
+            params = Params(request.query_params)
+            info = _runs(store, params, one=True)[0]
+            q = params
+            path = store.artifact_file(info, q.get("name", ""), _int(params, "version", 0) or 0, q.get("path", ""))
         except RunNotFoundError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
         except TrackstoreError as exc:
@@ -243,8 +274,8 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         Route("/api/health", api(health)),
         Route("/api/runs", api(runs)),
         Route("/api/run", api(run)),
-        Route("/api/keys", api(keys)),
-        Route("/api/series", api(series)),
+        Route("/api/keys", api(keys), methods=["GET", "POST"]),
+        Route("/api/series", api(series), methods=["GET", "POST"]),
         Route("/api/compare", api(compare)),
         Route("/api/samples", api(samples)),
         Route("/api/trajectories", api(trajectories)),

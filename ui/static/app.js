@@ -34,8 +34,11 @@ function q(params) {
   }
   return u.toString();
 }
-async function api(path, params) {
-  const r = await fetch("/api/" + path + (params ? "?" + q(params) : ""), { credentials: "same-origin" });
+async function api(path, params, post) {
+  // a chart of many runs POSTs its parameters as JSON: a thousand run ids do not fit in a URL
+  const r = post ? await fetch("/api/" + path, { method: "POST", credentials: "same-origin",
+                                                 headers: { "Content-Type": "application/json" }, body: JSON.stringify(params) })
+                 : await fetch("/api/" + path + (params ? "?" + q(params) : ""), { credentials: "same-origin" });
   let body;
   try { body = await r.json(); } catch (e) { body = { error: r.status + " " + r.statusText }; }
   if (!r.ok) throw new Error(body.error || (r.status + " " + r.statusText));
@@ -131,7 +134,7 @@ class Chart {
     try {
       const width = Math.max(100, Math.min(2000, Math.floor((this.plot.clientWidth || 600))));
       const d = await api("series", { run: p.refs, key: this.key, x: p.opts.x, width,
-                                      lo: this.range ? this.range[0] : null, hi: this.range ? this.range[1] : null });
+                                      lo: this.range ? this.range[0] : null, hi: this.range ? this.range[1] : null }, true);
       this.draw(d);
       this.loaded = true;
     } catch (e) {
@@ -240,7 +243,7 @@ class ChartPanel {
     await this.refreshKeys();
   }
   async refreshKeys() {
-    const d = await api("keys", { run: this.refs });
+    const d = await api("keys", { run: this.refs }, true);
     const changed = d.keys.join("\n") !== this.keys.join("\n");
     this.keys = d.keys;
     if (changed) this.layout();
