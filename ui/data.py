@@ -41,7 +41,7 @@ from trackstore.read.views import confine, connect, run_sql
 from trackstore.records.samples import decode_row
 from trackstore.store.layout import resolve_root
 
-MAX_POINTS = 400_000  # points of one chart answer, over all its series: a 1,000-run overlay gets fewer per run
+MAX_POINTS = 100_000  # points of one chart answer, over all its series: 100 runs get 250 buckets each, 1,000 runs 25
 CACHE_ENTRIES = 512  # downsampled curves kept; an entry is valid while its part files are unchanged
 LIST_TTL_S = 1.0  # the run listing is shared by requests arriving within this time
 
@@ -70,11 +70,19 @@ class Store:
         self._lock = threading.Lock()
         self._listed: tuple[float, list[RunInfo]] | None = None
         self._cache: OrderedDict[tuple, dict] = OrderedDict()  # curves by the fingerprint of their part files
-        import duckdb
+        self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
 
-        self._duck = duckdb.connect(":memory:")
-        self._duck.execute("SET enable_progress_bar = false")
-        confine(self._duck, self.root)  # may read files under the root only; configuration locked
+    @property
+    def _duck(self):
+        with self._lock:
+            if self._con is None:
+                import duckdb
+
+                con = duckdb.connect(":memory:")
+                con.execute("SET enable_progress_bar = false")
+                confine(con, self.root)  # may read files under the root only; configuration locked
+                self._con = con
+            return self._con
 
     # ------------------------------------------------------------------ runs
     def runs(self, fresh: bool = False) -> list[RunInfo]:
@@ -177,20 +185,26 @@ class Store:
 
     def series(self, runs: Sequence[RunInfo], key: str, *, width: int = 1000, x: str = "step",
                lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
-        """One key of several runs, each downsampled with M4 into ``width`` buckets of x over
-        ``[lo, hi]`` (the whole curve when not given).
+        """:meth:`series_json`, decoded."""
+        return json.loads(self.series_json(runs, key, width=width, x=x, lo=lo, hi=hi))
 
-        Returns ``{"key", "x", "series": [{"project", "run_id", "x": [...], "y": [...], "n", "min",
-        "max"}]}``: ``n`` points in the range, ``min``/``max`` over them (finite values). Each
-        bucket yields its first, minimum, maximum and last point (fewer when they coincide), so
-        the drawn line passes through every extreme. With many runs, ``width`` shrinks so the
-        whole answer stays under :data:`MAX_POINTS`.
+    def series_json(self, runs: Sequence[RunInfo], key: str, *, width: int = 1000, x: str = "step",
+                    lo: float | None = None, hi: float | None = None) -> bytes:
+        """One key of several runs, each downsampled with M4 into ``width`` buckets of x over
+        ``[lo, hi]`` (the whole curve when not given), as JSON text.
+
+        ``{"key", "x", "series": [{"project", "run_id", "x": [...], "y": [...], "n", "min", "max"}]}``:
+        ``n`` points in the range, ``min``/``max`` over them (finite values; NaN and infinities
+        are not drawn). Each bucket yields its first, minimum, maximum and last point (fewer when
+        they coincide), so the drawn line passes through every extreme. With many runs,
+        ``width`` shrinks so the whole answer stays under :data:`MAX_POINTS`. DuckDB writes the
+        number lists (shortest round-trip text: the values are the stored ones, exactly).
         """
         if x not in ("step", "time"):
             raise UsageError("x must be 'step' or 'time'")
         runs = list({(r.project, r.run_id): r for r in runs}.values())  # each run once, in the order asked
         width = max(2, min(int(width), 4000, MAX_POINTS // max(1, 4 * len(runs))))
-        found: dict[tuple[str, str], dict] = {}
+        found: dict[tuple[str, str], str] = {}
         for attempt in range(3):  # a compaction may swap a run's files between listing and reading
             files = [p for r in runs for p in r.paths.parts("metrics")]
             try:
@@ -217,12 +231,16 @@ class Store:
                 while len(self._cache) > CACHE_ENTRIES:
                     self._cache.popitem(last=False)
             break
-        empty = {"x": [], "y": [], "n": 0, "min": None, "max": None}
-        return {"key": key, "x": x, "series": [  # in the order asked; runs without the key included, empty
-            {"project": r.project, "run_id": r.run_id, **found.get((r.project, r.run_id), empty)} for r in runs]}
+        empty = '"x": [], "y": [], "n": 0, "min": null, "max": null'
+        parts = []
+        for r in runs:  # in the order asked; runs without the key included, empty
+            head = json.dumps({"project": r.project, "run_id": r.run_id}, ensure_ascii=False)[:-1]
+            parts.append(f'{head}, {found.get((r.project, r.run_id), empty)}}}')
+        head = json.dumps({"key": key, "x": x}, ensure_ascii=False)[:-1]
+        return f'{head}, "series": [{", ".join(parts)}]}}'.encode()
 
     def _m4(self, groups: list[tuple[str, str, list[str]]], key: str, width: int, x: str, lo: float | None,
-            hi: float | None) -> dict:
+            hi: float | None) -> dict[tuple[str, str], str]:
         """M4 over each run's part files (``groups``: project, run id, files) in DuckDB: each run's
         x extent, then per bucket the first, last, minimum and maximum point. User values are
         bound; ranges are pushed down to the Parquet reader, which skips row groups by their
@@ -241,8 +259,8 @@ class Store:
                               arg_min(x, value) AS nx, min(value) AS nv, arg_max(x, value) AS mx, max(value) AS mv
                        FROM b GROUP BY g),
                 pts AS (SELECT DISTINCT g // $width AS i, unnest([fx, nx, mx, lx]) AS x, unnest([fv, nv, mv, lv]) AS y FROM m4)
-                SELECT i, list(x ORDER BY x, y), list(y ORDER BY x, y) FROM pts GROUP BY i"""
-        out: dict[tuple[str, str], dict] = {}
+                SELECT i, to_json(list(x ORDER BY x, y)), to_json(list(y ORDER BY x, y)) FROM pts GROUP BY i"""
+        out: dict[tuple[str, str], str] = {}
         cur = self._duck.cursor()
         try:
             if len(groups) <= 8:
@@ -260,7 +278,7 @@ class Store:
                                    FROM (SELECT {xexpr} AS x, value FROM {src} WHERE {where})),
                         {m4}""", params).fetchall()
                     for _i, xs, ys in rows:
-                        out[(project, run_id)] = {"x": xs, "y": ys, "n": n, "min": vmin, "max": vmax}
+                        out[(project, run_id)] = _fragment(xs, ys, n, vmin, vmax)
                 return out
             files = [f for _p, _r, fs in groups for f in fs]
             params = {**base, "files": files}
@@ -284,7 +302,7 @@ class Store:
             cur.close()
         for i, xs, ys in rows:
             project, run_id, _x0, _x1, n, vmin, vmax = ext[i]
-            out[(project, run_id)] = {"x": xs, "y": ys, "n": n, "min": vmin, "max": vmax}
+            out[(project, run_id)] = _fragment(xs, ys, n, vmin, vmax)
         return out
 
     # ------------------------------------------------------------------ records
@@ -364,6 +382,11 @@ class Store:
         if os.path.commonpath([run_dir, path]) != run_dir or not os.path.isfile(path):
             raise RunNotFoundError(f"artifact file {logical_path!r} is not inside its run folder")
         return Path(path)
+
+
+def _fragment(xs: str, ys: str, n: int, vmin: float, vmax: float) -> str:
+    """The members of one run's curve, as JSON text (the lists as DuckDB wrote them)."""
+    return f'"x": {xs}, "y": {ys}, "n": {int(n)}, "min": {json.dumps(vmin)}, "max": {json.dumps(vmax)}'
 
 
 def _vanished(exc: BaseException) -> bool:
