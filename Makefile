@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_ROOT ?= demo-store
 
-.PHONY: demo test lint install install-test clean bench install-frameworks test-frameworks
+.PHONY: demo test lint install install-test install-browser clean bench install-frameworks test-frameworks
 
 # The framework test environment (verl, Ray, Transformers, TRL, Lightning on CPU torch) is a
 # separate venv so the main one stays small; torch==2.13.0 is the CPU build (docs/integrations.md).
@@ -27,6 +27,21 @@ install: $(BIN)/python
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[all,test]"
 
+# The dashboard's browser tests (tests/test_ui_browser.py) drive the system's Chromium with Selenium.
+# Installed from the distribution's packages (Debian: chromium, chromium-driver) when missing: a
+# no-op when both are there; as root, else through sudo; without either the browser tests skip
+# and say why.
+BROWSER_PACKAGES ?= chromium chromium-driver
+install-browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=sudo; \
+	else echo "install-browser: not root and no sudo: cannot install $(BROWSER_PACKAGES); the browser tests will be skipped"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then echo "install-browser: no apt-get: install Chromium and chromedriver yourself"; exit 0; fi; \
+	echo "installing $(BROWSER_PACKAGES) for the browser tests"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null 2>&1 || \
+	  { $$sudo apt-get update -q >/dev/null 2>&1 && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null; } || \
+	  echo "install-browser: apt-get could not install $(BROWSER_PACKAGES); the browser tests will be skipped"
+
 demo: install
 	$(BIN)/trackstore demo --root $(DEMO_ROOT)
 	$(BIN)/trackstore runs --root $(DEMO_ROOT)
@@ -42,7 +57,7 @@ PYTEST_WORKERS ?= 2
 
 # The framework venv (torch, verl: a few minutes of pip) installs in the background while lint
 # and the main suite run, which keeps the whole of `make test` within CI's 15 minutes.
-test: install-test
+test: install-test install-browser
 	@rm -f $(FW_VENV).install.rc; \
 	( $(MAKE) --no-print-directory install-frameworks > $(FW_VENV).install.log 2>&1; \
 	  echo $$? > $(FW_VENV).install.rc ) & \

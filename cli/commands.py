@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "trace": ("records_cmd", "trace", "Read a run's trajectories as conversation trees."),
     "plot": ("plot_cmd", "plot", "Draw metric curves in the terminal or as a PNG."),
     "compare": ("compare_cmd", "compare", "Compare runs: config differences and metrics side by side."),
+    "ui": ("ui_cmd", "ui", "Serve a local dashboard of the store in the browser (read-only, live)."),
     "demo": ("demo_cmd", "demo", "Log a simulated GRPO run into the store."),
     "sync": ("sync_cmd", "sync", "Replay runs to MLflow, wandb or SwanLab, exactly once."),
     "status": ("sync_cmd", "status", "Sync state per run and target: pending rows, last error."),

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGE_DIRS = {"trackstore": REPO / "trackstore", "trackstore.sync": REPO / "sync", "trackstore.cli": REPO / "cli"}
+PACKAGE_DIRS = {"trackstore": REPO / "trackstore", "trackstore.sync": REPO / "sync", "trackstore.cli": REPO / "cli",
+                "trackstore.ui": REPO / "ui"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ def modules() -> dict[str, Path]:
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             name = ".".join([pkg, *parts])
-            if pkg == "trackstore" and parts and parts[0] in ("sync", "cli"):
+            if pkg == "trackstore" and parts and parts[0] in ("sync", "cli", "ui"):
                 continue
             out[name] = path
     return out

@@ -64,6 +64,7 @@ EVERY_COMMAND = {  # every command but demo and run, as a cron job or a user wou
     "import": ["import", "{tmp}/in.tar"],
     "doctor": ["doctor"],
     "doctor --fix": ["doctor", "--fix"],
+    "ui": ["ui", "--port", "0"],
 }
 
 

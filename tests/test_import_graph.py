@@ -25,7 +25,9 @@ LAYERS: dict[str, set[str]] = {
     "integrations": {BASE, "store", "records", "write", "read", "facade"},
     "compat": {BASE, "store", "records", "write", "read", "facade", "integrations"},
     "sync": {BASE, "store", "records", "read", "upkeep", "facade"},
-    "cli": {BASE, "store", "records", "write", "read", "upkeep", "facade", "integrations", "compat", "sync"},
+    # the dashboard: a reader beside the CLI (the core's read side only; it never writes the store)
+    "ui": {BASE, "store", "records", "read", "facade"},
+    "cli": {BASE, "store", "records", "write", "read", "upkeep", "facade", "integrations", "compat", "sync", "ui"},
 }
 
 

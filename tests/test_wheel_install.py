@@ -20,7 +20,7 @@ from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "trackstore", "sync", "cli")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "trackstore", "sync", "cli", "ui")
 
 
 def sh(*cmd, **kw):
@@ -71,9 +71,15 @@ def test_wheel_contains_only_the_trackstore_package(wheel_venv):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"trackstore"}
     assert "trackstore/sync/__init__.py" in names and "trackstore/cli/main.py" in names
+    # the dashboard and its page, with the vendored chart library and its licence (nothing fetched at run time)
+    for f in ("ui/server.py", "ui/data.py", "ui/static/index.html", "ui/static/app.js", "ui/static/app.css",
+              "ui/static/vendor/uPlot.iife.min.js", "ui/static/vendor/uPlot.min.css", "ui/static/vendor/uPlot.LICENSE"):
+        assert f"trackstore/{f}" in names, f
     site_dir = wheel_venv["site"]
     assert (site_dir / "trackstore" / "sync").is_dir() and (site_dir / "trackstore" / "cli").is_dir()
-    assert not (site_dir / "sync").exists() and not (site_dir / "cli").exists()
+    assert (site_dir / "trackstore" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").is_file()
+    for top in ("sync", "cli", "ui"):
+        assert not (site_dir / top).exists()
 
 
 def test_installed_wheel_runs(wheel_venv, tmp_path):
@@ -89,7 +95,7 @@ def test_installed_wheel_runs(wheel_venv, tmp_path):
             "print(json.dumps([trackstore.__file__, trackstore.sync.__file__, trackstore.cli.__file__]))")
     files = json.loads(sh(py, "-c", code, cwd=tmp_path, env=env).stdout)
     assert all(f.startswith(str(wheel_venv["site"])) for f in files), files
-    for top in ("sync", "cli"):
+    for top in ("sync", "cli", "ui"):
         probe = sh(py, "-c", f"import importlib.util as u, json; s = u.find_spec({top!r}); "
                              "print(json.dumps(s.origin if s else None))", cwd=tmp_path, env=env)
         origin = json.loads(probe.stdout)

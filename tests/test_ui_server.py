@@ -1,0 +1,228 @@
+"""``trackstore ui`` over HTTP, without a browser: the M4 curves keep every extreme, the server
+refuses paths with ``..`` on every route, answers only to loopback names, requires its token off
+loopback, serves only artifact files the manifest lists (as downloads), and writes nothing.
+
+The server is the real command in a subprocess on 127.0.0.1; the curves are checked against the
+points read back from the store's own files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+
+from tests.ui_support import UiServer, env_for, write_small_runs
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ui-store")
+    root = tmp / "store"
+    root.mkdir()
+    ids = write_small_runs(root)
+    return root, ids, tmp
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    root, _ids, tmp = store
+    s = UiServer(root, tmp)
+    yield s
+    s.stop()
+
+
+def files_of(root):
+    return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
+
+
+# ---------------------------------------------------------------------- M4
+def test_m4_keeps_every_extreme_and_the_ends(tmp_path):
+    """Each bucket's first, last, minimum and maximum are drawn: the plotted extremes equal the
+    stored ones at every width, and so does every bucket's (an average would fail this)."""
+    import trackstore
+    from trackstore.ui.data import Store
+
+    rng = np.random.default_rng(7)
+    values = rng.normal(0, 1, 20_000)
+    values[12_345] = 40.0  # a one-step spike
+    values[777] = -35.0
+    root = tmp_path / "s"
+    with trackstore.init(project="p", name="r", root=root) as run:
+        for i, v in enumerate(values):
+            run.log({"k": float(v)}, step=i * 3)  # x is the step: 0, 3, 6, ...
+    store = Store(root)
+    [info] = store.runs()
+    steps = np.arange(len(values)) * 3
+    for width in (10, 100, 997):
+        [s] = store.series([info], "k", width=width)["series"]
+        xs, ys = np.array(s["x"]), np.array(s["y"])
+        assert s["n"] == len(values) and len(xs) <= 4 * width
+        assert ys.max() == values.max() == s["max"] and ys.min() == values.min() == s["min"]
+        assert (xs[0], ys[0]) == (0, values[0]) and (xs[-1], ys[-1]) == (steps[-1], values[-1])
+        assert np.all(np.diff(xs) >= 0)
+        # every point drawn is a stored point, and every bucket's min and max are drawn
+        stored = dict(zip(steps.tolist(), values.tolist()))
+        assert all(stored[int(x)] == y for x, y in zip(xs, ys))
+        b = np.minimum(np.floor((steps - steps[0]) * width / (steps[-1] - steps[0])), width - 1)
+        bx = np.minimum(np.floor((xs - steps[0]) * width / (steps[-1] - steps[0])), width - 1)
+        for bucket in np.unique(b)[:: max(1, width // 25)]:
+            assert ys[bx == bucket].max() == values[b == bucket].max()
+            assert ys[bx == bucket].min() == values[b == bucket].min()
+    # zoomed: only the range, at full detail when it holds few points
+    [s] = store.series([info], "k", width=500, lo=3 * 12_300, hi=3 * 12_400)["series"]
+    assert s["n"] == 101 and s["x"] == [3.0 * i for i in range(12_300, 12_401)] and max(s["y"]) == 40.0
+
+
+def test_series_of_two_runs_match_the_store(store):
+    from trackstore.read.catalog import list_runs
+    from trackstore.read.points import read_points
+    from trackstore.ui.data import Store
+
+    root, ids, _tmp = store
+    runs = [r for r in list_runs(root) if r.project == "rl"]
+    out = Store(root).series(runs, "critic/score/mean", width=1000)
+    assert [s["run_id"] for s in out["series"]] == [r.run_id for r in runs]
+    for r, s in zip(runs, out["series"]):
+        pts = read_points(r.paths, ["critic/score/mean"])["critic/score/mean"].sort_by("step")
+        assert s["x"] == [float(v) for v in pts.column("step").to_pylist()]
+        assert s["y"] == pts.column("value").to_pylist()
+
+
+# ---------------------------------------------------------------------- security
+TRAVERSALS = [
+    "/static/../../../../etc/passwd",
+    "/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "/static/..%2f..%2f..%2fetc%2fpasswd",
+    "/static/%252e%252e/%252e%252e/etc/passwd",
+    "/../../etc/passwd",
+    "/api/../../etc/passwd",
+    "/api/run?run=../../etc/passwd",
+    "/api/run?run=rl/..%2f..%2fetc%2fpasswd",
+    "/api/samples?run=..%2F..%2Fetc%2Fpasswd",
+    "/api/series?run=../../etc/passwd&key=x",
+    "/api/histograms?run=../../etc&key=passwd",
+    "/api/artifact?run=../../etc&name=passwd&version=1&path=passwd",
+]
+
+
+def test_paths_out_of_the_store_are_refused_on_every_route(server, store):
+    _root, ids, _tmp = store
+    cases = TRAVERSALS + [f"/api/artifact?run=rl/{ids['alpha']}&name=policy&version=0&path={quote(p)}"
+                          for p in ("../../etc/passwd", "/etc/passwd", "../../../../../../etc/passwd", "../run.json")]
+    for path in cases:
+        status, headers, body = server.request(path)
+        assert status in (400, 403, 404), (path, status)
+        assert b"root:" not in body and b"format_version" not in body, path
+
+
+def test_listed_artifact_downloads_and_nothing_else(server, store):
+    root, ids, tmp = store
+    status, headers, body = server.request(f"/api/artifact?run=rl/{ids['alpha']}&name=policy&version=0&path=weights.bin")
+    assert status == 200 and body == b"\x00\x01weights" * 100
+    assert headers["content-type"] == "application/octet-stream" and headers["content-disposition"].startswith("attachment")
+    status, _h, _b = server.request(f"/api/artifact?run=rl/{ids['alpha']}&name=policy&version=1&path=weights.bin")
+    assert status == 404
+
+
+def test_only_loopback_host_names_are_answered(server):
+    assert server.request("/api/health")[0] == 200
+    for host in ("evil.example", "attacker.com:80", "10.0.0.1"):  # DNS rebinding: a page that renamed itself
+        status, _h, body = server.request("/api/health", {"Host": host})
+        assert status == 403 and b"root" not in body
+
+
+def test_security_headers_and_json_not_html(server, store):
+    _root, ids, _tmp = store
+    status, headers, body = server.request(f"/api/samples?run=rl/{ids['alpha']}&step=20")
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert "script-src 'self'" in headers["content-security-policy"] and headers["x-content-type-options"] == "nosniff"
+    rows = json.loads(body)["rows"]
+    assert any(r["output"] == '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>' for r in rows)
+
+
+def test_a_token_is_required_off_loopback(store):
+    """--host 0.0.0.0 prints a URL with a token; without it every request is refused."""
+    root, _ids, tmp = store
+    s = UiServer(root, tmp, host="0.0.0.0")
+    try:
+        m = re.search(r"\?token=([A-Za-z0-9_-]+)", s.banner)
+        assert m, s.banner
+        token = m.group(1)
+        assert s.request("/api/runs")[0] == 401
+        assert s.request("/")[0] == 401
+        assert s.request("/api/runs", {"Authorization": "Bearer wrong"})[0] == 401
+        assert s.request("/api/runs", {"Authorization": f"Bearer {token}"})[0] == 200
+        status, headers, _b = s.request(f"/?token={token}")
+        assert status == 303 and headers["location"] == "/"
+        cookie = headers["set-cookie"]
+        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+        assert s.request("/api/runs", {"Cookie": cookie.split(";")[0]})[0] == 200
+        assert s.request("/api/runs", {"Cookie": "trackstore_ui_token=nope"})[0] == 401
+    finally:
+        s.stop()
+
+
+def test_the_server_writes_nothing(server, store):
+    root, ids, _tmp = store
+    before = files_of(root)
+    for path in ("/", "/api/runs", f"/api/run?run=rl/{ids['alpha']}", f"/api/keys?run=rl/{ids['alpha']}",
+                 f"/api/series?run=rl/{ids['alpha']}&run=rl/{ids['beta']}&key=actor/entropy",
+                 f"/api/compare?run=rl/{ids['alpha']}&run=rl/{ids['beta']}", f"/api/samples?run=rl/{ids['alpha']}",
+                 f"/api/trajectories?run=rl/{ids['alpha']}", f"/api/histograms?run=rl/{ids['alpha']}&key=grad/hist"):
+        assert server.request(path)[0] == 200, path
+    assert files_of(root) == before
+
+
+def test_api_answers(server, store):
+    _root, ids, _tmp = store
+    runs = server.json("/api/runs")["runs"]
+    assert sorted(r["name"] for r in runs) == ["alpha", "beta"]
+    detail = server.json(f"/api/run?run=rl/{ids['alpha']}")
+    assert detail["config"]["actor"]["optim"]["lr"] == 1e-6 and detail["histogram_keys"] == ["grad/hist"]
+    assert [(a["name"], a["version"], a["logical_path"]) for a in detail["artifacts"]] == [("policy", 0, "weights.bin")]
+    cmp = server.json(f"/api/compare?run=rl/{ids['alpha']}&run=rl/{ids['beta']}")
+    assert {c["key"]: c["differs"] for c in cmp["config"]} == {"actor.optim.lr": True, "model.name": False, "seed": True}
+    tr = server.json(f"/api/trajectories?run=rl/{ids['alpha']}&step=20&index=1")
+    assert tr["total"] == 1 and tr["trees"][0]["sample_index"] == 1
+    assert server.request("/api/run?run=rl/nope")[0] == 404
+    assert server.request("/api/series?run=rl/" + ids["alpha"] + "&key=k&x=bogus")[0] == 400
+    h = server.json(f"/api/histograms?run=rl/{ids['alpha']}&key=grad/hist")
+    assert [r["step"] for r in h["rows"]] == list(range(0, 200, 20))
+
+
+def test_help_is_fast_and_imports_no_server(tmp_path):
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "trackstore.cli.main", "ui", "--help"],
+                         capture_output=True, text=True, env=env_for(tmp_path), timeout=60)
+    assert out.returncode == 0 and "--host" in out.stdout and "ssh -L" in out.stdout
+    assert "starlette" not in out.stderr and "uvicorn" not in out.stderr and "duckdb" not in out.stderr
+
+
+def test_a_taken_port_is_a_clear_usage_error(server, store):
+    root, _ids, tmp = store
+    out = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "ui", "--root", str(root), "--port", str(server.port)],
+                         capture_output=True, text=True, env=env_for(tmp), timeout=60)
+    assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{server.port}" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_series_of_many_runs_is_a_post(server, store):
+    """A thousand run ids do not fit in a URL: the page POSTs them as JSON; same answer as GET."""
+    import urllib.request
+
+    _root, ids, _tmp = store
+    refs = [f"rl/{ids['alpha']}", f"rl/{ids['beta']}"]
+    get = server.json(f"/api/series?run={refs[0]}&run={refs[1]}&key=actor/entropy&width=50")
+    req = urllib.request.Request(server.url + "api/series", method="POST", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"run": refs * 600, "key": "actor/entropy", "width": 50}).encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        post = json.loads(r.read())
+    assert post["series"] == get["series"]  # each run once
+    assert len(json.dumps({"run": refs * 600})) > 40_000  # more than a request line may hold

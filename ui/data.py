@@ -1,0 +1,394 @@
+"""Everything the dashboard reads from the store, in one place, as JSON-ready data.
+
+The dashboard (``trackstore ui``) is a reader beside the CLI: this module is its only door to
+the store, and it only reads. It calls the core's public read functions
+(:func:`trackstore.read.catalog.list_runs`, :mod:`trackstore.read.browse`,
+:mod:`trackstore.read.points`, :func:`trackstore.read.views.connect`), so a faster run listing
+(a catalog) replaces :meth:`Store.runs` and nothing else.
+
+The promises it keeps:
+
+* **Nothing from a request becomes a path.** A run is named by its run id (and project when two
+  projects hold the same id) and found among the runs the store lists; an artifact file is
+  served only when the run's manifest lists it, and its path must resolve inside the run folder.
+* **Curves keep extremes.** :meth:`Store.series` downsamples at query time with DuckDB using the
+  M4 aggregation: the x range is cut into equal buckets and each bucket contributes its first,
+  last, minimum and maximum point. A one-step spike is therefore drawn at any zoom, and the
+  largest plotted value of a series is the largest stored value in the range. Nothing is ever
+  averaged or sampled at storage time; a series shorter than four points per bucket is exact.
+* **Live runs are read as they grow**: every call lists the part files again (a part a writer
+  has renamed into place is seen at once; a listing a compaction swapped away is taken again).
+* User values reach DuckDB as bound parameters; file lists come from the store's own listing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from trackstore.errors import RunNotFoundError, UsageError
+from trackstore.read import browse
+from trackstore.read.catalog import RunInfo, list_runs
+from trackstore.read.overview import flatten
+from trackstore.read.points import run_keys
+from trackstore.read.views import confine, connect, run_sql
+from trackstore.records.samples import decode_row
+from trackstore.store.layout import resolve_root
+
+MAX_POINTS = 100_000  # points of one chart answer, over all its series: 100 runs get 250 buckets each, 1,000 runs 25
+CACHE_ENTRIES = 512  # downsampled curves kept; an entry is valid while its part files are unchanged
+LIST_TTL_S = 1.0  # the run listing is shared by requests arriving within this time
+
+
+def _finite(v: Any) -> Any:
+    """JSON has no NaN or infinity: they become strings the page shows as text."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def clean(value: Any) -> Any:
+    """``value`` with every non-finite float replaced (see :func:`_finite`), recursively."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return _finite(value)
+
+
+class Store:
+    """The dashboard's read-only view of one store root (safe to share between threads)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = resolve_root(root, must_exist=True)
+        self._lock = threading.Lock()
+        self._listed: tuple[float, list[RunInfo]] | None = None
+        self._cache: OrderedDict[tuple, dict] = OrderedDict()  # curves by the fingerprint of their part files
+        self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
+
+    @property
+    def _duck(self):
+        with self._lock:
+            if self._con is None:
+                import duckdb
+
+                con = duckdb.connect(":memory:")
+                con.execute("SET enable_progress_bar = false")
+                confine(con, self.root)  # may read files under the root only; configuration locked
+                self._con = con
+            return self._con
+
+    # ------------------------------------------------------------------ runs
+    def runs(self, fresh: bool = False) -> list[RunInfo]:
+        """Every run, oldest first (one listing shared by requests within :data:`LIST_TTL_S`)."""
+        with self._lock:
+            now = time.monotonic()
+            if not fresh and self._listed is not None and now - self._listed[0] < LIST_TTL_S:
+                return self._listed[1]
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a bad run.json is shown as missing values; doctor reports it
+            runs = list_runs(self.root)
+        with self._lock:
+            self._listed = (time.monotonic(), runs)
+        return runs
+
+    def run(self, run_id: str, project: str | None = None) -> RunInfo:
+        """The run with this exact id (and project, when given); never a path built from the request."""
+        found = [r for r in self.runs() if r.run_id == run_id and (project is None or r.project == project)]
+        if not found:  # a run created a moment ago: list again before saying no
+            found = [r for r in self.runs(fresh=True) if r.run_id == run_id and (project is None or r.project == project)]
+        if not found:
+            raise RunNotFoundError(f"no run {run_id!r}")
+        if len(found) > 1:
+            raise UsageError(f"run id {run_id!r} is in several projects: give project=")
+        return found[0]
+
+    def run_rows(self) -> list[dict[str, Any]]:
+        """The runs table: one JSON-ready row per run (config flattened with ``/``)."""
+        out = []
+        for r in self.runs():
+            row = r.row()
+            out.append(clean({
+                "project": r.project, "run_id": r.run_id, "name": r.name, "status": row["status"],
+                "created_at": row["created_at"], "ended_at": row["ended_at"], "updated_at": row["updated_at"],
+                "last_step": row["last_step"], "tags": row["tags"], "host": row["host"], "user": row["user"],
+                "group": row["group"], "notes": row["notes"],
+                "summary": {k: v for k, v in (row["summary"] or {}).items() if isinstance(v, (int, float, str, bool))},
+                "config": flatten(row["config"] or {}),
+            }))
+        return out
+
+    def run_detail(self, info: RunInfo) -> dict[str, Any]:
+        """Everything the run page shows: metadata, config, summary, attempts, writers, record
+        counts, artifacts and sync state."""
+        from trackstore.store.ledger import sync_state_rows
+
+        m = info.meta
+        con = connect(self.root, runs=[info], sync_state=False)
+        try:
+            counts = browse.record_counts(con, info)
+            arts = run_sql(con, "SELECT name, version, type, logical_path, size, sha256, aliases, step, ts "
+                                "FROM artifacts WHERE project = $p AND run_id = $r ORDER BY name, version, logical_path",
+                           {"p": info.project, "r": info.run_id}).to_pylist()
+            hist_keys = run_sql(con, "SELECT DISTINCT key FROM histograms WHERE project = $p AND run_id = $r ORDER BY key",
+                                {"p": info.project, "r": info.run_id}).column("key").to_pylist()
+        finally:
+            con.close()
+        sync = [s for s in sync_state_rows(self.root) if s["project"] == info.project and s["run_id"] == info.run_id]
+        row = info.row()
+        return clean(json.loads(json.dumps({
+            **row,
+            "command": m.get("command"), "cwd": m.get("cwd"), "git": m.get("git"), "python": m.get("python"),
+            "trackstore_version": m.get("trackstore_version"), "pid": m.get("pid"),
+            "attempts": m.get("attempts") or [], "resumed_at": m.get("resumed_at"),
+            "config_updates": m.get("config_updates") or [],
+            "writers": [{k: w.get(k) for k in ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status",
+                                              "ended_at", "error", "exit_code")} for w in info.writers],
+            "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "sync": sync,
+            "keys": self.keys([info]),
+        }, default=str)))
+
+    def compare(self, runs: Sequence[RunInfo]) -> dict[str, Any]:
+        """Config differences (with equal keys marked) and summaries of two or more runs."""
+        flat = [flatten(r.meta.get("config") or {}) for r in runs]
+        missing = object()
+        config = []
+        for k in sorted(set().union(*flat)):
+            values = [f.get(k, missing) for f in flat]
+            canon = {json.dumps(v, sort_keys=True, default=str) if v is not missing else "\0missing" for v in values}
+            config.append({"key": k, "values": [None if v is missing else v for v in values], "differs": len(canon) > 1})
+        return clean(json.loads(json.dumps({
+            "runs": [{"project": r.project, "run_id": r.run_id, "name": r.name, "status": r.status,
+                      "summary": r.meta.get("summary") or {}} for r in runs],
+            "config": config,
+        }, default=str)))
+
+    # ------------------------------------------------------------------ metrics
+    def keys(self, runs: Iterable[RunInfo]) -> list[str]:
+        """Every metric key of the runs, sorted."""
+        import warnings
+
+        found: set[str] = set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for r in runs:
+                found.update(run_keys(r.paths))
+        return sorted(found)
+
+    def series(self, runs: Sequence[RunInfo], key: str, *, width: int = 1000, x: str = "step",
+               lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
+        """:meth:`series_json`, decoded."""
+        return json.loads(self.series_json(runs, key, width=width, x=x, lo=lo, hi=hi))
+
+    def series_json(self, runs: Sequence[RunInfo], key: str, *, width: int = 1000, x: str = "step",
+                    lo: float | None = None, hi: float | None = None) -> bytes:
+        """One key of several runs, each downsampled with M4 into ``width`` buckets of x over
+        ``[lo, hi]`` (the whole curve when not given), as JSON text.
+
+        ``{"key", "x", "series": [{"project", "run_id", "x": [...], "y": [...], "n", "min", "max"}]}``:
+        ``n`` points in the range, ``min``/``max`` over them (finite values; NaN and infinities
+        are not drawn). Each bucket yields its first, minimum, maximum and last point (fewer when
+        they coincide), so the drawn line passes through every extreme. With many runs,
+        ``width`` shrinks so the whole answer stays under :data:`MAX_POINTS`. DuckDB writes the
+        number lists (shortest round-trip text: the values are the stored ones, exactly).
+        """
+        if x not in ("step", "time"):
+            raise UsageError("x must be 'step' or 'time'")
+        runs = list({(r.project, r.run_id): r for r in runs}.values())  # each run once, in the order asked
+        width = max(2, min(int(width), 4000, MAX_POINTS // max(1, 4 * len(runs))))
+        found: dict[tuple[str, str], str] = {}
+        for attempt in range(3):  # a compaction may swap a run's files between listing and reading
+            files = [p for r in runs for p in r.paths.parts("metrics")]
+            try:
+                fingerprint = tuple((str(p), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+            except FileNotFoundError:
+                continue
+            cache_key = (fingerprint, key, x, width, lo, hi)
+            with self._lock:
+                hit = self._cache.get(cache_key)
+                if hit is not None:
+                    self._cache.move_to_end(cache_key)
+            if hit is not None:
+                found = hit
+                break
+            try:
+                groups = [(r.project, r.run_id, [str(p) for p in r.paths.parts("metrics")]) for r in runs]
+                found = self._m4([g for g in groups if g[2]], key, width, x, lo, hi)
+            except Exception as exc:  # noqa: BLE001 - a part renamed away by a compaction: list again
+                if attempt == 2 or not _vanished(exc):
+                    raise
+                continue
+            with self._lock:
+                self._cache[cache_key] = found
+                while len(self._cache) > CACHE_ENTRIES:
+                    self._cache.popitem(last=False)
+            break
+        empty = '"x": [], "y": [], "n": 0, "min": null, "max": null'
+        parts = []
+        for r in runs:  # in the order asked; runs without the key included, empty
+            head = json.dumps({"project": r.project, "run_id": r.run_id}, ensure_ascii=False)[:-1]
+            parts.append(f'{head}, {found.get((r.project, r.run_id), empty)}}}')
+        head = json.dumps({"key": key, "x": x}, ensure_ascii=False)[:-1]
+        return f'{head}, "series": [{", ".join(parts)}]}}'.encode()
+
+    def _m4(self, groups: list[tuple[str, str, list[str]]], key: str, width: int, x: str, lo: float | None,
+            hi: float | None) -> dict[tuple[str, str], str]:
+        """M4 over each run's part files (``groups``: project, run id, files) in DuckDB: each run's
+        x extent, then per bucket the first, last, minimum and maximum point. User values are
+        bound; ranges are pushed down to the Parquet reader, which skips row groups by their
+        statistics. A few runs are asked one by one (the fastest plan for long curves); many
+        runs in one query that joins each row to its run's extent."""
+        xexpr = "step::DOUBLE" if x == "step" else "epoch_us(ts) / 1e6"
+        base: dict[str, Any] = {"key": key}
+        where = "key = $key AND isfinite(value)"
+        if lo is not None:
+            base["lo"] = float(lo)
+            where += " AND step >= ceil($lo)" if x == "step" else " AND ts >= to_timestamp($lo)"
+        if hi is not None:
+            base["hi"] = float(hi)
+            where += " AND step <= floor($hi)" if x == "step" else " AND ts <= to_timestamp($hi)"
+        m4 = """m4 AS (SELECT g, min(x) AS fx, arg_min(value, x) AS fv, max(x) AS lx, arg_max(value, x) AS lv,
+                              arg_min(x, value) AS nx, min(value) AS nv, arg_max(x, value) AS mx, max(value) AS mv
+                       FROM b GROUP BY g),
+                pts AS (SELECT DISTINCT g // $width AS i, unnest([fx, nx, mx, lx]) AS x, unnest([fv, nv, mv, lv]) AS y FROM m4)
+                SELECT i, to_json(list(x ORDER BY x, y)), to_json(list(y ORDER BY x, y)) FROM pts GROUP BY i"""
+        out: dict[tuple[str, str], str] = {}
+        cur = self._duck.cursor()
+        try:
+            if len(groups) <= 8:
+                for project, run_id, files in groups:
+                    params = {**base, "files": files}
+                    src = "read_parquet($files)"
+                    [(x0, x1, n, vmin, vmax)] = cur.execute(
+                        f"SELECT min({xexpr}), max({xexpr}), count(*), min(value), max(value) FROM {src} WHERE {where}",
+                        params).fetchall()
+                    if not n:
+                        continue
+                    params.update(x0=x0, scale=width / (x1 - x0) if x1 > x0 else 0.0, w=width - 1, width=width)
+                    rows = cur.execute(f"""
+                        WITH b AS (SELECT least(floor((x - $x0) * $scale), $w)::INTEGER AS g, x, value
+                                   FROM (SELECT {xexpr} AS x, value FROM {src} WHERE {where})),
+                        {m4}""", params).fetchall()
+                    for _i, xs, ys in rows:
+                        out[(project, run_id)] = _fragment(xs, ys, n, vmin, vmax)
+                return out
+            files = [f for _p, _r, fs in groups for f in fs]
+            params = {**base, "files": files}
+            src = "read_parquet($files, hive_partitioning = true, union_by_name = true)"
+            ext = cur.execute(f"SELECT project, run, min({xexpr}), max({xexpr}), count(*), min(value), max(value) "
+                              f"FROM {src} WHERE {where} GROUP BY project, run", params).fetchall()
+            if not ext:
+                return {}
+            values = []
+            params.update(w=width - 1, width=width)
+            for i, (project, run_id, x0, x1, _n, _a, _b) in enumerate(ext):
+                params.update({f"p{i}": project, f"r{i}": run_id, f"a{i}": x0,
+                               f"s{i}": width / (x1 - x0) if x1 > x0 else 0.0})
+                values.append(f"($p{i}, $r{i}, {i}, $a{i}::DOUBLE, $s{i}::DOUBLE)")
+            rows = cur.execute(f"""
+                WITH ext(project, run, i, x0, scale) AS (VALUES {', '.join(values)}),
+                b AS (SELECT (i * $width + least(floor((x - x0) * scale), $w))::INTEGER AS g, x, value
+                      FROM (SELECT project, run, {xexpr} AS x, value FROM {src} WHERE {where}) JOIN ext USING (project, run)),
+                {m4}""", params).fetchall()
+        finally:
+            cur.close()
+        for i, xs, ys in rows:
+            project, run_id, _x0, _x1, n, vmin, vmax = ext[i]
+            out[(project, run_id)] = _fragment(xs, ys, n, vmin, vmax)
+        return out
+
+    # ------------------------------------------------------------------ records
+    def samples(self, info: RunInfo, *, step: int | None = None, split: str | None = None, grep: str | None = None,
+                min_score: float | None = None, max_score: float | None = None, sample_index: int | None = None,
+                limit: int = 200) -> dict[str, Any]:
+        """The run's samples passing every filter (bound parameters), newest step first, with the
+        steps and splits there are to choose from."""
+        con = connect(self.root, runs=[info], sync_state=False)
+        try:
+            p: dict[str, Any] = {"p": info.project, "r": info.run_id}
+            conds = ["project = $p", "run_id = $r"]
+            for name, value, cond in (("step", step, "step = $step"), ("split", split, "split = $split"),
+                                      ("si", sample_index, "sample_index = $si"),
+                                      ("lo", min_score, "score >= $lo AND NOT isnan(score)"),
+                                      ("hi", max_score, "score <= $hi AND NOT isnan(score)")):
+                if value is not None:
+                    p[name] = value
+                    conds.append(cond)
+            if grep:
+                p["grep"] = grep.lower()
+                conds.append("(strpos(lower(coalesce(input, '')), $grep) > 0 OR "
+                             "strpos(lower(coalesce(output, '')), $grep) > 0)")
+            where = " AND ".join(conds)
+            total = run_sql(con, f"SELECT count(*) AS n FROM samples WHERE {where}", p).column("n")[0].as_py()
+            rows = run_sql(con, f"SELECT step, split, sample_index, input, output, score, extra, json_fields FROM samples "
+                                f"WHERE {where} ORDER BY step DESC, split, sample_index, writer, seq LIMIT {int(limit)}",
+                           p).to_pylist()
+            steps = browse.kind_steps(con, info, "samples")
+            splits = run_sql(con, "SELECT DISTINCT split FROM samples WHERE project = $p AND run_id = $r ORDER BY split",
+                             {"p": info.project, "r": info.run_id}).column("split").to_pylist()
+        finally:
+            con.close()
+        return clean(json.loads(json.dumps({"total": total, "rows": [decode_row(r) for r in rows], "steps": steps,
+                                            "splits": splits}, default=str)))
+
+    def trajectories(self, info: RunInfo, *, step: int | None = None, sample_index: int | None = None,
+                     limit: int = 50) -> dict[str, Any]:
+        """The run's trajectories (span trees) at ``step`` and ``sample_index``, with the steps there are."""
+        con = connect(self.root, runs=[info], sync_state=False)
+        try:
+            roots, total = browse.find_trajectories(con, info, step=step, sample_index=sample_index, limit=limit)
+            steps = browse.kind_steps(con, info, "spans")
+        finally:
+            con.close()
+        return clean(json.loads(json.dumps({"total": total, "trees": [t.to_dict() for t in roots], "steps": steps},
+                                           default=str)))
+
+    def histograms(self, info: RunInfo, key: str, *, limit_steps: int = 200) -> dict[str, Any]:
+        """One histogram key over the run's steps (at most ``limit_steps`` of them, evenly spread)."""
+        con = connect(self.root, runs=[info], sync_state=False)
+        try:
+            rows = run_sql(con, "SELECT step, edges, counts, min, max, mean, std, count FROM histograms "
+                                "WHERE project = $p AND run_id = $r AND key = $k ORDER BY step, writer, seq",
+                           {"p": info.project, "r": info.run_id, "k": key}).to_pylist()
+        finally:
+            con.close()
+        if len(rows) > limit_steps:
+            every = len(rows) / limit_steps
+            rows = [rows[int(i * every)] for i in range(limit_steps - 1)] + [rows[-1]]
+        return clean({"key": key, "rows": rows})
+
+    def artifact_file(self, info: RunInfo, name: str, version: int, logical_path: str) -> Path:
+        """The stored file of an artifact version, when the run's manifest lists it and it lies
+        inside the run folder; else :class:`RunNotFoundError`."""
+        con = connect(self.root, runs=[info], sync_state=False)
+        try:
+            rows = run_sql(con, "SELECT path FROM artifacts WHERE project = $p AND run_id = $r AND name = $n "
+                                "AND version = $v AND logical_path = $l",
+                           {"p": info.project, "r": info.run_id, "n": name, "v": int(version), "l": logical_path}).to_pylist()
+        finally:
+            con.close()
+        if not rows:
+            raise RunNotFoundError(f"no artifact file {name}:v{version}/{logical_path} in run {info.run_id}")
+        run_dir = os.path.realpath(info.paths.dir)
+        path = os.path.realpath(os.path.join(run_dir, rows[0]["path"]))
+        if os.path.commonpath([run_dir, path]) != run_dir or not os.path.isfile(path):
+            raise RunNotFoundError(f"artifact file {logical_path!r} is not inside its run folder")
+        return Path(path)
+
+
+def _fragment(xs: str, ys: str, n: int, vmin: float, vmax: float) -> str:
+    """The members of one run's curve, as JSON text (the lists as DuckDB wrote them)."""
+    return f'"x": {xs}, "y": {ys}, "n": {int(n)}, "min": {json.dumps(vmin)}, "max": {json.dumps(vmax)}'
+
+
+def _vanished(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "no such file" in text or "not found" in text or "cannot open" in text
