@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, TMP_SUFFIX, RunPaths, is_part_name, relist
+from .layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, TMP_SUFFIX, RunPaths, relist
 from .ranges import RangeSet
 from .schema import KINDS
 
