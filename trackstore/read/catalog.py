@@ -299,7 +299,7 @@ def catalog_extent(catalog: Catalog, project: str, run_id: str) -> DataExtent:
     return found
 
 
-def _from_catalog(catalog: Catalog, project: str, run_id: str, unreadable: bool) -> RunInfo | None:
+def from_catalog(catalog: Catalog, project: str, run_id: str, unreadable: bool) -> RunInfo | None:
     """The run through the catalog (what :func:`load_run` reads from the files, the same answer)."""
     entry = catalog.entry(project, run_id)
     if entry is None:
@@ -340,8 +340,9 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
     catalog = open_catalog(root_path)
     out = []
     try:
+        catalog.prefetch(project)
         for proj, run_id in catalog.run_keys(project):
-            info = _from_catalog(catalog, proj, run_id, unreadable)
+            info = from_catalog(catalog, proj, run_id, unreadable)
             if info is None:
                 continue
             if wanted and info.status not in wanted:
@@ -370,7 +371,7 @@ class _Resolver:
 
     def info(self, key: tuple[str, str]) -> RunInfo | None:
         if key not in self.infos:
-            self.infos[key] = _from_catalog(self.catalog, key[0], key[1], self.unreadable)
+            self.infos[key] = from_catalog(self.catalog, key[0], key[1], self.unreadable)
         return self.infos[key]
 
     def _load(self, keys: Iterable[tuple[str, str]]) -> list[RunInfo]:
@@ -432,3 +433,27 @@ def resolve_runs(refs: Iterable[str], root: str | Path | None = None, *, unreada
         return [resolver.resolve(r) for r in refs]
     finally:
         resolver.catalog.save()
+
+
+def run_bytes(info: RunInfo) -> int:
+    """Bytes of the run's folder: from the catalog while its run.json and kind folders keep their
+    fingerprints, else every file's size (:func:`trackstore.store.files.tree_bytes`)."""
+    from ..store.files import tree_bytes
+    from ..store.index import parts_digest
+
+    catalog = info.catalog
+    if catalog is None:
+        return tree_bytes(info.paths.dir)
+    parts, stable = catalog.parts(info.project, info.run_id)
+    meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
+    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_digest(parts) if stable else None)
+
+
+def save_catalogs(runs: Iterable[RunInfo]) -> None:
+    """Write what the catalogs these runs came from learnt since (never raises)."""
+    seen = {}
+    for r in runs:
+        if r.catalog is not None:
+            seen[id(r.catalog)] = r.catalog
+    for catalog in seen.values():
+        catalog.save()

@@ -16,9 +16,8 @@ import os
 from typing import Any
 
 from ..store.index import parts_digest
-from ..store.layout import resolve_root
+from ..store.layout import KINDS, resolve_root
 from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files
-from ..store.schema import KINDS
 from .catalog import RunInfo, list_runs
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
@@ -31,6 +30,8 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
     root_path = resolve_root(root)
     infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
     catalogs = {id(r.catalog): r.catalog for r in infos.values() if r.catalog is not None}
+    for catalog in catalogs.values():
+        catalog.prefetch_cursors()
     parts_of: dict[tuple[str, str], tuple[dict, str | None]] = {}
 
     def parts(info: RunInfo) -> tuple[dict, str | None]:

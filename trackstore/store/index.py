@@ -41,9 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, TMP_SUFFIX, RunPaths, relist
+from .layout import KINDS, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, TMP_SUFFIX, RunPaths, relist
 from .ranges import RangeSet
-from .schema import KINDS
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
@@ -238,8 +237,10 @@ class Catalog:
         self.root = Path(root)
         self.path = catalog_path(self.root)
         self._db = None
-        self._rows: dict[tuple[str, str], dict] = {}  # what the file holds (light columns)
-        self._cursors: dict[str, tuple[str, str]] = {}
+        self._rows: dict[tuple[str, str], dict | None] = {}  # what the file holds (listing columns), as read
+        self._cursors: dict[str, tuple[str, str] | None] = {}
+        self._all = False  # every row of the file read (prefetch): a run not in _rows has none
+        self._all_cursors = False
         self._fresh: dict[tuple[str, str], dict] = {}  # rows derived again by this process (all columns)
         self._fresh_cursors: dict[str, tuple[str, str]] = {}
         self._dir_keys: list[tuple[str, str]] | None = None
@@ -256,20 +257,62 @@ class Catalog:
             db = sqlite3.connect(f"file:{self.path}?immutable=1", uri=True, check_same_thread=False)
             try:
                 version = db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone()
-                if version is None or version[0] != str(CATALOG_VERSION):
-                    db.close()
-                    return
-                cols = ", ".join(_RUN_COLUMNS)
-                rows = {}
-                for r in db.execute(f"SELECT {cols} FROM runs"):
-                    rows[(r[0], r[1])] = dict(zip(_RUN_COLUMNS, r))
-                cursors = {p: (fp, s) for p, fp, s in db.execute("SELECT path, fp, summary FROM cursors")}
+                db.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
+                db.execute("SELECT 1 FROM cursors LIMIT 1").fetchall()
             except Exception:
                 db.close()
                 raise
-            self._db, self._rows, self._cursors = db, rows, cursors
+            if version is None or version[0] != str(CATALOG_VERSION):
+                db.close()
+                return
+            self._db = db
         except Exception:  # corrupt, truncated, foreign, unreadable: an empty catalog
-            self._db, self._rows, self._cursors = None, {}, {}
+            self._db = None
+
+    def _query(self, sql: str, args: tuple = ()) -> list:
+        """Rows of a query on the file; none when it fails (then the file is of no further use)."""
+        if self._db is None:
+            return []
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except Exception:
+            self._db = None
+            return []
+
+    def prefetch(self, project: str | None = None) -> None:
+        """Read the listing columns of every run (of one project) in one query."""
+        if self._db is None or self._all:
+            return
+        cols = ", ".join(_RUN_COLUMNS)
+        if project is None:
+            found = self._query(f"SELECT {cols} FROM runs")
+            self._all = self._db is not None
+        else:
+            found = self._query(f"SELECT {cols} FROM runs WHERE project = ?", (project,))
+        for r in found:
+            self._rows[(r[0], r[1])] = dict(zip(_RUN_COLUMNS, r))
+
+    def prefetch_cursors(self) -> None:
+        if not self._all_cursors:
+            self._cursors.update({p: (fp, s) for p, fp, s in self._query("SELECT path, fp, summary FROM cursors")})
+            self._all_cursors = True
+
+    def _stored(self, key: tuple[str, str]) -> dict | None:
+        if key in self._rows:
+            return self._rows[key]
+        if self._all or self._db is None:
+            return None
+        found = self._query(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs WHERE project = ? AND run_id = ?", key)
+        row = dict(zip(_RUN_COLUMNS, found[0])) if found else None
+        self._rows[key] = row
+        return row
+
+    def _stored_cursor(self, rel: str) -> tuple[str, str] | None:
+        if rel in self._cursors or self._all_cursors:
+            return self._cursors.get(rel)
+        found = self._query("SELECT fp, summary FROM cursors WHERE path = ?", (rel,))
+        self._cursors[rel] = found[0] if found else None
+        return self._cursors[rel]
 
     def heavy(self, entry: RunEntry | tuple[str, str], column: str) -> str | None:
         """A large column (``meta``, ``writers``, ``parts``) of a run, as stored."""
@@ -286,12 +329,12 @@ class Catalog:
         return found[0] if found else None
 
     def _row(self, key: tuple[str, str]) -> dict | None:
-        return self._fresh.get(key) or self._rows.get(key)
+        return self._fresh.get(key) or self._stored(key)
 
     def _update(self, key: tuple[str, str], **values: Any) -> None:
         row = self._fresh.get(key)
         if row is None:
-            row = dict(self._rows.get(key) or {"project": key[0], "run_id": key[1]})
+            row = dict(self._stored(key) or {"project": key[0], "run_id": key[1]})
             for col in _HEAVY:  # carry the stored large columns into the rewritten row
                 if col not in values:
                     row[col] = self.heavy(key, col)
@@ -303,7 +346,7 @@ class Catalog:
     def run_keys(self, project: str | None = None) -> list[tuple[str, str]]:
         """Every ``(project, run_id)`` folder of the store, sorted (a directory scan: no stat)."""
         if self._dir_keys is None:
-            self._dir_keys = sorted(_scan_runs(self.root))
+            self._dir_keys = run_folders(self.root)
         if project is None:
             return self._dir_keys
         return [k for k in self._dir_keys if k[0] == project]
@@ -417,7 +460,7 @@ class Catalog:
         """``(fingerprint now, the stored summary if it still holds)`` of a cursor file."""
         rel = os.path.relpath(path, self.root)
         current = fingerprint(path)
-        stored = self._fresh_cursors.get(rel) or self._cursors.get(rel)
+        stored = self._fresh_cursors.get(rel) or self._stored_cursor(rel)
         if stored is not None and _same(stored[0], current):
             try:
                 return current, json.loads(stored[1])
@@ -433,20 +476,23 @@ class Catalog:
     # ------------------------------------------------------------------ writing the file
     def save(self) -> None:
         """Write what was derived again, if anything (never raises: the catalog is a cache)."""
-        if not self._dirty and (self._dir_keys is None or not self._gone()):
+        if not self._dirty and not self._gone():
             return
         try:
             self._write()
         except Exception:  # a read-only store, a full disk, a race on the temp name: only time is lost
             pass
         self._dirty = False
-        if self._dir_keys is not None:
+        if self._dir_keys is not None and self._all:
             for key in self._gone():
                 del self._rows[key]
 
     def _gone(self) -> list[tuple[str, str]]:
-        present = set(self._dir_keys or ())
-        return [k for k in self._rows if k not in present]
+        """Runs the file holds whose folders are gone (known only after a full prefetch and scan)."""
+        if self._dir_keys is None or not self._all:
+            return []
+        present = set(self._dir_keys)
+        return [k for k, r in self._rows.items() if r is not None and k not in present]
 
     def _write(self) -> None:
         import shutil
@@ -478,15 +524,14 @@ class Catalog:
                 marks = ", ".join("?" for _ in cols)
                 if fresh_file:
                     # a new file keeps what this process knows that is still valid, from the old rows
-                    keep = {k: r for k, r in self._rows.items() if k not in self._fresh}
+                    keep = {k: r for k, r in self._rows.items() if r is not None and k not in self._fresh}
                     for key, r in keep.items():
                         heavy = {c: self.heavy(key, c) for c in _HEAVY}
                         db.execute(f"INSERT OR REPLACE INTO runs ({', '.join(cols)}) VALUES ({marks})",
                                    [r.get(c) for c in _RUN_COLUMNS] + [heavy[c] for c in _HEAVY])
                 db.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(cols)}) VALUES ({marks})",
                                [[row.get(c) for c in cols] for row in self._fresh.values()])
-                if self._dir_keys is not None:
-                    db.executemany("DELETE FROM runs WHERE project = ? AND run_id = ?", self._gone())
+                db.executemany("DELETE FROM runs WHERE project = ? AND run_id = ?", self._gone())
                 db.executemany("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)",
                                [(p, fp, s) for p, (fp, s) in self._fresh_cursors.items()])
                 db.commit()
@@ -533,6 +578,12 @@ def _list_parts(kdir: Path, kind: str, known: dict[tuple, PartRecord]) -> list[P
     # parts still vanishing at the last attempt are not listed: the stored folder fingerprint,
     # taken before, no longer matches, so the next look lists the folder again
     return [r for r in found if isinstance(r, PartRecord)]
+
+
+def run_folders(root: str | os.PathLike) -> list[tuple[str, str]]:
+    """``(project, run_id)`` of every run folder of the store, sorted: two levels of ``scandir``,
+    no ``stat`` and no catalog (folders only say which runs exist)."""
+    return sorted(_scan_runs(Path(root)))
 
 
 def _scan_runs(root: Path) -> Iterator[tuple[str, str]]:

@@ -31,9 +31,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from .atomic import read_json, write_json_atomic
 from .clock import iso
-from .layout import DESTINATION_FILE, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
+from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .ranges import RangeSet
-from .schema import KINDS
 
 CURSOR_VERSION = 1
 TERMINAL = ("finished", "failed", "crashed")
@@ -344,7 +343,9 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
         if catalog is None:
             own = own or open_catalog(root)
             catalog = own
-        catalogs[id(catalog)] = catalog
+        if id(catalog) not in catalogs:
+            catalogs[id(catalog)] = catalog
+            catalog.prefetch_cursors()
         parts, stable = catalog.parts(info.project, info.run_id)
         if not stable or any(p.damaged for kind in parts.values() for p in kind):
             continue
