@@ -167,10 +167,18 @@ def evict(path: Path) -> None:
                 os.close(fd)
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each timed process, beside its wall time
+
+
 def once(argv: list[str], env: dict) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if p.returncode not in (0,):
         raise SystemExit(f"{' '.join(argv)[:200]} failed ({p.returncode}): {p.stderr[-2000:]}")
     return took
@@ -252,18 +260,21 @@ def measure(n: int, repeat: int) -> list[tuple[str, float | None, float | None]]
             time.sleep(3.2)  # older than the catalog's racy window, as between two cron runs
         try:
             first = once(argv, env)  # untimed: warms the page cache and the catalog
+            CPU.clear()
             warm = statistics.median(once(argv, env) for _ in range(repeat))
+            cpu = statistics.median(CPU)
             evict(root)
             evict(db.parent)
             cold = once(argv, env)
         finally:
             for p in added:
                 p.unlink()
-        out.append((name, warm, cold, first))
-        print(f"  {n:>6} runs  {name:<46} warm {warm:7.3f} s   cold {cold:7.3f} s   first {first:7.3f} s", flush=True)
+        out.append((name, warm, cold, first, cpu))
+        print(f"  {n:>6} runs  {name:<46} warm {warm:7.3f} s (cpu {cpu:6.3f})  cold {cold:7.3f} s   "
+              f"first {first:7.3f} s", flush=True)
     p = subprocess.run([py, "-c", mlflow_search_inproc, uri, exp], capture_output=True, text=True, env=env, check=True)
     inproc = float(p.stdout.strip().splitlines()[-1])
-    out.append(("mlflow search_runs (in process, after import)", inproc, None, None))
+    out.append(("mlflow search_runs (in process, after import)", inproc, None, None, None))
     print(f"  {n:>6} runs  mlflow search_runs in process: {inproc:.3f} s", flush=True)
     return out
 
@@ -277,15 +288,16 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} cores, load average {load:.2f}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    head = " | ".join(f"{n:,} warm | {n:,} cold" for n in args.sizes)
+    head = " | ".join(f"{n:,} warm | {n:,} warm cpu | {n:,} cold" for n in args.sizes)
     print(f"| command | {head} |" + (" ratio warm |" if len(args.sizes) > 1 else ""))
-    print("|---|" + "---|---|" * len(args.sizes) + ("---|" if len(args.sizes) > 1 else ""))
+    print("|---|" + "---|---|---|" * len(args.sizes) + ("---|" if len(args.sizes) > 1 else ""))
     names = [r[0] for r in results[args.sizes[0]]]
     for i, name in enumerate(names):
         cells = []
         for n in args.sizes:
-            _, warm, cold, _first = results[n][i]
+            _, warm, cold, _first, cpu = results[n][i]
             cells.append(f"{warm:.3f}" if warm is not None else "")
+            cells.append(f"{cpu:.3f}" if cpu is not None else "")
             cells.append(f"{cold:.3f}" if cold is not None else "")
         ratio = ""
         if len(args.sizes) > 1:

@@ -113,6 +113,8 @@ _INVISIBLE = {**{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA
 def visible(text: str) -> str:
     """``text`` with every control and invisible formatting character written as an escape
     (``\\x1b``, ``\\n``, ``\\u202e``), so a terminal shows it instead of obeying it."""
+    if text.isascii() and text.isprintable():  # nothing to escape (the common case, made cheap)
+        return text
     return text.translate(_INVISIBLE)
 
 
@@ -313,6 +315,15 @@ def short_time(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
 
 
+def _cells(text: str) -> int:
+    """Terminal cells of ``text``: a CJK character or an emoji takes two (plain ASCII: its length)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
 class _Column:
     """One column of a table being fitted: its cells as text and how it may be narrowed."""
 
@@ -322,12 +333,13 @@ class _Column:
         self.cells = [visible(cell(v)) for v in values]
         self.empty = all(v in (None, "", [], {}) for v in values)
         self.wraps = False  # its cells wrap over lines (render_table's ``wrap``)
+        self._natural: int | None = None
 
     @property
     def natural(self) -> int:
-        from rich.cells import cell_len  # terminal cells: a CJK character or an emoji takes two
-
-        return max([cell_len(self.label), *(cell_len(c) for c in self.cells)])
+        if self._natural is None:
+            self._natural = max([_cells(self.label), *map(_cells, self.cells)])
+        return self._natural
 
     @property
     def minimum(self) -> int:
@@ -398,6 +410,7 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
     if not wide and ids is not None and run_ids is not None and natural(cols) > width:  # 2. unique prefixes
         short = unique_prefixes([v for v in ids.values if isinstance(v, str)], run_ids)
         ids.cells = [visible(short.get(v, cell(v))) if isinstance(v, str) else visible(cell(v)) for v in ids.values]
+        ids._natural = None
     if not wide:  # 3. free text cut to its minimum (below), and columns hidden until that fits
         errors = [c for c in cols if c.name in ERROR_COLUMNS]
         order = [c for name in drop_order for c in cols if c.name == name]
@@ -462,10 +475,10 @@ def _print_rich(con: Any, title: str | None, cols: list[_Column], widths: dict[s
 
 def _fit(text: str, width: int, right: bool) -> str:
     """``text`` in exactly ``width`` cells: cut with an ellipsis, padded (rich's no-wrap cell)."""
-    from rich.cells import cell_len, set_cell_size
-
-    n = cell_len(text)
+    n = _cells(text)
     if n > width:
+        from rich.cells import set_cell_size
+
         text, n = set_cell_size(text, width - 1) + "…", width
     pad = " " * (width - n)
     return pad + text if right else text + pad

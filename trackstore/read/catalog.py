@@ -146,6 +146,13 @@ class RunInfo:
     def list_row(self) -> dict[str, Any]:
         """:meth:`row` without ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``:
         what a listing filters, sorts and shows, without parsing the rest of run.json."""
+        if self._meta is None and self._entry is not None and self.status != "crashed":
+            light = self._entry.light  # the common case, without a call per field
+            return {"project": self.project, "run_id": self.run_id, "name": light["name"] or self.run_id,
+                    "status": self.status, "created_at": light["created_at"], "ended_at": light["ended_at"],
+                    "updated_at": light["updated_at"] or light["created_at"], "last_step": light["last_step"],
+                    "host": light["host"], "user": light["user"], "tags": list(light["tags"] or []),
+                    "group": light["group"], "job_type": light["job_type"], "exit_code": light["exit_code"]}
         get = self._light
         return {
             "project": self.project,
@@ -197,8 +204,22 @@ class RunInfo:
         from ..store.clock import parse_time
         from ..store.meta import INT64_MAX, INT64_MIN
 
+        if light:
+            row = self.list_row()
+            for name in ("created_at", "ended_at", "updated_at"):
+                row[name] = parse_time(row[name])
+            row["tags"] = [t if isinstance(t, str) else str(t) for t in row["tags"]]
+            for name in ("last_step", "exit_code"):
+                v = row[name]
+                if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX):
+                    row[name] = None
+            for name in ("project", "run_id", "name", "status", "host", "user", "group", "job_type"):
+                v = row[name]
+                if v is not None and not isinstance(v, str):
+                    row[name] = str(v)
+            return row
         out = {}
-        for name, v in (self.list_row() if light else self.row()).items():
+        for name, v in self.row().items():
             if name in ("created_at", "ended_at", "updated_at"):
                 v = parse_time(v)
             elif name in ("config", "summary"):

@@ -360,14 +360,15 @@ class Catalog:
         from .meta import parse_run_json
 
         key = (project, run_id)
-        paths = RunPaths(self.root, project, run_id)
-        current = fingerprint(paths.run_file)
+        current = fingerprint(f"{self.root}{os.sep}{PROJECT_PREFIX}{project}{os.sep}{RUN_PREFIX}{run_id}{os.sep}{RUN_FILE}")
         if current == "-":
             return None
         row = self._row(key)
         if row is not None and _same(row.get("meta_fp"), current):
+            problems = row["problems"]
             return RunEntry(self, project, run_id, _light_of_row(row), None, None, bool(row["unreadable"]),
-                            json.loads(row["problems"] or "[]"))
+                            json.loads(problems) if problems and problems != "[]" else [])
+        paths = RunPaths(self.root, project, run_id)
         # derived again: the fingerprint was taken first, so a change meanwhile leaves it old
         try:
             raw = paths.run_file.read_bytes()
