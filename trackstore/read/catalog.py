@@ -134,14 +134,7 @@ class RunInfo:
 
     def write_errors(self) -> str | None:
         """What the run's writers could not write, from ``run.json`` and each writer's file; None if nothing."""
-        value = self._light("write_errors")
-        run_level = str(value) if value else None
-        found = [run_level] if run_level else []
-        for w in self.writers:  # a writer that ended before the last one recorded its loss only here
-            text = w.get("write_errors")
-            if text and str(text) != run_level:
-                found.append(f"writer {w.get('writer_id', '?')}: {text}")
-        return " | ".join(found) or None
+        return lost_rows(self._light("write_errors"), self.writers)
 
     def list_row(self) -> dict[str, Any]:
         """:meth:`row` without ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``:
@@ -304,6 +297,18 @@ def load_run(paths: RunPaths, *, unreadable: bool = False) -> RunInfo | None:
 def _warn(paths: RunPaths, problems: list[str], consequence: str) -> None:
     what = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
     warnings.warn(f"{paths.run_file}: {what} ({consequence})", RunJsonWarning, stacklevel=3)
+
+
+def lost_rows(recorded: Any, writers: list[dict]) -> str | None:
+    """What a run's writers could not write: run.json's ``write_errors`` (``recorded``) and each
+    writer file's own; None if nothing."""
+    run_level = str(recorded) if recorded else None
+    found = [run_level] if run_level else []
+    for w in writers:  # a writer that ended before the last one recorded its loss only here
+        text = w.get("write_errors")
+        if text and str(text) != run_level:
+            found.append(f"writer {w.get('writer_id', '?')}: {text}")
+    return " | ".join(found) or None
 
 
 def catalog_extent(catalog: Catalog, project: str, run_id: str) -> DataExtent:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..store.index import parts_digest
+from ..store.index import Catalog, open_catalog, parts_digest
 from ..store.layout import KINDS, resolve_root
 from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files
 from .catalog import RunInfo, list_runs
@@ -29,7 +29,11 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
     or only those of ``target``."""
     root_path = resolve_root(root)
     infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
-    catalogs = {id(r.catalog): r.catalog for r in infos.values() if r.catalog is not None}
+    catalogs: dict[int, Catalog] = {}
+    catalog_of: dict[tuple[str, str], Catalog] = {}
+    for key, r in infos.items():
+        catalog_of[key] = r.catalog or catalogs.setdefault(0, open_catalog(root_path))
+        catalogs.setdefault(id(catalog_of[key]), catalog_of[key])
     for catalog in catalogs.values():
         catalog.prefetch_cursors()
     parts_of: dict[tuple[str, str], tuple[dict, str | None]] = {}
@@ -37,7 +41,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
     def parts(info: RunInfo) -> tuple[dict, str | None]:
         key = (info.project, info.run_id)
         if key not in parts_of:
-            found, stable = info.catalog.parts(info.project, info.run_id)
+            found, stable = catalog_of[key].parts(info.project, info.run_id)
             parts_of[key] = (found, parts_digest(found) if stable else None)
         return parts_of[key]
 
@@ -47,11 +51,12 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             pending = summary["pending"]
         else:
             pending = {k: sum(p.rows for p in found.get(k, ()) if not p.damaged) for k in KINDS}
-        meta_fp = info.catalog.row_value(info.project, info.run_id, "meta_fp")
+        catalog = catalog_of[(info.project, info.run_id)]
+        meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
         return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
                 "status": info.status, "pending_metrics": pending.get("metrics", 0),
                 "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                "bytes": info.catalog.run_bytes(info.project, info.run_id, meta_fp, fp),
+                "bytes": catalog.run_bytes(info.project, info.run_id, meta_fp, fp),
                 "synced_status": summary["synced_status"] if summary else None,
                 "last_sync_at": summary["last_sync_at"] if summary else None,
                 "last_error": summary["last_error"] if summary else None,
@@ -68,7 +73,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
                 continue
             found, fp = parts(info)
             try:
-                summary = cached_cursor_summary(info.catalog, path, found, fp)
+                summary = cached_cursor_summary(catalog_of[key], path, found, fp)
             except CURSOR_ERRORS:  # vanished (archived meanwhile) or unreadable: says nothing
                 continue
             if target is not None and summary["target"] != target:

@@ -236,7 +236,7 @@ class Catalog:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.path = catalog_path(self.root)
-        self._db = None
+        self._db: Any = None  # the file, opened read-only and immutable (sqlite3.Connection)
         self._rows: dict[tuple[str, str], dict | None] = {}  # what the file holds (listing columns), as read
         self._cursors: dict[str, tuple[str, str] | None] = {}
         self._all = False  # every row of the file read (prefetch): a run not in _rows has none
