@@ -246,7 +246,7 @@ def measure(n: int, repeat: int) -> list[tuple[str, float | None, float | None]]
         ("status", [*ts, "status", "--root", r], None),
         ("sync --to mlflow --dry-run (nothing pending)", [*ts, "sync", "--to", "mlflow", "--dry-run", "--root", r], None),
         ("sync --dry-run after 10 runs got rows", [*ts, "sync", "--to", "mlflow", "--dry-run", "--root", r], "add"),
-        ("gc --older-than 30d --dry-run", [*ts, "gc", "--older-than", "30d", "--dry-run", "--root", r], None),
+        ("gc --older-than 500d --dry-run (no run old enough)", [*ts, "gc", "--older-than", "500d", "--dry-run", "--root", r], None),
         ("connect()", [py, "-c", f"import trackstore; trackstore.connect({r!r}).close()"], None),
         ("mlflow search_runs (process)", [py, "-c", mlflow_search, uri, exp], None),
         ("mlflow get_run (process)", [py, "-c", mlflow_get, uri, exp], None),
@@ -270,7 +270,7 @@ def measure(n: int, repeat: int) -> list[tuple[str, float | None, float | None]]
             for p in added:
                 p.unlink()
         out.append((name, warm, cold, first, cpu))
-        print(f"  {n:>6} runs  {name:<46} warm {warm:7.3f} s (cpu {cpu:6.3f})  cold {cold:7.3f} s   "
+        print(f"  {n:>6} runs  {name:<50} warm {warm:7.3f} s (cpu {cpu:6.3f})  cold {cold:7.3f} s   "
               f"first {first:7.3f} s", flush=True)
     p = subprocess.run([py, "-c", mlflow_search_inproc, uri, exp], capture_output=True, text=True, env=env, check=True)
     inproc = float(p.stdout.strip().splitlines()[-1])

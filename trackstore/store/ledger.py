@@ -149,6 +149,11 @@ def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterat
     for dest in sorted(base.iterdir()):
         if not dest.is_dir() or dest.name.startswith((".", "_")):
             continue
+        if project is not None and run_id is not None:  # one run: its file, without listing the others
+            f = dest / f"{PROJECT_PREFIX}{project}" / f"{RUN_PREFIX}{run_id}.json"
+            if f.is_file():
+                yield f
+            continue
         for pdir in sorted(dest.glob(f"{PROJECT_PREFIX}*")):
             if project is not None and pdir.name != f"{PROJECT_PREFIX}{project}":
                 continue
