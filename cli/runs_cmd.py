@@ -55,7 +55,7 @@ def runs(
     if where is None:  # no SQL to run: the same rows, without starting DuckDB and pyarrow (~0.3 s)
         check_sort(sort)
         rows = listed_runs(root, project=project, status=[s.value for s in status or []], tag=tag, since=since,
-                           sort=sort, limit=limit)
+                           sort=sort, limit=limit, light=fmt is Format.table)
     else:
         from trackstore.read.views import run_sql
         from trackstore.store.arrays import to_pylist
@@ -142,15 +142,18 @@ def check_sort(sort: str) -> str:
     return column
 
 
-def listed_runs(root, *, project=None, status=None, tag=None, since=None, sort="created_at", limit=0) -> list[dict]:
+def listed_runs(root, *, project=None, status=None, tag=None, since=None, sort="created_at", limit=0,
+                light=False) -> list[dict]:
     """What :func:`runs_query` selects from the runs view (same rows, order and types), read
-    from the run folders directly. ``sort`` was checked by :func:`runs_query`."""
+    from the store's catalog without DuckDB. ``sort`` was checked by :func:`runs_query`.
+    ``light``: only the columns a listing shows, filters and sorts by (no config, summary,
+    notes, error): the rest of each run.json is not even parsed."""
     from trackstore.read.catalog import list_runs
 
     from .sql_cmd import report_skipped_files
 
     with report_skipped_files():
-        rows = [info.view_row() for info in list_runs(root, unreadable=True)]
+        rows = [info.view_row(light=light) for info in list_runs(root, project=project or None, unreadable=True)]
     after = parse_since(since) if since else None
     rows = [r for r in rows if (not project or r["project"] == project) and (not status or r["status"] in status)
             and all(t in r["tags"] for t in tag or []) and (after is None or (r["created_at"] and r["created_at"] >= after))]
@@ -159,9 +162,10 @@ def listed_runs(root, *, project=None, status=None, tag=None, since=None, sort="
     present = [r for r in rows if r[column] is not None]
     present.sort(key=lambda r: r[column], reverse=sort.startswith("-"))  # stable: run_id breaks ties
     rows = present + [r for r in rows if r[column] is None]  # NULLS LAST
-    for r in rows:  # the view holds them as JSON text: the same values after a round trip
+    rows = rows[:limit] if limit else rows
+    for r in rows if not light else ():  # the view holds them as JSON text: the same values after a round trip
         r["config"], r["summary"] = (json.loads(json.dumps(r[c], ensure_ascii=False, default=str)) for c in ("config", "summary"))
-    return rows[:limit] if limit else rows
+    return rows
 
 
 def _short_time(value) -> str:

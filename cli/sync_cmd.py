@@ -444,42 +444,13 @@ def status(
     wide: WideOpt = False,
 ) -> None:
     """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
-    from trackstore.read.catalog import list_runs
-    from trackstore.store.files import tree_bytes
+    from trackstore.read.sync_status import status_rows
     from trackstore.store.layout import resolve_root
-    from trackstore.store.ledger import iter_cursors, pending_counts
-    from trackstore.sync.gaps import write_errors
 
     root_path = resolve_root(root)
     if to is not None:
         check_targets([to], root_path, "--to")
-    infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
-    stored = {}  # (project, run_id) -> (row ids per kind, unreadable part count), read once per run
-
-    def row(info, cursor, target, destination):
-        if (info.project, info.run_id) not in stored:
-            stored[(info.project, info.run_id)] = _stored_ids(info.paths)
-        ids, unreadable = stored[(info.project, info.run_id)]
-        pending = pending_counts(info.paths, cursor, ids=ids)
-        return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
-                "status": info.status, "pending_metrics": pending.get("metrics", 0),
-                "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                "bytes": tree_bytes(info.paths.dir), "synced_status": cursor.synced_status if cursor else None,
-                "last_sync_at": cursor.last_sync_at if cursor else None,
-                "last_error": cursor.last_error if cursor else None,
-                "unreadable_parts": unreadable, "write_errors": write_errors(info.meta, info.writers)}
-
-    rows = []
-    seen = set()
-    for c in iter_cursors(root_path, target=to):
-        info = infos.get((c.project, c.run_id))
-        if info is None:
-            continue
-        seen.add((c.project, c.run_id))
-        rows.append(row(info, c, c.target, c.destination))
-    for key, info in infos.items():
-        if key not in seen:
-            rows.append(row(info, None, to or "-", "(never synced)"))
+    rows = status_rows(root_path, target=to)
     if fmt is Format.table:
         from trackstore.store.units import format_bytes
 
@@ -492,16 +463,3 @@ def status(
 STATUS_LABELS = {"pending_metrics": "metrics", "pending_other": "other", "synced_status": "synced",
                  "last_sync_at": "last sync", "last_error": "error", "unreadable_parts": "unreadable",
                  "write_errors": "lost rows", "destination": "where"}
-
-
-def _stored_ids(paths) -> tuple[dict, int]:
-    """Row ids of every kind of a run, and how many part files could not be read (their rows,
-    not counted as pending, are what `trackstore sync` stops on)."""
-    from trackstore.store.ledger import read_row_ids
-    from trackstore.store.schema import KINDS
-
-    ids, unreadable = {}, 0
-    for kind in KINDS:
-        ids[kind], damaged = read_row_ids(paths, kind)
-        unreadable += len(damaged)
-    return ids, unreadable

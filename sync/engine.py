@@ -158,12 +158,19 @@ class Engine:
     # ------------------------------------------------------------------ public
     def sync(self, runs: Iterable[RunInfo]) -> SyncReport:
         report = SyncReport(self.target, self.destination, dry_run=self.opts.dry_run)
+        runs = list(runs)
+        unchanged = set() if self.opts.include_synced or self.opts.verify else \
+            syncstate.unchanged_since_ack(self.root, self.target, self.destination, runs)
         for info in runs:
             if report.unreachable:
                 # the network is down: do not hammer it once per remaining run
                 res = RunResult(info.project, info.run_id, info.name, info.status, error="not attempted: target unreachable",
                                 error_kind="unreachable")
                 report.runs.append(res)
+                continue
+            if (info.project, info.run_id) in unchanged:  # nothing changed since all was acknowledged
+                report.runs.append(RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
+                                             pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors()))
                 continue
             res = self.dry_run_one(info) if self.opts.dry_run else self.sync_one(info)
             if res.error_kind == "unreachable":

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trackstore.errors import CorruptFileError, StoreError
+from trackstore.read.catalog import lost_rows
 from trackstore.store.layout import PROJECT_PREFIX, RUN_PREFIX, RunPaths, is_part_name
 from trackstore.store.parts import part_row_ids
 from trackstore.store.ranges import RangeSet
@@ -124,13 +125,7 @@ def quarantined_note(n: int) -> str:
 
 def write_errors(meta: dict, writers: list[dict]) -> str | None:
     """What the run's writers could not write, from ``run.json`` and each writer's file; None if nothing."""
-    run_level = str(meta["write_errors"]) if meta.get("write_errors") else None
-    found = [run_level] if run_level else []
-    for w in writers:  # a writer that ended before the last one recorded its loss only here
-        text = w.get("write_errors")
-        if text and str(text) != run_level:
-            found.append(f"writer {w.get('writer_id', '?')}: {text}")
-    return " | ".join(found) or None
+    return lost_rows(meta.get("write_errors"), writers)
 
 
 def _covers(outer: RangeSet, inner: RangeSet) -> bool:

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
-from ..store.layout import RunPaths, iter_run_dirs, resolve_root
+from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store.index import Catalog, RunEntry
 
 RUN_COLUMNS = (
     "project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
@@ -39,16 +41,54 @@ RUN_COLUMNS = (
 )
 
 
-@dataclass
 class RunInfo:
-    """One run as readers see it: metadata from run.json plus the derived status."""
+    """One run as readers see it: metadata from run.json plus the derived status.
 
-    paths: RunPaths
-    meta: dict
-    status: str
-    writers: list[dict] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # what of run.json could not be read
-    unreadable: bool = False  # run.json could not be parsed at all: meta is empty
+    Built from the store's catalog (:mod:`trackstore.store.index`) by :func:`list_runs` and
+    :func:`resolve_run`: ``meta`` (every usable field of run.json) and ``writers`` are then read
+    only when asked for, and listings use the few fields they show.
+    """
+
+    def __init__(self, paths: RunPaths, meta: dict | None, status: str, writers: list[dict] | None = None,
+                 problems: list[str] | None = None, unreadable: bool = False, *,
+                 entry: RunEntry | None = None, extent: DataExtent | None = None):
+        self.paths = paths
+        self._meta = meta
+        self.status = status
+        self._writers = writers
+        self.problems = problems if problems is not None else []  # what of run.json could not be read
+        self.unreadable = unreadable  # run.json could not be parsed at all: meta is empty
+        self._entry = entry
+        self._extent = extent
+        self._extent_known = extent is not None
+
+    def __repr__(self) -> str:
+        return f"RunInfo({self.project}/{self.run_id}, {self.status})"
+
+    @property
+    def meta(self) -> dict:
+        if self._meta is None:
+            self._meta = self._entry.meta if self._entry is not None else {}
+        return self._meta
+
+    @property
+    def writers(self) -> list[dict]:
+        if self._writers is None:
+            if self._entry is not None:
+                self._writers = self._entry.catalog.writers(self.project, self.run_id)
+            else:
+                self._writers = _meta.read_writer_files(self.paths)
+        return self._writers
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """The catalog this run was found through (None for :func:`load_run`)."""
+        return self._entry.catalog if self._entry is not None else None
+
+    def _light(self, name: str) -> Any:
+        if self._meta is None and self._entry is not None:
+            return self._entry.light.get(name)
+        return self.meta.get(name)
 
     @property
     def project(self) -> str:
@@ -60,28 +100,69 @@ class RunInfo:
 
     @property
     def name(self) -> str:
-        return self.meta.get("name") or self.run_id
+        return self._light("name") or self.run_id
 
-    @cached_property
+    @property
+    def created_at(self) -> str | None:
+        return self._light("created_at")
+
+    @property
     def extent(self) -> DataExtent | None:
         """What the data on disk says (crashed runs only; None otherwise, nothing is read)."""
-        return data_extent(self.paths) if self.status == "crashed" else None
+        if not self._extent_known:
+            self._extent_known = True
+            if self.status == "crashed":
+                self._extent = (catalog_extent(self._entry.catalog, self.project, self.run_id)
+                                if self._entry is not None else data_extent(self.paths))
+        return self._extent
 
     @property
     def last_step(self) -> int | None:
         """The largest step logged: recorded in run.json, or for a crashed run also from the data."""
-        steps = [self.meta.get("last_step"), self.extent.last_step if self.extent else None]
+        steps = [self._light("last_step"), self.extent.last_step if self.extent else None]
         return max((s for s in steps if s is not None), default=None)
 
     @property
     def ended_at(self) -> str | None:
         """When the run ended: recorded, or for a crashed run its last sign of life (heartbeats, data)."""
-        recorded = self.meta.get("ended_at")
+        recorded = self._light("ended_at")
         if self.extent is None:
             return recorded
-        times = [parse_iso(recorded), parse_iso(self.meta.get("heartbeat_at")), self.extent.last_ts]
+        times = [parse_iso(recorded), parse_iso(self._light("heartbeat_at")), self.extent.last_ts]
         times += [parse_iso(w.get("heartbeat_at")) for w in self.writers]
         return iso(max((t for t in times if t is not None), default=None))
+
+    def write_errors(self) -> str | None:
+        """What the run's writers could not write, from ``run.json`` and each writer's file; None if nothing."""
+        return lost_rows(self._light("write_errors"), self.writers)
+
+    def list_row(self) -> dict[str, Any]:
+        """:meth:`row` without ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``:
+        what a listing filters, sorts and shows, without parsing the rest of run.json."""
+        if self._meta is None and self._entry is not None and self.status != "crashed":
+            light = self._entry.light  # the common case, without a call per field
+            return {"project": self.project, "run_id": self.run_id, "name": light["name"] or self.run_id,
+                    "status": self.status, "created_at": light["created_at"], "ended_at": light["ended_at"],
+                    "updated_at": light["updated_at"] or light["created_at"], "last_step": light["last_step"],
+                    "host": light["host"], "user": light["user"], "tags": list(light["tags"] or []),
+                    "group": light["group"], "job_type": light["job_type"], "exit_code": light["exit_code"]}
+        get = self._light
+        return {
+            "project": self.project,
+            "run_id": self.run_id,
+            "name": self.name,
+            "status": self.status,
+            "created_at": get("created_at"),
+            "ended_at": self.ended_at,
+            "updated_at": get("updated_at") or get("created_at"),
+            "last_step": self.last_step,
+            "host": get("host"),
+            "user": get("user"),
+            "tags": list(get("tags") or []),
+            "group": get("group"),
+            "job_type": get("job_type"),
+            "exit_code": get("exit_code"),
+        }
 
     def row(self) -> dict[str, Any]:
         """The run as a flat record with the columns of the ``runs`` view."""
@@ -108,14 +189,28 @@ class RunInfo:
             "write_errors": m.get("write_errors"),
         }
 
-
-    def view_row(self) -> dict[str, Any]:
+    def view_row(self, *, light: bool = False) -> dict[str, Any]:
         """:meth:`row` with the types of the ``runs`` SQL view: times as aware UTC datetimes,
         ``last_step``/``exit_code`` as int64 or None, tags as text, other values as text or None
-        (``config`` and ``summary`` stay dicts; the view holds them as JSON text)."""
+        (``config`` and ``summary`` stay dicts; the view holds them as JSON text). ``light``:
+        the columns of :meth:`list_row` only."""
         from ..store.clock import parse_time
         from ..store.meta import INT64_MAX, INT64_MIN
 
+        if light:
+            row = self.list_row()
+            for name in ("created_at", "ended_at", "updated_at"):
+                row[name] = parse_time(row[name])
+            row["tags"] = [t if isinstance(t, str) else str(t) for t in row["tags"]]
+            for name in ("last_step", "exit_code"):
+                v = row[name]
+                if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX):
+                    row[name] = None
+            for name in ("project", "run_id", "name", "status", "host", "user", "group", "job_type"):
+                v = row[name]
+                if v is not None and not isinstance(v, str):
+                    row[name] = str(v)
+            return row
         out = {}
         for name, v in self.row().items():
             if name in ("created_at", "ended_at", "updated_at"):
@@ -204,59 +299,187 @@ def _warn(paths: RunPaths, problems: list[str], consequence: str) -> None:
     warnings.warn(f"{paths.run_file}: {what} ({consequence})", RunJsonWarning, stacklevel=3)
 
 
+def lost_rows(recorded: Any, writers: list[dict]) -> str | None:
+    """What a run's writers could not write: run.json's ``write_errors`` (``recorded``) and each
+    writer file's own; None if nothing."""
+    run_level = str(recorded) if recorded else None
+    found = [run_level] if run_level else []
+    for w in writers:  # a writer that ended before the last one recorded its loss only here
+        text = w.get("write_errors")
+        if text and str(text) != run_level:
+            found.append(f"writer {w.get('writer_id', '?')}: {text}")
+    return " | ".join(found) or None
+
+
+def catalog_extent(catalog: Catalog, project: str, run_id: str) -> DataExtent:
+    """:func:`data_extent` from the catalog's part records (footers read only for new parts)."""
+    found = DataExtent()
+    parts, _stable = catalog.parts(project, run_id)
+    for kind, records in parts.items():
+        for p in records:
+            if p.last_ts is None:  # the footer cannot be read: passed over, as data_extent does
+                continue
+            found.last_ts = _larger(found.last_ts, p.last_ts)
+            if kind == "metrics":
+                found.last_step = _larger(found.last_step, p.last_step)
+    return found
+
+
+def from_catalog(catalog: Catalog, project: str, run_id: str, unreadable: bool) -> RunInfo | None:
+    """The run through the catalog (what :func:`load_run` reads from the files, the same answer)."""
+    entry = catalog.entry(project, run_id)
+    if entry is None:
+        return None
+    paths = entry.paths
+    if entry.unreadable and not unreadable:
+        _warn(paths, entry.problems, "the run is left out; run `trackstore doctor`")
+        return None
+    if entry.problems:
+        _warn(paths, entry.problems, "shown as missing; run `trackstore doctor`")
+    writers = None
+    recorded = entry.light.get("status") or "running"
+    if recorded != "running":
+        status = recorded
+    else:
+        writers = catalog.writers(project, run_id)
+        status = _meta.effective_status(entry.meta if not writers else {"status": recorded}, writers)
+    info = RunInfo(paths, None, status, writers, entry.problems, entry.unreadable, entry=entry)
+    if status == "crashed":  # what listings show of it comes from the data: derive it while the catalog is open
+        info.extent  # noqa: B018
+        info.writers  # noqa: B018
+    return info
+
+
 def list_runs(root: str | os.PathLike | None = None, *, project: str | None = None,
               status: str | Iterable[str] | None = None, unreadable: bool = False) -> list[RunInfo]:
     """Every run under the store root, oldest first (run ids sort by creation time).
 
     ``unreadable=True`` also lists runs whose run.json cannot be parsed (what their folder and
     writer files tell); by default they are left out with a warning, as is a run folder that has
-    no run.json yet.
+    no run.json yet. Answered from the store's catalog (:mod:`trackstore.store.index`): a
+    directory scan and a ``stat`` of each run.json, files read only where something changed.
     """
+    from ..store.index import open_catalog
+
     root_path = resolve_root(root)
     wanted = {status} if isinstance(status, str) else (set(status) if status else None)
+    catalog = open_catalog(root_path)
     out = []
-    for proj, run_id, _dir in iter_run_dirs(root_path):
-        if project is not None and proj != project:
-            continue
-        info = load_run(RunPaths(root_path, proj, run_id), unreadable=unreadable)
-        if info is None:
-            continue
-        if wanted and info.status not in wanted:
-            continue
-        out.append(info)
-    out.sort(key=lambda r: (r.meta.get("created_at") or "", r.run_id))
+    try:
+        catalog.prefetch(project)
+        for proj, run_id in catalog.run_keys(project):
+            info = from_catalog(catalog, proj, run_id, unreadable)
+            if info is None:
+                continue
+            if wanted and info.status not in wanted:
+                continue
+            out.append(info)
+    finally:
+        catalog.save()
+    out.sort(key=lambda r: (r.created_at or "", r.run_id))
     return out
+
+
+class _Resolver:
+    """Run references against one directory scan and one catalog: K references cost O(K)
+    lookups (plus one scan), not K listings."""
+
+    def __init__(self, root: str | os.PathLike | None, unreadable: bool):
+        from ..store.index import open_catalog
+
+        self.root = root
+        self.unreadable = unreadable
+        self.catalog = open_catalog(resolve_root(root))
+        self.keys = self.catalog.run_keys()
+        self.by_id = sorted((rid, proj) for proj, rid in self.keys)
+        self.ids = [rid for rid, _ in self.by_id]
+        self.infos: dict[tuple[str, str], RunInfo | None] = {}
+
+    def info(self, key: tuple[str, str]) -> RunInfo | None:
+        if key not in self.infos:
+            self.infos[key] = from_catalog(self.catalog, key[0], key[1], self.unreadable)
+        return self.infos[key]
+
+    def _load(self, keys: Iterable[tuple[str, str]]) -> list[RunInfo]:
+        return [i for i in (self.info(k) for k in keys) if i is not None]
+
+    def _prefixed(self, prefix: str, project: str | None = None) -> list[tuple[str, str]]:
+        import bisect
+
+        out = []
+        for i in range(bisect.bisect_left(self.ids, prefix), len(self.ids)):
+            rid, proj = self.by_id[i]
+            if not rid.startswith(prefix):
+                break
+            if project is None or proj == project:
+                out.append((proj, rid))
+        return out
+
+    def resolve(self, ref: str) -> RunInfo:
+        exact = self._load(self._prefixed(ref) if ref else [])
+        exact = [r for r in exact if r.run_id == ref]
+        if len(exact) == 1:
+            return exact[0]
+        candidates = exact
+        if not candidates and "/" in ref:
+            proj, _, rest = ref.partition("/")
+            in_project = self._load(k for k in self.keys if k[0] == proj)
+            candidates = [r for r in in_project if r.name == rest or r.run_id == rest]
+            if not candidates:
+                candidates = [r for r in in_project if r.run_id.startswith(rest)]
+        if not candidates:
+            candidates = self._load(self._prefixed(ref))
+        if not candidates:
+            candidates = [r for r in self._load(self.keys) if r.name == ref]
+        candidates.sort(key=lambda r: (r.created_at or "", r.run_id))  # the order of a listing
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise RunNotFoundError(
+                f"no run matches {ref!r} in {resolve_root(self.root)} (try `trackstore runs` to list them)"
+            )
+        listing = "\n".join(f"  {r.project}/{r.run_id}  {r.name}  {r.status}" for r in candidates[:20])
+        more = f"\n  ... and {len(candidates) - 20} more" if len(candidates) > 20 else ""
+        raise AmbiguousRunError(f"{ref!r} matches {len(candidates)} runs; use a longer id:\n{listing}{more}")
 
 
 def resolve_run(ref: str, root: str | Path | None = None, *, unreadable: bool = False) -> RunInfo:
     """Find exactly one run by id, unique id prefix, or ``project/name`` / ``project/run_id``.
 
     ``unreadable=True`` also finds runs whose run.json cannot be parsed (see :func:`list_runs`).
+    Costs a directory scan and the run.json ``stat`` of the candidates, not a listing of the store.
     """
-    runs = list_runs(root, unreadable=unreadable)
-    exact = [r for r in runs if r.run_id == ref]
-    if len(exact) == 1:
-        return exact[0]
-    candidates = exact
-    if not candidates and "/" in ref:
-        proj, _, rest = ref.partition("/")
-        candidates = [r for r in runs if r.project == proj and (r.name == rest or r.run_id == rest)]
-        if not candidates:
-            candidates = [r for r in runs if r.project == proj and r.run_id.startswith(rest)]
-    if not candidates:
-        candidates = [r for r in runs if r.run_id.startswith(ref)]
-    if not candidates:
-        candidates = [r for r in runs if r.name == ref]
-    if len(candidates) == 1:
-        return candidates[0]
-    if not candidates:
-        raise RunNotFoundError(
-            f"no run matches {ref!r} in {resolve_root(root)} (try `trackstore runs` to list them)"
-        )
-    listing = "\n".join(f"  {r.project}/{r.run_id}  {r.name}  {r.status}" for r in candidates[:20])
-    more = f"\n  ... and {len(candidates) - 20} more" if len(candidates) > 20 else ""
-    raise AmbiguousRunError(f"{ref!r} matches {len(candidates)} runs; use a longer id:\n{listing}{more}")
+    return resolve_runs([ref], root, unreadable=unreadable)[0]
 
 
-def resolve_runs(refs: Iterable[str], root: str | Path | None = None) -> list[RunInfo]:
-    return [resolve_run(r, root) for r in refs]
+def resolve_runs(refs: Iterable[str], root: str | Path | None = None, *, unreadable: bool = False) -> list[RunInfo]:
+    """:func:`resolve_run` for each reference, in order, against one scan of the store."""
+    resolver = _Resolver(root, unreadable)
+    try:
+        return [resolver.resolve(r) for r in refs]
+    finally:
+        resolver.catalog.save()
+
+
+def run_bytes(info: RunInfo) -> int:
+    """Bytes of the run's folder: from the catalog while its run.json and kind folders keep their
+    fingerprints, else every file's size (:func:`trackstore.store.files.tree_bytes`)."""
+    from ..store.files import tree_bytes
+    from ..store.index import parts_digest
+
+    catalog = info.catalog
+    if catalog is None:
+        return tree_bytes(info.paths.dir)
+    parts, stable = catalog.parts(info.project, info.run_id)
+    meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
+    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_digest(parts) if stable else None)
+
+
+def save_catalogs(runs: Iterable[RunInfo]) -> None:
+    """Write what the catalogs these runs came from learnt since (never raises)."""
+    seen = {}
+    for r in runs:
+        if r.catalog is not None:
+            seen[id(r.catalog)] = r.catalog
+    for catalog in seen.values():
+        catalog.save()

@@ -124,9 +124,12 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     real_root = os.path.realpath(root_path)
     linked_projects: dict[Path, bool] = {}
     found = StoreParts({k: [] for k in RECORD_KINDS}, {k: set() for k in RECORD_KINDS}, {})
-    for project, run_id, rdir in iter_run_dirs(root_path):
-        if only is not None and (project, run_id) not in only:
-            continue
+    if only is None:
+        folders: Iterable[tuple[str, str, Path]] = iter_run_dirs(root_path)
+    else:  # straight to the runs asked for: a question about one run never lists the store
+        folders = [(p, r, d) for p, r in sorted(only)
+                   if (d := root_path / f"{PROJECT_PREFIX}{p}" / f"{RUN_PREFIX}{r}").is_dir()]
+    for _project, _run_id, rdir in folders:
         if rdir.parent not in linked_projects:
             linked_projects[rdir.parent] = os.path.islink(rdir.parent)
         run_linked = linked_projects[rdir.parent] or os.path.islink(rdir)
@@ -372,12 +375,22 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     """The ``runs`` view's rows as a pyarrow Table (config/summary as JSON text)."""
     import pyarrow as pa
 
-    from .catalog import list_runs
+    from .catalog import from_catalog, list_runs
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
-    rows = [info.view_row() for info in list_runs(root, unreadable=True)
-            if only is None or (info.project, info.run_id) in only]
+    if only is None:
+        infos = list_runs(root, unreadable=True)
+    else:  # only these runs: each resolved through the catalog, none listed
+        from ..store.index import open_catalog
+
+        catalog = open_catalog(resolve_root(root))
+        try:
+            infos = [i for key in sorted(only) if (i := from_catalog(catalog, *key, unreadable=True)) is not None]
+        finally:
+            catalog.save()
+        infos.sort(key=lambda r: (r.created_at or "", r.run_id))
+    rows = [info.view_row() for info in infos]
     ts = _schema.TS_TYPE
     fields = [
         ("project", pa.string()), ("run_id", pa.string()), ("name", pa.string()), ("status", pa.string()),

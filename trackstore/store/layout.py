@@ -46,6 +46,9 @@ from ..errors import UsageError
 from .names import validate_project, validate_run_id
 
 ENV_ROOT = "TRACKSTORE_DIR"
+# The record kinds, in the order of trackstore.store.schema.SCHEMAS (which checks it): each is a
+# folder of part files in a run (artifacts: artifacts/_manifest/).
+KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
 DEFAULT_ROOT = "tsruns"
 RUN_FILE = "run.json"
 WRITERS_DIR = "_writers"

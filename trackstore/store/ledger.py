@@ -27,13 +27,12 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .atomic import read_json, write_json_atomic
 from .clock import iso
-from .layout import DESTINATION_FILE, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
+from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .ranges import RangeSet
-from .schema import KINDS
 
 CURSOR_VERSION = 1
 TERMINAL = ("finished", "failed", "crashed")
@@ -150,6 +149,11 @@ def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterat
     for dest in sorted(base.iterdir()):
         if not dest.is_dir() or dest.name.startswith((".", "_")):
             continue
+        if project is not None and run_id is not None:  # one run: its file, without listing the others
+            f = dest / f"{PROJECT_PREFIX}{project}" / f"{RUN_PREFIX}{run_id}.json"
+            if f.is_file():
+                yield f
+            continue
         for pdir in sorted(dest.glob(f"{PROJECT_PREFIX}*")):
             if project is not None and pdir.name != f"{PROJECT_PREFIX}{project}":
                 continue
@@ -262,6 +266,106 @@ def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
     if run_status not in TERMINAL or cursor.synced_status != run_status:
         return False
     return not any(pending_counts(paths, cursor, ids=ids).values())
+
+
+# ---------------------------------------------------------------------------- from the catalog
+# ``remote`` keys holding rows an adapter takes back out of ``acked`` at its next sync (SwanLab's
+# ``journal``: a session that did not close, docs/format.md section 8): such a cursor is never
+# judged from its ``acked`` alone.
+UNSETTLED_REMOTE_KEYS = ("journal",)
+
+
+def cursor_files(root: Path, *, project: str | None = None, run_id: str | None = None) -> Iterator[Path]:
+    """The cursor files of live destinations (folder listings only, nothing read)."""
+    return _cursor_files(Path(root), project, run_id)
+
+
+def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
+    """What ``status`` and the no-change check need of a cursor, with its pending rows per kind
+    counted against the run's part records (:class:`trackstore.store.index.PartRecord`) by
+    row-id arithmetic: each readable part's rows minus those of its ids in ``acked``."""
+    pending = {}
+    for kind in KINDS:
+        acked = cursor.acked.get(kind)
+        n = 0
+        for p in parts.get(kind, ()):
+            if p.damaged:
+                continue
+            n += p.rows - (p.range_set().overlap(acked) if acked else 0)
+        pending[kind] = n
+    return {"target": cursor.target, "destination": cursor.destination, "project": cursor.project,
+            "run_id": cursor.run_id, "synced_status": cursor.synced_status, "in_doubt": bool(cursor.in_doubt),
+            "remote": bool(cursor.remote), "last_sync_at": cursor.last_sync_at, "last_error": cursor.last_error,
+            "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending}
+
+
+def cached_cursor_summary(catalog, path: Path, parts: Mapping[str, list], parts_fp: str | None) -> dict:
+    """:func:`summarize_cursor` of the cursor file at ``path``, from the catalog while neither the
+    file (its ``stat`` fingerprint) nor the run's parts (``parts_fp``,
+    :func:`trackstore.store.index.parts_digest`) changed; else read and counted again.
+
+    Raises FileNotFoundError when there is no such file and one of :data:`CURSOR_ERRORS` when
+    it cannot be parsed.
+    """
+    fp, cached = catalog.cursor_summary(path)
+    if cached is not None and parts_fp and cached.get("parts_fp") == parts_fp:
+        return cached
+    if fp == "-":
+        raise FileNotFoundError(path)
+    summary = summarize_cursor(Cursor.from_json(read_json(path)), parts)
+    summary["parts_fp"] = parts_fp
+    if parts_fp:
+        catalog.put_cursor_summary(path, fp, summary)
+    return summary
+
+
+def settled(summary: dict, run_status: str) -> bool:
+    """Nothing for a sync to do: every stored row acknowledged, no batch in doubt, the remote run
+    known, and the status the target holds is the run's (the rule of the engine's "up to date")."""
+    if summary["in_doubt"] or summary["unsettled"] or not summary["remote"] or any(summary["pending"].values()):
+        return False
+    synced = summary["synced_status"]
+    return not (run_status != synced and (run_status in TERMINAL or synced))
+
+
+def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterable[Any]) -> set[tuple[str, str]]:
+    """The runs (``(project, run_id)``) whose parts did not change since the destination
+    acknowledged every row of them, and whose status it holds: a sync has nothing to do for
+    them. Decided with ``stat`` calls only when nothing changed: the catalog keeps, per cursor,
+    the fingerprint of the run's parts (names, sizes, mtimes) its count of pending rows was
+    made against, valid while the cursor file keeps its ``stat`` fingerprint.
+
+    A run with a damaged part, an unreadable cursor, or parts that changed within the last
+    seconds (:data:`trackstore.store.index.RACY_S`) is never in the set: the engine looks at it.
+    """
+    from .index import open_catalog
+
+    catalogs: dict[int, Any] = {}
+    own = None
+    out = set()
+    for info in runs:
+        catalog = getattr(info, "catalog", None)
+        if catalog is None:
+            own = own or open_catalog(root)
+            catalog = own
+        if id(catalog) not in catalogs:
+            catalogs[id(catalog)] = catalog
+            catalog.prefetch_cursors()
+        parts, stable = catalog.parts(info.project, info.run_id)
+        if not stable or any(p.damaged for kind in parts.values() for p in kind):
+            continue
+        path = cursor_path(root, target, destination, info.project, info.run_id)
+        from .index import parts_digest
+
+        try:
+            summary = cached_cursor_summary(catalog, path, parts, parts_digest(parts))
+        except CURSOR_ERRORS:  # no cursor (FileNotFoundError is an OSError), or a damaged one
+            continue
+        if settled(summary, info.status):
+            out.add((info.project, info.run_id))
+    for catalog in catalogs.values():
+        catalog.save()
+    return out
 
 
 def sync_state_rows(root: Path) -> list[dict]:

@@ -114,6 +114,25 @@ class RangeSet:
     def writers(self) -> list[str]:
         return list(self._ranges)
 
+    def overlap(self, other: RangeSet) -> int:
+        """How many ``(writer, seq)`` ids are in both sets (a merge of sorted ranges, no rows read)."""
+        n = 0
+        for w, mine in self._ranges.items():
+            theirs = other._ranges.get(w)
+            if not theirs:
+                continue
+            i = j = 0
+            while i < len(mine) and j < len(theirs):
+                lo = max(mine[i][0], theirs[j][0])
+                hi = min(mine[i][1], theirs[j][1])
+                if lo <= hi:
+                    n += hi - lo + 1
+                if mine[i][1] < theirs[j][1]:
+                    i += 1
+                else:
+                    j += 1
+        return n
+
     def mask(self, table: Any):
         """Boolean pyarrow array: True for rows of ``table`` that are in this set."""
         import pyarrow as pa

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from .layout import KINDS as _layout_kinds
+
 SCHEMA_VERSION = 2  # 2: metrics parts gained last_of_key (docs/format.md, section 6)
 FORMAT_KEY = b"trackstore.schema_version"
 KIND_KEY = b"trackstore.kind"
@@ -155,6 +157,8 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 KINDS = tuple(SCHEMAS)
+if KINDS != _layout_kinds:  # pragma: no cover - the layout names the same kinds, in this order
+    raise AssertionError(f"trackstore.store.layout.KINDS {_layout_kinds} != {KINDS}")
 
 # Each kind's rows as they are logged and as readers return them: the file schemas minus the
 # columns write_part derives (metrics' last_of_key, an index for the latest view).

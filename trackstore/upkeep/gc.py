@@ -59,11 +59,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import UsageError
-from ..read.catalog import RunInfo, list_runs, load_run
+from ..read.catalog import RunInfo, list_runs, load_run, run_bytes, save_catalogs
 from ..store import locks as _locks
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
-from ..store.files import tree_bytes
 from ..store.layout import (
     ARCHIVE_DIR,
     DESTINATION_FILE,
@@ -326,7 +325,7 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
             for info in sorted(infos, key=lambda r: (r.meta.get("created_at") or "", r.run_id), reverse=True)[:policy.keep_last]:
                 protected.add((proj, info.run_id))
     for info in runs:
-        c = Candidate(info, tree_bytes(info.paths.dir), end_time(info))
+        c = Candidate(info, run_bytes(info), end_time(info))
         result.store_bytes += c.bytes
         if policy.project is not None and info.project != policy.project:
             c.reason = "other project"
@@ -353,6 +352,7 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
                 c.delete = True
                 c.reason = "eligible"
         result.runs.append(c)
+    save_catalogs(runs)
     if policy.max_size is not None:
         total = result.store_bytes
         for c in sorted(result.delete, key=lambda c: (c.ended_ts, c.run_id)):

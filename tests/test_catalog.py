@@ -1,0 +1,436 @@
+"""The catalog (trackstore/store/index.py) is a cache: whatever happens to the store, every answer
+made from it is the answer a full read of the files gives.
+
+* property-based: random sequences of creating, logging (resume), finishing, crashing, failing,
+  compacting, gc-deleting, importing runs, acknowledging rows in a cursor and adding a damaged
+  part, with the listing, ``status`` and the no-change sync check compared with a full scan
+  after every step;
+* a corrupt, truncated, foreign or deleted catalog file is rebuilt silently with the same answers;
+* two processes refreshing the catalog while a third writes runs never see a wrong listing;
+* a racy fingerprint (a file changed less than RACY_S ago) is not trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import trackstore
+from trackstore.read.catalog import list_runs, load_run, resolve_run, resolve_runs
+from trackstore.read.sync_status import status_rows
+from trackstore.store import index
+from trackstore.store.files import tree_bytes
+from trackstore.store.layout import RunPaths, iter_run_dirs, part_file_name
+from trackstore.store.ledger import (
+    Cursor,
+    iter_cursors,
+    load_cursor,
+    pending_counts,
+    read_row_ids,
+    save_cursor,
+    unchanged_since_ack,
+)
+from trackstore.store.meta import read_writer_files, write_run_json, write_writer_file
+from trackstore.store.schema import KINDS
+
+TARGET, DEST = "mlflow", "sqlite:///nowhere.db"
+
+
+# ----------------------------------------------------------------------------- full-scan references
+def full_runs(root: Path) -> list[RunInfo]:  # noqa: F821 - a RunInfo from load_run
+    out = []
+    for proj, rid, _d in iter_run_dirs(root):
+        info = load_run(RunPaths(root, proj, rid), unreadable=True)
+        if info is not None:
+            out.append(info)
+    out.sort(key=lambda r: (r.meta.get("created_at") or "", r.run_id))
+    return out
+
+
+def described(infos) -> list:
+    return [(r.project, r.run_id, r.status, r.unreadable, r.row(), r.write_errors()) for r in infos]
+
+
+def full_status(root: Path) -> list[dict]:
+    """``trackstore status`` as it was computed before the catalog: every part read."""
+    infos = {(r.project, r.run_id): r for r in full_runs(root) if not r.unreadable}
+    stored = {}
+
+    def row(info, cursor, target, destination):
+        key = (info.project, info.run_id)
+        if key not in stored:
+            ids, bad = {}, 0
+            for kind in KINDS:
+                ids[kind], damaged = read_row_ids(info.paths, kind)
+                bad += len(damaged)
+            stored[key] = ids, bad
+        ids, bad = stored[key]
+        pending = pending_counts(info.paths, cursor, ids=ids)
+        return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
+                "status": info.status, "pending_metrics": pending.get("metrics", 0),
+                "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                "bytes": tree_bytes(info.paths.dir), "synced_status": cursor.synced_status if cursor else None,
+                "last_sync_at": cursor.last_sync_at if cursor else None,
+                "last_error": cursor.last_error if cursor else None, "unreadable_parts": bad,
+                "write_errors": info.write_errors()}
+
+    rows, seen = [], set()
+    for c in iter_cursors(root):
+        info = infos.get((c.project, c.run_id))
+        if info is None:
+            continue
+        seen.add((c.project, c.run_id))
+        rows.append(row(info, c, c.target, c.destination))
+    for key, info in infos.items():
+        if key not in seen:
+            rows.append(row(info, None, "-", "(never synced)"))
+    return rows
+
+
+def full_unchanged(root: Path) -> set:
+    """The runs a sync has nothing to do for, from every part's rows and the cursor file."""
+    out = set()
+    for info in full_runs(root):
+        if info.unreadable:
+            continue
+        try:
+            c = load_cursor(root, TARGET, DEST, info.project, info.run_id)
+        except Exception:
+            continue
+        if not c.remote:
+            continue
+        damaged = any(read_row_ids(info.paths, k)[1] for k in KINDS)
+        pending = pending_counts(info.paths, c)
+        synced = c.synced_status
+        status_pushed = not (info.status != synced and (info.status in ("finished", "failed", "crashed") or synced))
+        if not damaged and not c.in_doubt and not c.remote.get("journal") and not any(pending.values()) \
+                and status_pushed:
+            out.add((info.project, info.run_id))
+    return out
+
+
+def check_against_full_scan(root: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert described(list_runs(root, unreadable=True)) == described(full_runs(root))
+        assert [i.run_id for i in list_runs(root)] == [i.run_id for i in full_runs(root) if not i.unreadable]
+        assert status_rows(root) == full_status(root)
+        readable = [r for r in full_runs(root) if not r.unreadable]
+        got = unchanged_since_ack(root, TARGET, DEST, list_runs(root))
+        assert got == full_unchanged(root)
+        for info in readable:  # every reference resolves to the run a full listing finds
+            assert resolve_run(info.run_id, root).row() == info.row()
+
+
+# ----------------------------------------------------------------------------- operations
+def _settle() -> None:
+    # the property test trusts every fingerprint (RACY_S patched below); a file system clock
+    # ticks every few ms, so two changes of one folder are kept apart by more than a tick
+    time.sleep(0.012)
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def op_create(root: Path, project: str, steps: int, ending: str) -> None:
+    run = trackstore.init(project=project, root=root, name=f"n{steps}", config={"steps": steps}, tags=[ending])
+    for s in range(steps):
+        run.log({"loss": 1.0 / (s + 1), "acc": s * 0.1}, step=s)
+    if steps % 2:
+        run.log_samples([{"input": "q", "output": "a", "score": 1.0}], step=0)
+    if ending == "failed":
+        run.finish(exit_code=1)
+    else:
+        run.finish()
+    if ending == "crashed":  # what kill -9 leaves: run.json and the writer still say running, the pid is gone
+        paths = run.paths
+        meta = dict(load_run(paths).meta)
+        meta.update(status="running", ended_at=None)
+        write_run_json(paths, meta)
+        for w in read_writer_files(paths):
+            write_writer_file(paths, {**w, "status": "running", "pid": _dead_pid(), "pid_start": None})
+
+
+def op_resume(root: Path, info, steps: int) -> None:
+    run = trackstore.init(project=info.project, run_id=info.run_id, resume=True, root=root)
+    for _ in range(steps):
+        run.log({"loss": 0.5, "extra": 2.0})
+    run.finish()
+
+
+def op_compact(root: Path, info) -> None:
+    from trackstore.upkeep.compact import compact
+
+    compact(root, [info.paths])
+
+
+def op_gc(root: Path, info) -> None:
+    from trackstore.upkeep import gc
+
+    plan = gc.plan(root, gc.Policy(older_than_s=0, project=info.project, include_unsynced=True, force=True))
+    for c in plan.runs:
+        c.delete = c.delete and c.info.run_id == info.run_id
+    gc.execute(root, plan)
+
+
+def op_import(root: Path, steps: int) -> None:
+    from trackstore.upkeep.bundle import export_runs, import_bundle
+
+    side = Path(tempfile.mkdtemp(prefix="ts-side-"))
+    try:
+        op_create(side, "imported", steps, "finished")
+        bundle = side.parent / f"{side.name}.tar"
+        export_runs(side, list_runs(side), bundle)
+        import_bundle(root, bundle)
+        bundle.unlink()
+    finally:
+        shutil.rmtree(side, ignore_errors=True)
+
+
+def op_ack(root: Path, info, fraction: float, push_status: bool, in_doubt: bool) -> None:
+    """A cursor acknowledging the first ``fraction`` of each kind's rows (what a sync leaves)."""
+    cursor = Cursor(TARGET, DEST, info.project, info.run_id, remote={"run_id": "r"})
+    for kind in KINDS:
+        ids = read_row_ids(info.paths, kind)[0].sort_by("seq")
+        cut = ids.slice(0, int(ids.num_rows * fraction))
+        cursor.acked_set(kind).add_table(cut)
+    cursor.synced_status = info.status if push_status else None
+    cursor.in_doubt = {"kind": "metrics", "rows": {}, "batch_id": "x", "since": "now"} if in_doubt else None
+    save_cursor(root, cursor)
+
+
+def op_damage(root: Path, info) -> None:
+    """A new part that is not Parquet (renamed into place, as every part arrives)."""
+    from trackstore.store.atomic import write_bytes_atomic
+
+    d = info.paths.kind_dir("metrics")
+    d.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(d / part_file_name("vm-1-dead00", 0), b"PAR1 not really parquet")
+
+
+OPS = st.one_of(
+    st.tuples(st.just("create"), st.sampled_from(["a", "b"]), st.integers(0, 5),
+              st.sampled_from(["finished", "crashed", "failed"])),
+    st.tuples(st.just("resume"), st.integers(0, 9), st.integers(1, 4)),
+    st.tuples(st.just("compact"), st.integers(0, 9)),
+    st.tuples(st.just("gc"), st.integers(0, 9)),
+    st.tuples(st.just("import"), st.integers(1, 3)),
+    st.tuples(st.just("ack"), st.integers(0, 9), st.sampled_from([0.0, 0.5, 1.0]), st.booleans(), st.booleans()),
+    st.tuples(st.just("damage"), st.integers(0, 9)),
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(ops=st.lists(OPS, min_size=1, max_size=6))
+def test_catalog_agrees_with_a_full_scan(ops):
+    root = Path(tempfile.mkdtemp(prefix="ts-cat-"))
+    old = index.RACY_S
+    index.RACY_S = -3600.0  # trust every fingerprint: the cache, not the racy rule, is under test
+    try:
+        op_create(root, "a", 3, "finished")
+        check_against_full_scan(root)
+        for op in ops:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                runs = full_runs(root)
+            name, *args = op
+            if name == "create":
+                op_create(root, *args)
+            elif name == "import":
+                op_import(root, *args)
+            elif runs:
+                info = runs[args[0] % len(runs)]
+                if name == "resume" and info.status != "crashed":
+                    op_resume(root, info, args[1])
+                elif name == "compact":
+                    op_compact(root, info)
+                elif name == "gc":
+                    op_gc(root, info)
+                elif name == "ack":
+                    op_ack(root, info, *args[1:])
+                elif name == "damage":
+                    op_damage(root, info)
+            _settle()
+            check_against_full_scan(root)
+    finally:
+        index.RACY_S = old
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- a damaged catalog
+@pytest.fixture
+def store(root, monkeypatch):
+    monkeypatch.setattr(index, "RACY_S", -3600.0)
+    for i in range(4):
+        op_create(root, "p" if i % 2 else "q", i + 1, ["finished", "crashed"][i % 2])
+    op_ack(root, full_runs(root)[0], 1.0, True, False)
+    return root
+
+
+def answers(root: Path) -> tuple:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return (described(list_runs(root, unreadable=True)), status_rows(root),
+                unchanged_since_ack(root, TARGET, DEST, list_runs(root)))
+
+
+def catalog_is_sound(root: Path) -> bool:
+    db = sqlite3.connect(f"file:{index.catalog_path(root)}?immutable=1", uri=True)
+    try:
+        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == ("1",)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "deleted", "folder deleted", "other version",
+                                    "wrong fingerprints"])
+def test_a_damaged_catalog_is_rebuilt_with_the_same_answers(store, damage):
+    first = answers(store)
+    assert first == (described(full_runs(store)), full_status(store), full_unchanged(store))
+    path = index.catalog_path(store)
+    assert catalog_is_sound(store)
+    if damage == "garbage":
+        path.write_bytes(os.urandom(5000))
+    elif damage == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "deleted":
+        path.unlink()
+    elif damage == "folder deleted":
+        shutil.rmtree(path.parent)
+    elif damage == "other version":
+        db = sqlite3.connect(path)
+        db.execute("UPDATE catalog_info SET value = '999' WHERE key = 'version'")
+        db.commit()
+        db.close()
+    elif damage == "wrong fingerprints":  # entries that claim to be current but are not: refused by stat
+        db = sqlite3.connect(path)
+        db.execute("UPDATE runs SET meta_fp = 'x', writers_fp = 'x', parts_fp = 'x', name = 'forged', "
+                   "status = 'failed'")
+        db.execute("UPDATE cursors SET fp = 'x'")
+        db.commit()
+        db.close()
+    assert answers(store) == first
+    assert catalog_is_sound(store)  # written again
+    assert answers(store) == first
+
+
+def test_the_catalog_holds_what_it_promises(store):
+    """Run metadata, per-kind row counts and step ranges, last values (summary), part fingerprints."""
+    answers(store)
+    db = sqlite3.connect(f"file:{index.catalog_path(store)}?immutable=1", uri=True)
+    rows = db.execute("SELECT project, run_id, name, status, last_step, meta, parts FROM runs").fetchall()
+    db.close()
+    assert len(rows) == 4
+    import json
+
+    for project, run_id, name, status, last_step, meta, parts in rows:
+        info = load_run(RunPaths(store, project, run_id))
+        assert (name, status, last_step) == (info.meta["name"], info.meta["status"], info.meta.get("last_step"))
+        assert json.loads(meta)["summary"] == info.meta["summary"]
+        kinds = json.loads(parts)
+        listed = sorted(p.name for p in info.paths.parts("metrics"))
+        assert sorted(p[0] for p in kinds["metrics"][1]) == listed
+        rows_in = sum(p[3] for p in kinds["metrics"][1])
+        assert rows_in == read_row_ids(info.paths, "metrics")[0].num_rows
+
+
+def test_a_store_where_the_catalog_cannot_be_written_is_served_without_it(store):
+    first = answers(store)
+    shutil.rmtree(index.catalog_path(store).parent)
+    index.catalog_path(store).parent.write_text("not a folder")  # every write of the catalog fails
+    assert answers(store) == first
+    assert answers(store) == first
+
+
+def test_a_fingerprint_younger_than_racy_s_is_not_trusted(root):
+    op_create(root, "p", 2, "finished")
+    info = list_runs(root)[0]
+    assert index.fingerprint(info.paths.run_file) == ""  # just written: racy
+    old = time.time() - 100
+    os.utime(info.paths.run_file, (old, old))  # the change time stays now: still racy
+    assert index.fingerprint(info.paths.run_file) == ""
+    assert index.fingerprint(info.paths.dir / "nothing") == "-"
+
+
+def test_references_resolve_without_a_listing_and_in_one_scan(root):
+    for i in range(5):
+        op_create(root, "p" if i < 3 else "q", i, "finished")
+    infos = list_runs(root)
+    refs = [infos[0].run_id, infos[1].run_id[:22], f"q/{infos[4].name}", f"p/{infos[2].run_id[:21]}"]
+    got = resolve_runs(refs, root)
+    assert [g.run_id for g in got] == [infos[0].run_id, infos[1].run_id, infos[4].run_id, infos[2].run_id]
+    with pytest.raises(trackstore.errors.AmbiguousRunError):
+        resolve_run("2026", root) if infos[0].run_id.startswith("2026") else resolve_run(infos[0].run_id[:4], root)
+    with pytest.raises(trackstore.errors.RunNotFoundError):
+        resolve_run("zz-no-such-run", root)
+
+
+# ----------------------------------------------------------------------------- concurrency
+REFRESHER = r"""
+import sys, time, warnings
+warnings.simplefilter("ignore")
+from trackstore.read.catalog import list_runs
+from trackstore.read.sync_status import status_rows
+root, until = sys.argv[1], float(sys.argv[2])
+n = 0
+while time.time() < until:
+    runs = list_runs(root, unreadable=True)
+    ids = [r.run_id for r in runs]
+    assert len(ids) == len(set(ids)), ids
+    for r in runs:
+        assert r.status in ("running", "finished", "failed", "crashed"), r
+    status_rows(root)
+    n += 1
+print(n)
+"""
+
+WRITER = r"""
+import sys, trackstore
+root = sys.argv[1]
+for i in range(12):
+    run = trackstore.init(project="w", root=root, name=f"w{i}", flush_interval=0.05)
+    for s in range(40):
+        run.log({"x": s}, step=s)
+    run.finish()
+    if i % 3 == 0:
+        r = trackstore.init(project="w", run_id=run.run_id, resume=True, root=root)
+        r.log({"x": 1.0})
+        r.finish()
+print("done")
+"""
+
+
+def test_two_refreshers_race_a_writer(root):
+    op_create(root, "p", 2, "finished")
+    until = time.time() + 6
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([sys.executable, "-c", REFRESHER, str(root), str(until)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, err
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert int(out) > 0
+    time.sleep(index.RACY_S + 0.1)  # every file is now old enough to be cached
+    for _ in range(2):  # once deriving what changed, once from the catalog
+        assert answers(root)[:2] == (described(full_runs(root)), full_status(root))
