@@ -220,7 +220,7 @@ def declare(root: str | os.PathLike, name: str, info: dict) -> Lock:
 
 
 def remove_stale_declarations(root: str | os.PathLike, prefix: str) -> int:
-    r"""Remove the :func:`declare`\ d lock files under ``prefix`` whose holder is dead (their names
+    """Remove the lock files made by :func:`declare` under ``prefix`` whose holder is dead (their names
     are never reused, so nobody would take them over); the number removed. Without a guard: a
     file is moved aside and checked (:func:`_take_over`), so two processes cleaning at once, or
     a live holder, lose nothing."""
