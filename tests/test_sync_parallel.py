@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -227,6 +228,7 @@ def test_progress_shows_active_runs_and_an_overall_bar(root, tmp_path):
     code, text = cli_in_pty("sync", "--to", "mlflow", "--uri", mlflow_sqlite_uri(tmp_path), "--jobs", "2",
                             "--root", root, columns=120)
     assert code == 0, text
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colours and cursor moves
     assert "3 runs, 2 at a time" in text and "rows/s" in text and "90 rows" in text
     assert all(r.id in text for r in runs)
     res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_sqlite_uri(tmp_path, "b.db"), "--jobs", "2", root=root)
