@@ -1,4 +1,4 @@
-"""Named, cross-process locks under ``<root>/_locks/``: one sync per target, one maintenance job.
+"""Named, cross-process locks under ``<root>/_locks/``: one sync per run and destination, one maintenance job.
 
 The promise: at most one live process holds a given lock name in a store, on one host or on
 several hosts sharing the store's filesystem, and a lock whose holder died never blocks anyone
@@ -44,9 +44,10 @@ A store that cannot be written (a read-only mount or snapshot, no permission) ma
 path, never a traceback: commands that change the store cannot run there.
 
 Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters). The
-names in use: ``sync-<target>`` (the sync engine, one per target; it should declare its runs,
-best at once with ``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock
-that names no runs as "every run is in use") and ``maintenance`` (gc, compaction, import,
+names in use: ``sync-<target>-...`` (the sync engine: one per run and destination, and one
+declaration per sync, see below; a sync lock should declare its runs, best at once with
+``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock that names no runs
+as "every run is in use") and ``maintenance`` (gc, compaction, import,
 ``doctor --fix`` and runs merging their own files: at most one of them changes the store at a
 time; ``export`` holds them off with :func:`reading`).
 
