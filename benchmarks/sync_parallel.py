@@ -12,6 +12,10 @@ library entry point the CLI calls (``trackstore.sync.sync``). Printed: the measu
 through the proxy and directly (the anchor that shows the link is what it says), then per level
 the time, runs/s, points/s and the ratio to ``--jobs 1`` measured in the same run.
 
+``--direct`` adds ``--jobs 1`` and the largest ``--jobs`` straight to the server (no proxy):
+the difference to the proxied ``--jobs 1`` is what the link costs, and the direct largest level
+is what the server itself allows (on one machine the server's own CPU bounds every level).
+
 ``--processes`` adds the other way to be parallel: N ``trackstore sync`` processes started at
 once on one store (the per-run locks split the runs between them), which is what threads are
 measured against (docs/performance.md).
@@ -144,6 +148,8 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.05, help="seconds the proxy holds each request")
     ap.add_argument("--jobs", default="1,2,4,8")
     ap.add_argument("--processes", action="store_true", help="also N separate sync processes (N = the largest --jobs)")
+    ap.add_argument("--direct", action="store_true", help="also --jobs 1 and the largest --jobs straight to the "
+                    "server, no proxy: what the link costs, and what the server itself allows")
     args = ap.parse_args()
     levels = [int(x) for x in args.jobs.split(",")]
     import logging
@@ -159,6 +165,8 @@ def main() -> None:
         contenders = [(f"--jobs {j}", j, "threads") for j in levels]
         if args.processes:
             contenders.append((f"{max(levels)} processes", max(levels), "processes"))
+        if args.direct:
+            contenders += [("--jobs 1, no proxy", 1, "direct"), (f"--jobs {max(levels)}, no proxy", max(levels), "direct")]
         stores = {}
         for i, (label, _n, _how) in enumerate(contenders):
             project = f"bench-{i}"
@@ -175,7 +183,10 @@ def main() -> None:
             rows = []
             for label, n, how in contenders:
                 root, project, want = stores[label]
-                dt = sync_threads(root, proxy.url, n) if how == "threads" else sync_processes(root, proxy.url, n)
+                if how == "processes":
+                    dt = sync_processes(root, proxy.url, n)
+                else:
+                    dt = sync_threads(root, server.url if how == "direct" else proxy.url, n)
                 problem = check_exactly_once(server.db_path, project, want)
                 points = sum(len(p) for p in want.values())
                 rows.append((label, dt, args.runs / dt, points / dt, problem))
@@ -185,9 +196,9 @@ def main() -> None:
               f"request: {args.runs} runs x {args.points:,} points, {os.cpu_count()} cores, load average "
               + "/".join(f"{x:.1f}" for x in os.getloadavg()))
         print(f"round trip of a small request: {direct * 1000:.1f} ms direct, {slow * 1000:.1f} ms through the proxy")
-        print(f"{'contender':14} {'seconds':>8} {'runs/s':>8} {'points/s':>10} {'vs --jobs 1':>12}  exactly once")
+        print(f"{'contender':20} {'seconds':>8} {'runs/s':>8} {'points/s':>10} {'vs --jobs 1':>12}  exactly once")
         for label, dt, rps, pps, problem in rows:
-            print(f"{label:14} {dt:8.1f} {rps:8.2f} {pps:10,.0f} {base / dt:11.2f}x  "
+            print(f"{label:20} {dt:8.1f} {rps:8.2f} {pps:10,.0f} {base / dt:11.2f}x  "
                   f"{'yes' if problem is None else 'NO: ' + problem}")
         if any(r[4] for r in rows):
             sys.exit(1)
