@@ -19,8 +19,10 @@ The promise:
   the target unreachable, no further run is started (they are "not attempted", as before).
 * **An adapter is closed before the lock of the last run it opened is released**: clients
   that keep a run's session open until the next run or ``close()`` (wandb, SwanLab) finish
-  it while the run is still theirs. A worker therefore holds the lock of the run it synced
-  last until its next run is done (or it closes), never more than two.
+  it while the run is still theirs. A worker therefore holds the lock of the run it opened
+  last until it opens another (``open_run`` first closes the previous session) or closes,
+  never more than two; a run it did not open (up to date, or stopped before the target was
+  touched) is released at once.
 * **gc leaves the selection alone**: the sync declares every selected run
   (:func:`trackstore.store.locks.declare`) for its whole duration.
 * **Workers are threads.** Replaying to a server is waiting on the network, which threads
@@ -145,8 +147,10 @@ class _WorkerProgress(Progress):
         self.key = ""
         self.lock: locks.Lock | None = None   # the run being synced
         self.held: locks.Lock | None = None   # the run synced before it (its session may still be open)
+        self.opened = False                   # the engine went on to open the current run at the target
 
     def run_started(self, run: RunInfo, total: int) -> None:
+        self.opened = True  # the engine calls adapter.open_run right after this
         self.shared.call("run_started", run, total)
 
     def advanced(self, n: int) -> None:
@@ -264,17 +268,20 @@ class _Scheduler:
                             self._adapters.append(adapter)
                     engine = Engine(self.root, adapter, self.opts, progress, on_batch=self._beat(progress))
                 progress.key, progress.lock, progress.held = run_key(item.info), current, held
+                progress.opened = False
                 res = engine.sync_one(item.info)
                 with self.mutex:
                     self.results[item.index] = res
                     if res.error_kind == "unreachable":
                         self.unreachable = True  # the network is down: start no further run
-                if res.up_to_date:
-                    current.release()  # returned before opening anything at the target
-                else:
+                if progress.opened:
+                    # opening this run closed the previous one's session (adapter.open_run does
+                    # that first): the previous run is no longer this adapter's business
                     if held is not None:
                         held.release()
                     held = current
+                else:
+                    current.release()  # up to date, or stopped before the target was touched
                 current = progress.lock = progress.held = None
         finally:
             try:
