@@ -123,7 +123,7 @@ def sync_threads(root: Path, url: str, jobs: int) -> float:
 
 
 def sync_processes(root: Path, url: str, n: int) -> float:
-    """``n`` ``trackstore sync --jobs 1 --wait`` processes at once on one store."""
+    """``n`` ``trackstore sync --jobs 1`` processes at once on one store (the per-run locks split the runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     cmd = [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "mlflow", "--uri", url, "--jobs", "1",
            "--format", "json", "--root", str(root)]
