@@ -312,3 +312,27 @@ def test_swanlab_jobs_is_capped_at_one_and_says_why(root, tmp_path, monkeypatch)
     assert "--jobs 4: syncing 1 run at a time to swanlab (swanlab.init keeps one run per process)" in res.stdout
     for run in runs:
         assert harness.metrics(run.project, run.id) == expected(run)
+
+
+def test_ctrl_c_stops_a_parallel_sync_at_once_and_the_rerun_is_exact(root, tmp_path):
+    """SIGINT while two workers send: the sync exits 130 at once (it does not wait for the
+    workers' runs to end), and the next sync settles what was in flight: exact."""
+    runs = make_runs(root, 2, steps=200, keys=2)
+    uri = mlflow_sqlite_uri(tmp_path)
+    # a shell starts background jobs with SIGINT ignored, and children inherit that: restore it
+    child = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n" + SYNC_CHILD
+    args = [sys.executable, "-c", child, "sync", "--to", "mlflow", "--uri", uri, "--jobs", "2",
+            "--batch-size", "5", "--root", str(root)]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while p.poll() is None and _acked(root) == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    assert p.poll() is None, "the sync ended before it could be interrupted"
+    p.send_signal(signal.SIGINT)
+    _out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert 0 < _acked(root) < 800
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for run in runs:
+        assert mlflow_points(uri, run) == expected(run)
