@@ -51,7 +51,7 @@ any other value with exit code 2, listing the valid ones.
 | 3 | run not found, or the reference is ambiguous (the message lists candidates) |
 | 4 | the store is damaged or data could not be written (`trackstore doctor` helps), or a command that changes the store met a read-only one |
 | 5 | the SQL query failed or was refused (read-only) |
-| 6 | another process holds the lock (sync of the same target, gc, compaction) |
+| 6 | another process holds the lock (gc, compaction; sync: a run another sync is sending to the same destination was skipped) |
 | 7 | the sync target is unreachable |
 | 8 | partial failure: some runs failed, others succeeded |
 | 9 | the bundle is invalid, tampered with or conflicts with the store |

@@ -1,9 +1,11 @@
 """``trackstore sync --to TARGET`` and ``trackstore status``.
 
 Exit codes (docs/sync.md; cron reads them): 0 everything selected is synced (or, with
-``--if-online``, the target is unreachable), 2 usage error, 6 another sync of this target holds
-the lock, 7 the target is unreachable, 8 some runs failed (a permanent error, or part files it
-cannot read) while others synced; ``--dry-run`` exits 8 when the sync would.
+``--if-online``, the target is unreachable), 2 usage error, 6 some runs were skipped because
+another sync was sending them to the same destination (and nothing failed), 7 the target is
+unreachable, 8 some runs failed (a permanent error, or part files it cannot read) while others
+synced; ``--dry-run`` exits 8 when the sync would. ``--jobs N`` changes none of this: the
+summary lists the runs in selection order, as one at a time would.
 
 Rows a run's writer could not write (``write_errors``) are reported with the run, in every
 output form: they are not in the store, so no sync can send them.
@@ -44,12 +46,20 @@ TARGET_MODES = {"mlflow": (), "wandb": ("online", "offline"), "wandb-offline": (
 
 
 class _CronProgress:
-    """Plain lines for logs and cron mail (no TTY): one line per run, retries as they happen."""
+    """Plain lines for logs and cron mail (no TTY): one line when a run starts and one when it
+    ends, retries as they happen. Several runs at once (``--jobs``): every line names its run,
+    and the end lines count the runs done (``[3/64]``)."""
 
     def __init__(self, quiet: bool = False, opening: str | None = None):
         self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
         self.out = sys.stderr if quiet else sys.stdout
         self.opening = opening  # "mlflow at URI": said once, before the first run opens it
+        self.runs = 0  # selected runs (begin), 0 until known
+        self.jobs = 1
+        self.ended = 0
+
+    def begin(self, runs, jobs):
+        self.runs, self.jobs = runs, jobs
 
     def run_started(self, run, total):
         if not self.quiet:
@@ -61,23 +71,40 @@ class _CronProgress:
     def advanced(self, n):
         pass
 
+    def run_advanced(self, key, n):
+        pass
+
+    def run_held(self, run, holder, waiting):
+        what = "waiting for it" if waiting else "trying it again after the others"
+        print(visible(f"sync {run.project}/{run.run_id}: another sync holds this run ({one_line(holder)}); {what}"),
+              file=sys.stderr if self.quiet else self.out, flush=True)
+
     def run_ended(self, result):
+        self.ended += 1
         if self.quiet and result.ok:
             return
         if result.up_to_date and result.ok:
             return
+        count = f" [{self.ended}/{self.runs}]" if self.jobs > 1 and self.runs else ""
+        if result.error_kind == "locked":
+            print(visible(f"sync {result.project}/{result.run_id}: {one_line(result.error or '')}{count}"),
+                  file=self.out, flush=True)
+            return
         sent = ", ".join(f"{k} {v}" for k, v in result.sent.items() if v) or "nothing new"
         state = "ok" if result.ok else f"FAILED: {one_line(result.error or '')}"
         print(visible(f"sync {result.project}/{result.run_id}: {state} ({sent}; "
-                      f"{plural(result.retries, 'retry', 'retries')})"), file=self.out, flush=True)
+                      f"{plural(result.retries, 'retry', 'retries')}){count}"), file=self.out, flush=True)
 
     def message(self, text):
         print(visible(text), file=self.out, flush=True)
 
 
 class _RichProgress:
-    """A progress bar per run (points sent, rate, ETA) on a terminal; while a run's first request
-    opens the target (a first MLflow sync creates its database, ~10 s), the bar says so."""
+    """On a terminal: a bar per run being synced (rows sent, rate, ETA) and, when several runs
+    are selected, an overall bar (runs done, rows sent, rate). With ``--jobs`` above 1 a run's
+    bar goes when the run is done, so the display shows the active runs; one at a time, each
+    run's bar stays, as a log of the pass. While a run's first request opens the target (a first
+    MLflow sync creates its database, ~10 s), a line says so."""
 
     def __init__(self, opening: str | None = None):
         from rich.progress import (
@@ -92,9 +119,12 @@ class _RichProgress:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
                             TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                             console=console(stderr=True), transient=False)
-        self.task = None
-        self.started = 0.0
-        self.done = 0
+        self.tasks: dict = {}  # "project/run_id" -> (task id, started, rows done)
+        self.last = ""  # the run started last (plain ``advanced`` events)
+        self.jobs = 1
+        self.overall = None
+        self.began = 0.0
+        self.rows = 0
         self.opening = opening
         self.opening_task = None  # a line of its own while the run's first request opens the target
 
@@ -105,9 +135,17 @@ class _RichProgress:
     def __exit__(self, *exc):
         self.bar.stop()
 
+    def begin(self, runs, jobs):
+        self.jobs, self.began = jobs, time.monotonic()
+        if runs > 1:
+            self.overall = self.bar.add_task(f"[bold]{plural(runs, 'run')}[/bold], {jobs} at a time"
+                                             if jobs > 1 else f"[bold]{plural(runs, 'run')}[/bold]", total=runs, rate="")
+
     def run_started(self, run, total):
-        self.started, self.done = time.monotonic(), 0
-        self.task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
+        key = f"{run.project}/{run.run_id}"
+        task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
+        self.tasks[key] = (task, time.monotonic(), 0)
+        self.last = key
         if self.opening and self.opening_task is None:
             self.opening_task = self.bar.add_task(f"[dim]opening {escape(visible(self.opening))}…[/dim]",
                                                   total=None, rate="")
@@ -118,25 +156,51 @@ class _RichProgress:
             self.opening_task, self.opening = None, None
 
     def advanced(self, n):
+        self.run_advanced(self.last, n)
+
+    def run_advanced(self, key, n):
         self._opened()
-        self.done += n
-        rate = self.done / max(time.monotonic() - self.started, 1e-6)
-        self.bar.update(self.task, advance=n, rate=f"{rate:,.0f} rows/s")
+        if key not in self.tasks:
+            return
+        task, started, done = self.tasks[key]
+        done += n
+        self.tasks[key] = (task, started, done)
+        rate = done / max(time.monotonic() - started, 1e-6)
+        self.bar.update(task, advance=n, rate=f"{rate:,.0f} rows/s")
+        if self.overall is not None:
+            self.rows += n
+            overall_rate = self.rows / max(time.monotonic() - self.began, 1e-6)
+            self.bar.update(self.overall, rate=f"{self.rows:,} rows, {overall_rate:,.0f} rows/s")
+
+    def run_held(self, run, holder, waiting):
+        from rich.text import Text
+
+        what = "waiting for it" if waiting else "trying it again after the others"
+        self.bar.console.print(Text(f"{run.run_id}: another sync holds this run ({one_line(holder, 300)}); {what}",
+                                    style="yellow"), no_wrap=True, overflow="ellipsis")
 
     def run_ended(self, result):
         self._opened()
-        if self.task is not None:
-            if result.ok:
-                t = self.bar.tasks[-1]
-                self.bar.update(self.task, completed=t.total)
+        if self.overall is not None:
+            self.bar.update(self.overall, advance=1)
+        entry = self.tasks.pop(f"{result.project}/{result.run_id}", None)
+        if entry is not None:
+            task = entry[0]
+            if self.jobs > 1:
+                self.bar.remove_task(task)  # the display shows the runs in flight
+            elif result.ok:
+                self.bar.update(task, completed=self.bar.tasks[self._index(task)].total)
             else:
-                self.bar.update(self.task, rate="[red]FAILED[/red]")
-            self.task = None
+                self.bar.update(task, rate="[red]FAILED[/red]")
         if not result.ok:
             from rich.text import Text
 
-            self.bar.console.print(Text(f"{result.run_id}: {one_line(result.error or '', 500)}", style="red"),
+            style = "yellow" if result.error_kind == "locked" else "red"
+            self.bar.console.print(Text(f"{result.run_id}: {one_line(result.error or '', 500)}", style=style),
                                    no_wrap=True, overflow="ellipsis")
+
+    def _index(self, task):
+        return next(i for i, t in enumerate(self.bar.tasks) if t.id == task)
 
     def message(self, text):
         from rich.text import Text
@@ -173,8 +237,11 @@ def sync(
     verify: Annotated[bool, typer.Option("--verify", help="Read back what the target holds and compare counts.")] = False,
     fmt: Annotated[SummaryFormat, typer.Option("--format", "-f", help="Summary format: table or json.")] = SummaryFormat.table,
     wide: WideOpt = False,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for another sync of this target to finish instead of "
-                                       "exiting with code 6.")] = False,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Sync up to N runs at once, each under its own "
+                                                "lock (default: 8 for an MLflow server, else 1; wandb and SwanLab "
+                                                "always 1). See docs/sync.md.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for runs another sync is sending to this destination "
+                                       "instead of skipping them (exit code 6).")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
                                                "a sqlite store under the trackstore root); wandb base URL.")] = None,
     entity: Annotated[Optional[str], typer.Option("--entity", help="wandb entity / SwanLab workspace.")] = None,
@@ -188,11 +255,14 @@ def sync(
                                                  "variables). Never printed.")] = None,
 ) -> None:
     """Replay stored runs to a tracking platform: original steps and timestamps, exactly once, resumable."""
+    from trackstore.errors import UsageError
     from trackstore.store.layout import resolve_root
     from trackstore.store.units import parse_duration
     from trackstore.sync import SyncOptions, TargetOptions
 
     fmt = Format(SummaryFormat(fmt).value)
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs {jobs}: the number of runs synced at once must be 1 or more")
     mode = _check_mode(to, mode)
     root_path = resolve_root(root)
     opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since) if since else None,
@@ -209,7 +279,7 @@ def sync(
     stop = _WatchStop() if watch is not None else None
     try:
         report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
-                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide)
+                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide, jobs=jobs)
     finally:
         if stop is not None:
             stop.restore()
@@ -284,7 +354,8 @@ class _WatchStop:
             signal.signal(sig, handler)
 
 
-def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False):
+def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False,
+               jobs=None):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
     from trackstore.sync import sync as do_sync
 
@@ -298,16 +369,17 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             if reachable:
                 if interactive:
                     with _RichProgress(opening) as progress:
-                        report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait)
+                        report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait, jobs=jobs)
                 else:
-                    report = do_sync(root_path, to, opts, options,
-                                     progress=_CronProgress(quiet=fmt is Format.json, opening=opening), wait_lock=wait)
+                    report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json,
+                                     opening=opening), wait_lock=wait, jobs=jobs)
                 first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
             if stop.sleep(watch):
                 raise KeyboardInterrupt
             continue
         seen = render_summary(report, fmt, root_path, wide=wide, seen=seen)
+        _say_held(report)
         if watch is None or stop.stopped or stop.sleep(watch):
             return report
 
@@ -351,13 +423,27 @@ def _in_pass(stop):
         stop.in_pass = False
 
 
+def _say_held(report) -> None:
+    """On stderr, once: runs skipped because another sync was sending them (exit code 6)."""
+    held = [r for r in report.runs if r.error_kind == "locked"]
+    if held:
+        echo_err(visible(f"{plural(len(held), 'run')} skipped: another sync holds "
+                         f"{'its' if len(held) == 1 else 'their'} lock for {report.destination} "
+                         f"({', '.join(f'{r.project}/{r.run_id}' for r in held[:3])}{', ...' if len(held) > 3 else ''}); "
+                         "the next sync sends what is left, or use --wait"))
+
+
 def _exit_code(report, if_online: bool) -> int:
-    from trackstore.errors import EXIT_OK, EXIT_PARTIAL, EXIT_UNREACHABLE
+    """0 all synced; 7 unreachable (0 with --if-online) unless some run was sent; 6 when the
+    only runs not synced were skipped because another sync held them; else 8."""
+    from trackstore.errors import EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL, EXIT_UNREACHABLE
 
     if report.ok:
         return EXIT_OK
     if report.unreachable and not any(r.ok and not r.up_to_date for r in report.runs):
         return EXIT_OK if if_online else EXIT_UNREACHABLE
+    if all(r.ok or r.error_kind == "locked" for r in report.runs):
+        return EXIT_LOCKED
     return EXIT_PARTIAL
 
 

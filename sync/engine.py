@@ -77,7 +77,8 @@ class RunResult:
     retries: int = 0
     reconciled: int = 0
     error: str | None = None
-    error_kind: str | None = None         # "permanent" | "unreachable" | "damaged" | "error"
+    error_kind: str | None = None         # "permanent" | "unreachable" | "damaged" | "error" | "locked" (skipped:
+                                          # another sync was sending it, see sync/parallel.py)
     notes: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # part files that could not be read
     write_errors: str | None = None       # what the writer could not write (never in the store)
@@ -97,7 +98,8 @@ class RunResult:
             "artifacts": self.sent.get("artifacts", 0), "retries": self.retries,
             "skipped": sum(self.skipped.values()),
             **({"verified": "yes" if self.verify_ok else "MISMATCH"} if self.verify_ok is not None else {}),
-            "result": "up to date" if self.up_to_date and self.ok else ("ok" if self.ok else f"FAILED: {self.error}"),
+            "result": "up to date" if self.up_to_date and self.ok else ("ok" if self.ok else self.error
+                                                                          if self.error_kind == "locked" else f"FAILED: {self.error}"),
         }
 
 

@@ -19,6 +19,9 @@ explicit parameters or a seeded RNG, so a failing test fails the same way every 
   closed with FIN instead), for ``seconds`` or until ``reset()``.
 - ``delay(seconds)``: every forwarded chunk waits ``seconds`` first (a slow link); applies to
   live connections too.
+- ``latency(seconds)``: each request waits ``seconds`` once, before its first byte goes up (the
+  first client chunk after the server's answer, or on a new connection): a link with that
+  round-trip time, whatever the request's size; applies to live connections too.
 - ``reset()``: transparent again (live connections keep running).
 
 Arming a cut or a refusal first resets the connections already open (a pooled keep-alive
@@ -82,6 +85,7 @@ class _Connection:
                  cut: _Cut | None) -> None:
         self.proxy, self.client, self.upstream, self.cut = proxy, client, upstream, cut
         self.sent = {"up": 0, "down": 0}
+        self.last = "down"  # direction of the last chunk: an "up" chunk after a "down" one starts a request
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._pump, daemon=True, name="faulty-proxy-conn")
 
@@ -115,6 +119,10 @@ class _Connection:
                     allowed = data if len(data) <= budget else data[:max(0, int(budget))]
                     if self.proxy._delay_s and self.stop.wait(self.proxy._delay_s):
                         return
+                    if direction == "up" and self.last == "down" and self.proxy._latency_s:
+                        if self.stop.wait(self.proxy._latency_s):
+                            return
+                    self.last = direction
                     if allowed:
                         dst.sendall(allowed)
                         self.sent[direction] += len(allowed)
@@ -149,6 +157,7 @@ class FaultyProxy:
         self._conns: set[_Connection] = set()
         self._closed = threading.Event()
         self._delay_s = 0.0
+        self._latency_s = 0.0
         self._refuse_until = 0.0
         self._refuse_mode = "reset"
         self._policy = None  # callable(connection_index) -> _Cut | None
@@ -246,12 +255,19 @@ class FaultyProxy:
             raise ValueError("delay must be >= 0")
         self._delay_s = float(seconds)
 
+    def latency(self, seconds: float) -> None:
+        """Wait ``seconds`` once per request, before its first byte is forwarded (a round trip)."""
+        if seconds < 0:
+            raise ValueError("latency must be >= 0")
+        self._latency_s = float(seconds)
+
     def reset(self) -> None:
         """Back to transparent for new connections; counters and live connections are kept."""
         with self._lock:
             self._policy = None
             self._refuse_until = 0.0
             self._delay_s = 0.0
+            self._latency_s = 0.0
 
     def drop_connections(self) -> None:
         """Reset every open connection now (new ones are unaffected)."""

@@ -1,4 +1,4 @@
-"""Named, cross-process locks under ``<root>/_locks/``: one sync per target, one maintenance job.
+"""Named, cross-process locks under ``<root>/_locks/``: one sync per run and destination, one maintenance job.
 
 The promise: at most one live process holds a given lock name in a store, on one host or on
 several hosts sharing the store's filesystem, and a lock whose holder died never blocks anyone
@@ -44,11 +44,27 @@ A store that cannot be written (a read-only mount or snapshot, no permission) ma
 path, never a traceback: commands that change the store cannot run there.
 
 Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters). The
-names in use: ``sync-<target>`` (the sync engine, one per target; it should declare its runs,
-best at once with ``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock
-that names no runs as "every run is in use") and ``maintenance`` (gc, compaction, import,
+names in use: ``sync-<target>-...`` (the sync engine: one per run and destination, and one
+declaration per sync, see below; a sync lock should declare its runs, best at once with
+``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock that names no runs
+as "every run is in use") and ``maintenance`` (gc, compaction, import,
 ``doctor --fix`` and runs merging their own files: at most one of them changes the store at a
 time; ``export`` holds them off with :func:`reading`).
+
+Per-run sync locks. ``sync --jobs N`` syncs several runs at once, and two syncs (two cron
+jobs, a cron job and a person) may run at the same time: what must never happen is two
+processes sending *the same run to the same destination* at once. Each run being synced is
+held under :func:`sync_run_lock_name` ``(target, destination, project, run_id)``
+(``sync-<target>-run-<24 hex>``, a hash, since project names and destinations are not lock
+names), which declares ``runs=["project/run_id"]`` for gc. Different runs, or one run to two
+destinations, never contend. A sync also declares every run it selected in a lock of its own
+(:func:`sync_session_lock_name`, unique, so never contended) for as long as it works, so gc
+leaves them alone as it did when one lock per target covered the whole sync. The name
+``sync-<target>`` (:func:`sync_target_lock_name`) was that older whole-target lock: a sync
+treats every run as held while a live process holds it (an older trackstore syncing the same
+store). :func:`remove_stale_declarations` clears declarations left by dead syncs (their names
+are never reused, so nobody would take them over). A per-run lock leaves its ``.guard`` file
+behind, as every lock name does: one small empty file per (run, destination) ever synced.
 
 Deletion announcements. While gc deletes a run it names it in the maintenance lock's info,
 ``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
@@ -82,7 +98,7 @@ import os
 import re
 import secrets
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -158,6 +174,71 @@ def _is_stale(data: dict | None, path: Path, stale_after: float, now: float | No
         return not pid_alive(data["pid"], data.get("pid_start"))
     beat = parse_iso(data.get("heartbeat_at")) or parse_iso(data.get("created_at"))
     return beat is None or now - beat > stale_after
+
+
+def _digest(*parts: str) -> str:
+    import hashlib
+
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def sync_target_lock_name(target: str) -> str:
+    """``sync-<target>``: the whole-target lock of older versions (and the prefix of the others)."""
+    return f"sync-{target}"
+
+
+def sync_run_lock_name(target: str, destination: str, project: str, run_id: str) -> str:
+    """The lock held while one run is synced to one destination (see the module docstring)."""
+    return f"{sync_target_lock_name(target)}-run-{_digest(target, destination, project, run_id)[:24]}"
+
+
+def sync_session_lock_name(target: str) -> str:
+    """A fresh, never-contended name declaring the runs one sync selected (for gc)."""
+    return f"{sync_target_lock_name(target)}-session-{secrets.token_hex(8)}"
+
+
+def declare(root: str | os.PathLike, name: str, info: dict) -> Lock:
+    """Create the lock ``name`` for a name nobody else uses (:func:`sync_session_lock_name`):
+    no guard file (which would stay behind for every such name), since nobody contends for it.
+    The returned :class:`Lock` refreshes and releases like any other."""
+    root = Path(root)
+    path = lock_path(root, name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(name, path.parent, exc) from None
+    now = iso(time.time())
+    data = {"name": name, "host": hostname(), "pid": os.getpid(), "pid_start": process_start_ticks(os.getpid()),
+            "token": secrets.token_hex(8), "created_at": now, "heartbeat_at": now, "info": dict(info)}
+    try:
+        if not _try_create(path, data):
+            raise LockHeldError(f"lock {name!r} exists already ({path}); declared names must be unique")
+    except OSError as exc:
+        raise _unwritable(name, path, exc) from None
+    lock = Lock(root, name, path, data, STALE_AFTER_S)
+    lock.guarded = False
+    return lock
+
+
+def remove_stale_declarations(root: str | os.PathLike, prefix: str) -> int:
+    """Remove the lock files made by :func:`declare` under ``prefix`` whose holder is dead (their names
+    are never reused, so nobody would take them over); the number removed. Without a guard: a
+    file is moved aside and checked (:func:`_take_over`), so two processes cleaning at once, or
+    a live holder, lose nothing."""
+    d = locks_dir(root)
+    try:
+        entries = sorted(d.iterdir())
+    except OSError:
+        return 0
+    removed = 0
+    for p in entries:
+        if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
+            continue
+        judged = _identity(p)
+        if judged is not None and _is_stale(_read(p), p, STALE_AFTER_S):
+            _take_over(p, judged)
+            removed += 1
+    return removed
 
 
 def read_lock(root: str | os.PathLike, name: str, *, stale_after: float = STALE_AFTER_S) -> LockState | None:
@@ -243,6 +324,7 @@ class Lock:
         self.stale_after = stale_after
         self.held = True
         self._root_fd: int | None = None  # maintenance only: the root folder's exclusive flock (readers)
+        self.guarded = True  # False for :func:`declare`d names: nobody else uses them, no guard file
 
     @property
     def token(self) -> str:
@@ -255,7 +337,7 @@ class Lock:
     def _rewrite(self) -> None:
         from .atomic import write_json_atomic
 
-        with _guard(self.path):
+        with _guard(self.path) if self.guarded else nullcontext():
             current = _read(self.path)
             if current is None or current.get("token") != self.token:
                 self.held = False
@@ -282,7 +364,7 @@ class Lock:
             return
         self.held = False
         try:
-            with _guard(self.path):
+            with _guard(self.path) if self.guarded else nullcontext():
                 current = _read(self.path)
                 if current is not None and current.get("token") == self.token:
                     self.path.unlink()
@@ -649,4 +731,5 @@ def release_claim(path: Path) -> None:
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
            "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
            "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",
-           "dead_claims"]
+           "dead_claims", "sync_target_lock_name", "sync_run_lock_name", "sync_session_lock_name", "declare",
+           "remove_stale_declarations"]

@@ -1,0 +1,393 @@
+"""Sync several runs at once (``trackstore sync --jobs N``), each run under its own lock.
+
+The promise:
+
+* **One sender per (run, destination).** Before a run is synced, its lock
+  (:func:`trackstore.store.locks.sync_run_lock_name`) is taken; two processes, or two workers,
+  never send the same run to the same destination at once. Different runs, and one run to
+  two destinations, proceed side by side. A run whose lock another live process holds is put
+  aside and tried again once every other selected run is done; if it is still held then, it
+  is *skipped* and says so (``error_kind`` ``locked``, exit code 6 when nothing else failed),
+  or, with ``wait=True`` (``--wait``), waited for (up to ``lock_timeout`` seconds from the
+  start, for ever when None). While a live process holds the whole-target lock of older
+  versions (``sync-<target>``), every run counts as held.
+* **Exactly the sequential result.** Each worker has its own adapter (adapters keep per-run
+  state and their clients are not shared across threads) and its own engine; each run is
+  replayed by :meth:`Engine.sync_one` exactly as in a sequential sync, its cursor its own
+  file. The report lists the runs in selection order whatever order they finished in, so the
+  summary and the exit code of ``--jobs N`` are those of ``--jobs 1``. After a run reports
+  the target unreachable, no further run is started (they are "not attempted", as before).
+* **An adapter is closed before the lock of the last run it opened is released**: clients
+  that keep a run's session open until the next run or ``close()`` (wandb, SwanLab) finish
+  it while the run is still theirs. A worker therefore holds the lock of the run it opened
+  last until it opens another (``open_run`` first closes the previous session) or closes,
+  never more than two; a run it did not open (up to date, or stopped before the target was
+  touched) is released at once.
+* **gc leaves the selection alone**: the sync declares every selected run
+  (:func:`trackstore.store.locks.declare`) for its whole duration.
+* **Workers are threads.** Replaying to a server is waiting on the network, which threads
+  share well (measured: docs/performance.md, ``benchmarks/sync_parallel.py``). Some clients
+  keep one run per process in globals (``wandb.init``, ``swanlab.init``): for those targets
+  the number of workers is capped at 1 (:data:`MAX_JOBS`) and the sync says so. A target's
+  default (:func:`default_jobs`) comes from the same measurement: 8 for an MLflow server, 1
+  for a local MLflow store (sqlite or files; one writer at a time, and the work is CPU in
+  this process). A plugin target may declare ``default_jobs`` and ``max_jobs`` on its class.
+
+A KeyboardInterrupt (Ctrl-C, ``--watch`` stopping) while workers run stops the sync at once:
+the batches in flight are settled on the next sync by the engine's in-doubt protocol, exactly
+as after a SIGKILL, and the locks of this process are stale the moment it exits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from trackstore.errors import LockHeldError, UsageError
+from trackstore.read.catalog import RunInfo
+from trackstore.store import locks
+
+from .adapter import Adapter, TargetOptions
+from .engine import Engine, Progress, RunResult, SyncOptions, SyncReport
+
+#: targets whose client keeps one run per process in globals: never more workers than this
+MAX_JOBS = {"wandb": 1, "wandb-offline": 1, "swanlab": 1}
+#: default workers for an MLflow tracking server (http/https/databricks URI), measured
+MLFLOW_SERVER_JOBS = 8
+#: why a target is capped (said once when --jobs asks for more)
+_CAP_REASON = {"wandb": "wandb.init keeps one run per process", "wandb-offline": "wandb.init keeps one run per process",
+               "swanlab": "swanlab.init keeps one run per process"}
+#: SDK modules imported once before worker threads start: a first import racing in several
+#: threads can see a partly initialised module
+_PREIMPORT = {"mlflow": ("mlflow", "mlflow.tracking", "mlflow.entities")}
+SESSION_REFRESH_S = 30.0  # the declaration's heartbeat (stale only after locks.STALE_AFTER_S elsewhere)
+
+
+def run_key(info: RunInfo) -> str:
+    return f"{info.project}/{info.run_id}"
+
+
+def max_jobs(target: str, adapter: Adapter) -> int | None:
+    cap = getattr(adapter, "max_jobs", None)
+    return cap if isinstance(cap, int) and cap > 0 else MAX_JOBS.get(target)
+
+
+def default_jobs(target: str, adapter: Adapter) -> int:
+    """Workers when ``--jobs`` is not given (see the module docstring and docs/sync.md)."""
+    own = getattr(adapter, "default_jobs", None)
+    if isinstance(own, int) and own > 0:
+        return own
+    if target == "mlflow":
+        uri = str(getattr(adapter, "uri", "") or adapter.destination())
+        return MLFLOW_SERVER_JOBS if uri.startswith(("http://", "https://", "databricks")) else 1
+    return 1
+
+
+def effective_jobs(target: str, adapter: Adapter, requested: int | None) -> tuple[int, str | None]:
+    """The number of workers, and a sentence when ``requested`` had to be lowered."""
+    if requested is not None and (not isinstance(requested, int) or requested < 1):
+        raise UsageError(f"--jobs {requested}: the number of runs synced at once must be 1 or more")
+    jobs = default_jobs(target, adapter) if requested is None else requested
+    cap = max_jobs(target, adapter)
+    if cap is not None and jobs > cap:
+        why = _CAP_REASON.get(target, f"the {target} target declares at most {cap}")
+        note = (f"--jobs {jobs}: syncing {cap} {'run' if cap == 1 else 'runs'} at a time to {target} ({why}); "
+                "start several trackstore sync processes to sync in parallel (each run has its own lock)")
+        return cap, note if requested is not None else None
+    return jobs, None
+
+
+class ParallelProgress(Progress):
+    """Progress events of a sync that may work on several runs at once: every event names its
+    run. Calls are serialised (one at a time, from any thread). Any object with these methods
+    will do (it is recognised by ``run_advanced``); a plain :class:`Progress` gets ``advanced``."""
+
+    def begin(self, runs: int, jobs: int) -> None: ...
+    def run_advanced(self, key: str, n: int) -> None: ...
+    def run_held(self, run: RunInfo, holder: str, waiting: bool) -> None: ...
+
+
+class _Shared:
+    """The caller's progress, called under one lock; a plain :class:`Progress` gets plain events."""
+
+    def __init__(self, progress: Progress | None):
+        self.progress = progress or Progress()
+        # duck-typed: the CLI's progress classes do not import this module (``--help`` stays fast)
+        self.parallel = callable(getattr(self.progress, "run_advanced", None))
+        self.lock = threading.Lock()
+
+    def call(self, name: str, *args) -> None:
+        with self.lock:
+            getattr(self.progress, name)(*args)
+
+    def advanced(self, key: str, n: int) -> None:
+        with self.lock:
+            if self.parallel:
+                self.progress.run_advanced(key, n)  # type: ignore[attr-defined]
+            else:
+                self.progress.advanced(n)
+
+    def held(self, info: RunInfo, holder: str, waiting: bool) -> None:
+        with self.lock:
+            if self.parallel:
+                self.progress.run_held(info, holder, waiting)  # type: ignore[attr-defined]
+            elif not waiting:
+                self.progress.message(f"{run_key(info)}: another sync holds this run ({holder}); trying it again last")
+
+
+class _WorkerProgress(Progress):
+    """One worker's engine reports here; events are tagged with the run the worker is on."""
+
+    def __init__(self, shared: _Shared):
+        self.shared = shared
+        self.key = ""
+        self.lock: locks.Lock | None = None   # the run being synced
+        self.held: locks.Lock | None = None   # the run synced before it (its session may still be open)
+        self.opened = False                   # the engine went on to open the current run at the target
+
+    def run_started(self, run: RunInfo, total: int) -> None:
+        self.opened = True  # the engine calls adapter.open_run right after this
+        self.shared.call("run_started", run, total)
+
+    def advanced(self, n: int) -> None:
+        self.shared.advanced(self.key, n)
+
+    def run_ended(self, result: RunResult) -> None:
+        self.shared.call("run_ended", result)
+
+    def message(self, text: str) -> None:
+        self.shared.call("message", text)
+
+
+@dataclass
+class _Item:
+    index: int
+    info: RunInfo
+    tries: int = 0
+    holder: str = ""
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _Scheduler:
+    def __init__(self, root: Path, target: str, destination: str, options: TargetOptions, opts: SyncOptions,
+                 runs: list[RunInfo], shared: _Shared, *, wait: bool, lock_timeout: float | None,
+                 make_adapter: Callable[[], Adapter], first_adapter: Adapter, declaration: locks.Lock):
+        self.root, self.target, self.destination = root, target, destination
+        self.options, self.opts, self.shared = options, opts, shared
+        self.wait, self.make_adapter = wait, make_adapter
+        self.deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
+        self.runs = runs
+        self.queue: deque[_Item] = deque(_Item(i, info) for i, info in enumerate(runs))
+        self.deferred: deque[_Item] = deque()
+        self.results: list[RunResult | None] = [None] * len(runs)
+        self.mutex = threading.Lock()
+        self.unreachable = False
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self._adapters = [first_adapter]
+        self.declaration = declaration
+        self._declared_at = time.monotonic()
+
+    # ------------------------------------------------------------------ what to do next
+    def _next(self) -> _Item | None:
+        """The next run to try; None when nothing is left. Runs held by another process wait
+        in ``deferred`` until every other run was taken."""
+        while True:
+            with self.mutex:
+                if self.stop.is_set() or self.unreachable:
+                    return None
+                if self.queue:
+                    return self.queue.popleft()
+                if not self.deferred:
+                    return None
+                item = self.deferred.popleft()
+                if item.tries == 1 or self._may_wait():
+                    return item
+                # still held after the retry (no --wait), or --wait timed out: skipped
+                self.results[item.index] = self._held_result(item)
+                continue
+
+    def _may_wait(self) -> bool:
+        return self.wait and (self.deadline is None or time.monotonic() < self.deadline)
+
+    def _defer(self, item: _Item, holder: str) -> None:
+        item.tries += 1
+        item.holder = holder
+        waiting = self._may_wait()
+        if item.tries == 1 or waiting and item.tries % 25 == 0:  # say it once, then every ~5 s while waiting
+            self.shared.held(item.info, holder, waiting)
+        with self.mutex:
+            self.deferred.append(item)
+            only_held_left = not self.queue
+        if only_held_left and item.tries > 1:
+            time.sleep(locks.POLL_S)  # every run left is held elsewhere: poll, do not spin
+
+    def _held_result(self, item: _Item) -> RunResult:
+        info = item.info
+        waited = " (--wait timed out)" if self.wait else "; --wait waits for it"
+        res = RunResult(info.project, info.run_id, info.name, info.status,
+                        error=f"skipped: another sync is sending this run to {self.destination} ({item.holder}){waited}",
+                        error_kind="locked")
+        self.shared.call("run_ended", res)
+        return res
+
+    # ------------------------------------------------------------------ one worker
+    def work(self, adapter: Adapter | None = None) -> None:
+        try:
+            self._work(adapter)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+            with self.mutex:
+                self.errors.append(exc)
+            self.stop.set()
+            if threading.current_thread() is threading.main_thread():
+                raise
+
+    def _work(self, adapter: Adapter | None) -> None:
+        progress = _WorkerProgress(self.shared)
+        engine: Engine | None = None
+        held: locks.Lock | None = None  # the lock of the run this worker's adapter opened last
+        current: locks.Lock | None = None
+        try:
+            while (item := self._next()) is not None:
+                current = self._lock(item)
+                if current is None:
+                    continue
+                if engine is None:
+                    if adapter is None:
+                        adapter = self.make_adapter()
+                        with self.mutex:
+                            self._adapters.append(adapter)
+                    engine = Engine(self.root, adapter, self.opts, progress, on_batch=self._beat(progress))
+                progress.key, progress.lock, progress.held = run_key(item.info), current, held
+                progress.opened = False
+                res = engine.sync_one(item.info)
+                with self.mutex:
+                    self.results[item.index] = res
+                    if res.error_kind == "unreachable":
+                        self.unreachable = True  # the network is down: start no further run
+                if progress.opened:
+                    # opening this run closed the previous one's session (adapter.open_run does
+                    # that first): the previous run is no longer this adapter's business
+                    if held is not None:
+                        held.release()
+                    held = current
+                else:
+                    current.release()  # up to date, or stopped before the target was touched
+                current = progress.lock = progress.held = None
+        finally:
+            try:
+                if adapter is not None:
+                    adapter.close()  # inside the run's lock: closing may still write the target and the cursor
+            finally:
+                for lk in (current, held):
+                    if lk is not None:
+                        lk.release()
+
+    def _lock(self, item: _Item) -> locks.Lock | None:
+        legacy = locks.read_lock(self.root, locks.sync_target_lock_name(self.target))
+        if legacy is not None and not legacy.stale:
+            self._defer(item, legacy.describe())
+            return None
+        name = locks.sync_run_lock_name(self.target, self.destination, item.info.project, item.info.run_id)
+        try:
+            return locks.acquire(self.root, name, info={"runs": [run_key(item.info)], "destination": self.destination,
+                                                        "target": self.target})
+        except LockHeldError:
+            state = locks.read_lock(self.root, name)
+            self._defer(item, state.describe() if state is not None else "released just now")
+            return None
+
+    def _beat(self, progress: _WorkerProgress) -> Callable[[], None]:
+        def beat() -> None:
+            for lock in (progress.lock, progress.held):
+                if lock is not None:
+                    lock.refresh()
+            if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
+                with self.mutex:
+                    if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
+                        self._declared_at = time.monotonic()
+                        self.declaration.refresh()
+            if self.stop.is_set():
+                raise _Stopped()  # an interrupt: leave this run's batch in doubt, as a kill would
+        return beat
+
+    # ------------------------------------------------------------------ the whole sync
+    def report(self) -> SyncReport:
+        report = SyncReport(self.target, self.destination, dry_run=False, unreachable=self.unreachable)
+        for i, res in enumerate(self.results):
+            if res is None:  # not started: the target went unreachable first
+                info = self.runs[i]
+                res = RunResult(info.project, info.run_id, info.name, info.status,
+                                error="not attempted: target unreachable", error_kind="unreachable")
+            report.runs.append(res)
+        return report
+
+
+def sync_runs(root: Path, target: str, opts: SyncOptions, options: TargetOptions, runs: list[RunInfo],
+              make_adapter: Callable[[], Adapter], *, jobs: int | None = None, progress: Progress | None = None,
+              wait: bool = False, lock_timeout: float | None = None) -> SyncReport:
+    """Sync ``runs`` with up to ``jobs`` workers (None: the target's default); see the module docstring."""
+    shared = _Shared(progress)
+    first = make_adapter()
+    try:
+        destination = first.destination()
+        n, note = effective_jobs(target, first, jobs)
+        n = max(1, min(n, len(runs)))
+        if note:
+            shared.call("message", note)
+        locks.remove_stale_declarations(root, f"{locks.sync_target_lock_name(target)}-session-")
+        declaration = locks.declare(root, locks.sync_session_lock_name(target),
+                                    {"runs": [run_key(r) for r in runs], "destination": destination,
+                                     "target": target, "jobs": n})
+    except BaseException:
+        first.close()
+        raise
+    try:
+        sched = _Scheduler(root, target, destination, options, opts, runs, shared, wait=wait,
+                           lock_timeout=lock_timeout, make_adapter=make_adapter, first_adapter=first,
+                           declaration=declaration)
+        if shared.parallel:
+            shared.call("begin", len(runs), n)
+        if n == 1:
+            sched.work(first)  # in this thread: an interrupt stops the run where it is, as always
+        else:
+            _run_threads(sched, first, n, target)
+        if sched.errors:
+            raise sched.errors[0]
+        return sched.report()
+    finally:
+        declaration.release()
+
+
+def _run_threads(sched: _Scheduler, first: Adapter, n: int, target: str) -> None:
+    import importlib
+
+    for module in _PREIMPORT.get(target, ()):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # the adapter says what is missing, in its own words
+    threads = [threading.Thread(target=sched.work, args=(first if i == 0 else None,), daemon=True,
+                                name=f"trackstore-sync-{i}") for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # short joins: Ctrl-C and SIGTERM reach this thread at once
+    except BaseException:
+        sched.stop.set()  # workers stop at their next batch; their runs' batches stay in doubt
+        raise
+
+
+__all__ = ["MAX_JOBS", "MLFLOW_SERVER_JOBS", "ParallelProgress", "default_jobs", "effective_jobs", "max_jobs",
+           "run_key", "sync_runs"]
