@@ -37,7 +37,6 @@ import json
 import math
 import os
 import posixpath
-import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+from .keys import mlflow_key, rename_reason, renamed
 
 RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
@@ -55,28 +55,6 @@ MAX_KEY = 250
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
-
-_BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
-
-
-def mlflow_key(key: str) -> str:
-    """The one documented rule mapping a trackstore key to a key MLflow accepts.
-
-    ``@`` becomes ``_at_`` (as verl's MLflow logger does), other characters outside
-    ``[/ \\w . - : space]`` become ``_``, repeated or edge slashes collapse, ``.``/``..``
-    path segments become ``_``, and keys longer than 250 characters are cut and suffixed with
-    a short hash so distinct keys stay distinct.
-    """
-    k = _BAD_KEY_CHARS.sub("_", key.replace("@", "_at_"))
-    k = re.sub(r"/+", "/", k).strip("/")
-    k = "/".join("_" if seg in (".", "..", "") else seg for seg in k.split("/")) or "_"
-    if posixpath.normpath(k) != k:
-        k = k.replace(".", "_")
-    if len(k) > MAX_KEY:
-        digest = hashlib.sha1(key.encode()).hexdigest()[:8]
-        k = f"{k[:MAX_KEY - 9]}~{digest}"
-    return k
-
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -388,6 +366,8 @@ class MlflowAdapter(Adapter):
             mk = mapping.get(k)
             if mk is None:
                 mk = mapping[k] = mlflow_key(k)
+            if mk != k:  # the points are sent, under another name: the summary says which
+                result.skipped[rename_reason("MLflow", k, mk)] = 0
             if v is None:
                 result.skip("metric value is null", 1)
                 continue
@@ -477,7 +457,7 @@ class MlflowAdapter(Adapter):
         remote = self._remote if self._remote is not None and self._remote.info.run_id == rid else None
         have = remote.data.tags if remote is not None else {}
         user_summary = run.meta.get("summary_user") or {}
-        wanted = {f"trackstore.summary.{mlflow_key(k)}"[:MAX_KEY]: _param_value(v)[:MAX_TAG_VALUE]
+        wanted = {mlflow_key(f"trackstore.summary.{k}"): _param_value(v)[:MAX_TAG_VALUE]
                   for k, v in user_summary.items()}
         wanted["trackstore.status"] = status
         if run.meta.get("exit_code") is not None:
@@ -517,9 +497,8 @@ class MlflowAdapter(Adapter):
             infs = pc.sum(pc.is_inf(rows.column("value")).cast("int64")).as_py() or 0
             if infs:
                 out["infinite values are stored by MLflow as +/-1.8e308 (kept, lossy)"] = infs
-            renamed = {k for k in pc.unique(rows.column("key")).to_pylist() if mlflow_key(k) != k}
-            if renamed:
-                out[f"{len(renamed)} metric keys renamed for MLflow (see docs/sync.md)"] = 0
+            for k, mk in renamed("mlflow", pc.unique(rows.column("key")).to_pylist()).items():
+                out[rename_reason("MLflow", k, mk)] = 0
         return out
 
 

@@ -64,6 +64,7 @@ from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .keys import rename_reason, renamed, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
 from .swanlab_media import histogram_chart, sample_text, trajectories
 
@@ -94,11 +95,6 @@ SKIP_TYPE = "key already used at SwanLab for another type (a scalar and a chart 
 def experiment_id(project: str, run_id: str) -> str:
     """The SwanLab experiment id of a trackstore run: 21 chars of [0-9a-f], stable for ever."""
     return hashlib.sha1(f"{project}/{run_id}".encode()).hexdigest()[:21]
-
-
-def swanlab_key(key: str) -> str:
-    """The key SwanLab stores for ``key`` (its client trims edges and cuts at 512 chars)."""
-    return key.strip(" \t\n\r./")[:MAX_KEY]
 
 
 def _subtract(acked: RangeSet, drop: RangeSet) -> RangeSet:
@@ -475,6 +471,8 @@ class SwanlabAdapter(Adapter):
                 result.skip(SKIP_NULL)
                 continue
             sk = swanlab_key(keys[i])
+            if sk != keys[i]:
+                result.skipped[rename_reason("SwanLab", keys[i], sk)] = 0
             if not sk:
                 result.skip(SKIP_KEY)
                 continue
@@ -637,9 +635,8 @@ class SwanlabAdapter(Adapter):
             empty = [k for k in keys if not swanlab_key(k)]
             if empty:
                 out[SKIP_KEY] = count(pc.is_in(rows.column("key"), value_set=pa.array(empty, pa.string())))
-            renamed = [k for k in keys if swanlab_key(k) and swanlab_key(k) != k]
-            if renamed:
-                out[f"{len(renamed)} metric keys trimmed by SwanLab (see docs/sync.md)"] = 0
+            for k, sk in renamed("swanlab", keys).items():
+                out[rename_reason("SwanLab", k, sk)] = 0
         if kind in ("metrics", "samples", "histograms", "spans"):
             steps = rows.column("step")
             bad = count(pc.or_(pc.less(steps, 0), pc.greater(steps, MAX_STEP)))
