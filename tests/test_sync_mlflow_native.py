@@ -83,3 +83,51 @@ def test_traces_have_previews_errors_types_and_filterable_tags(synced):
     found = client.search_traces(locations=[exp_id],
                                  filter_string="tags.`trackstore.step` = '4' AND tags.`trackstore.sample_index` = '1'")
     assert [t.info.request_preview for t in found] == ["Q4.1: what is 6 * 7?"]
+
+
+def test_samples_are_tables_histograms_are_step_images_and_bookkeeping_is_hidden(synced):
+    run, client, exp_id, remote, out = synced
+    rid = remote.info.run_id
+    listed = json.loads(remote.data.tags["mlflow.loggedArtifacts"])
+    tables = sorted(e["path"] for e in listed if e["type"] == "table")
+    assert len(tables) == 2 and all(p.startswith("trackstore/samples/val/step_00000000") for p in tables)
+    mlflow.set_tracking_uri(client.tracking_uri)  # load_table searches through the fluent API
+    df = client.load_table(exp_id, tables[1], run_ids=[rid])  # MLflow's own table reader
+    assert list(df.columns)[:6] == ["step", "sample_index", "input", "output", "score", "ground_truth"]
+    assert "ts" not in df.columns and "json_fields" not in df.columns and "seq" not in df.columns
+    assert df["input"].tolist() == [f"user: What is {i} + 4?" for i in range(3)]  # a chat, readable
+    assert df["output"].tolist() == [f"It is {i + 4}." for i in range(3)]
+
+    images = [f.path for f in client.list_artifacts(rid, "images")]
+    pngs = sorted(p for p in images if p.endswith(".png"))
+    assert len(pngs) == 2 and len([p for p in images if p.endswith("+compressed.webp")]) == 2
+    assert [p.split("+")[:3] for p in pngs] == [["images/actor~entropy", "step", "3"], ["images/actor~entropy", "step", "4"]]
+    assert remote.data.tags["mlflow.loggedImages"] == "True"
+
+    visible = [k for k in remote.data.tags if not k.startswith("mlflow.")]
+    assert not [k for k in visible if "batch" in k or "digest" in k], visible
+    assert remote.data.tags["mlflow.trackstore.batch.metrics"]
+
+
+def test_resending_samples_and_histograms_after_a_cut_adds_nothing(root, tmp_path):
+    """An in-doubt batch is sent again whole (reconcile returns it): same file names, same list."""
+    from tests.sync_harness import MlflowHarness
+    from trackstore.sync.adapter import TargetOptions
+    from trackstore.sync.mlflow import MlflowAdapter
+    from trackstore.read.reader import read_kind
+
+    run = agent_run(root, steps=(1,))
+    uri = mlflow_sqlite_uri(tmp_path, "again.db")
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root, timeout=300).returncode == 0
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("agent-rl")
+    [remote] = client.search_runs([exp.experiment_id])
+    rid = remote.info.run_id
+    before = sorted(f.path for f in client.list_artifacts(rid, "images")), remote.data.tags["mlflow.loggedArtifacts"]
+    adapter = MlflowAdapter(TargetOptions(uri=uri, store_root=str(root)))
+    for kind in ("samples", "histograms"):
+        adapter.send(kind, read_kind(run.paths, kind), type("C", (), {"remote": {"run_id": rid}})())
+    after = (sorted(f.path for f in client.list_artifacts(rid, "images")),
+             client.get_run(rid).data.tags["mlflow.loggedArtifacts"])
+    assert after == before
+    assert MlflowHarness  # the conformance suite (test_sync_conformance.py) covers exactly-once of every kind
