@@ -6,7 +6,7 @@ onto one line (white space collapses), so structure goes into rows and captions:
 
 * a sample is one row per part: ``#3 input``, ``#3 output``, ``#3 score``, then one row per
   extra field (:func:`sample_items`); a chat shows as ``role: content`` lines;
-* a trajectory is a header row (``sample 3``: trace id, reward) and then one row per span: the
+* a trajectory is a header row (``▸ sample 3``: trace id, reward) and then one row per span: the
   caption is the span name indented by depth with no-break spaces (which HTML keeps) and a tree
   mark; the text says kind, status (``ERROR`` in capitals), duration, inputs, outputs and error
   (:func:`trajectory_items`).
@@ -16,9 +16,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from trackstore.records.samples import decode_json
+
+TRACE_MARK = "▸ "  # the caption of a trajectory's header row starts with it
+_SAMPLE_HEAD = re.compile(r"#-?\d+ input")
+
+
+def counts_as(caption: str) -> str | None:
+    """What one Text item stands for in trackstore's units (for read-back counts): ``"sample"``
+    for a sample's first row, ``"trace"`` for a trajectory's header row, else None."""
+    if _SAMPLE_HEAD.fullmatch(caption or ""):
+        return "sample"
+    if (caption or "").startswith(TRACE_MARK):
+        return "trace"
+    return None
+
 
 INDENT = "\u00a0\u00a0\u00a0"  # no-break spaces: SwanLab's text view keeps them
 
@@ -96,7 +111,7 @@ def _trees(rows: list[dict]):
 
         walk(None, 0)
         root = children.get(None, [spans[0]])[0]
-        caption = f"sample {root['sample_index']}" if root.get("sample_index") is not None else "trajectory"
+        caption = TRACE_MARK + (f"sample {root['sample_index']}" if root.get("sample_index") is not None else "trajectory")
         text = f"trace {trace_id}"
         if root.get("reward") is not None:
             text += f" · reward {root['reward']}"
