@@ -16,10 +16,10 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 
-def agent_run(root, *, steps=(3, 4)):
+def agent_run(root, *, steps=(3, 4), project="agent-rl"):
     """A run whose trajectories have a user question, a chat turn, a failed tool call, a retry,
     a final answer and a reward span; validation samples with a chat input; a histogram."""
-    run = trackstore.init("agent-rl", name="agent", config={"lr": 1e-6, "model": {"name": "tiny"}}, tags=["grpo"],
+    run = trackstore.init(project, name="agent", config={"lr": 1e-6, "model": {"name": "tiny"}}, tags=["grpo"],
                           root=root)
     for step in steps:
         run.log({"loss": 1.0 / (step + 1)}, step=step)
@@ -112,9 +112,9 @@ def test_samples_are_tables_histograms_are_step_images_and_bookkeeping_is_hidden
 def test_resending_samples_and_histograms_after_a_cut_adds_nothing(root, tmp_path):
     """An in-doubt batch is sent again whole (reconcile returns it): same file names, same list."""
     from tests.sync_harness import MlflowHarness
+    from trackstore.read.reader import read_kind
     from trackstore.sync.adapter import TargetOptions
     from trackstore.sync.mlflow import MlflowAdapter
-    from trackstore.read.reader import read_kind
 
     run = agent_run(root, steps=(1,))
     uri = mlflow_sqlite_uri(tmp_path, "again.db")
