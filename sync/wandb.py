@@ -75,6 +75,7 @@ from trackstore.store.redact import redact_text, redact_url
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
 from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
+from .wandb_tables import TURN_COLUMNS, turn_rows
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
@@ -494,8 +495,9 @@ class WandbAdapter(Adapter):
         wandb = self._import()
         result = SendResult()
         live = self._info is not None and self._info.status == "running"
-        data = []
+        data, turn_data = [], []
         for trace_id, root, spans in ready_trajectories(rows, live, result):
+            turn_data += turn_rows(trace_id, root, spans)
             turns = [{"span_id": s["span_id"], "parent_span_id": s["parent_span_id"], "name": s["name"],
                       "kind": s["kind"], "start_ns": s["start_ns"], "end_ns": s["end_ns"], "status": s["status"],
                       "error": s["error"], "inputs": _loads(s["inputs"]), "outputs": _loads(s["outputs"]),
@@ -512,6 +514,7 @@ class WandbAdapter(Adapter):
                              metadata={"trackstore.run_id": self._info.run_id if self._info else None,
                                        "traces": len(data)})
         art.add(table, "trajectories")
+        art.add(wandb.Table(columns=TURN_COLUMNS, data=turn_data), "turns")  # one readable row per span
         try:
             self._wb.log_artifact(art)
         except Exception as exc:

@@ -79,7 +79,7 @@ def test_mlflow_trace_list_shows_each_conversation_and_its_errors(browser, mlflo
     for row in rows:  # each row: its own question, its own answer, the state of a trace with a failed span
         q = re.search(r"Q(\d)\.(\d): what is 6 \* 7\?", row)
         assert q and f"A{q.group(1)}.{q.group(2)}: the answer is 42." in row and "Error" in row, row
-        assert f"trackstore.step: {q.group(1)}" in row  # the tags the filters use (read back: test_sync_mlflow_native)
+        assert "trackstore." in row  # the trace tags (step, sample_index...) filters use; read back in test_sync_mlflow_native
     assert "-\n-" not in text
 
 
