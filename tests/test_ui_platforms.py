@@ -83,6 +83,37 @@ def test_mlflow_trace_list_shows_each_conversation_and_its_errors(browser, mlflo
     assert "-\n-" not in text
 
 
+def _visible(driver, component: str):
+    return [e for e in driver.find_elements("css selector", f"[data-component-id='{component}']") if e.is_displayed()]
+
+
+def test_mlflow_filter_by_step_and_sample_index_finds_the_trajectory(browser, mlflow_synced):
+    """The trace list's own filter menu: Tag trackstore.step = 4 and Tag trackstore.sample_index = 1."""
+    url, exp_id, _rid, _run = mlflow_synced
+    browser.get(f"{url}/#/experiments/{exp_id}/traces")
+    wait_for_text(browser, "Q3.0: what is 6 * 7?", timeout=60)
+    _dismiss(browser)
+    browser.find_element("css selector", "[aria-label='Filters']").click()
+    for i, (key, value) in enumerate((("trackstore.step", "4"), ("trackstore.sample_index", "1"))):
+        if i:
+            _visible(browser, "web-shared.traces-table.filter.add-clause")[0].click()
+        wait_for(browser, lambda i=i: len(_visible(browser, "web-shared.traces-table.filter.field")) > i,
+                 "a filter clause")
+        _visible(browser, "web-shared.traces-table.filter.field")[i].click()
+        option = wait_for(browser, lambda: [o for o in browser.find_elements("css selector", "[role=option]")
+                                            if o.is_displayed() and o.text.strip() == "Tag"], "the Tag field")
+        option[0].click()
+        wait_for(browser, lambda i=i: len(_visible(browser, "web-shared.traces-table.filter.key")) > i,
+                 "the tag key box")
+        _visible(browser, "web-shared.traces-table.filter.key")[i].send_keys(key)
+        _visible(browser, "web-shared.traces-table.filter.value")[i].send_keys(value)
+    _visible(browser, "web-shared.traces-table.filter.apply")[0].click()
+    wait_for(browser, lambda: (lambda r: len(r) == 1 and "Q4.1" in r[0])(_trace_rows(browser)),
+             "only the trajectory of step 4, sample 1", timeout=60)
+    wait_for_text(browser, "Q4.1: what is 6 * 7?", "A4.1: the answer is 42.")
+    screenshot(browser, AREA, "mlflow-trace-filter")
+
+
 def test_mlflow_failed_tool_call_shows_as_an_error_in_the_trace(browser, mlflow_synced):
     url, exp_id, _rid, _run = mlflow_synced
     browser.get(f"{url}/#/experiments/{exp_id}/traces")
