@@ -16,15 +16,18 @@ Mapping (docs/sync.md has the full table):
 * metrics -> ``log_batch`` with the original step and timestamp (ms), at most 999 points plus
   one batch-marker tag per request. Keys MLflow rejects are mapped by :func:`mlflow_key` and
   the mapping is reported.
-* samples / histograms -> JSON artifacts in MLflow's table layout, one file per
-  (split, step, batch), under ``trackstore/samples/`` and ``trackstore/histograms/``; their
-  names derive from the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
+* samples -> MLflow tables (the Evaluation view), histograms -> step images the run's charts
+  draw, plus their exact JSON (:mod:`trackstore.sync.mlflow_records`); file names derive from
+  the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
 * spans -> MLflow traces (one per trajectory) with original start/end times, linked to the run,
   tagged ``trackstore.trace_id``, ``step`` and ``sample_index``; searched before creation.
   A trajectory without a root span waits while the run is live, and is reported once it ended.
 * artifacts -> ``log_artifact`` under ``trackstore/artifacts/<name>/v<version>/``.
 
-Exactly once for metrics: every ``log_batch`` carries the tag ``trackstore.batch.metrics`` =
+Bookkeeping tags (the batch marker, the config digest) are named ``mlflow.trackstore.*``: MLflow's
+UI does not list ``mlflow.``-prefixed tags on the run page, so they stay out of the user's way.
+
+Exactly once for metrics: every ``log_batch`` carries the tag ``mlflow.trackstore.batch.metrics`` =
 the batch id, stored by the server after the batch's metrics in the same request. An in-doubt
 batch whose id is the run's tag is complete; otherwise the metric history of the batch's keys
 is read back and only absent points are resent.
@@ -37,7 +40,6 @@ import json
 import math
 import os
 import posixpath
-import re
 from pathlib import Path
 from typing import Any
 
@@ -47,36 +49,16 @@ from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+from .keys import mlflow_key, rename_reason, renamed
 
 RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
-BATCH_TAG = "trackstore.batch.{kind}"
+HIDDEN = "mlflow.trackstore."  # bookkeeping tags: not shown on MLflow's run page
+BATCH_TAG = HIDDEN + "batch.{kind}"
 MAX_KEY = 250
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
-
-_BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
-
-
-def mlflow_key(key: str) -> str:
-    """The one documented rule mapping a trackstore key to a key MLflow accepts.
-
-    ``@`` becomes ``_at_`` (as verl's MLflow logger does), other characters outside
-    ``[/ \\w . - : space]`` become ``_``, repeated or edge slashes collapse, ``.``/``..``
-    path segments become ``_``, and keys longer than 250 characters are cut and suffixed with
-    a short hash so distinct keys stay distinct.
-    """
-    k = _BAD_KEY_CHARS.sub("_", key.replace("@", "_at_"))
-    k = re.sub(r"/+", "/", k).strip("/")
-    k = "/".join("_" if seg in (".", "..", "") else seg for seg in k.split("/")) or "_"
-    if posixpath.normpath(k) != k:
-        k = k.replace(".", "_")
-    if len(k) > MAX_KEY:
-        digest = hashlib.sha1(key.encode()).hexdigest()[:8]
-        k = f"{k[:MAX_KEY - 9]}~{digest}"
-    return k
-
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -352,9 +334,9 @@ class MlflowAdapter(Adapter):
             self.call("set tags", self.client.log_batch, rid, tags=tags)
         config_json = json.dumps(meta.get("config") or {}, sort_keys=True, ensure_ascii=False)
         digest = hashlib.sha256(config_json.encode()).hexdigest()[:16]
-        if have_tags.get("trackstore.config_digest") != digest:
+        if have_tags.get(HIDDEN + "config_digest") != digest:
             self.call("log config", self.client.log_dict, rid, json.loads(config_json), "trackstore/config.json")
-            self.call("set tag", self.client.set_tag, rid, "trackstore.config_digest", digest)
+            self.call("set tag", self.client.set_tag, rid, HIDDEN + "config_digest", digest)
         return notes
 
     # ------------------------------------------------------------------ records
@@ -388,6 +370,8 @@ class MlflowAdapter(Adapter):
             mk = mapping.get(k)
             if mk is None:
                 mk = mapping[k] = mlflow_key(k)
+            if mk != k:  # the points are sent, under another name: the summary says which
+                result.skipped[rename_reason("MLflow", k, mk)] = 0
             if v is None:
                 result.skip("metric value is null", 1)
                 continue
@@ -398,29 +382,10 @@ class MlflowAdapter(Adapter):
         self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
         return result
 
-    def _table_file(self, kind: str, rows) -> dict[str, dict]:
-        """Group rows into deterministic artifact files: {artifact_path: table_json}."""
-        files: dict[str, dict] = {}
-        cols = [c for c in rows.column_names if c not in ("writer",)]
-        data = rows.to_pylist()
-        for r in data:
-            if kind == "samples":
-                folder = f"trackstore/samples/{mlflow_key(str(r.get('split') or 'val'))}"
-            else:
-                folder = f"trackstore/histograms/{mlflow_key(str(r.get('key')))}"
-            group = (folder, r.get("step"))
-            files.setdefault(group, {"first": r, "rows": []})["rows"].append(r)
-        out = {}
-        for (folder, step), g in files.items():
-            first = g["first"]
-            name = f"{folder}/step_{int(step or 0):09d}_{first['writer']}_{first['seq']:012d}.json"
-            out[name] = {"columns": cols, "data": [[_json_cell(r.get(c)) for c in cols] for r in g["rows"]]}
-        return out
-
     def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
-        for path, table in self._table_file(kind, rows).items():
-            self.call(f"log {kind}", self.client.log_dict, rid, table, path)
-        return SendResult()
+        from .mlflow_records import send_records
+
+        return send_records(self, rid, kind, rows)
 
     def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
         result = SendResult()
@@ -477,7 +442,7 @@ class MlflowAdapter(Adapter):
         remote = self._remote if self._remote is not None and self._remote.info.run_id == rid else None
         have = remote.data.tags if remote is not None else {}
         user_summary = run.meta.get("summary_user") or {}
-        wanted = {f"trackstore.summary.{mlflow_key(k)}"[:MAX_KEY]: _param_value(v)[:MAX_TAG_VALUE]
+        wanted = {mlflow_key(f"trackstore.summary.{k}"): _param_value(v)[:MAX_TAG_VALUE]
                   for k, v in user_summary.items()}
         wanted["trackstore.status"] = status
         if run.meta.get("exit_code") is not None:
@@ -517,9 +482,8 @@ class MlflowAdapter(Adapter):
             infs = pc.sum(pc.is_inf(rows.column("value")).cast("int64")).as_py() or 0
             if infs:
                 out["infinite values are stored by MLflow as +/-1.8e308 (kept, lossy)"] = infs
-            renamed = {k for k in pc.unique(rows.column("key")).to_pylist() if mlflow_key(k) != k}
-            if renamed:
-                out[f"{len(renamed)} metric keys renamed for MLflow (see docs/sync.md)"] = 0
+            for k, mk in renamed("mlflow", pc.unique(rows.column("key")).to_pylist()).items():
+                out[rename_reason("MLflow", k, mk)] = 0
         return out
 
 
@@ -534,12 +498,3 @@ def _norm(v):
         if abs(v) >= 1.7976931348623157e308:
             return "inf" if v > 0 else "-inf"
     return float(v)
-
-
-def _json_cell(v):
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    return v
-

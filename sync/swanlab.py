@@ -10,9 +10,13 @@ Mapping (the full table, with what is lost: docs/sync.md § SwanLab):
 
 * run -> one experiment whose id is ``sha1("<project>/<run_id>")[:21]``, opened with
   ``resume="allow"``: every sync continues the same experiment. Name, description (notes),
-  tags, group, job type and config travel with ``swanlab.init``; the run's times, status, exit
-  code, host and summary go into ``config["trackstore"]`` (SwanLab has no summary and always
-  stamps the experiment's own start/end with "now").
+  tags, group, job type and config travel with ``swanlab.init``, the config flattened with
+  readable values; the run's times, status, exit code, host, tags and summary go into
+  ``trackstore.*`` config keys (SwanLab has no summary and always stamps the experiment's own
+  start/end with "now"). See :mod:`trackstore.sync.swanlab_view`.
+* ``--mode local`` needs SwanLab's dashboard package (swanboard, one exact version): refused
+  before anything is written when it is missing or another version. Each project's runs go to
+  ``<logdir>/<project>`` (the dashboard database holds one project).
 * metrics -> one ``log`` per (step, original timestamp) merging every key of that step. SwanLab
   keeps the *first* value of a (key, step) and only appends per key: a second value, or a late
   value for a step at or below the key's last step, is not sent and is counted as skipped.
@@ -64,8 +68,10 @@ from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .keys import rename_reason, renamed, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
-from .swanlab_media import histogram_chart, sample_text, trajectories
+from .swanlab_media import histogram_chart, sample_items, trajectory_items
+from .swanlab_view import project_logdir, readable_config, require_swanboard
 
 __all__ = ["SwanlabAdapter", "experiment_id", "swanlab_key", "count_points", "read_session_files"]
 
@@ -84,6 +90,8 @@ CLOUD_SETTLE_S = 15.0
 SKIP_SECOND = "a second value for a (key, step) SwanLab already holds (SwanLab keeps the first)"
 SKIP_OLD = "a late value at or below the key's last step at SwanLab (SwanLab is append-only per key)"
 SKIP_NULL = "metric value is null"
+HIST_LOCAL = ("histograms are kept as ECharts bar charts in the run files, which SwanLab's local dashboard "
+              "(swanboard) does not draw; SwanLab cloud draws them after `swanlab sync`")
 SKIP_KEY = "key is empty after SwanLab's trimming of leading/trailing '.', '/' and spaces"
 SKIP_NO_STEP = "trajectory without a step (SwanLab media need one)"
 SKIP_STEP = "step outside SwanLab's range 0..2**48"
@@ -94,11 +102,6 @@ SKIP_TYPE = "key already used at SwanLab for another type (a scalar and a chart 
 def experiment_id(project: str, run_id: str) -> str:
     """The SwanLab experiment id of a trackstore run: 21 chars of [0-9a-f], stable for ever."""
     return hashlib.sha1(f"{project}/{run_id}".encode()).hexdigest()[:21]
-
-
-def swanlab_key(key: str) -> str:
-    """The key SwanLab stores for ``key`` (its client trims edges and cuts at 512 chars)."""
-    return key.strip(" \t\n\r./")[:MAX_KEY]
 
 
 def _subtract(acked: RangeSet, drop: RangeSet) -> RangeSet:
@@ -134,6 +137,8 @@ class SwanlabAdapter(Adapter):
         if raw not in MODES:
             raise UsageError(f"--mode for swanlab must be cloud, offline or local, not {raw!r}")
         self.mode = MODES[raw]
+        if self.mode == "local":
+            require_swanboard()  # else SwanLab writes no dashboard database, silently
         self.host = options.uri or os.environ.get("SWANLAB_API_HOST")
         default_dir = target_dir(options.store_root or ".", "swanlab")
         self.logdir = Path(options.logdir or os.environ.get("SWANLAB_LOG_DIR") or default_dir).absolute()
@@ -231,14 +236,15 @@ class SwanlabAdapter(Adapter):
         meta = run.meta
         exp = experiment_id(run.project, run.run_id)
         project = self.options.project or run.project
-        self.logdir.mkdir(parents=True, exist_ok=True)  # cloud mode keeps SwanLab's local copy here too
+        logdir = project_logdir(self.logdir, project, self.mode)
+        logdir.mkdir(parents=True, exist_ok=True)  # cloud mode keeps SwanLab's local copy here too
         self._settle(cursor)
         try:
             self._run = swanlab.init(
                 project=project, workspace=self.options.entity, name=run.name,
                 description=str(meta.get("notes") or "") or None, tags=[str(t) for t in meta.get("tags") or []] or None,
                 group=meta.get("group"), job_type=meta.get("job_type"), config=self._config(run, run.status),
-                id=exp, resume="allow", mode=self.mode, log_dir=str(self.logdir), settings=self._settings(),
+                id=exp, resume="allow", mode=self.mode, log_dir=str(logdir), settings=self._settings(),
                 reinit=True)
         except Exception as exc:
             self._run = None
@@ -273,9 +279,8 @@ class SwanlabAdapter(Adapter):
                  "ended_at": meta.get("ended_at"), "exit_code": meta.get("exit_code"), "host": meta.get("host"),
                  "user": meta.get("user"), "git_commit": (meta.get("git") or {}).get("commit"),
                  "summary": meta.get("summary_user") or {}}
-        cfg = dict(meta.get("config") or {})
-        cfg["trackstore"] = {k: v for k, v in extra.items() if v not in (None, {}, "")}
-        return cfg
+        extra["tags"] = ", ".join(str(t) for t in meta.get("tags") or []) or None
+        return readable_config(meta.get("config") or {}, extra)
 
     def _event_logger(self):
         """``log(data, step, ts_us)`` keeping the original time, or None to use the public API.
@@ -387,7 +392,7 @@ class SwanlabAdapter(Adapter):
         if self._held is None:
             exp = self._cursor.remote["id"]
             current = Path(self._run.dir) if self._run is not None else None
-            self._held = Held(self.logdir, exp, current)
+            self._held = Held(project_logdir(self.logdir, self._cursor.remote["project"], self.mode), exp, current)
         return self._held
 
     def _journal(self, kind: str, ids: RangeSet) -> None:
@@ -475,6 +480,8 @@ class SwanlabAdapter(Adapter):
                 result.skip(SKIP_NULL)
                 continue
             sk = swanlab_key(keys[i])
+            if sk != keys[i]:
+                result.skipped[rename_reason("SwanLab", keys[i], sk)] = 0
             if not sk:
                 result.skip(SKIP_KEY)
                 continue
@@ -526,11 +533,11 @@ class SwanlabAdapter(Adapter):
                 if not self._admit(key, step, cls, seen, result, len(group), media=True):
                     continue
                 if kind == "samples":
-                    value = [swanlab.Text(sample_text(r), caption=f"#{r['sample_index']}") for r in group]
+                    value = [swanlab.Text(text, caption=caption) for caption, text in sample_items(group)]
                 elif kind == "histograms":
                     value = histogram_chart(first)
                 else:
-                    value = [swanlab.Text(text, caption=caption) for caption, text in trajectories(group)]
+                    value = [swanlab.Text(text, caption=caption) for caption, text in trajectory_items(group)]
                 self._log({key: value}, step, int(first["ts"].timestamp() * 1_000_000))
                 for r in group:
                     logged.add_range(r["writer"], r["seq"], r["seq"])
@@ -539,6 +546,8 @@ class SwanlabAdapter(Adapter):
         except Exception as exc:
             raise self._wrap(exc, f"log {kind}") from exc
         self._journal(kind, logged)
+        if kind == "histograms" and self.mode == "local" and data:
+            result.skipped[HIST_LOCAL] = 0
         return result
 
     def _trajectory_groups(self, data: list[dict], result: SendResult):
@@ -593,7 +602,7 @@ class SwanlabAdapter(Adapter):
 
     def finish_run(self, run, cursor, status: str) -> None:
         try:
-            self._run.config.update({"trackstore": self._config(run, status)["trackstore"]})
+            self._run.config.update({k: v for k, v in self._config(run, status).items() if k.startswith("trackstore.")})
         except Exception as exc:
             raise self._wrap(exc, "config") from exc
         if status == "running":
@@ -616,7 +625,8 @@ class SwanlabAdapter(Adapter):
                                  "in cloud mode check the experiment in SwanLab instead (the data was sent)")
         if self._run is not None:
             self._close_session()
-        return count_points(self.logdir, experiment_id(run.project, run.run_id))
+        logdir = project_logdir(self.logdir, self.options.project or run.project, self.mode)
+        return count_points(logdir, experiment_id(run.project, run.run_id))
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:
         """What ``send`` will report for ``rows``, without sending (``--dry-run``). Values that
@@ -637,14 +647,15 @@ class SwanlabAdapter(Adapter):
             empty = [k for k in keys if not swanlab_key(k)]
             if empty:
                 out[SKIP_KEY] = count(pc.is_in(rows.column("key"), value_set=pa.array(empty, pa.string())))
-            renamed = [k for k in keys if swanlab_key(k) and swanlab_key(k) != k]
-            if renamed:
-                out[f"{len(renamed)} metric keys trimmed by SwanLab (see docs/sync.md)"] = 0
+            for k, sk in renamed("swanlab", keys).items():
+                out[rename_reason("SwanLab", k, sk)] = 0
         if kind in ("metrics", "samples", "histograms", "spans"):
             steps = rows.column("step")
             bad = count(pc.or_(pc.less(steps, 0), pc.greater(steps, MAX_STEP)))
             if bad:
                 out[SKIP_STEP] = bad
+        if kind == "histograms" and self.mode == "local":
+            out[HIST_LOCAL] = 0
         if kind == "spans" and rows.column("step").null_count:
             out[SKIP_NO_STEP] = rows.column("step").null_count
         return out

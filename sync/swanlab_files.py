@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .swanlab_media import counts_as
+
 
 def read_session_files(logdir: Path, exp_id: str):
     """Every record SwanLab wrote for experiment ``exp_id`` under ``logdir``, oldest session
@@ -65,7 +67,8 @@ class Held:
 
 def count_points(logdir: Path, exp_id: str) -> dict[str, int]:
     """What the SwanLab files of one experiment hold, in trackstore's units: metric points,
-    samples (Text items under ``samples/``), histograms (charts) and traces (trajectory Texts)."""
+    samples and traces (the Text rows that head one, :func:`~trackstore.sync.swanlab_media.counts_as`)
+    and histograms (charts)."""
     out = {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
     for _d, rec in read_session_files(logdir, exp_id):
         kind = rec.WhichOneof("record_type")
@@ -73,11 +76,11 @@ def count_points(logdir: Path, exp_id: str) -> dict[str, int]:
             out["metrics"] += 1
         elif kind == "media":
             key = rec.media.key
-            items = len(rec.media.value.items) or 1
-            if key.startswith("samples/"):
-                out["samples"] += items
-            elif key == "trajectories":
-                out["traces"] += items
+            if key.startswith("samples/") or key == "trajectories":
+                for item in rec.media.value.items:
+                    unit = counts_as(item.caption)
+                    if unit is not None:
+                        out[unit + "s"] += 1
             else:
                 out["histograms"] += 1
     return out

@@ -73,14 +73,15 @@ from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
+from .wandb_tables import TURN_COLUMNS, turn_rows
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
 MAX_TABLE_ROWS = 10_000          # wandb.Table.MAX_ROWS for tables logged to history
 MAX_BINS = 512                   # wandb.Histogram limit for np_histogram
 FLUSH_INTERVAL = 0.1             # seconds between wandb-core writes of the transaction log
-RESERVED = ("_step", "_timestamp", "_runtime")
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 #: the oldest wandb client this target runs with (what the tests run; pyproject's floor)
 MIN_WANDB = (0, 31)
@@ -98,11 +99,6 @@ _TIMESPEC = re.compile(r"\d{8}_\d{6}")
 def wandb_run_id(project: str, run_id: str) -> str:
     """The wandb run id of a trackstore run: stable, and free of the characters wandb forbids."""
     return "ts" + hashlib.sha1(f"{project}\0{run_id}".encode()).hexdigest()[:16]
-
-
-def wandb_key(key: str) -> str:
-    """wandb reserves ``_step``, ``_timestamp`` and ``_runtime``; a metric of that name moves aside."""
-    return f"trackstore/{key}" if key in RESERVED else key
 
 
 def artifact_name(name: str) -> str:
@@ -350,7 +346,11 @@ class WandbAdapter(Adapter):
     # ------------------------------------------------------------------ records
     def send(self, kind: str, rows, cursor) -> SendResult:
         if kind in STEP_KINDS:
-            return self._send_steps(kind, rows, cursor)
+            result = self._send_steps(kind, rows, cursor)
+            if kind in ("metrics", "histograms"):
+                for k, wk in renamed("wandb", rows.column("key").unique().to_pylist()).items():
+                    result.skipped[rename_reason("wandb", k, wk)] = 0
+            return result
         if kind == "spans":
             return self._send_spans(rows, cursor)
         if kind == "artifacts":
@@ -495,8 +495,9 @@ class WandbAdapter(Adapter):
         wandb = self._import()
         result = SendResult()
         live = self._info is not None and self._info.status == "running"
-        data = []
+        data, turn_data = [], []
         for trace_id, root, spans in ready_trajectories(rows, live, result):
+            turn_data += turn_rows(trace_id, root, spans)
             turns = [{"span_id": s["span_id"], "parent_span_id": s["parent_span_id"], "name": s["name"],
                       "kind": s["kind"], "start_ns": s["start_ns"], "end_ns": s["end_ns"], "status": s["status"],
                       "error": s["error"], "inputs": _loads(s["inputs"]), "outputs": _loads(s["outputs"]),
@@ -513,6 +514,7 @@ class WandbAdapter(Adapter):
                              metadata={"trackstore.run_id": self._info.run_id if self._info else None,
                                        "traces": len(data)})
         art.add(table, "trajectories")
+        art.add(wandb.Table(columns=TURN_COLUMNS, data=turn_data), "turns")  # one readable row per span
         try:
             self._wb.log_artifact(art)
         except Exception as exc:
@@ -646,9 +648,8 @@ class WandbAdapter(Adapter):
             if nulls:
                 out[NULL] = nulls
             keys = rows.column("key").to_pylist()
-            renamed = {k for k in keys if wandb_key(k) != k}
-            if renamed:
-                out[f"{len(renamed)} metric keys reserved by wandb moved under trackstore/"] = 0
+            for k, wk in renamed("wandb", set(keys)).items():
+                out[rename_reason("wandb", k, wk)] = 0
             steps = rows.column("step").to_pylist()
             pairs = list(zip(steps, keys))
             if len(set(pairs)) < len(pairs):

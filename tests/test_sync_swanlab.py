@@ -38,8 +38,13 @@ def sync(root, logdir, *extra, mode="offline"):
     return json.loads(res.stdout)["runs"][0], res
 
 
+def run_logdir(logdir, run):
+    """Where SwanLab wrote the run: ``<logdir>/<project>`` in local mode, else ``<logdir>``."""
+    return logdir / run.project if (logdir / run.project).is_dir() else logdir
+
+
 def records(logdir, run, kind=None):
-    out = [(d, r) for d, r in read_session_files(logdir, experiment_id(run.project, run.id))]
+    out = [(d, r) for d, r in read_session_files(run_logdir(logdir, run), experiment_id(run.project, run.id))]
     return [(d, r) for d, r in out if kind is None or r.WhichOneof("record_type") == kind]
 
 
@@ -86,10 +91,13 @@ def test_identity_metadata_and_original_times(root, logdir, mode):
     assert all(s.resume == RESUME_MODE_ALLOW for s in starts)
     last = starts[-1]
     assert last.name == "exp" and last.description == "hello" and list(last.tags) == ["t1", "t2"]
-    session = sorted(logdir.glob(f"run-*-{experiment_id('proj', run.id)}"))[-1]
-    cfg = (session / "files" / "config.yaml").read_text()
-    assert "lr:" in cfg and "layers: 2" in cfg and "status: finished" in cfg and run.id in cfg
-    assert "best_acc: 0.97" in cfg
+    session = sorted(run_logdir(logdir, run).glob(f"run-*-{experiment_id('proj', run.id)}"))[-1]
+    import yaml
+
+    cfg = {k: v["value"] for k, v in yaml.safe_load((session / "files" / "config.yaml").read_text()).items()}
+    assert cfg["lr"] == 0.001 and cfg["model.layers"] == 2  # flattened: SwanLab shows nested values as [object Object]
+    assert cfg["trackstore.status"] == "finished" and cfg["trackstore.run_id"] == run.id
+    assert cfg["trackstore.summary.best_acc"] == 0.97
     finish = [r.finish for _d, r in records(logdir, run, "finish")]
     assert finish[-1].state == 1  # RUN_STATE_FINISHED
 
@@ -133,13 +141,16 @@ def test_samples_trajectories_histograms_and_artifacts(root, logdir, tmp_path):
     assert out["verified"] == {"metrics": 1, "samples": 2, "histograms": 1, "traces": 2}
     media = {r.media.key: r.media for _d, r in records(logdir, run, "media")}
     session = sorted(logdir.glob("run-*"))[-1]
-    texts = [(session / "media" / "text" / it.filename).read_text() for it in media["samples/val"].value.items]
-    assert sorted(texts) == sorted(["[input]\nq1\n\n[output]\na1\n\n[score] 1.0", "[input]\nq2\n\n[output]\na2\n\n[score] 0.0"])
+    texts = [(it.caption, (session / "media" / "text" / it.filename).read_text())
+             for it in media["samples/val"].value.items]
+    assert texts == [("#0 input", "q1"), ("#0 output", "a1"), ("#0 score", "1.0"),
+                     ("#1 input", "q2"), ("#1 output", "a2"), ("#1 score", "0.0")]
     traj = media["trajectories"]
-    assert int(traj.step) == 1 and len(traj.value.items) == 2
-    tree = (session / "media" / "text" / traj.value.items[0].filename).read_text()
-    assert "- assistant [llm, ok" in tree and "  - calculator [tool, ok" in tree and "outputs: 42" in tree
-    assert "reward 1.0" in traj.value.items[0].caption
+    rows = [(it.caption, (session / "media" / "text" / it.filename).read_text()) for it in traj.value.items]
+    assert int(traj.step) == 1 and [c for c, _ in rows].count("▸ sample 0") == 1 and len(rows) == 8
+    assert rows[1][0] == "episode" and rows[2][0].endswith("└ assistant") and rows[3][0].endswith("└ calculator")
+    assert len(rows[3][0]) > len(rows[2][0])  # nested deeper
+    assert rows[2][1].startswith("llm ok") and "outputs: 42" in rows[3][1] and "reward 1.0" in rows[0][1]
     chart = json.loads((session / "media" / "echarts" / media["h"].value.items[0].filename).read_text())
     import pyarrow.parquet as pq
 
@@ -336,10 +347,12 @@ def test_live_trajectory_waits_and_late_samples_are_reported(root, logdir):
     out, _ = sync(root, logdir, "--verify")
     assert out["skipped_by_reason"] == {SKIP_OLD: 1} and out["verify_ok"] is True
     traj = [r.media for _d, r in records(logdir, run, "media") if r.media.key == "trajectories"]
-    assert len(traj) == 1 and int(traj[0].step) == 1 and len(traj[0].value.items) == 1
+    assert len(traj) == 1 and int(traj[0].step) == 1
+    assert [it.caption for it in traj[0].value.items][0].startswith("▸ ")  # one trajectory: one header row
+    assert [it.caption.startswith("▸ ") for it in traj[0].value.items].count(True) == 1
     session = sorted(logdir.glob("run-*"))[-1]
-    text = (session / "media" / "text" / traj[0].value.items[0].filename).read_text()
-    assert "assistant [llm, ok" in text and "unfinished" not in text and "outputs: hello" in text
+    text = "\n".join((session / "media" / "text" / it.filename).read_text() for it in traj[0].value.items)
+    assert "llm ok" in text and "unfinished" not in text and "outputs: hello" in text
 
 
 def test_cloud_path_reaches_the_host_and_reports_a_rejected_login(root, monkeypatch):
@@ -494,10 +507,15 @@ def test_keys_are_mapped_as_swanlab_stores_them(root, logdir):
     run.finish()
     res = run_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", str(logdir), "--dry-run",
                   "--format", "json", root=root)
-    assert "2 metric keys trimmed by SwanLab (see docs/sync.md)" in json.loads(res.stdout)["runs"][0]["skipped_by_reason"]
+    from trackstore.sync.keys import swanlab_key
+
+    reasons = json.loads(res.stdout)["runs"][0]["skipped_by_reason"]
+    for k in ("./loss/", long_key):  # renamed, named in --dry-run and in the summary
+        assert f"key {k!r} sent as {swanlab_key(k)!r} (SwanLab's key rules; see docs/sync.md)" in reasons
     out, _ = sync(root, logdir, "--verify")
-    assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
-    assert sorted(k for k, _s, _v, _t in scalars(logdir, run)) == sorted(["loss", "x" * 512, "ok"])
+    assert out["verify_ok"] is True and out["skipped_by_reason"] == reasons
+    assert sorted(k for k, _s, _v, _t in scalars(logdir, run)) == sorted([swanlab_key("./loss/"), swanlab_key(long_key), "ok"])
+    assert swanlab_key("./loss/").startswith("loss__") and len(swanlab_key(long_key)) == 512
 
 
 def test_a_key_used_for_a_scalar_and_a_chart_is_reported(root, logdir):
@@ -554,7 +572,7 @@ def test_mode_and_log_dir_from_the_environment_only(root, tmp_path, monkeypatch,
     report = json.loads(res.stdout)
     assert report["destination"] == f"{mode}:{envdir}"
     exp = experiment_id("envproj", run.id)
-    [folder] = envdir.glob(f"run-*-{exp}")
+    [folder] = run_logdir(envdir, run).glob(f"run-*-{exp}")
     assert (folder / f"run-{exp}.swanlab").is_file()
     assert not (root / "_swanlab").exists()  # not the default place
     [start] = [r.start for _d, r in records(envdir, run, "start")]

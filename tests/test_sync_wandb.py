@@ -539,6 +539,15 @@ def test_trajectories_table_holds_one_row_per_trajectory_with_its_turns(wb, root
         assert turns["assistant"]["inputs"] == {"role": "user", "content": f"q{i}"}
         assert turns["assistant"]["outputs"] == {"role": "assistant", "content": f"a{i}"}
         assert turns["calculator"]["outputs"] == 42 and turns["calculator"]["status"] == "ok"
+    # the same artifact's "turns" table: one readable row per span, nested by depth
+    turns_table = json.loads(wb.artifact_file(art, "turns.table.json").read_text())
+    tcols = turns_table["columns"]
+    trows = [dict(zip(tcols, r)) for r in turns_table["data"]]
+    assert len(trows) == 9 and tcols[:7] == ["trace_id", "step", "sample_index", "rollout_n", "turn", "depth", "span"]
+    first = [r for r in trows if r["step"] == 0]
+    assert [(r["turn"], r["depth"], r["span"]) for r in first] == [(0, 0, "episode"), (1, 1, "└ assistant"),
+                                                                   (2, 2, "  └ calculator")]
+    assert first[1]["inputs"] == json.dumps({"role": "user", "content": "q0"}) and first[2]["outputs"] == "42"
 
 
 def test_trajectory_without_a_root_span_waits_while_live_then_is_reported(wb, root):

@@ -1,0 +1,183 @@
+"""Samples and histograms in MLflow's own forms (translation only; the adapter sends).
+
+* samples -> MLflow tables: one JSON file in MLflow's table layout (``columns``/``data``, as
+  ``MlflowClient.log_table`` writes it) per (split, step, batch), listed in the run tag
+  ``mlflow.loggedArtifacts`` as ``log_table`` does, so the experiment's *Evaluation* view and the
+  artifact viewer show them as tables. Columns are what the user logged: ``step``,
+  ``sample_index``, ``input``, ``output``, ``score``, then every extra field as its own column.
+  A chat (a list of ``{role, content}`` messages) is shown as ``role: content`` lines, any other
+  structured value as JSON text; trackstore's own ``ts``/``seq``/``writer``/``json_fields`` are
+  left out. File names derive from the first row's ``(writer, seq)``: a resend overwrites.
+* histograms -> one bar chart image per (key, step) in MLflow's step-image layout
+  (``images/<key>+step+<step>+timestamp+<ms>+<id>.png`` and a ``+compressed.webp``, with the
+  run tag ``mlflow.loggedImages``, as ``MlflowClient.log_image(key=..., step=...)`` writes it),
+  so the run's *Model metrics* charts draw each histogram with a step slider. ``<id>`` is derived
+  from the row's ``(writer, seq)`` (``log_image`` uses a random one): a resend overwrites. The
+  exact counts and edges are kept beside them as JSON tables under ``trackstore/histograms/``.
+
+MLflow keeps tag values of at most 8000 characters: a run with more sample tables than fit in
+``mlflow.loggedArtifacts`` keeps the files (in Artifacts) but the Evaluation view lists the first
+ones only; :func:`listed_tables` says how many did not fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from typing import Any
+
+from trackstore.records.samples import decode_row
+
+from .keys import mlflow_key
+
+LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
+LOGGED_IMAGES = "mlflow.loggedImages"
+MAX_TAG_VALUE = 8000
+_INTERNAL = ("ts", "seq", "writer", "json_fields", "split")
+_IMAGE_KEY_OK = re.compile(r"[a-zA-Z0-9_\-./ ]+")
+_NS = uuid.UUID("6f1e3a52-5d0c-4a4e-9b1e-7472616b7374")
+
+
+def cell(value: Any) -> Any:
+    """A table cell as the UI shows it well: text and numbers as they are, a chat as lines."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else (("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else value)
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        return "\n".join(f"{m.get('role', '?')}: {m['content'] if isinstance(m['content'], str) else json.dumps(m['content'], ensure_ascii=False, default=str)}"
+                         for m in value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def sample_tables(rows) -> dict[str, dict]:
+    """``{artifact path: {"columns": [...], "data": [[...], ...]}}`` for a batch of sample rows."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows.to_pylist():
+        groups.setdefault((str(r.get("split") or "val"), int(r.get("step") or 0)), []).append(r)
+    out = {}
+    for (split, step), rs in groups.items():
+        first = rs[0]
+        decoded = [decode_row(r) for r in rs]
+        columns = ["step", "sample_index", "input", "output", "score"]
+        for d in decoded:
+            for k in d:
+                if k not in columns and k not in _INTERNAL:
+                    columns.append(k)
+        name = f"trackstore/samples/{mlflow_key(split)}/step_{step:09d}_{first['writer']}_{first['seq']:012d}.json"
+        out[name] = {"columns": columns, "data": [[cell(d.get(c)) for c in columns] for d in decoded]}
+    return out
+
+
+def histogram_tables(rows) -> dict[str, dict]:
+    """The exact histograms as JSON tables, one file per (key, step, batch)."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows.to_pylist():
+        groups.setdefault((r["key"], int(r.get("step") or 0)), []).append(r)
+    out = {}
+    cols = ["key", "step", "counts", "edges"]
+    for (key, step), rs in groups.items():
+        first = rs[0]
+        name = f"trackstore/histograms/{mlflow_key(key)}/step_{step:09d}_{first['writer']}_{first['seq']:012d}.json"
+        out[name] = {"columns": cols, "data": [[r["key"], r["step"], [cell(c) for c in r["counts"]],
+                                                [cell(e) for e in r["edges"]]] for r in rs]}
+    return out
+
+
+def image_key(key: str) -> str:
+    """A key ``log_image`` accepts (``[a-zA-Z0-9_-./ ]``), distinct per histogram key."""
+    k = mlflow_key(key)
+    if _IMAGE_KEY_OK.fullmatch(k):
+        return k
+    import hashlib
+
+    return re.sub(r"[^a-zA-Z0-9_\-./ ]", "_", k)[:200] + "__" + hashlib.sha1(key.encode()).hexdigest()[:8]
+
+
+def histogram_images(rows, folder) -> list[tuple[str, str]]:
+    """Render each histogram row as a bar chart in ``folder``; returns ``(local file, artifact
+    dir)`` pairs in MLflow's step-image layout (both the PNG and the compressed WebP)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    files = []
+    for r in rows.to_pylist():
+        counts = [c if isinstance(c, (int, float)) and math.isfinite(c) else 0 for c in r["counts"]]
+        edges = list(r["edges"])
+        fig, ax = plt.subplots(figsize=(4, 3), dpi=80)
+        widths = [edges[i + 1] - edges[i] for i in range(len(counts))]
+        if all(math.isfinite(w) for w in widths) and all(math.isfinite(e) for e in edges):
+            ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="white")
+        else:
+            ax.bar(range(len(counts)), counts)
+        ax.set_title(f"{r['key']}  step {r['step']}", fontsize=9)
+        fig.tight_layout()
+        ms = int(r["ts"].timestamp() * 1000)
+        ident = uuid.uuid5(_NS, f"{r['writer']}\0{r['seq']}")
+        base = f"{image_key(r['key']).replace('/', '~')}+step+{int(r['step'])}+timestamp+{ms}+{ident}"
+        png = folder / f"{base}.png"
+        fig.savefig(png)
+        plt.close(fig)
+        with Image.open(png) as im:
+            small = im.convert("RGB")
+            small.thumbnail((200, 200))
+            small.save(folder / f"{base}+compressed.webp")
+        files += [(str(png), "images"), (str(folder / f"{base}+compressed.webp"), "images")]
+    return files
+
+
+def listed_tables(current: str | None, paths: list[str]) -> tuple[str | None, int]:
+    """The new value of ``mlflow.loggedArtifacts`` with ``paths`` listed as tables (None if
+    unchanged), and how many of them did not fit MLflow's tag value limit."""
+    try:
+        have = json.loads(current or "[]")
+        if not isinstance(have, list):
+            have = []
+    except ValueError:
+        have = []
+    changed, left_out = False, 0
+    for p in paths:
+        entry = {"path": p, "type": "table"}
+        if entry in have:
+            continue
+        if len(json.dumps(have + [entry])) > MAX_TAG_VALUE:
+            left_out += 1
+            continue
+        have.append(entry)
+        changed = True
+    return (json.dumps(have) if changed else None), left_out
+
+
+def send_records(adapter, rid: str, kind: str, rows):
+    """Log a batch of samples or histograms (``adapter.call`` wraps each client call)."""
+    import tempfile
+    from pathlib import Path
+
+    from .adapter import SendResult
+
+    result = SendResult()
+    client = adapter.client
+    tables = sample_tables(rows) if kind == "samples" else histogram_tables(rows)
+    for path, table in tables.items():
+        adapter.call(f"log {kind}", client.log_dict, rid, table, path)
+    if kind == "samples":
+        run = adapter.call("get run", client.get_run, rid)
+        value, left_out = listed_tables(run.data.tags.get(LOGGED_ARTIFACTS), list(tables))
+        if value is not None:
+            adapter.call("list tables", client.set_tag, rid, LOGGED_ARTIFACTS, value)
+        if left_out:
+            result.skipped[f"{left_out} sample tables kept in Artifacts but not listed in MLflow's Evaluation view "
+                           f"(its tag holds {MAX_TAG_VALUE} characters)"] = 0
+        return result
+    with tempfile.TemporaryDirectory(prefix="trackstore-hist-") as tmp:
+        for local, art_dir in histogram_images(rows, Path(tmp)):
+            adapter.call("log histogram image", client.log_artifact, rid, local, art_dir)
+    adapter.call("mark images", client.set_tag, rid, LOGGED_IMAGES, "True")
+    return result
