@@ -24,17 +24,15 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[mlflow]"
 
-# Browser tests drive the system Chromium with Selenium (Debian packages; nothing is downloaded at
-# test time). SwanLab's local dashboard needs swanboard at exactly the version its client names,
-# whose rich<14 pin conflicts with ours: installed without its pins, its own deps by hand.
+# SwanLab's local dashboard needs swanboard at exactly the version its client names, whose
+# rich<14 pin conflicts with ours: installed without its pins, its own deps by hand.
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[all,test]"
-	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 	$(BIN)/pip install --quiet --no-deps swanboard==0.1.10b2
 	$(BIN)/pip install --quiet fastapi uvicorn "peewee>3,<4" ujson psutil
 
-# The dashboard's browser tests (tests/test_ui_browser.py) drive the system's Chromium with Selenium.
+# The browser tests (the dashboard's, tests/test_ui_browser.py, and the platforms' own UIs,
+# tests/test_ui_platforms.py) drive the system's Chromium with Selenium.
 # Installed from the distribution's packages (Debian: chromium, chromium-driver) when missing: a
 # no-op when both are there; as root, else through sudo; without either the browser tests skip
 # and say why.
