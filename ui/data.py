@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 from trackstore.errors import RunNotFoundError, UsageError
 from trackstore.read import browse
-from trackstore.read.catalog import RunInfo, list_runs
+from trackstore.read.catalog import RunInfo, list_runs, load_run
 from trackstore.read.overview import flatten
 from trackstore.read.points import run_keys
 from trackstore.read.views import confine, connect, run_sql
@@ -42,7 +42,8 @@ from trackstore.records.samples import decode_row
 from trackstore.store.layout import resolve_root
 
 MAX_POINTS = 100_000  # points of one chart answer, over all its series: 100 runs get 250 buckets each, 1,000 runs 25
-CACHE_ENTRIES = 512  # downsampled curves kept; an entry is valid while its part files are unchanged
+CACHE_BYTES = 256 << 20  # downsampled curves kept, per run; an entry is valid while the run's part files are unchanged
+EMPTY = '"x": [], "y": [], "n": 0, "min": null, "max": null'  # a run without the key
 LIST_TTL_S = 1.0  # the run listing is shared by requests arriving within this time
 
 
@@ -69,7 +70,10 @@ class Store:
         self.root = resolve_root(root, must_exist=True)
         self._lock = threading.Lock()
         self._listed: tuple[float, list[RunInfo]] | None = None
-        self._cache: OrderedDict[tuple, dict] = OrderedDict()  # curves by the fingerprint of their part files
+        self._index: dict[tuple[str, str], RunInfo] = {}  # the last listing, by (project, run id)
+        self._by_id: dict[str, list[RunInfo]] = {}
+        self._cache: OrderedDict[tuple, str] = OrderedDict()  # one run's curve by its part files' fingerprint
+        self._cache_bytes = 0
         self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
 
     @property
@@ -96,15 +100,39 @@ class Store:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a bad run.json is shown as missing values; doctor reports it
             runs = list_runs(self.root)
+        by_id: dict[str, list[RunInfo]] = {}
+        for r in runs:
+            by_id.setdefault(r.run_id, []).append(r)
         with self._lock:
             self._listed = (time.monotonic(), runs)
+            self._index = {(r.project, r.run_id): r for r in runs}
+            self._by_id = by_id
         return runs
 
-    def run(self, run_id: str, project: str | None = None) -> RunInfo:
-        """The run with this exact id (and project, when given); never a path built from the request."""
-        found = [r for r in self.runs() if r.run_id == run_id and (project is None or r.project == project)]
+    def run(self, run_id: str, project: str | None = None, *, fresh: bool = False) -> RunInfo:
+        """The run with this exact id (and project, when given), as the last listing found it
+        (its paths never change; ``fresh=True`` reads its run.json and writer files again);
+        never a path built from the request. A run the last listing lacks is looked for again."""
+        def lookup() -> list[RunInfo]:
+            with self._lock:
+                if project is not None:
+                    hit = self._index.get((project, run_id))
+                    return [hit] if hit is not None else []
+                return list(self._by_id.get(run_id, ()))
+
+        if self._listed is None:
+            self.runs()
+        found = lookup()
         if not found:  # a run created a moment ago: list again before saying no
-            found = [r for r in self.runs(fresh=True) if r.run_id == run_id and (project is None or r.project == project)]
+            self.runs(fresh=True)
+            found = lookup()
+        if found and fresh and len(found) == 1:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                again = load_run(found[0].paths, unreadable=True)
+            found = [again] if again is not None else found
         if not found:
             raise RunNotFoundError(f"no run {run_id!r}")
         if len(found) > 1:
@@ -206,36 +234,46 @@ class Store:
         width = max(2, min(int(width), 4000, MAX_POINTS // max(1, 4 * len(runs))))
         found: dict[tuple[str, str], str] = {}
         for attempt in range(3):  # a compaction may swap a run's files between listing and reading
-            files = [p for r in runs for p in r.paths.parts("metrics")]
             try:
-                fingerprint = tuple((str(p), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+                listed = []
+                for r in runs:
+                    files = r.paths.parts("metrics")
+                    fingerprint = tuple((str(p), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+                    listed.append((r, files, (fingerprint, key, x, width, lo, hi)))
             except FileNotFoundError:
                 continue
-            cache_key = (fingerprint, key, x, width, lo, hi)
-            with self._lock:
-                hit = self._cache.get(cache_key)
-                if hit is not None:
-                    self._cache.move_to_end(cache_key)
-            if hit is not None:
-                found = hit
+            todo = []
+            with self._lock:  # each run's curve is cached on its own: a live run recomputes, the others do not
+                for r, files, cache_key in listed:
+                    hit = self._cache.get(cache_key)
+                    if hit is not None:
+                        self._cache.move_to_end(cache_key)
+                        found[(r.project, r.run_id)] = hit
+                    elif files:
+                        todo.append((r, files, cache_key))
+            if not todo:
                 break
             try:
-                groups = [(r.project, r.run_id, [str(p) for p in r.paths.parts("metrics")]) for r in runs]
-                found = self._m4([g for g in groups if g[2]], key, width, x, lo, hi)
+                got = self._m4([(r.project, r.run_id, [str(p) for p in files]) for r, files, _k in todo],
+                               key, width, x, lo, hi)
             except Exception as exc:  # noqa: BLE001 - a part renamed away by a compaction: list again
                 if attempt == 2 or not _vanished(exc):
                     raise
                 continue
             with self._lock:
-                self._cache[cache_key] = found
-                while len(self._cache) > CACHE_ENTRIES:
-                    self._cache.popitem(last=False)
+                for r, _files, cache_key in todo:
+                    fragment = got.get((r.project, r.run_id), EMPTY)
+                    found[(r.project, r.run_id)] = fragment
+                    if cache_key not in self._cache:
+                        self._cache_bytes += len(fragment)
+                    self._cache[cache_key] = fragment
+                while self._cache_bytes > CACHE_BYTES and self._cache:
+                    self._cache_bytes -= len(self._cache.popitem(last=False)[1])
             break
-        empty = '"x": [], "y": [], "n": 0, "min": null, "max": null'
         parts = []
         for r in runs:  # in the order asked; runs without the key included, empty
             head = json.dumps({"project": r.project, "run_id": r.run_id}, ensure_ascii=False)[:-1]
-            parts.append(f'{head}, {found.get((r.project, r.run_id), empty)}}}')
+            parts.append(f'{head}, {found.get((r.project, r.run_id), EMPTY)}}}')
         head = json.dumps({"key": key, "x": x}, ensure_ascii=False)[:-1]
         return f'{head}, "series": [{", ".join(parts)}]}}'.encode()
 
