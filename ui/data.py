@@ -16,8 +16,11 @@ The promises it keeps:
   last, minimum and maximum point. A one-step spike is therefore drawn at any zoom, and the
   largest plotted value of a series is the largest stored value in the range. Nothing is ever
   averaged or sampled at storage time; a series shorter than four points per bucket is exact.
-* **Live runs are read as they grow**: every call lists the part files again (a part a writer
-  has renamed into place is seen at once; a listing a compaction swapped away is taken again).
+* **Live runs are read as they grow.** Each run's curve is cached, keyed by what identifies its
+  metrics parts: a folder modified in the last 2 s (a live run) by every part's path, size and
+  mtime, listed again at each call (a part a writer has renamed into place is seen at once); a
+  settled folder by its own inode and mtime (parts are immutable and a compaction swaps the
+  whole folder). A listing a compaction swapped away is taken again.
 * User values reach DuckDB as bound parameters; file lists come from the store's own listing.
 """
 
