@@ -226,3 +226,27 @@ def test_series_of_many_runs_is_a_post(server, store):
         post = json.loads(r.read())
     assert post["series"] == get["series"]  # each run once
     assert len(json.dumps({"run": refs * 600})) > 40_000  # more than a request line may hold
+
+
+def test_a_cached_curve_follows_new_parts_and_compaction(tmp_path, monkeypatch):
+    """A settled folder is trusted by its own stat: a resumed run's new part, and the folder a
+    compaction swaps in, still change the answer (nothing cached hides a point)."""
+    import trackstore
+    from trackstore.ui import data
+    from trackstore.upkeep.compact import compact
+
+    monkeypatch.setattr(data, "SETTLED_S", 0.0)  # every folder counts as settled: the stat path is the one tested
+    root = tmp_path / "s"
+    with trackstore.init(project="p", name="r", root=root, compact=False) as run:
+        run.log({"k": 1.0}, step=0)
+        rid = run.run_id
+    store = data.Store(root)
+    [info] = store.runs()
+    assert store.series([info], "k")["series"][0]["n"] == 1
+    with trackstore.init(project="p", run_id=rid, resume=True, root=root, compact=False) as run:
+        run.log({"k": 7.0}, step=1)
+    s = store.series([info], "k")["series"][0]
+    assert (s["n"], s["max"]) == (2, 7.0)
+    compact(root, [info.paths])
+    s = store.series([info], "k")["series"][0]
+    assert (s["n"], s["y"]) == (2, [1.0, 7.0])

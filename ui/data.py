@@ -16,8 +16,11 @@ The promises it keeps:
   last, minimum and maximum point. A one-step spike is therefore drawn at any zoom, and the
   largest plotted value of a series is the largest stored value in the range. Nothing is ever
   averaged or sampled at storage time; a series shorter than four points per bucket is exact.
-* **Live runs are read as they grow**: every call lists the part files again (a part a writer
-  has renamed into place is seen at once; a listing a compaction swapped away is taken again).
+* **Live runs are read as they grow.** Each run's curve is cached, keyed by what identifies its
+  metrics parts: a folder modified in the last 2 s (a live run) by every part's path, size and
+  mtime, listed again at each call (a part a writer has renamed into place is seen at once); a
+  settled folder by its own inode and mtime (parts are immutable and a compaction swaps the
+  whole folder). A listing a compaction swapped away is taken again.
 * User values reach DuckDB as bound parameters; file lists come from the store's own listing.
 """
 
@@ -34,7 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from trackstore.errors import RunNotFoundError, UsageError
 from trackstore.read import browse
-from trackstore.read.catalog import RunInfo, list_runs
+from trackstore.read.catalog import RunInfo, list_runs, load_run
 from trackstore.read.overview import flatten
 from trackstore.read.points import run_keys
 from trackstore.read.views import confine, connect, run_sql
@@ -42,7 +45,8 @@ from trackstore.records.samples import decode_row
 from trackstore.store.layout import resolve_root
 
 MAX_POINTS = 100_000  # points of one chart answer, over all its series: 100 runs get 250 buckets each, 1,000 runs 25
-CACHE_ENTRIES = 512  # downsampled curves kept; an entry is valid while its part files are unchanged
+CACHE_BYTES = 256 << 20  # downsampled curves kept, per run; an entry is valid while the run's part files are unchanged
+EMPTY = '"x": [], "y": [], "n": 0, "min": null, "max": null'  # a run without the key
 LIST_TTL_S = 1.0  # the run listing is shared by requests arriving within this time
 
 
@@ -69,7 +73,10 @@ class Store:
         self.root = resolve_root(root, must_exist=True)
         self._lock = threading.Lock()
         self._listed: tuple[float, list[RunInfo]] | None = None
-        self._cache: OrderedDict[tuple, dict] = OrderedDict()  # curves by the fingerprint of their part files
+        self._index: dict[tuple[str, str], RunInfo] = {}  # the last listing, by (project, run id)
+        self._by_id: dict[str, list[RunInfo]] = {}
+        self._cache: OrderedDict[tuple, str] = OrderedDict()  # one run's curve by its part files' fingerprint
+        self._cache_bytes = 0
         self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
 
     @property
@@ -96,15 +103,39 @@ class Store:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a bad run.json is shown as missing values; doctor reports it
             runs = list_runs(self.root)
+        by_id: dict[str, list[RunInfo]] = {}
+        for r in runs:
+            by_id.setdefault(r.run_id, []).append(r)
         with self._lock:
             self._listed = (time.monotonic(), runs)
+            self._index = {(r.project, r.run_id): r for r in runs}
+            self._by_id = by_id
         return runs
 
-    def run(self, run_id: str, project: str | None = None) -> RunInfo:
-        """The run with this exact id (and project, when given); never a path built from the request."""
-        found = [r for r in self.runs() if r.run_id == run_id and (project is None or r.project == project)]
+    def run(self, run_id: str, project: str | None = None, *, fresh: bool = False) -> RunInfo:
+        """The run with this exact id (and project, when given), as the last listing found it
+        (its paths never change; ``fresh=True`` reads its run.json and writer files again);
+        never a path built from the request. A run the last listing lacks is looked for again."""
+        def lookup() -> list[RunInfo]:
+            with self._lock:
+                if project is not None:
+                    hit = self._index.get((project, run_id))
+                    return [hit] if hit is not None else []
+                return list(self._by_id.get(run_id, ()))
+
+        if self._listed is None:
+            self.runs()
+        found = lookup()
         if not found:  # a run created a moment ago: list again before saying no
-            found = [r for r in self.runs(fresh=True) if r.run_id == run_id and (project is None or r.project == project)]
+            self.runs(fresh=True)
+            found = lookup()
+        if found and fresh and len(found) == 1:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                again = load_run(found[0].paths, unreadable=True)
+            found = [again] if again is not None else found
         if not found:
             raise RunNotFoundError(f"no run {run_id!r}")
         if len(found) > 1:
@@ -206,36 +237,48 @@ class Store:
         width = max(2, min(int(width), 4000, MAX_POINTS // max(1, 4 * len(runs))))
         found: dict[tuple[str, str], str] = {}
         for attempt in range(3):  # a compaction may swap a run's files between listing and reading
-            files = [p for r in runs for p in r.paths.parts("metrics")]
             try:
-                fingerprint = tuple((str(p), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+                listed = [(r, *_fingerprint(r)) for r in runs]
             except FileNotFoundError:
                 continue
-            cache_key = (fingerprint, key, x, width, lo, hi)
-            with self._lock:
-                hit = self._cache.get(cache_key)
-                if hit is not None:
-                    self._cache.move_to_end(cache_key)
-            if hit is not None:
-                found = hit
+            todo = []
+            with self._lock:  # each run's curve is cached on its own: a live run recomputes, the others do not
+                for r, files, fingerprint in listed:
+                    cache_key = (fingerprint, key, x, width, lo, hi)
+                    hit = self._cache.get(cache_key) if fingerprint is not None else None
+                    if hit is not None:
+                        self._cache.move_to_end(cache_key)
+                        found[(r.project, r.run_id)] = hit
+                    else:
+                        todo.append((r, files, cache_key))
+            try:
+                todo = [(r, files if files is not None else r.paths.parts("metrics"), k) for r, files, k in todo]
+            except FileNotFoundError:
+                continue
+            todo = [t for t in todo if t[1]]
+            if not todo:
                 break
             try:
-                groups = [(r.project, r.run_id, [str(p) for p in r.paths.parts("metrics")]) for r in runs]
-                found = self._m4([g for g in groups if g[2]], key, width, x, lo, hi)
+                got = self._m4([(r.project, r.run_id, [str(p) for p in files]) for r, files, _k in todo],
+                               key, width, x, lo, hi)
             except Exception as exc:  # noqa: BLE001 - a part renamed away by a compaction: list again
                 if attempt == 2 or not _vanished(exc):
                     raise
                 continue
             with self._lock:
-                self._cache[cache_key] = found
-                while len(self._cache) > CACHE_ENTRIES:
-                    self._cache.popitem(last=False)
+                for r, _files, cache_key in todo:
+                    fragment = got.get((r.project, r.run_id), EMPTY)
+                    found[(r.project, r.run_id)] = fragment
+                    if cache_key not in self._cache:
+                        self._cache_bytes += len(fragment)
+                    self._cache[cache_key] = fragment
+                while self._cache_bytes > CACHE_BYTES and self._cache:
+                    self._cache_bytes -= len(self._cache.popitem(last=False)[1])
             break
-        empty = '"x": [], "y": [], "n": 0, "min": null, "max": null'
         parts = []
         for r in runs:  # in the order asked; runs without the key included, empty
             head = json.dumps({"project": r.project, "run_id": r.run_id}, ensure_ascii=False)[:-1]
-            parts.append(f'{head}, {found.get((r.project, r.run_id), empty)}}}')
+            parts.append(f'{head}, {found.get((r.project, r.run_id), EMPTY)}}}')
         head = json.dumps({"key": key, "x": x}, ensure_ascii=False)[:-1]
         return f'{head}, "series": [{", ".join(parts)}]}}'.encode()
 
@@ -382,6 +425,29 @@ class Store:
         if os.path.commonpath([run_dir, path]) != run_dir or not os.path.isfile(path):
             raise RunNotFoundError(f"artifact file {logical_path!r} is not inside its run folder")
         return Path(path)
+
+
+SETTLED_S = 2.0  # a metrics folder unchanged for this long is trusted by its own stat (below)
+
+
+def _fingerprint(r: RunInfo) -> tuple[list | None, tuple | None]:
+    """``(files or None, fingerprint)`` of a run's metrics parts, which identifies its curve.
+
+    Part files are immutable and a compaction swaps the whole folder, so a folder whose
+    modification time is older than :data:`SETTLED_S` is identified by its inode and mtime (one
+    ``stat``, files not listed: what makes a 1,000-run chart cheap to answer again). A folder
+    changed more recently (a live run, or a filesystem with coarse timestamps) is identified by
+    every file's path, size and mtime.
+    """
+    folder = r.paths.kind_dir("metrics")
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return [], ("none",)
+    if time.time() - st.st_mtime > SETTLED_S:
+        return None, ("dir", str(folder), st.st_ino, st.st_mtime_ns)
+    files = r.paths.parts("metrics")
+    return files, tuple((str(p), f.st_size, f.st_mtime_ns) for p in files for f in [p.stat()])
 
 
 def _fragment(xs: str, ys: str, n: int, vmin: float, vmax: float) -> str:

@@ -224,7 +224,8 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         return {"runs": store.run_rows()}
 
     def run(params: Params) -> dict[str, Any]:
-        return store.run_detail(_runs(store, params, one=True)[0])
+        info = _runs(store, params, one=True)[0]
+        return store.run_detail(store.run(info.run_id, info.project, fresh=True))
 
     def keys(params: Params) -> dict[str, Any]:
         return {"keys": store.keys(_runs(store, params))}
@@ -237,7 +238,7 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
                             x=params.get("x", "step"), lo=_float(params, "lo"), hi=_float(params, "hi"))
 
     def compare(params: Params) -> dict[str, Any]:
-        return store.compare(_runs(store, params))
+        return store.compare([store.run(r.run_id, r.project, fresh=True) for r in _runs(store, params)])
 
     def samples(params: Params) -> dict[str, Any]:
         q = params
