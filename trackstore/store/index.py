@@ -42,11 +42,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .layout import KINDS, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, TMP_SUFFIX, RunPaths, relist
+from .meta import parse_run_json
 from .ranges import RangeSet
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
 CATALOG_VERSION = 1
+_SEP = os.sep
 RACY_S = 3.0  # a fingerprint younger than this (file-system time vs the clock) is not trusted later
 STALE_TEMP_S = 600.0  # a refresher's temp file older than this was left by a process that died
 
@@ -245,6 +247,8 @@ class Catalog:
         self._fresh_cursors: dict[str, tuple[str, str]] = {}
         self._dir_keys: list[tuple[str, str]] | None = None
         self._dirty = False
+        self._prefix = f"{self.root}{_SEP}{PROJECT_PREFIX}"
+        self._now = time.time()  # one clock reading for the racy rule of a whole listing (older is stricter)
         self._load()
 
     # ------------------------------------------------------------------ reading the file
@@ -357,10 +361,8 @@ class Catalog:
     # ------------------------------------------------------------------ runs
     def entry(self, project: str, run_id: str) -> RunEntry | None:
         """The run's ``run.json`` as the catalog has it, checked against the file; None without one."""
-        from .meta import parse_run_json
-
         key = (project, run_id)
-        current = fingerprint(f"{self.root}{os.sep}{PROJECT_PREFIX}{project}{os.sep}{RUN_PREFIX}{run_id}{os.sep}{RUN_FILE}")
+        current = fingerprint(f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}{_SEP}{RUN_FILE}", self._now)
         if current == "-":
             return None
         row = self._row(key)
