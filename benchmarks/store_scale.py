@@ -212,7 +212,7 @@ def add_rows(root: Path, k: int) -> list[Path]:
     return [Path(x) for x in json.loads(p.stdout)]
 
 
-def measure(n: int, repeat: int) -> list[tuple[str, float | None, float | None]]:
+def measure(n: int, repeat: int, skip: list[str] = ()) -> list[tuple]:
     root, db, exp = ensure(n)
     env = {**os.environ, "COLUMNS": "120", "TRACKSTORE_DISABLE_GIT": "1", "PYTHONWARNINGS": "ignore"}
     env.pop("TRACKSTORE_DIR", None)
@@ -251,6 +251,7 @@ def measure(n: int, repeat: int) -> list[tuple[str, float | None, float | None]]
         ("mlflow search_runs (process)", [py, "-c", mlflow_search, uri, exp], None),
         ("mlflow get_run (process)", [py, "-c", mlflow_get, uri, exp], None),
     ]
+    cases = [c for c in cases if not any(word in c[0] for word in skip)]
     shutil.rmtree(root / "_catalog", ignore_errors=True)  # the first runs of each case build it again
     out = []
     for name, argv, setup in cases:
@@ -283,8 +284,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--repeat", type=int, default=5, help="warm runs per case (median; default 5)")
+    ap.add_argument("--skip", nargs="*", default=[], help="leave out the cases whose name contains one of these")
     args = ap.parse_args()
-    results = {n: measure(n, args.repeat) for n in args.sizes}
+    results = {n: measure(n, args.repeat, args.skip) for n in args.sizes}
     load = os.getloadavg()[0]
     print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} cores, load average {load:.2f}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -293,6 +295,8 @@ def main() -> None:
     print("|---|" + "---|---|---|" * len(args.sizes) + ("---|" if len(args.sizes) > 1 else ""))
     names = [r[0] for r in results[args.sizes[0]]]
     for i, name in enumerate(names):
+        if any(len(results[n]) <= i or results[n][i][0] != name for n in args.sizes):
+            continue
         cells = []
         for n in args.sizes:
             _, warm, cold, _first, cpu = results[n][i]
@@ -307,8 +311,9 @@ def main() -> None:
     print("\nfirst command on a store without a catalog file (it builds it):")
     for n in args.sizes:
         first = {r[0]: r[3] for r in results[n]}
-        print(f"  {n:,} runs: runs {first['runs']:.2f} s (run.json of every run read), then status "
-              f"{first['status']:.2f} s (every part's footer and row ids read)")
+        if "runs" in first and "status" in first:
+            print(f"  {n:,} runs: runs {first['runs']:.2f} s (run.json of every run read), then status "
+                  f"{first['status']:.2f} s (every part's footer and row ids read)")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ when the path
   or one with a `project=*` folder or one of trackstore's own `_*` folders (`_sync`,
   `_locks`, ...). `import` into a new store therefore needs `mkdir` first.
 
-Commands that only read create nothing in the store: `runs`, `show`, `sql`, `plot`,
+Commands that only read change nothing in the store but its catalog (`_catalog/`, a cache
+of the run folders that they refresh: [format.md](format.md) section 11): `runs`, `show`, `sql`, `plot`,
 `compare`, `status`, `doctor` (without `--fix`), `sync --dry-run`, `gc --dry-run` and
 `export` (which writes only its bundle). They also work on a read-only store (a snapshot, a
 read-only mount): `export` holds gc, compaction and import off with a shared lock on the

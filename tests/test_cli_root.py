@@ -39,11 +39,16 @@ def store(root) -> Path:
 
 
 def tree(root: Path) -> dict[str, tuple]:
-    """Every path under root (the root itself included) with its type, size and mtime."""
+    """Every path under root (the root itself included) with its type, size and mtime, but the
+    catalog (``_catalog/``: a cache reading commands refresh, docs/format.md section 11) and the
+    root's own mtime (which the catalog's first write changes)."""
     out = {}
     for path in [root, *root.rglob("*")]:
+        rel = str(path.relative_to(root))
+        if rel.split("/")[0] == "_catalog":
+            continue
         st = path.lstat()
-        out[str(path.relative_to(root))] = (path.is_dir(), st.st_size, st.st_mtime_ns)
+        out[rel] = (path.is_dir(), st.st_size, st.st_mtime_ns if path != root else None)
     return out
 
 

@@ -41,12 +41,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .layout import KINDS, PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, TMP_SUFFIX, RunPaths, relist
+from .layout import (
+    ARTIFACTS_DIR,
+    KINDS,
+    MANIFEST_DIR,
+    PROJECT_PREFIX,
+    RUN_FILE,
+    RUN_PREFIX,
+    TMP_SUFFIX,
+    WRITERS_DIR,
+    RunPaths,
+    relist,
+)
+from .meta import parse_run_json
 from .ranges import RangeSet
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
 CATALOG_VERSION = 1
+_SEP = os.sep
+# each kind's folder inside a run folder (trackstore.store.layout.RunPaths.kind_dir), as text
+_KIND_DIRS = {k: (f"{ARTIFACTS_DIR}{os.sep}{MANIFEST_DIR}" if k == "artifacts" else k) for k in KINDS}
 RACY_S = 3.0  # a fingerprint younger than this (file-system time vs the clock) is not trusted later
 STALE_TEMP_S = 600.0  # a refresher's temp file older than this was left by a process that died
 
@@ -245,6 +260,8 @@ class Catalog:
         self._fresh_cursors: dict[str, tuple[str, str]] = {}
         self._dir_keys: list[tuple[str, str]] | None = None
         self._dirty = False
+        self._prefix = f"{self.root}{_SEP}{PROJECT_PREFIX}"
+        self._now = time.time()  # one clock reading for the racy rule of a whole listing (older is stricter)
         self._load()
 
     # ------------------------------------------------------------------ reading the file
@@ -351,16 +368,17 @@ class Catalog:
             return self._dir_keys
         return [k for k in self._dir_keys if k[0] == project]
 
+    def _run_dir(self, project: str, run_id: str) -> str:
+        return f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}"
+
     def has_run_dir(self, project: str, run_id: str) -> bool:
         return os.path.isdir(RunPaths(self.root, project, run_id).dir)
 
     # ------------------------------------------------------------------ runs
     def entry(self, project: str, run_id: str) -> RunEntry | None:
         """The run's ``run.json`` as the catalog has it, checked against the file; None without one."""
-        from .meta import parse_run_json
-
         key = (project, run_id)
-        current = fingerprint(f"{self.root}{os.sep}{PROJECT_PREFIX}{project}{os.sep}{RUN_PREFIX}{run_id}{os.sep}{RUN_FILE}")
+        current = fingerprint(f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}{_SEP}{RUN_FILE}", self._now)
         if current == "-":
             return None
         row = self._row(key)
@@ -392,14 +410,13 @@ class Catalog:
         from .meta import read_writer_files
 
         key = (project, run_id)
-        paths = RunPaths(self.root, project, run_id)
-        current = fingerprint(paths.writers_dir)
+        current = fingerprint(f"{self._run_dir(project, run_id)}{_SEP}{WRITERS_DIR}", self._now)
         row = self._row(key)
         if row is not None and _same(row.get("writers_fp"), current):
             text = self.heavy(key, "writers")
             if text is not None:
                 return json.loads(text)
-        found = read_writer_files(paths)
+        found = read_writer_files(RunPaths(self.root, project, run_id))
         try:
             text = _dumps(found)
         except (ValueError, TypeError):
@@ -412,7 +429,7 @@ class Catalog:
         """Every part of the run per kind, checked against each kind folder; and whether the
         listing is trustworthy later (no folder changed within :data:`RACY_S`)."""
         key = (project, run_id)
-        paths = RunPaths(self.root, project, run_id)
+        run_dir = self._run_dir(project, run_id)
         row = self._row(key)
         stored: dict = {}
         if row is not None:
@@ -422,8 +439,8 @@ class Catalog:
         fps: dict[str, str | None] = {}
         changed = False
         for kind in KINDS:
-            kdir = paths.kind_dir(kind)
-            current = fingerprint(kdir)
+            kdir = f"{run_dir}{_SEP}{_KIND_DIRS[kind]}"
+            current = fingerprint(kdir, self._now)
             fps[kind] = current
             old = stored.get(kind)
             if old is not None and _same(old[0], current):
@@ -431,7 +448,7 @@ class Catalog:
                 continue
             changed = True
             known = {(p[0], p[1], p[2]): PartRecord.from_json(p) for p in (old[1] if old else [])}
-            out[kind] = _list_parts(kdir, kind, known) if current != "-" else []
+            out[kind] = _list_parts(Path(kdir), kind, known) if current != "-" else []
         stable = all(fps.values())
         if changed and row is not None:
             self._update(key, parts=_dumps({k: [fps[k], [p.to_json() for p in out[k]]] for k in KINDS}),
