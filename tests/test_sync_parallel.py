@@ -228,7 +228,8 @@ def test_progress_shows_active_runs_and_an_overall_bar(root, tmp_path):
                             "--root", root, columns=120)
     assert code == 0, text
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colours and cursor moves
-    assert "3 runs, 2 at a time" in text and "rows/s" in text and "90 rows" in text
+    # the display's last frame: the overall bar complete, with every row sent
+    assert "3 runs, 2 at a time" in text and "3/3" in text and "270 rows, " in text and "rows/s" in text
     assert all(r.id in text for r in runs)
     res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_sqlite_uri(tmp_path, "b.db"), "--jobs", "2", root=root)
     assert res.returncode == 0, res.stderr
