@@ -32,6 +32,9 @@ The promise:
   default (:func:`default_jobs`) comes from the same measurement: 8 for an MLflow server, 1
   for a local MLflow store (sqlite or files; one writer at a time, and the work is CPU in
   this process). A plugin target may declare ``default_jobs`` and ``max_jobs`` on its class.
+  MLflow's file store takes one writer at a time (it creates experiments non-atomically): a
+  sync to it holds the whole destination (:func:`whole_destination`; a second sync exits 6 at
+  once, or waits with ``--wait``) and syncs one run at a time.
 
 A KeyboardInterrupt (Ctrl-C, ``--watch`` stopping) while workers run stops the sync at once:
 the batches in flight are settled on the next sync by the engine's in-doubt protocol, exactly
@@ -87,14 +90,28 @@ def default_jobs(target: str, adapter: Adapter) -> int:
     return 1
 
 
+def whole_destination(target: str, adapter: Adapter) -> str | None:
+    """Why one sync at a time must hold the whole destination, or None. MLflow's file store
+    creates an experiment by listing names and then writing a folder, so two writers syncing
+    runs of one project at once make two experiments of one name."""
+    if target == "mlflow":
+        uri = str(getattr(adapter, "uri", "") or "")
+        if uri and not uri.startswith(("sqlite:", "http://", "https://", "databricks", "postgresql", "mysql",
+                                       "mssql")):
+            return "MLflow's file store takes one writer at a time"
+    return None
+
+
 def effective_jobs(target: str, adapter: Adapter, requested: int | None) -> tuple[int, str | None]:
     """The number of workers, and a sentence when ``requested`` had to be lowered."""
     if requested is not None and (not isinstance(requested, int) or requested < 1):
         raise UsageError(f"--jobs {requested}: the number of runs synced at once must be 1 or more")
     jobs = default_jobs(target, adapter) if requested is None else requested
     cap = max_jobs(target, adapter)
+    if whole_destination(target, adapter):
+        cap = 1
     if cap is not None and jobs > cap:
-        why = _CAP_REASON.get(target, f"the {target} target declares at most {cap}")
+        why = whole_destination(target, adapter) or _CAP_REASON.get(target, f"the {target} target declares at most {cap}")
         note = (f"--jobs {jobs}: syncing {cap} {'run' if cap == 1 else 'runs'} at a time to {target} ({why}); "
                 "start several trackstore sync processes to sync in parallel (each run has its own lock)")
         return cap, note if requested is not None else None
@@ -338,18 +355,25 @@ def sync_runs(root: Path, target: str, opts: SyncOptions, options: TargetOptions
     """Sync ``runs`` with up to ``jobs`` workers (None: the target's default); see the module docstring."""
     shared = _Shared(progress)
     first = make_adapter()
+    exclusive: locks.Lock | None = None
     try:
         destination = first.destination()
         n, note = effective_jobs(target, first, jobs)
         n = max(1, min(n, len(runs)))
         if note:
             shared.call("message", note)
+        if whole_destination(target, first):  # as before --jobs: one sync of this destination at a time
+            exclusive = locks.acquire(root, locks.sync_run_lock_name(target, destination, "*", "*"), wait=wait,
+                                      timeout=lock_timeout, info={"runs": [run_key(r) for r in runs],
+                                                                  "destination": destination, "target": target})
         locks.remove_stale_declarations(root, f"{locks.sync_target_lock_name(target)}-session-")
         declaration = locks.declare(root, locks.sync_session_lock_name(target),
                                     {"runs": [run_key(r) for r in runs], "destination": destination,
                                      "target": target, "jobs": n})
     except BaseException:
         first.close()
+        if exclusive is not None:
+            exclusive.release()
         raise
     try:
         sched = _Scheduler(root, target, destination, options, opts, runs, shared, wait=wait,
@@ -366,6 +390,8 @@ def sync_runs(root: Path, target: str, opts: SyncOptions, options: TargetOptions
         return sched.report()
     finally:
         declaration.release()
+        if exclusive is not None:
+            exclusive.release()
 
 
 def _run_threads(sched: _Scheduler, first: Adapter, n: int, target: str) -> None:

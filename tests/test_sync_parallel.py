@@ -176,13 +176,11 @@ def test_wait_waits_for_the_run_and_sends_the_rest_meanwhile(root, tmp_path):
     assert mlflow_points(uri, a) == expected(a)
 
 
-def test_two_real_syncs_of_the_same_runs_never_both_send_one(root, tmp_path, monkeypatch):
-    """Two real syncs of the same three runs at once, into MLflow's file store (which keeps a
-    point sent twice): every point arrives once, and the two summaries together sent each
-    point once (each run was sent by one of them; the other skipped it, waited for it or
-    found it up to date)."""
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = (tmp_path / "mlruns").as_uri()
+def test_two_real_syncs_of_the_same_runs_never_both_send_one(root, tmp_path):
+    """Two real syncs of the same three runs at once (``--jobs 2`` each, one with ``--wait``):
+    their summaries together sent every point once (each run was sent by one of them; the
+    other skipped it, waited for it or found it up to date), and MLflow holds every point."""
+    uri = mlflow_sqlite_uri(tmp_path)
     runs = make_runs(root, 3, steps=150, keys=4)
     base = [sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size", "25",
             "--jobs", "2", "--format", "json", "--root", str(root)]
@@ -196,6 +194,26 @@ def test_two_real_syncs_of_the_same_runs_never_both_send_one(root, tmp_path, mon
         for r in json.loads(out)["runs"]:
             sent[r["run_id"]] = sent.get(r["run_id"], 0) + r["sent"].get("metrics", 0)
     assert sent == {run.id: 600 for run in runs}
+    for run in runs:
+        assert mlflow_points(uri, run) == expected(run)
+
+
+def test_mlflow_file_store_takes_one_sync_at_a_time(root, tmp_path, monkeypatch):
+    """MLflow's file store makes two experiments of one name when two writers create it at
+    once: a sync to it holds the whole destination and sends one run at a time."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    runs = make_runs(root, 2, steps=5)
+    holder = hold_run_lock(root, "mlflow", uri, type("AnyRun", (), {"project": "*", "id": "*"}))
+    try:
+        res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--jobs", "4", root=root)
+        assert res.returncode == 6 and "lock" in res.stderr, res.stdout + res.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--jobs", "4", root=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "syncing 1 run at a time to mlflow (MLflow's file store takes one writer at a time)" in res.stdout
     for run in runs:
         assert mlflow_points(uri, run) == expected(run)
 
@@ -228,7 +246,8 @@ def test_progress_shows_active_runs_and_an_overall_bar(root, tmp_path):
                             "--root", root, columns=120)
     assert code == 0, text
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colours and cursor moves
-    assert "3 runs, 2 at a time" in text and "rows/s" in text and "90 rows" in text
+    # the display's last frame: the overall bar complete, with every row sent
+    assert "3 runs, 2 at a time" in text and "3/3" in text and "270 rows, " in text and "rows/s" in text
     assert all(r.id in text for r in runs)
     res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_sqlite_uri(tmp_path, "b.db"), "--jobs", "2", root=root)
     assert res.returncode == 0, res.stderr
