@@ -41,7 +41,9 @@ def server(store):
 
 
 def files_of(root):
-    return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
+    """The store's files, its catalog left out (a cache every reader may refresh, docs/format.md section 11)."""
+    return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+                  if p.is_file() and p.relative_to(root).parts[0] != "_catalog")
 
 
 # ---------------------------------------------------------------------- M4
