@@ -1,8 +1,8 @@
 """A fork server for the tests' CLI runs: real processes without paying the imports each time.
 
 Most of the suite's CPU went to starting ``python -m trackstore.cli.main`` again and again:
-importing mlflow alone costs about 2 s of CPU, wandb and swanlab about 1 s each, and a sync
-test starts the CLI several times. This server imports them once, then forks one real process
+importing mlflow alone costs about 2 s of CPU, and a sync test starts the CLI several times.
+This server imports it (and the CLI) once, then forks one real process
 per CLI run. The forked process gets the caller's stdin, stdout and stderr (passed as file
 descriptors over a Unix socket), the caller's environment, working directory and arguments,
 and then runs ``trackstore.cli.main`` as ``__main__`` at the top level of this script, so its
@@ -87,8 +87,10 @@ if __name__ == "__main__":
 
     import trackstore.cli.main  # noqa: F401
 
-    for name in ("mlflow", "wandb", "swanlab", "trackstore.sync.mlflow", "trackstore.sync.wandb",
-                 "trackstore.sync.swanlab", "trackstore.sync.engine", "trackstore.read.views", "duckdb",
+    # Not wandb nor swanlab: their imports make per-process state that forking would share
+    # (wandb's media folder is a TemporaryDirectory made at import and removed at the first
+    # run's exit). mlflow, the costliest import by far, makes none.
+    for name in ("mlflow", "trackstore.sync.mlflow", "trackstore.sync.engine", "trackstore.read.views", "duckdb",
                  "pyarrow.parquet", "typer", "rich.console"):
         with contextlib.suppress(Exception):
             __import__(name)
