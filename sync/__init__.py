@@ -39,6 +39,7 @@ def sync(root, target: str, opts: SyncOptions, options: TargetOptions | None = N
     options = options or TargetOptions()
     options.store_root = str(root)
     adapter = make_adapter(target, options)
+    closed = False
     try:
         runs = select_runs(root, opts)
         if opts.dry_run:
@@ -49,7 +50,9 @@ def sync(root, target: str, opts: SyncOptions, options: TargetOptions | None = N
             try:
                 return engine.sync(runs)
             finally:
+                closed = True  # set first: a close that raises is not tried a second time
                 adapter.close()  # inside the lock: closing may still write the target and the cursor
     finally:
-        adapter.close()
+        if not closed:
+            adapter.close()
 
