@@ -166,6 +166,9 @@ class Adapter:
     batch_sizes: ClassVar[dict[str, int]] = {"metrics": 1000}
     #: kinds whose batches must not split a group of rows sharing this column (e.g. a trace)
     group_columns: ClassVar[dict[str, str]] = {}
+    #: True when spans become one record per trajectory through :mod:`.trajectories` (so a
+    #: trajectory without a root span is skipped once its run ended, and the dry run says so)
+    whole_trajectories: ClassVar[bool] = False
 
     def __init__(self, options: TargetOptions):
         self.options = options

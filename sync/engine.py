@@ -44,6 +44,7 @@ from trackstore.store.redact import redact_text
 
 from . import gaps
 from .adapter import OPENED_FOUND, OPENED_REPLACED, Adapter, PermanentError, RetryableError, SendResult
+from .trajectories import NO_ROOT_SPAN, rootless_rows
 
 KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
 TERMINAL = ("finished", "failed", "crashed")
@@ -217,7 +218,12 @@ class Engine:
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
             res.pending[kind] = table.num_rows
-            for reason, n in self.adapter.unsupported(kind, table).items():
+            predicted = dict(self.adapter.unsupported(kind, table))
+            if kind == "spans" and self.adapter.whole_trajectories and info.status != "running" and table.num_rows:
+                n = rootless_rows(table)  # what the sync's ready_trajectories will skip
+                if n:
+                    predicted[NO_ROOT_SPAN] = predicted.get(NO_ROOT_SPAN, 0) + n
+            for reason, n in predicted.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
         res.write_errors = gaps.write_errors(info.meta, info.writers)
         blocked = self._check_gaps(res, unreadable, cursor)

@@ -103,6 +103,7 @@ class MlflowAdapter(Adapter):
     kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
     batch_sizes = {"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20}
     group_columns = {"spans": "trace_id"}
+    whole_trajectories = True
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)

@@ -159,6 +159,7 @@ class WandbAdapter(Adapter):
     # one row per step, so the second half of a split step would be lost
     group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "trace_id",
                      "artifacts": "digest"}
+    whole_trajectories = True
     forced_mode: str | None = None
 
     def __init__(self, options: TargetOptions):
