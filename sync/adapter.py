@@ -169,6 +169,10 @@ class Adapter:
     #: True when spans become one record per trajectory through :mod:`.trajectories` (so a
     #: trajectory without a root span is skipped once its run ended, and the dry run says so)
     whole_trajectories: ClassVar[bool] = False
+    #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
+    #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
+    #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
+    reconcile_before_retry: ClassVar[bool] = True
 
     def __init__(self, options: TargetOptions):
         self.options = options

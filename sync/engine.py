@@ -369,7 +369,8 @@ class Engine:
                 raise
             except (RetryableError, ConnectionError, TimeoutError) as exc:
                 attempt += 1
-                doubtful = True  # the target may have stored the batch: ask before sending again
+                # the target may have stored the batch: ask before sending again
+                doubtful = self.adapter.reconcile_before_retry
                 self._backoff(res, attempt, exc)
         res.reconciled += held
         deferred = _ids(pending.take(result.deferred)) if result.deferred else None

@@ -160,6 +160,7 @@ class WandbAdapter(Adapter):
     group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "trace_id",
                      "artifacts": "digest"}
     whole_trajectories = True
+    reconcile_before_retry = False  # send stages each batch id: a retry waits for it, never logs it twice
     forced_mode: str | None = None
 
     def __init__(self, options: TargetOptions):
