@@ -17,28 +17,33 @@ summary. An adapter only maps records onto its target's API. Its contract, metho
     ``cursor.acked`` here, so they are pending again: sent once more, and filtered by
     ``send`` against what the target holds.
 ``open_run(run, cursor)``
-    Find the remote run by a *deterministic* identity derived from the trackstore run id, or
-    create it; record what is needed to find it again in ``cursor.remote``. Calling it any
-    number of times yields the same remote run: a run is never created twice. Return ``True``
-    only when the remote run the cursor pointed at is gone for good (purged by ``mlflow gc``, a
-    wiped server at the same address) and a new one was created: the engine then forgets what
-    it had acknowledged and replays the whole run into the new one, instead of sending only
-    the rows logged since.
+    Find the remote run by a *deterministic* identity derived from the trackstore run id (a
+    marker stored on the remote run where the target allows: MLflow's tag
+    ``trackstore.run_id``), or create it; set ``cursor.remote_id`` and keep what else is needed
+    in ``cursor.remote`` (adapter state the engine persists). Calling it any number of times
+    yields the same remote run: a run is never created twice. Return :data:`OPENED_CREATED`,
+    :data:`OPENED_FOUND` (the run existed: when the cursor knew no remote run, a lost cursor or
+    a new spelling of the destination, the engine reconciles every batch before sending it), or
+    :data:`OPENED_REPLACED` when the remote run the cursor pointed at is gone for good (purged
+    by ``mlflow gc``, a wiped server at the same address) and a new one was created: the engine
+    then forgets what it had acknowledged and replays the whole run into the new one.
 ``sync_metadata(run, cursor)``
     Push config, tags, notes, name. Idempotent (compare and skip, or last-write-wins).
     Returns notes for the summary (e.g. "param x truncated").
-``send(kind, rows, cursor)``
+``send(kind, rows, cursor, batch_id)``
     Deliver one batch (a pyarrow Table of one kind, in replay order, already sized by
-    :meth:`batch_size`). Return a :class:`SendResult` counting rows the target cannot hold
+    :meth:`batch_size`). ``batch_id`` is the engine's id of exactly these rows: a target that
+    can store it with the batch (MLflow: a run tag in the same request) answers
+    :meth:`reconcile` cheaply. Return a :class:`SendResult` counting rows the target cannot hold
     (they are reported, never silently dropped). Raise :class:`RetryableError` for transient
     trouble (timeouts, 429, 5xx, connection resets) and :class:`PermanentError` for what
-    retrying cannot fix (auth, a deleted remote run, a rejected value). ``send`` must be safe
-    to call again with the same rows after :meth:`reconcile` (see below).
-``reconcile(kind, rows, cursor)``
-    The batch ``rows`` was sent but its acknowledgement was never recorded (the process was
-    killed, or the connection cut after the server received it). Ask the target what it
-    holds and return the subset of ``rows`` it does *not* hold yet. This is what makes replay
-    exactly-once instead of at-least-once.
+    retrying cannot fix (auth, a deleted remote run, a rejected value). After a retryable
+    failure the engine never calls ``send`` again with the same rows before :meth:`reconcile`.
+``reconcile(kind, rows, cursor, batch_id)``
+    The outcome of sending ``rows`` is unknown (the process was killed, the connection cut
+    after the server received it, a time-out, or a lost cursor met an existing remote run).
+    Ask the target what it holds and return the subset of ``rows`` it does *not* hold yet.
+    This is what makes replay exactly-once instead of at-least-once.
 ``finish_run(run, cursor, status)``
     Push the summary and the terminal status (``finished``/``failed``/``crashed``) with the
     original end time where the target allows. Idempotent.
@@ -99,6 +104,12 @@ def require_client(package: str, minimum: tuple[int, ...], target: str) -> None:
                          f"{package}>={need} (the version it is tested with): pip install -U '{package}>={need}'")
 
 
+#: what :meth:`Adapter.open_run` returns
+OPENED_CREATED = "created"    # no remote run existed: a new one was made
+OPENED_FOUND = "found"        # the remote run existed (found by the cursor's id or by its marker)
+OPENED_REPLACED = "replaced"  # the cursor's remote run is gone for good and a new one was made
+
+
 class RetryableError(TrackstoreError):
     """Transient failure: the engine retries with exponential backoff and jitter."""
 
@@ -155,6 +166,13 @@ class Adapter:
     batch_sizes: ClassVar[dict[str, int]] = {"metrics": 1000}
     #: kinds whose batches must not split a group of rows sharing this column (e.g. a trace)
     group_columns: ClassVar[dict[str, str]] = {}
+    #: True when spans become one record per trajectory through :mod:`.trajectories` (so a
+    #: trajectory without a root span is skipped once its run ended, and the dry run says so)
+    whole_trajectories: ClassVar[bool] = False
+    #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
+    #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
+    #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
+    reconcile_before_retry: ClassVar[bool] = True
 
     def __init__(self, options: TargetOptions):
         self.options = options
@@ -172,16 +190,16 @@ class Adapter:
     def recover(self, run, cursor) -> None:
         pass
 
-    def open_run(self, run, cursor) -> bool | None:
+    def open_run(self, run, cursor) -> str:
         raise NotImplementedError
 
     def sync_metadata(self, run, cursor) -> list[str]:
         return []
 
-    def send(self, kind: str, rows, cursor) -> SendResult:
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         raise NotImplementedError
 
-    def reconcile(self, kind: str, rows, cursor):
+    def reconcile(self, kind: str, rows, cursor, batch_id: str):
         raise NotImplementedError
 
     def finish_run(self, run, cursor, status: str) -> None:

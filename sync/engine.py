@@ -33,17 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from trackstore.errors import TargetUnreachableError, TrackstoreError
+from trackstore.errors import TargetUnreachableError, TrackstoreError, UsageError
 from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import read_kind
-from trackstore.store import ledger as syncstate
 from trackstore.store.clock import iso
 from trackstore.store.layout import resolve_root
-from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor
+from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor, unchanged_since_ack
+from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
 from . import gaps
-from .adapter import Adapter, PermanentError, RetryableError, SendResult
+from .adapter import OPENED_FOUND, OPENED_REPLACED, Adapter, PermanentError, RetryableError, SendResult
+from .trajectories import NO_ROOT_SPAN, rootless_rows
 
 KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
 TERMINAL = ("finished", "failed", "crashed")
@@ -161,8 +162,7 @@ class Engine:
     def sync(self, runs: Iterable[RunInfo]) -> SyncReport:
         report = SyncReport(self.target, self.destination, dry_run=self.opts.dry_run)
         runs = list(runs)
-        unchanged = set() if self.opts.include_synced or self.opts.verify else \
-            syncstate.unchanged_since_ack(self.root, self.target, self.destination, runs)
+        unchanged = self.unchanged(runs)
         for info in runs:
             if report.unreachable:
                 # the network is down: do not hammer it once per remaining run
@@ -170,15 +170,26 @@ class Engine:
                                 error_kind="unreachable")
                 report.runs.append(res)
                 continue
-            if (info.project, info.run_id) in unchanged:  # nothing changed since all was acknowledged
-                report.runs.append(RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
-                                             pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors()))
+            if (info.project, info.run_id) in unchanged:
+                report.runs.append(self.up_to_date(info))
                 continue
             res = self.dry_run_one(info) if self.opts.dry_run else self.sync_one(info)
             if res.error_kind == "unreachable":
                 report.unreachable = True
             report.runs.append(res)
         return report
+
+    def unchanged(self, runs: list[RunInfo]) -> set[tuple[str, str]]:
+        """The runs whose parts did not change since everything was acknowledged (``stat`` calls
+        only, from the catalog); none under ``--all`` or ``--verify``, which look again."""
+        if self.opts.include_synced or self.opts.verify:
+            return set()
+        return unchanged_since_ack(self.root, self.target, self.destination, runs)
+
+    def up_to_date(self, info: RunInfo) -> RunResult:
+        """The result of a run :meth:`unchanged` found: nothing to send, nothing opened."""
+        return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
+                         pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors())
 
     def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
         """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
@@ -226,7 +237,12 @@ class Engine:
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
             res.pending[kind] = table.num_rows
-            for reason, n in self.adapter.unsupported(kind, table).items():
+            predicted = dict(self.adapter.unsupported(kind, table))
+            if kind == "spans" and self.adapter.whole_trajectories and info.status != "running" and table.num_rows:
+                n = rootless_rows(table)  # what the sync's ready_trajectories will skip
+                if n:
+                    predicted[NO_ROOT_SPAN] = predicted.get(NO_ROOT_SPAN, 0) + n
+            for reason, n in predicted.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
         res.write_errors = gaps.write_errors(info.meta, info.writers)
         blocked = self._check_gaps(res, unreadable, cursor)
@@ -254,14 +270,23 @@ class Engine:
             self._stop_on_gaps(res, unreadable, cursor)
             needs_status = info.status != cursor.synced_status and (info.status in TERMINAL or cursor.synced_status)
             if (not any(res.pending.values()) and not cursor.in_doubt and not needs_status
-                    and cursor.remote and not self.opts.include_synced and not self.opts.verify):
+                    and cursor.remote_id and not self.opts.include_synced and not self.opts.verify):
                 res.up_to_date = True
                 return res
             total = sum(res.pending.values())
             self.progress.run_started(info, total)
-            if self._call(res, lambda: self.adapter.open_run(info, cursor)):
+            had_remote = cursor.remote_id is not None
+            opened = self._call(res, lambda: self.adapter.open_run(info, cursor))
+            if opened == OPENED_REPLACED or opened is True:
                 tables, unreadable = self._replay_from_scratch(info, cursor, res)
                 self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
+            # a cursor that knew no remote run (new destination spelling, lost or quarantined
+            # cursor) met a run the target already holds: ask before sending anything
+            doubtful = opened == OPENED_FOUND and not had_remote
+            if doubtful and any(t.num_rows for t in tables.values()):
+                res.notes.append(f"the {self.target} run already existed but this cursor knew nothing of it "
+                                 "(a new or renamed destination, or a lost cursor): every batch is reconciled "
+                                 "with what the target holds before it is sent")
             save_cursor(self.root, cursor)
             if cursor.in_doubt:
                 kind = cursor.in_doubt["kind"]
@@ -272,7 +297,7 @@ class Engine:
             for kind in KIND_ORDER:
                 table = tables[kind]
                 if table.num_rows:
-                    self._send_kind(kind, table, cursor, res)
+                    self._send_kind(kind, table, cursor, res, doubtful=doubtful)
             if needs_status or (self.opts.include_synced and info.status in TERMINAL):
                 self._call(res, lambda: self.adapter.finish_run(info, cursor, info.status))
                 cursor.synced_status = info.status
@@ -287,12 +312,21 @@ class Engine:
             self._fail(cursor, res, str(exc), "damaged")
         except PermanentError as exc:
             self._fail(cursor, res, str(exc), "permanent")
-        except (RetryableError, TargetUnreachableError) as exc:
-            self._fail(cursor, res, f"gave up after {res.retries} {'retry' if res.retries == 1 else 'retries'}: {exc}", "unreachable")
+        except TargetUnreachableError as exc:
+            self._fail(cursor, res, str(exc), "unreachable")
+        except RetryableError as exc:
+            n = self.opts.max_retries
+            self._fail(cursor, res, f"gave up after {n} {'retry' if n == 1 else 'retries'}: {exc}", "unreachable")
+        except UsageError as exc:  # the whole sync is misconfigured: stop it (exit 2), not only this run
+            res.error, res.error_kind = str(exc), "error"
+            raise
         except TrackstoreError as exc:
             self._fail(cursor, res, str(exc), "error")
         except PermissionError as exc:  # e.g. a kind folder this user may not list
             self._fail(cursor, res, f"{exc}; give the user running sync read access to the store", "error")
+        except Exception as exc:  # a bug or an SDK surprise: never report this run as ok
+            res.error, res.error_kind = redact_text(f"{type(exc).__name__}: {exc}"), "error"
+            raise
         finally:
             self.progress.run_ended(res)
         return res
@@ -315,43 +349,68 @@ class Engine:
         res.pending = {k: t.num_rows for k, t in tables.items()}
         return tables, unreadable
 
-    def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult) -> None:
-        acked = cursor.acked_set(kind)
+    def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult, *, doubtful: bool = False) -> None:
+        """Send ``table`` batch by batch. ``doubtful``: the target may hold some of these rows
+        already (a lost or quarantined cursor found an existing remote run), so every batch is
+        reconciled before it is sent."""
         for batch in self._batches(kind, table):
-            cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_of(kind, batch),
-                               "since": iso(time.time())}
-            save_cursor(self.root, cursor)
-            result: SendResult = self._call(res, lambda b=batch: self.adapter.send(kind, b, cursor))
-            done = _without(batch, result.deferred)
-            acked.add_table(done)
-            self._count(res, kind, done.num_rows, result)
-            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
-            cursor.in_doubt = None
-            save_cursor(self.root, cursor)
+            self._deliver(kind, batch, cursor, res, doubtful=doubtful)
             self.progress.advanced(batch.num_rows)
             if self.on_batch is not None:
                 self.on_batch()
 
+    def _deliver(self, kind: str, batch, cursor: Cursor, res: RunResult, *, doubtful: bool = False,
+                 note: bool = False) -> None:
+        """The exactly-once protocol for one batch.
+
+        The cursor records the batch as in doubt before anything is sent. A send that fails
+        with a retryable error has an *unknown* outcome (the request may have reached the
+        target and only the answer was lost), so every retry first asks the target which rows
+        it holds (``adapter.reconcile``) and sends only the rest, under a new batch id. Rows
+        the target holds or acknowledged join the cursor's acknowledged set, atomically with
+        the end of the doubt.
+        """
+        cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_of(kind, batch),
+                           "since": iso(time.time())}
+        save_cursor(self.root, cursor)
+        pending, result, attempt = batch, SendResult(), 0
+        held = 0
+        while True:
+            try:
+                if doubtful:
+                    missing = self.adapter.reconcile(kind, pending, cursor, batch_id_of(kind, pending))
+                    held += pending.num_rows - missing.num_rows
+                    pending, doubtful = missing, False
+                if pending.num_rows:
+                    result = self.adapter.send(kind, pending, cursor, batch_id_of(kind, pending))
+                break
+            except PermanentError:
+                raise
+            except (RetryableError, ConnectionError, TimeoutError) as exc:
+                attempt += 1
+                # the target may have stored the batch: ask before sending again
+                doubtful = self.adapter.reconcile_before_retry
+                self._backoff(res, attempt, exc)
+        res.reconciled += held
+        deferred = _ids(pending.take(result.deferred)) if result.deferred else None
+        done = batch.filter(_not_in(deferred, batch)) if deferred else batch
+        cursor.acked_set(kind).add_table(done)
+        self._count(res, kind, pending.num_rows - len(result.deferred), result)
+        cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+        cursor.in_doubt = None
+        if note:
+            res.notes.append(f"reconciled an interrupted {kind} batch: {held} of {batch.num_rows} "
+                             f"{'row was' if batch.num_rows == 1 else 'rows were'} already at the target")
+        save_cursor(self.root, cursor)
+
     def _reconcile(self, info: RunInfo, cursor: Cursor, res: RunResult) -> None:
+        """The batch a previous sync left in doubt: reconcile it, then send what the target lacks."""
         doubt = cursor.in_doubt
         kind = doubt["kind"]
         # a row of a part that cannot be read now is not acknowledged below: it stays pending
         rows = read_kind(info.paths, kind, damaged={})
-        ids = syncstate.RangeSet.from_json(doubt.get("rows"))
-        batch = rows.filter(ids.mask(rows))
-        missing = self._call(res, lambda: self.adapter.reconcile(kind, batch, cursor))
-        res.reconciled += batch.num_rows - missing.num_rows
-        if missing.num_rows:
-            result = self._call(res, lambda: self.adapter.send(kind, missing, cursor))
-            self._count(res, kind, missing.num_rows - len(result.deferred), result)
-            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
-            deferred = _ids(missing.take(result.deferred)) if result.deferred else None
-            batch = batch.filter(_not_in(deferred, batch)) if deferred else batch
-        cursor.acked_set(kind).add_table(batch)
-        cursor.in_doubt = None
-        res.notes.append(f"reconciled an interrupted {kind} batch: {batch.num_rows - missing.num_rows} of "
-                         f"{batch.num_rows} {'row was' if batch.num_rows == 1 else 'rows were'} already at the target")
-        save_cursor(self.root, cursor)
+        ids = RangeSet.from_json(doubt.get("rows"))
+        self._deliver(kind, rows.filter(ids.mask(rows)), cursor, res, doubtful=True, note=True)
 
     def _batches(self, kind: str, table):
         size = self.adapter.batch_size(kind, self.opts.batch_size)
@@ -387,16 +446,20 @@ class Engine:
                 raise
             except (RetryableError, ConnectionError, TimeoutError) as exc:
                 attempt += 1
-                res.retries += 1
-                if attempt > self.opts.max_retries:
-                    if isinstance(exc, RetryableError):
-                        raise
-                    raise RetryableError(redact_text(str(exc))) from exc
-                delay = min(self.opts.backoff_max, self.opts.backoff_base * 2 ** (attempt - 1))
-                delay = self._rng.uniform(0, delay)
-                self.progress.message(f"{res.project}/{res.run_id}: {redact_text(str(exc))[:200]}; retry "
-                                      f"{attempt}/{self.opts.max_retries} in {delay:.1f}s")
-                time.sleep(delay)
+                self._backoff(res, attempt, exc)
+
+    def _backoff(self, res: RunResult, attempt: int, exc: Exception) -> None:
+        """Count retry ``attempt`` and sleep before it, or re-raise ``exc`` when retries are spent."""
+        if attempt > self.opts.max_retries:
+            if isinstance(exc, RetryableError):
+                raise exc
+            raise RetryableError(redact_text(str(exc))) from exc
+        res.retries += 1
+        delay = min(self.opts.backoff_max, self.opts.backoff_base * 2 ** (attempt - 1))
+        delay = self._rng.uniform(0, delay)
+        self.progress.message(f"{res.project}/{res.run_id}: {redact_text(str(exc))[:200]}; retry "
+                              f"{attempt}/{self.opts.max_retries} in {delay:.1f}s")
+        time.sleep(delay)
 
     def _count(self, res: RunResult, kind: str, n: int, result: SendResult) -> None:
         res.sent[kind] = res.sent.get(kind, 0) + n - result.skipped_rows
@@ -449,8 +512,8 @@ class Engine:
             pass
 
 
-def _ids(table) -> syncstate.RangeSet:
-    r = syncstate.RangeSet()
+def _ids(table) -> RangeSet:
+    r = RangeSet()
     r.add_table(table)
     return r
 

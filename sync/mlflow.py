@@ -43,12 +43,23 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-from trackstore.errors import TargetUnreachableError
+from trackstore.errors import UsageError
+from trackstore.read.overview import flatten  # the one config flattening (keys joined with '.')
 from trackstore.store.clock import parse_iso
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 
-from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions
+from .adapter import (
+    OPENED_CREATED,
+    OPENED_FOUND,
+    OPENED_REPLACED,
+    Adapter,
+    PermanentError,
+    RetryableError,
+    SendResult,
+    TargetOptions,
+)
+from .http import destination_url, is_local_uri, probe
 from .keys import mlflow_key, rename_reason, renamed
 
 RUN_TAG = "trackstore.run_id"
@@ -60,16 +71,6 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            key = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, dict) and v:
-                out.update(_flatten(v, key))
-            else:
-                out[key] = v
-    return out
 
 
 def _param_value(v: Any) -> str:
@@ -81,15 +82,12 @@ def _ms(iso_value: str | None) -> int | None:
     return None if t is None else int(t * 1000)
 
 
-def _is_local_uri(uri: str) -> bool:
-    return uri.startswith(("sqlite:", "file:")) or "://" not in uri
-
-
 class MlflowAdapter(Adapter):
     name = "mlflow"
     kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
     batch_sizes = {"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20}
     group_columns = {"spans": "trace_id"}
+    whole_trajectories = True
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
@@ -103,6 +101,9 @@ class MlflowAdapter(Adapter):
         self._experiments: dict[str, str] = {}
         self._run_dir = Path(".")
         self._remote = None  # the MLflow Run as read at the start of this run's sync
+        # (run id, mlflow key) -> points MLflow holds, read by reconcile and kept current by
+        # sends that were acknowledged; dropped when a send's outcome is unknown
+        self._history: dict[tuple[str, str], set] = {}
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -128,11 +129,19 @@ class MlflowAdapter(Adapter):
             # traces are exported through the process-wide tracking URI, not the client's: point
             # it at our destination (this process only syncs; it has no other MLflow state)
             mlflow.set_tracking_uri(self.uri)
-            self._client = MlflowClient(tracking_uri=self.uri)
+            try:
+                client = MlflowClient(tracking_uri=self.uri)
+            except Exception as exc:
+                if "MLFLOW_ALLOW_FILE_STORE" in str(exc):
+                    raise UsageError(f"{self.destination()} is an MLflow file store, which MLflow {mlflow.__version__} "
+                                     "opens only with MLFLOW_ALLOW_FILE_STORE=true; set it, or sync to a database "
+                                     "(--uri sqlite:///path/mlflow.db) or a server") from None
+                raise self._wrap(exc, "open the tracking store") from exc
+            self._client = client
         return self._client
 
     def destination(self) -> str:
-        return redact_url(self.uri)
+        return destination_url(redact_url(self.uri))
 
     def _wrap(self, exc: Exception, what: str) -> Exception:
         """Classify an MLflow/requests error as retryable or permanent, without secrets."""
@@ -167,7 +176,7 @@ class MlflowAdapter(Adapter):
 
     def _broken_file_store_files(self, limit: int = 3) -> list[str]:
         """``meta.yaml`` files of a local MLflow file store that MLflow cannot parse."""
-        if self.uri.startswith("sqlite:") or not _is_local_uri(self.uri):
+        if self.uri.startswith("sqlite:") or not is_local_uri(self.uri):
             return []
         from urllib.parse import unquote, urlparse
 
@@ -196,23 +205,10 @@ class MlflowAdapter(Adapter):
             raise self._wrap(exc, what) from exc
 
     def check_online(self) -> None:
-        if _is_local_uri(self.uri):
+        if is_local_uri(self.uri):
             return
-        import urllib.error
-        import urllib.request
-
-        url = self.uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=min(self.options.timeout, 10)) as resp:
-                if resp.status >= 500:
-                    raise TargetUnreachableError(f"MLflow at {self.destination()} answered HTTP {resp.status}")
-        except urllib.error.HTTPError as exc:
-            if exc.code >= 500:
-                raise TargetUnreachableError(f"MLflow at {self.destination()} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise TargetUnreachableError(
-                f"MLflow at {self.destination()} is unreachable: {redact_text(str(getattr(exc, 'reason', exc)))}"
-            ) from None
+        probe(self.uri.rstrip("/") + "/health", what=f"MLflow at {self.destination()}", timeout=self.options.timeout,
+              proxy=self.options.proxy)
 
     # ------------------------------------------------------------------ runs
     def _experiment_id(self, project: str) -> str:
@@ -221,7 +217,7 @@ class MlflowAdapter(Adapter):
         exp = self.call("get experiment", self.client.get_experiment_by_name, project)
         if exp is None:
             kwargs = {}
-            if _is_local_uri(self.uri):
+            if is_local_uri(self.uri):
                 art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
                 if not self._embedded and self.uri.startswith("sqlite:"):
                     art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
@@ -247,7 +243,7 @@ class MlflowAdapter(Adapter):
         return (f"MLflow experiment {project!r} at {self.destination()} is deleted; restore it "
                 f"(`mlflow experiments restore`) or remove it for good (`mlflow gc`), then sync again")
 
-    def open_run(self, run, cursor) -> bool:
+    def open_run(self, run, cursor) -> str:
         from mlflow.entities import ViewType
 
         self._run_dir = run.paths.dir
@@ -267,7 +263,7 @@ class MlflowAdapter(Adapter):
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {remote_id}`)")
             if r is not None:
                 cursor.remote["experiment_id"] = exp_id
-                return False
+                return OPENED_FOUND
         found = self.call("search runs", self.client.search_runs, [exp_id],
                          filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", run_view_type=ViewType.ALL,
                          max_results=5)
@@ -277,15 +273,17 @@ class MlflowAdapter(Adapter):
                 raise PermanentError(f"MLflow run {r.info.run_id} for {run.project}/{run.run_id} was deleted at "
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {r.info.run_id}`)")
             cursor.remote.update(run_id=r.info.run_id, experiment_id=exp_id)
-            return False
+            cursor.remote_id = r.info.run_id
+            return OPENED_FOUND
         meta = run.meta
         tags = {RUN_TAG: run.run_id, PROJECT_TAG: run.project, "mlflow.runName": run.name}
         created = self.call("create run", self.client.create_run, exp_id, start_time=_ms(meta.get("created_at")),
                            tags=tags, run_name=run.name)
         cursor.remote.update(run_id=created.info.run_id, experiment_id=exp_id)
+        cursor.remote_id = created.info.run_id
         # a cursor that pointed at a run MLflow no longer has (purged by `mlflow gc`, or a new
         # empty store at the same address): what it acknowledged is not there any more
-        return gone
+        return OPENED_REPLACED if gone else OPENED_CREATED
 
     def sync_metadata(self, run, cursor) -> list[str]:
         from mlflow.entities import Param, RunTag
@@ -298,7 +296,7 @@ class MlflowAdapter(Adapter):
         have_tags = current.data.tags
         meta = run.meta
         params = []
-        for key, value in _flatten(meta.get("config") or {}).items():
+        for key, value in flatten(meta.get("config") or {}).items():
             k = mlflow_key(key)
             v = _param_value(value)
             if len(v) > MAX_PARAM_VALUE:
@@ -340,10 +338,10 @@ class MlflowAdapter(Adapter):
         return notes
 
     # ------------------------------------------------------------------ records
-    def send(self, kind: str, rows, cursor) -> SendResult:
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         rid = cursor.remote["run_id"]
         if kind == "metrics":
-            return self._send_metrics(rid, rows, cursor)
+            return self._send_metrics(rid, rows, cursor, batch_id)
         if kind in ("samples", "histograms"):
             return self._send_table_files(rid, kind, rows)
         if kind == "artifacts":
@@ -356,7 +354,7 @@ class MlflowAdapter(Adapter):
         result.skip(f"mlflow cannot hold {kind}", rows.num_rows)
         return result
 
-    def _send_metrics(self, rid: str, rows, cursor) -> SendResult:
+    def _send_metrics(self, rid: str, rows, cursor, batch_id: str) -> SendResult:
         from mlflow.entities import Metric, RunTag
 
         result = SendResult()
@@ -376,10 +374,16 @@ class MlflowAdapter(Adapter):
                 result.skip("metric value is null", 1)
                 continue
             metrics.append(Metric(mk, v, t // 1000, s))
-        from .engine import batch_id_of
-
-        tag = RunTag(BATCH_TAG.format(kind="metrics"), batch_id_of("metrics", rows))
-        self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
+        tag = RunTag(BATCH_TAG.format(kind="metrics"), batch_id)
+        try:
+            self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
+        except BaseException:
+            self._history.clear()  # the batch may or may not be there: read it again
+            raise
+        for m in metrics:
+            known = self._history.get((rid, m.key))
+            if known is not None:
+                known.add((m.step, m.timestamp, _norm(m.value)))
         return result
 
     def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
@@ -402,7 +406,7 @@ class MlflowAdapter(Adapter):
             self.call("log artifact", self.client.log_artifact, rid, str(local), art_dir)
         return result
 
-    def reconcile(self, kind: str, rows, cursor):
+    def reconcile(self, kind: str, rows, cursor, batch_id: str):
         """Return the rows of an in-doubt batch that MLflow does not hold yet."""
         import pyarrow as pa
 
@@ -411,18 +415,18 @@ class MlflowAdapter(Adapter):
             # artifact files and traces are addressed by name / trace tag: resending them is a
             # no-op overwrite (files) or skipped after a search (traces)
             return rows
-        from .engine import batch_id_of
-
         run = self.call("get run", self.client.get_run, rid)
-        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == batch_id_of("metrics", rows):
+        if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == batch_id:
             return rows.slice(0, 0)
         mapping = cursor.remote.get("key_map") or {}
         keys = rows.column("key").to_pylist()
         have: dict[str, set] = {}
         for k in set(keys):
             mk = mapping.get(k) or mlflow_key(k)
-            hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
-            have[k] = {(m.step, m.timestamp, _norm(m.value)) for m in hist}
+            if (rid, mk) not in self._history:
+                hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
+                self._history[(rid, mk)] = {(m.step, m.timestamp, _norm(m.value)) for m in hist}
+            have[k] = self._history[(rid, mk)]
         steps = rows.column("step").to_pylist()
         values = rows.column("value").to_pylist()
         ts = rows.column("ts").cast("int64").to_pylist()

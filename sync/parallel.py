@@ -201,9 +201,15 @@ class _Scheduler:
         self.wait, self.make_adapter = wait, make_adapter
         self.deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
         self.runs = runs
-        self.queue: deque[_Item] = deque(_Item(i, info) for i, info in enumerate(runs))
-        self.deferred: deque[_Item] = deque()
         self.results: list[RunResult | None] = [None] * len(runs)
+        # runs whose parts did not change since everything was acknowledged: no lock, no worker
+        probe = Engine(root, first_adapter, opts)
+        unchanged = probe.unchanged(runs)
+        for i, info in enumerate(runs):
+            if (info.project, info.run_id) in unchanged:
+                self.results[i] = probe.up_to_date(info)
+        self.queue: deque[_Item] = deque(_Item(i, info) for i, info in enumerate(runs) if self.results[i] is None)
+        self.deferred: deque[_Item] = deque()
         self.mutex = threading.Lock()
         self.unreachable = False
         self.stop = threading.Event()

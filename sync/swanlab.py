@@ -61,13 +61,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trackstore.errors import TargetUnreachableError, UsageError
+from trackstore.errors import UsageError
 from trackstore.store.layout import target_dir
 from trackstore.store.ledger import save_cursor
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
-from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .adapter import (
+    OPENED_CREATED,
+    OPENED_FOUND,
+    Adapter,
+    PermanentError,
+    RetryableError,
+    SendResult,
+    TargetOptions,
+    require_client,
+)
+from .http import probe
 from .keys import rename_reason, renamed, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
 from .swanlab_media import histogram_chart, sample_items, trajectory_items
@@ -104,23 +114,6 @@ def experiment_id(project: str, run_id: str) -> str:
     return hashlib.sha1(f"{project}/{run_id}".encode()).hexdigest()[:21]
 
 
-def _subtract(acked: RangeSet, drop: RangeSet) -> RangeSet:
-    """``acked`` minus ``drop`` (RangeSet has no difference; ranges are small lists)."""
-    out = RangeSet()
-    gone = drop.to_json()
-    for writer, ranges in acked.to_json().items():
-        holes = gone.get(writer, [])
-        for lo, hi in ranges:
-            start = lo
-            for a, b in holes:
-                if b < start or a > hi:
-                    continue
-                if a > start:
-                    out.add_range(writer, start, a - 1)
-                start = max(start, b + 1)
-            if start <= hi:
-                out.add_range(writer, start, hi)
-    return out
 
 
 class SwanlabAdapter(Adapter):
@@ -163,20 +156,8 @@ class SwanlabAdapter(Adapter):
     def check_online(self) -> None:
         if self.mode != "online":
             return
-        import urllib.error
-        import urllib.request
-
-        url = (self.host or DEFAULT_HOST).rstrip("/")
-        try:
-            with urllib.request.urlopen(url, timeout=min(self.options.timeout, 10)):
-                pass
-        except urllib.error.HTTPError as exc:  # the server answered: it is reachable
-            if exc.code >= 500:
-                raise TargetUnreachableError(f"SwanLab at {self.destination()} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise TargetUnreachableError(
-                f"SwanLab at {self.destination()} is unreachable: {redact_text(str(getattr(exc, 'reason', exc)))}"
-            ) from None
+        probe((self.host or DEFAULT_HOST).rstrip("/"), what=f"SwanLab at {self.destination()}",
+              timeout=self.options.timeout, proxy=self.options.proxy)
 
     def _settings(self):
         from swanlab import Settings
@@ -220,14 +201,15 @@ class SwanlabAdapter(Adapter):
             ids = RangeSet.from_json(ids)
             if not ids:
                 continue
-            cursor.acked[kind] = _subtract(cursor.acked_set(kind), ids)
+            cursor.acked[kind] = cursor.acked_set(kind).difference(ids)
             resend.setdefault(kind, RangeSet()).update(ids)
         if journal:
             self._notes.append("the previous SwanLab session did not close: its rows are checked against the "
                                "target and sent again where missing")
         cursor.remote["resend"] = {k: v.to_json() for k, v in resend.items() if v}
 
-    def open_run(self, run, cursor) -> None:
+    def open_run(self, run, cursor) -> str:
+        known = bool(cursor.remote.get("id"))
         if self._run is not None:
             self._close_quietly()
         self._quiet()
@@ -250,6 +232,7 @@ class SwanlabAdapter(Adapter):
             self._run = None
             raise self._wrap(exc, "init") from exc
         self._cursor, self._info = cursor, run
+        cursor.remote_id = exp
         cursor.remote.update(id=exp, project=project, mode=self.mode)
         cursor.remote["journal"] = {}
         self._resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
@@ -260,6 +243,7 @@ class SwanlabAdapter(Adapter):
         if self._log_fn is None:
             self._notes.append(f"original point times not kept: swanlab {swanlab.__version__} is not a client "
                                f"version trackstore verified its timestamp path with; points carry sync time")
+        return OPENED_FOUND if known else OPENED_CREATED
 
     def _settle(self, cursor) -> None:
         """Cloud only: before re-sending rows of a cut session, give the server time to count
@@ -344,7 +328,7 @@ class SwanlabAdapter(Adapter):
                 cursor.remote["journal"] = {}
                 resend = {}
                 for kind, ids in (cursor.remote.get("resend") or {}).items():
-                    left = _subtract(RangeSet.from_json(ids), cursor.acked_set(kind))
+                    left = RangeSet.from_json(ids).difference(cursor.acked_set(kind))
                     if left:
                         resend[kind] = left.to_json()
                 cursor.remote["resend"] = resend
@@ -404,7 +388,7 @@ class SwanlabAdapter(Adapter):
         cur.update(ids)
         journal[kind] = cur.to_json()
 
-    def reconcile(self, kind: str, rows, cursor):
+    def reconcile(self, kind: str, rows, cursor, batch_id: str):
         """The rows of an in-doubt batch, all of them: the batch is sent again as it was, and
         ``send`` checks each row that passes SwanLab's rules against what the target holds, so
         duplicates and late values are counted exactly as the interrupted send counted them."""
@@ -414,7 +398,7 @@ class SwanlabAdapter(Adapter):
         return rows
 
     # ------------------------------------------------------------------ records
-    def send(self, kind: str, rows, cursor) -> SendResult:
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         if kind == "metrics":
             return self._send_metrics(rows)
         if kind in ("samples", "histograms", "spans"):

@@ -47,3 +47,13 @@ def ready_trajectories(rows, run_live: bool, result: SendResult) -> Iterator[tup
             result.defer([r["_index"] for r in trace_rows])
         else:
             yield trace_id, root, spans
+
+
+def rootless_rows(rows) -> int:
+    """Rows of the trajectories in ``rows`` that have no root span: what
+    :func:`ready_trajectories` skips once the run has ended (the dry run predicts it)."""
+    by_trace: dict[str, list[dict]] = {}
+    for r in rows.select(["trace_id", "span_id", "parent_span_id", "status", "writer", "seq", "start_ns"]).to_pylist():
+        by_trace.setdefault(r["trace_id"], []).append(r)
+    return sum(len(t) for t in by_trace.values()
+               if not any(s["parent_span_id"] is None for s in latest_per_span(t)))

@@ -67,12 +67,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trackstore.errors import TargetUnreachableError
 from trackstore.store.layout import target_dir
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
-from .adapter import Adapter, PermanentError, RetryableError, SendResult, TargetOptions, require_client
+from .adapter import (
+    OPENED_CREATED,
+    OPENED_FOUND,
+    Adapter,
+    PermanentError,
+    RetryableError,
+    SendResult,
+    TargetOptions,
+    require_client,
+)
+from .http import probe
 from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
 from .wandb_tables import TURN_COLUMNS, turn_rows
@@ -146,6 +155,8 @@ class WandbAdapter(Adapter):
     # one row per step, so the second half of a split step would be lost
     group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "trace_id",
                      "artifacts": "digest"}
+    whole_trajectories = True
+    reconcile_before_retry = False  # send stages each batch id: a retry waits for it, never logs it twice
     forced_mode: str | None = None
 
     def __init__(self, options: TargetOptions):
@@ -180,20 +191,8 @@ class WandbAdapter(Adapter):
     def check_online(self) -> None:
         if self.mode == "offline":
             return
-        import urllib.error
-        import urllib.request
-
-        handlers = [urllib.request.ProxyHandler({"http": self.proxy, "https": self.proxy})] if self.proxy else []
-        opener = urllib.request.build_opener(*handlers)
-        try:
-            with opener.open(self.base_url + "/healthz", timeout=min(self.options.timeout, 10)):
-                pass
-        except urllib.error.HTTPError as exc:
-            if exc.code >= 500:
-                raise TargetUnreachableError(f"wandb at {redact_url(self.base_url)} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise TargetUnreachableError(f"wandb at {redact_url(self.base_url)} is unreachable: "
-                                         f"{_secret_free(str(getattr(exc, 'reason', exc)))}") from None
+        probe(self.base_url + "/healthz", what=f"wandb at {redact_url(self.base_url)}", timeout=self.options.timeout,
+              proxy=self.proxy)
 
     def _import(self):
         # quiet before the first import: our CLI output is trackstore's, not the client's
@@ -243,7 +242,8 @@ class WandbAdapter(Adapter):
             except Exception as exc:
                 raise self._wrap(exc, "finish") from exc
 
-    def open_run(self, run, cursor) -> None:
+    def open_run(self, run, cursor) -> str:
+        known = bool(cursor.remote.get("id"))
         self._finish_open()
         wandb = self._import()
         meta = run.meta
@@ -271,6 +271,7 @@ class WandbAdapter(Adapter):
         self._staged = {}
         self._pending = {}
         dirs = [d for d in cursor.remote.get("dirs", []) if d != str(run_dir)] + [str(run_dir)]
+        cursor.remote_id = rid
         cursor.remote.update(id=rid, project=project, entity=getattr(wb, "entity", None) or self.entity,
                              mode=self.mode, dirs=dirs[-1000:])
         self._open_notes = []
@@ -286,6 +287,8 @@ class WandbAdapter(Adapter):
         self._hold = None
         if run.status == "running":
             self._hold = self._newest_step(run)
+        # offline logs are found through the cursor: a cursor without them cannot see earlier ones
+        return OPENED_FOUND if known else OPENED_CREATED
 
     def _newest_step(self, run) -> int | None:
         from trackstore.read.reader import read_kind
@@ -344,17 +347,17 @@ class WandbAdapter(Adapter):
         cursor.remote[name] = {k: v.to_json() for k, v in sets.items() if v}
 
     # ------------------------------------------------------------------ records
-    def send(self, kind: str, rows, cursor) -> SendResult:
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         if kind in STEP_KINDS:
-            result = self._send_steps(kind, rows, cursor)
+            result = self._send_steps(kind, rows, cursor, batch_id)
             if kind in ("metrics", "histograms"):
                 for k, wk in renamed("wandb", rows.column("key").unique().to_pylist()).items():
                     result.skipped[rename_reason("wandb", k, wk)] = 0
             return result
         if kind == "spans":
-            return self._send_spans(rows, cursor)
+            return self._send_spans(rows, cursor, batch_id)
         if kind == "artifacts":
-            return self._send_artifacts(rows, cursor)
+            return self._send_artifacts(rows, cursor, batch_id)
         result = SendResult()
         result.skip(f"wandb cannot hold {kind}", rows.num_rows)
         return result
@@ -373,10 +376,7 @@ class WandbAdapter(Adapter):
             self._pending[kind] = table.to_pylist()
         return self._pending[kind]
 
-    def _send_steps(self, kind: str, rows, cursor) -> SendResult:
-        from .engine import batch_id_of
-
-        batch_id = batch_id_of(kind, rows)
+    def _send_steps(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         if batch_id not in self._staged:
             self._staged[batch_id] = self._log_batch(kind, rows, cursor)
         result, carried, dropped, upto = self._staged[batch_id]
@@ -487,10 +487,8 @@ class WandbAdapter(Adapter):
                 raise self._wrap(exc, f"log step {step}") from exc
         return skips
 
-    def _send_spans(self, rows, cursor) -> SendResult:
+    def _send_spans(self, rows, cursor, batch_id: str) -> SendResult:
         from trackstore.records.samples import decode_json as _loads
-
-        from .engine import batch_id_of
 
         wandb = self._import()
         result = SendResult()
@@ -519,11 +517,10 @@ class WandbAdapter(Adapter):
             self._wb.log_artifact(art)
         except Exception as exc:
             raise self._wrap(exc, "log trajectories") from exc
-        self._barrier(batch_id_of("spans", rows))
+        self._barrier(batch_id)
         return result
 
-    def _send_artifacts(self, rows, cursor) -> SendResult:
-        from .engine import batch_id_of
+    def _send_artifacts(self, rows, cursor, batch_id: str) -> SendResult:
 
         wandb = self._import()
         result = SendResult()
@@ -551,7 +548,7 @@ class WandbAdapter(Adapter):
                 self._wb.log_artifact(art, aliases=list(dict.fromkeys(aliases)) or None)
             except Exception as exc:
                 raise self._wrap(exc, f"log artifact {name}") from exc
-        self._barrier(batch_id_of("artifacts", rows))
+        self._barrier(batch_id)
         return result
 
     # ------------------------------------------------------------------ reading back
@@ -574,11 +571,9 @@ class WandbAdapter(Adapter):
 
         return read_logs(self._logs(cursor, wait), MARKER)
 
-    def reconcile(self, kind: str, rows, cursor):
+    def reconcile(self, kind: str, rows, cursor, batch_id: str):
         """Rows of an interrupted batch that no transaction log of the run holds."""
         import pyarrow as pa
-
-        from .engine import batch_id_of
 
         logs = self._contents(cursor, wait=True)
         before = self._last_step
@@ -596,7 +591,7 @@ class WandbAdapter(Adapter):
                         carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
                 self._pending.pop(other, None)
             self._save_sets(cursor, "carried", carried)
-        if batch_id_of(kind, rows) in logs.markers:
+        if batch_id in logs.markers:
             return rows.slice(0, 0)  # the marker follows the whole batch in the log
         if kind not in STEP_KINDS:
             return rows  # artifact versions are content-addressed: a resend adds no version

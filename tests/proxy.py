@@ -14,7 +14,8 @@ explicit parameters or a seeded RNG, so a failing test fails the same way every 
 - ``cut_every_nth_connection(n, after_bytes, direction)``: connections n, 2n, 3n… are cut.
 - ``random_cuts(probability, seed, max_bytes, direction)``: each new connection is cut with
   ``probability``, after a byte count drawn from ``[0, max_bytes]``; decisions come from
-  ``random.Random(seed)`` in accept order.
+  ``random.Random(seed)`` in accept order. ``direction`` may be a tuple such as
+  ``("up", "down")``: each cut then picks one, mixing cuts before and after delivery.
 - ``refuse(seconds=None)``: new connections are accepted and reset at once (``mode="close"``:
   closed with FIN instead), for ``seconds`` or until ``reset()``.
 - ``delay(seconds)``: every forwarded chunk waits ``seconds`` first (a slow link); applies to
@@ -227,16 +228,29 @@ class FaultyProxy:
 
         self._arm(policy)
 
-    def random_cuts(self, probability: float, seed: int, max_bytes: int = 0, direction: Direction = "down") -> None:
-        """Cut each new connection with ``probability`` after ``randint(0, max_bytes)`` bytes; reproducible by ``seed``."""
+    def random_cuts(self, probability: float, seed: int, max_bytes: int | dict[str, int] = 0,
+                    direction: Direction | tuple[Direction, ...] = "down") -> None:
+        """Cut each new connection with ``probability`` after ``randint(0, max_bytes)`` bytes; reproducible by ``seed``.
+
+        ``direction`` may be a tuple (e.g. ``("up", "down")``): each cut connection then draws
+        its direction from it, so one run sees requests cut before the server got them *and*
+        answers lost after it processed them. ``max_bytes`` may be a dict per direction (small
+        requests but large answers: ``{"up": 3000, "down": 60000}``).
+        """
         if not 0.0 <= probability <= 1.0:
             raise ValueError("probability must be within [0, 1]")
-        self._make_cut(max_bytes, direction)  # validates
+        choices = direction if isinstance(direction, tuple) else (direction,)
+        limits = max_bytes if isinstance(max_bytes, dict) else {d: max_bytes for d in choices}
+        for d in choices:
+            self._make_cut(limits[d], d)  # validates
         rng = random.Random(seed)
 
         def policy(_i: int) -> _Cut | None:
-            hit, nbytes = rng.random() < probability, rng.randint(0, max_bytes)
-            return _Cut(nbytes, direction) if hit else None
+            hit = rng.random() < probability
+            if len(choices) == 1:  # the draws of the single-direction form, unchanged
+                return _Cut(rng.randint(0, limits[choices[0]]), choices[0]) if hit else None
+            d = choices[rng.randrange(len(choices))]
+            return _Cut(rng.randint(0, limits[d]), d) if hit else None
 
         self._arm(policy)
 

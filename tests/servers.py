@@ -74,12 +74,17 @@ class MlflowServer:
     (``mlflow.db`` and ``artifacts/``), so it survives restarts.
     """
 
-    def __init__(self, workdir: Path, port: int | None = None, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, extra_args: Sequence[str] = (),
+                 backend: str = "sqlite") -> None:
         self.workdir = Path(workdir)
         self.port = port or free_port()
         self.extra_args = list(extra_args)  # e.g. a second server with other options
         self.db_path = self.workdir / "mlflow.db"
-        self.backend_uri = f"sqlite:///{self.db_path}"
+        # "file": MLflow's file store, which has no primary key to absorb a point sent twice
+        # (the backend that shows duplicates; the sqlite store hides them)
+        self.backend = backend
+        self.backend_uri = (f"sqlite:///{self.db_path}" if backend == "sqlite"
+                            else (self.workdir / "mlruns").as_uri())
         self.artifact_dir = self.workdir / "artifacts"
         self.log_path = self.workdir / "server.log"
         self._home = self.workdir / "home"
@@ -114,7 +119,10 @@ class MlflowServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.command)}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=_server_env(self._home),
+            env = _server_env(self._home)
+            if self.backend == "file":
+                env["MLFLOW_ALLOW_FILE_STORE"] = "true"
+            self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=env,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)
         deadline = time.monotonic() + timeout

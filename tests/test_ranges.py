@@ -45,3 +45,25 @@ def test_add_table_matches_add_seqs_in_any_order_with_duplicates():
     sorted_run = RangeSet()
     sorted_run.add_table(pa.table({"writer": ["w"] * 6, "seq": [0, 1, 2, 4, 5, 9]}))
     assert sorted_run.to_json() == {"w": [[0, 2], [4, 5], [9, 9]]}
+
+
+def test_difference_matches_set_difference():
+    """RangeSet.difference (SwanLab's recovery withdraws a dead session's rows with it): exact
+    set difference, checked against Python sets on seeded random ranges."""
+    import random
+
+    from trackstore.store.ranges import RangeSet
+
+    rng = random.Random(5)
+    for _ in range(200):
+        a, b, sa, sb = RangeSet(), RangeSet(), set(), set()
+        for rs, ss in ((a, sa), (b, sb)):
+            for _ in range(rng.randint(0, 5)):
+                w = rng.choice("wx")
+                lo = rng.randint(0, 60)
+                hi = lo + rng.randint(0, 15)
+                rs.add_range(w, lo, hi)
+                ss.update((w, i) for i in range(lo, hi + 1))
+        got = a - b
+        assert set(got.pairs()) == sa - sb
+        assert len(got) == len(sa - sb)

@@ -533,28 +533,6 @@ def test_a_key_used_for_a_scalar_and_a_chart_is_reported(root, logdir):
     assert out["error"] is None
 
 
-def test_range_subtraction_matches_set_difference():
-    """Recovery withdraws a dead session's rows from the acknowledged ranges: exact set
-    difference, checked against Python sets on seeded random ranges."""
-    import random
-
-    from trackstore.store.ranges import RangeSet
-    from trackstore.sync.swanlab import _subtract
-
-    rng = random.Random(5)
-    for _ in range(200):
-        a, b, sa, sb = RangeSet(), RangeSet(), set(), set()
-        for rs, ss in ((a, sa), (b, sb)):
-            for _ in range(rng.randint(0, 5)):
-                w = rng.choice("wx")
-                lo = rng.randint(0, 60)
-                hi = lo + rng.randint(0, 15)
-                rs.add_range(w, lo, hi)
-                ss.update((w, i) for i in range(lo, hi + 1))
-        got = _subtract(a, b)
-        assert {(w, i) for w, rs in got.to_json().items() for lo, hi in rs for i in range(lo, hi + 1)} == sa - sb
-
-
 @pytest.mark.parametrize("mode", ["offline", "local"])
 def test_mode_and_log_dir_from_the_environment_only(root, tmp_path, monkeypatch, mode):
     """SWANLAB_MODE and SWANLAB_LOG_DIR alone (no --mode, no --logdir) place the run folders,

@@ -60,6 +60,9 @@ class Cursor:
     acked: dict[str, RangeSet] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     in_doubt: dict | None = None
+    #: the id of the remote run (the adapter sets it in ``open_run``; ``status`` shows it)
+    remote_id: str | None = None
+    #: adapter state the engine persists on the adapter's behalf (opaque to the core)
     remote: dict[str, Any] = field(default_factory=dict)
     synced_status: str | None = None
     last_sync_at: str | None = None
@@ -84,6 +87,7 @@ class Cursor:
             "acked": {k: v.to_json() for k, v in self.acked.items()},
             "skipped": dict(self.skipped),
             "in_doubt": self.in_doubt,
+            "remote_id": self.remote_id,
             "remote": self.remote,
             "synced_status": self.synced_status,
             "last_sync_at": self.last_sync_at,
@@ -102,6 +106,7 @@ class Cursor:
             acked={k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()},
             skipped={k: int(v) for k, v in (data.get("skipped") or {}).items()},
             in_doubt=data.get("in_doubt"),
+            remote_id=data.get("remote_id") or _legacy_remote_id(data.get("remote") or {}),
             remote=dict(data.get("remote") or {}),
             synced_status=data.get("synced_status"),
             last_sync_at=data.get("last_sync_at"),
@@ -109,6 +114,13 @@ class Cursor:
             last_error_at=data.get("last_error_at"),
             notes=list(data.get("notes") or []),
         )
+
+
+def _legacy_remote_id(remote: dict) -> str | None:
+    """Cursors written before ``remote_id`` existed kept it among the adapter's keys (MLflow:
+    ``run_id``; wandb, SwanLab: ``id``): read once here, written back as ``remote_id``."""
+    rid = remote.get("run_id") or remote.get("id")
+    return str(rid) if rid else None
 
 
 def cursor_path(root: Path, target: str, destination: str, project: str, run_id: str) -> Path:
@@ -385,7 +397,7 @@ def sync_state_rows(root: Path) -> list[dict]:
                 "acked_rows": len(acked) if acked else 0,
                 "pending_rows": pending.get(kind, 0),
                 "skipped_rows": c.skipped.get(kind, 0),
-                "remote_id": c.remote.get("run_id") or c.remote.get("id"),
+                "remote_id": c.remote_id,
                 "synced_status": c.synced_status,
                 "last_sync_at": c.last_sync_at,
                 "last_error": c.last_error,

@@ -9,7 +9,7 @@ order, which a late-logged evaluation breaks) are still represented exactly. In 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 
 class RangeSet:
@@ -95,6 +95,33 @@ class RangeSet:
                 self.add_range(writer, lo, hi)
 
     # ------------------------------------------------------------------ reading
+    def difference(self, other: RangeSet) -> RangeSet:
+        """The rows of this set that are not in ``other`` (a new set; both are left as they are)."""
+        out = RangeSet()
+        for writer, ranges in self._ranges.items():
+            holes = other._ranges.get(writer, [])
+            for lo, hi in ranges:
+                start = lo
+                for a, b in holes:
+                    if b < start or a > hi:
+                        continue
+                    if a > start:
+                        out.add_range(writer, start, a - 1)
+                    start = max(start, b + 1)
+                if start <= hi:
+                    out.add_range(writer, start, hi)
+        return out
+
+    def __sub__(self, other: RangeSet) -> RangeSet:
+        return self.difference(other)
+
+    def pairs(self) -> Iterator[tuple[str, int]]:
+        """Every ``(writer, seq)`` of the set (for tests and small sets: it enumerates rows)."""
+        for writer, ranges in self._ranges.items():
+            for lo, hi in ranges:
+                for seq in range(lo, hi + 1):
+                    yield writer, seq
+
     def __contains__(self, item: tuple[str, int]) -> bool:
         writer, seq = item
         return any(lo <= seq <= hi for lo, hi in self._ranges.get(writer, ()))

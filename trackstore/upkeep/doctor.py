@@ -252,8 +252,9 @@ def _check_sync(root: Path, now: float) -> list[Finding]:
                 project, run_id = data["project"], data["run_id"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 out.append(Finding("unreadable_cursor", f, f"sync cursor is unreadable: {str(exc)[:120]}",
-                                   "run `trackstore doctor --fix` to quarantine it; the next sync asks the "
-                                   "target what it holds before sending"))
+                                   "run `trackstore doctor --fix` to quarantine it; the next sync finds the "
+                                   "remote run by its marker and asks the target what it holds before sending "
+                                   "(MLflow; see docs/gc.md for offline wandb/SwanLab)"))
                 continue
             try:
                 exists = RunPaths(root, project, run_id).dir.exists()

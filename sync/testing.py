@@ -1,0 +1,147 @@
+"""A reference target in memory, with faults on demand: ``trackstore.sync.testing``.
+
+:class:`MemoryTarget` plays a tracking server: it keeps remote runs and every row delivered to
+them, *as delivered* (a row sent twice is held twice, like MLflow's file store, so a test sees
+duplicates instead of having them absorbed). :class:`MemoryAdapter` is the whole adapter for it,
+and the example docs/sync.md walks through: a new target needs no more than this.
+
+Faults are queued on the target and fire on the next ``send``/``reconcile`` calls, in order:
+
+* ``"fail_before"``: a retryable error; nothing was stored (the request never arrived).
+* ``"fail_after"``: the rows *are* stored, then a retryable error (the answer was lost).
+* ``"timeout"``: stored, then ``TimeoutError`` (the client gave up; the server went on).
+* ``"drop"``: ``ConnectionResetError``; nothing stored.
+* ``"abort_before"`` / ``"abort_after"``: :class:`Abort` (a ``BaseException``, so nothing in the
+  engine catches it) before or after the rows are stored: the process was SIGKILLed at that
+  boundary. The cursor is left exactly as a killed process leaves it on disk.
+
+Usage::
+
+    target = MemoryTarget()
+    adapter = MemoryAdapter(TargetOptions(), target)
+    target.faults += ["fail_after", "timeout"]
+    Engine(root, adapter, SyncOptions(backoff_base=0)).sync(runs)
+    target.rows("metrics")      # Counter of (writer, seq) -> times held
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from trackstore.errors import TargetUnreachableError
+
+from .adapter import OPENED_CREATED, OPENED_FOUND, Adapter, RetryableError, SendResult, TargetOptions
+
+KINDS = ("metrics", "histograms", "samples", "spans", "artifacts")
+FAULTS = ("fail_before", "fail_after", "timeout", "drop", "abort_before", "abort_after")
+
+
+class Abort(BaseException):
+    """The sync process died here (SIGKILL-equivalent): propagates through every handler."""
+
+
+@dataclass
+class MemoryRun:
+    marker: tuple[str, str]                       # (project, trackstore run id): found again by it
+    held: dict[str, Counter] = field(default_factory=dict)  # kind -> (writer, seq) -> times held
+    meta: dict = field(default_factory=dict)
+    status: str | None = None
+
+
+class MemoryTarget:
+    """The "server": remote runs, what they hold, faults to inject, and a switch to go offline."""
+
+    def __init__(self, name: str = "default") -> None:
+        self.name = name
+        self.runs: dict[str, MemoryRun] = {}
+        self.faults: list[str] = []
+        self.online = True
+        self.calls: Counter = Counter()  # method -> calls that reached the target
+        self._lock = threading.Lock()
+
+    def rows(self, kind: str, run_id: str | None = None) -> Counter:
+        """(writer, seq) -> how many times the target holds it, over all runs (or one)."""
+        out: Counter = Counter()
+        for r in self.runs.values():
+            if run_id is None or r.marker[1] == run_id:
+                out.update(r.held.get(kind, Counter()))
+        return out
+
+    def _fault(self) -> str | None:
+        with self._lock:
+            return self.faults.pop(0) if self.faults else None
+
+
+class MemoryAdapter(Adapter):
+    """The reference adapter: every method of the protocol, against a :class:`MemoryTarget`."""
+
+    name = "memory"
+    kinds = KINDS
+    batch_sizes = {k: 7 for k in KINDS}  # small: many batches, many boundaries for faults
+    group_columns = {"spans": "trace_id"}
+
+    def __init__(self, options: TargetOptions, target: MemoryTarget):
+        super().__init__(options)
+        self.target = target
+
+    def destination(self) -> str:
+        return f"memory:{self.target.name}"
+
+    def check_online(self) -> None:
+        if not self.target.online:
+            raise TargetUnreachableError(f"{self.destination()} is offline")
+
+    def open_run(self, run, cursor) -> str:
+        self.check_online()
+        marker = (run.project, run.run_id)
+        rid = cursor.remote_id
+        if rid in self.target.runs:
+            return OPENED_FOUND
+        for rid, remote in self.target.runs.items():  # the marker: a lost cursor finds its run
+            if remote.marker == marker:
+                cursor.remote_id = rid
+                return OPENED_FOUND
+        rid = f"r{len(self.target.runs)}"
+        self.target.runs[rid] = MemoryRun(marker)
+        cursor.remote_id = rid
+        return OPENED_CREATED
+
+    def sync_metadata(self, run, cursor) -> list[str]:
+        self.target.runs[cursor.remote_id].meta = {"name": run.name, "config": run.meta.get("config")}
+        return []
+
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
+        self.check_online()
+        fault = self.target._fault()
+        if fault in ("fail_before", "drop", "abort_before"):
+            raise {"fail_before": RetryableError("injected: failed before storing"),
+                   "drop": ConnectionResetError("injected: connection dropped"),
+                   "abort_before": Abort("killed before the target stored the batch")}[fault]
+        self.target.calls["send"] += 1
+        held = self.target.runs[cursor.remote_id].held.setdefault(kind, Counter())
+        held.update(zip(rows.column("writer").to_pylist(), rows.column("seq").to_pylist()))
+        if fault == "fail_after":
+            raise RetryableError("injected: the answer was lost after the target stored the batch")
+        if fault == "timeout":
+            raise TimeoutError("injected: timed out after the target stored the batch")
+        if fault == "abort_after":
+            raise Abort("killed after the target stored the batch")
+        return SendResult()
+
+    def reconcile(self, kind: str, rows, cursor, batch_id: str):
+        import pyarrow as pa
+
+        self.check_online()
+        self.target.calls["reconcile"] += 1
+        held = self.target.runs[cursor.remote_id].held.get(kind, Counter())
+        ids = zip(rows.column("writer").to_pylist(), rows.column("seq").to_pylist())
+        return rows.filter(pa.array([i not in held for i in ids]))
+
+    def finish_run(self, run, cursor, status: str) -> None:
+        self.target.runs[cursor.remote_id].status = status
+
+    def verify(self, run, cursor) -> dict[str, int]:
+        held = self.target.runs[cursor.remote_id].held
+        return {k: sum(c.values()) for k, c in held.items()}

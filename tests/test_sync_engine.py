@@ -1,0 +1,132 @@
+"""Engine promises that need no real target, checked against the in-memory reference target
+(:mod:`trackstore.sync.testing`): retries that never resend blindly, the retry count a failure
+names, the adapter closed once, and the imports adapters may use."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import trackstore
+import trackstore.sync as sync_pkg
+from trackstore.sync.adapter import TargetOptions
+from trackstore.sync.engine import Engine, SyncOptions, select_runs
+from trackstore.sync.testing import MemoryAdapter, MemoryTarget
+
+SYNC_DIR = Path(sync_pkg.__file__).parent
+
+
+def _store(root, steps=20):
+    run = trackstore.init("p", root=root)
+    for s in range(steps):
+        run.log({"a": float(s)}, step=s)
+    run.finish()
+    return run
+
+
+def _engine(root, target, **kw):
+    return Engine(root, MemoryAdapter(TargetOptions(store_root=str(root)), target),
+                  SyncOptions(backoff_base=0.0, seed=0, **kw))
+
+
+def test_a_retry_after_a_lost_answer_asks_the_target_first(root):
+    _store(root)
+    target = MemoryTarget()
+    target.faults = ["fail_after", "timeout", "fail_before", "drop"]
+    report = _engine(root, target).sync(select_runs(root, SyncOptions()))
+    assert report.ok, report.runs[0].error
+    assert set(target.rows("metrics").values()) == {1} and len(target.rows("metrics")) == 20
+    assert target.calls["reconcile"] >= 4
+    assert report.runs[0].reconciled == 14  # the two batches of 7 the target stored before the answer was lost
+
+
+def test_giving_up_names_the_retries_it_made(root):
+    _store(root)
+    target = MemoryTarget()
+    target.faults = ["fail_before"] * 3
+    [res] = _engine(root, target, max_retries=2).sync(select_runs(root, SyncOptions())).runs
+    assert res.error.startswith("gave up after 2 retries"), res.error
+    assert res.retries == 2
+
+
+def test_the_adapter_is_closed_once(root, monkeypatch):
+    _store(root)
+    closes = []
+
+    class Counting(MemoryAdapter):
+        def close(self):
+            closes.append(1)
+
+    monkeypatch.setattr(sync_pkg, "make_adapter", lambda target, options: Counting(options, MemoryTarget()))
+    sync_pkg.sync(root, "memory", SyncOptions(backoff_base=0.0))
+    assert len(closes) == 1
+
+
+def test_adapters_import_no_engine_and_no_private_names():
+    """An adapter translates; the engine's internals (and everyone's underscore names) are not its business."""
+    for path in SYNC_DIR.glob("*.py"):
+        if path.name in ("engine.py", "__init__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                assert module != "engine" and not module.endswith(".engine"), f"{path.name} imports the engine"
+                assert not any(a.name.startswith("_") and a.name != "__future__" for a in node.names), \
+                    f"{path.name} imports a private name from {module}"
+
+
+def test_destination_spellings_are_one_destination():
+    from trackstore.sync.http import destination_url
+
+    same = ["http://127.0.0.1:5000", "http://127.0.0.1:5000/", "http://localhost:5000", "HTTP://LocalHost:5000//",
+            "http://bob:pw@127.0.0.1:5000", "http://[::1]:5000/"]
+    assert {destination_url(u) for u in same} == {"http://127.0.0.1:5000"}
+    assert destination_url("https://mlflow.example.org:443/") == "https://mlflow.example.org"
+    assert destination_url("http://mlflow.example.org:8080/prefix/") == "http://mlflow.example.org:8080/prefix"
+    assert destination_url("sqlite:////tmp/x/mlflow.db") == "sqlite:////tmp/x/mlflow.db"
+
+
+def test_a_dead_proxy_is_named_without_its_secret():
+    import pytest
+
+    from tests.servers import free_port
+    from trackstore.errors import TargetUnreachableError
+    from trackstore.sync.http import probe
+
+    proxy = f"http://alice:s3cr3t@127.0.0.1:{free_port()}"
+    with pytest.raises(TargetUnreachableError) as err:
+        probe(f"http://127.0.0.1:{free_port()}/health", what="MLflow at X", timeout=2, proxy=proxy)
+    text = str(err.value)
+    assert "through the proxy" in text and "127.0.0.1" in text and "s3cr3t" not in text
+
+
+def test_dry_run_predicts_the_skips_of_the_sync(root):
+    """--dry-run then the real sync to MLflow (embedded sqlite), on a store of edge cases: the
+    skips per reason are the same (rootless trajectories, null values were missing before)."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("mlflow")
+    from tests.helpers import run_cli
+    from tests.query_fixtures import part
+
+    run = trackstore.init("p", name="edges", root=root)
+    run.log({"x": 1.0, "n": None}, step=0)
+    run.log({"x": 2.0}, step=1)
+    run.log({"x": 0.5}, step=0)  # late point
+    run.finish()
+    part(root, "p", run.id, "spans", [
+        {"trace_id": "t1", "span_id": "r", "name": "rollout", "kind": "agent", "step": 1, "start_ns": 0,
+         "end_ns": 9, "status": "ok"},
+        {"trace_id": "t2", "span_id": "c", "parent_span_id": "gone", "name": "rootless", "kind": "llm", "step": 1,
+         "start_ns": 5, "end_ns": 6, "status": "error"},
+    ], writer="w9")
+    reports = []
+    for extra in (["--dry-run"], []):
+        res = run_cli("sync", "--to", "mlflow", "--format", "json", *extra, root=root)
+        assert res.returncode == 0, res.stdout + res.stderr
+        [r] = json.loads(res.stdout)["runs"]
+        reports.append({k: v for k, v in r["skipped_by_reason"].items() if v})
+    assert reports[0] == reports[1]
+    assert any("root span" in k for k in reports[0]), reports[0]
