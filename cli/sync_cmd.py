@@ -506,14 +506,29 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
     for r in report.runs:
         for reason, n in r.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
+    fold = _folder()
     for reason, n in skipped.items():
-        print(visible(f"not representable at {report.target}: {reason}" + (f" ({plural(n, 'row')})" if n else "")))
+        print(fold(visible(f"not representable at {report.target}: {reason}" + (f" ({plural(n, 'row')})" if n else ""))))
     notes = sorted({n for r in report.runs for n in r.notes})
     for n in notes[:20]:
         print(visible(f"note: {n}"))
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
     return rows
+
+
+def _folder():
+    """Folds a summary line to the terminal's width (COLUMNS when piped), continuations indented."""
+    import textwrap
+
+    width = console().width
+
+    def fold(line: str) -> str:
+        if len(line) <= width:
+            return line
+        return "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=True,
+                                        break_on_hyphens=False))
+    return fold
 
 
 def _print_lost(runs) -> None:

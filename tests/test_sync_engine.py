@@ -58,6 +58,7 @@ def test_the_adapter_is_closed_once(root, monkeypatch):
             closes.append(1)
 
     monkeypatch.setattr(sync_pkg, "make_adapter", lambda target, options: Counting(options, MemoryTarget()))
+    monkeypatch.setattr(sync_pkg, "get_adapter_class", lambda target: Counting)
     sync_pkg.sync(root, "memory", SyncOptions(backoff_base=0.0))
     assert len(closes) == 1
 
@@ -65,7 +66,7 @@ def test_the_adapter_is_closed_once(root, monkeypatch):
 def test_adapters_import_no_engine_and_no_private_names():
     """An adapter translates; the engine's internals (and everyone's underscore names) are not its business."""
     for path in SYNC_DIR.glob("*.py"):
-        if path.name in ("engine.py", "__init__.py"):
+        if path.name in ("engine.py", "parallel.py", "__init__.py"):  # the engine, its scheduler, the entry
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
