@@ -330,11 +330,11 @@ def test_real_sync_in_progress_protects_its_run(root, tmp_path, monkeypatch):
         sys.path.insert(0, {REPO!r})
         from trackstore.sync import engine
         real = engine.Engine._send_kind
-        def paused(self, kind, table, cursor, res):
+        def paused(self, kind, table, cursor, res, **kw):
             print("paused", flush=True)
             while not os.path.exists({str(go)!r}):
                 time.sleep(0.05)
-            return real(self, kind, table, cursor, res)
+            return real(self, kind, table, cursor, res, **kw)
         engine.Engine._send_kind = paused
         from trackstore.cli.main import main
         sys.exit(main(["sync", "--to", "mlflow", "--uri", {uri!r}, "--root", {str(root)!r}]))

@@ -126,7 +126,8 @@ def test_resending_samples_and_histograms_after_a_cut_adds_nothing(root, tmp_pat
     before = sorted(f.path for f in client.list_artifacts(rid, "images")), remote.data.tags["mlflow.loggedArtifacts"]
     adapter = MlflowAdapter(TargetOptions(uri=uri, store_root=str(root)))
     for kind in ("samples", "histograms"):
-        adapter.send(kind, read_kind(run.paths, kind), type("C", (), {"remote": {"run_id": rid}})())
+        adapter.send(kind, read_kind(run.paths, kind), type("C", (), {"remote": {"run_id": rid}, "remote_id": rid})(),
+                     f"resend-{kind}")
     after = (sorted(f.path for f in client.list_artifacts(rid, "images")),
              client.get_run(rid).data.tags["mlflow.loggedArtifacts"])
     assert after == before
