@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
+from ..store.index import column_max
 from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
 
@@ -251,27 +252,13 @@ def data_extent(paths: RunPaths) -> DataExtent:
         for part in paths.parts(kind):
             try:
                 md = pq.read_metadata(part)
-                ts = _column_max(md, "ts")
+                ts = column_max(md, "ts")
                 found.last_ts = _larger(found.last_ts, ts.timestamp() if ts is not None else os.stat(part).st_mtime)
                 if kind == "metrics":
-                    found.last_step = _larger(found.last_step, _column_max(md, "step"))
+                    found.last_step = _larger(found.last_step, column_max(md, "step"))
             except (OSError, ValueError):  # pyarrow's errors derive from these
                 continue
     return found
-
-
-def _column_max(md, column: str):
-    """The largest value of ``column`` over a file's row groups, from their statistics (None if absent)."""
-    try:
-        idx = md.schema.names.index(column)
-    except ValueError:
-        return None
-    best = None
-    for rg in range(md.num_row_groups):
-        st = md.row_group(rg).column(idx).statistics
-        if st is not None and st.has_min_max:
-            best = _larger(best, st.max)
-    return best
 
 
 def _larger(a, b):

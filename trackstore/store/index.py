@@ -148,10 +148,10 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     last_step = None
     try:
         md = pq.read_metadata(path)
-        ts = _column_max(md, "ts")
+        ts = column_max(md, "ts")
         last_ts = ts.timestamp() if ts is not None else st.st_mtime
         if kind == "metrics":
-            last_step = _column_max(md, "step")
+            last_step = column_max(md, "step")
     except FileNotFoundError:
         raise
     except (OSError, ValueError):
@@ -170,7 +170,7 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
                       int(last_step) if last_step is not None else None, last_ts)
 
 
-def _column_max(md, column: str):
+def column_max(md, column: str):
     """The largest value of ``column`` over a file's row groups, from their statistics (None if absent)."""
     try:
         idx = md.schema.names.index(column)
