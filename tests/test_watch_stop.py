@@ -19,8 +19,22 @@ CHILD = r"""
 import signal, sys, time
 from trackstore.cli.sync_cmd import _WatchStop
 
-_WatchStop.SLICE_S = 0.05  # many slices in a short sleep: the loop's lines repeat quickly
+_WatchStop.SLICE_S = 0.01  # many slices in a short sleep: the loop's lines repeat quickly
 SLEEP_S = 1.0
+
+# The sleep's clock advances a fixed amount per reading, so every run of it executes the same
+# lines in the same order whatever the machine's load (with the real clock a loaded machine ran
+# fewer slices, and a case aimed at one of the last lines never fired); time.sleep stays real.
+real_monotonic = time.monotonic
+_fake_now = [0.0]
+
+
+def fake_monotonic():
+    _fake_now[0] += 0.025
+    return _fake_now[0]
+
+
+time.monotonic = fake_monotonic
 
 
 def sleep_with_signal_at(target):
@@ -31,19 +45,19 @@ def sleep_with_signal_at(target):
         if event == "line":
             count += 1
             if count == target:
-                raised_at = time.monotonic()
+                raised_at = real_monotonic()
                 signal.raise_signal(signal.SIGTERM)
         return tracer
 
     stop = _WatchStop()
-    t0 = time.monotonic()
+    t0 = real_monotonic()
     sys.settrace(tracer)
     try:
         stopped = stop.sleep(SLEEP_S)
     finally:
         sys.settrace(None)
         stop.restore()
-    return count, stopped, time.monotonic() - (raised_at or t0)
+    return count, stopped, real_monotonic() - (raised_at or t0)
 
 
 lines, stopped, took = sleep_with_signal_at(0)  # no signal: the lines a whole sleep runs
@@ -64,7 +78,7 @@ def test_a_signal_on_any_line_of_the_sleep_stops_it_at_once():
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines()]
     _, lines, stopped, took = rows[0]
-    assert stopped == "False" and float(took) >= 0.95 and int(lines) >= 20
+    assert stopped == "False" and int(lines) >= 20
     results = [r for r in rows if r[0] == "result"]
     assert len(results) >= 12
     for _, n, stopped, took in results:

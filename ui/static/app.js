@@ -604,21 +604,26 @@ function conversation(node, out) {
   const r = node;
   const ins = r.inputs, outs = r.outputs;
   const chat = v => Array.isArray(v) && v.length && v.every(m => m && typeof m === "object" && "role" in m);
+  // a model call's input is the whole conversation so far: each message is shown once, where it
+  // first appears (a user span, a tool result, an earlier call), not again under every later call
+  const shown = out.shown || (out.shown = new Set());
+  const fresh = text => { if (shown.has(text)) return false; shown.add(text); return true; };
   if (r.kind === "llm") {
-    if (chat(ins)) ins.forEach(m => out.push(turn(m.role === "tool" ? "tool" : m.role, m.role, pre(contentText(m.content)))));
+    if (chat(ins)) ins.forEach(m => { const t = contentText(m.content); if (fresh(t)) out.push(turn(m.role === "tool" ? "tool" : m.role, m.role, pre(t))); });
     else if (ins !== null && ins !== undefined) out.push(turn("user", "prompt", pre(contentText(ins))));
     if (outs && typeof outs === "object" && !Array.isArray(outs) && ("content" in outs || "tool_calls" in outs)) {
-      if (outs.content !== null && outs.content !== undefined && outs.content !== "") out.push(turn("assistant", "assistant", pre(contentText(outs.content))));
+      if (outs.content !== null && outs.content !== undefined && outs.content !== "") { shown.add(contentText(outs.content)); out.push(turn("assistant", "assistant", pre(contentText(outs.content)))); }
       out.push(...toolCallTurns(outs));
     } else if (outs !== null && outs !== undefined) out.push(turn("assistant", "assistant", pre(contentText(outs))));
   } else if (r.kind === "tool") {
+    if (outs !== null && outs !== undefined) shown.add(contentText(outs));
     out.push(turn("tool", "tool " + r.name, el("div", {}, el("div", { class: "muted" }, "arguments"), pre(contentText(ins === undefined ? null : ins)),
       el("div", { class: "muted" }, "result"), pre(contentText(outs === undefined ? null : outs)))));
   } else if (r.kind === "reward") {
     out.push(turn("reward", "reward " + (r.reward !== null && r.reward !== undefined ? fmtNum(r.reward) : ""), pre(contentText(outs !== null && outs !== undefined ? outs : ins))));
   } else if (node !== out.root) {
-    if (chat(ins)) ins.forEach(m => out.push(turn(m.role, m.role, pre(contentText(m.content)))));
-    else if (ins && typeof ins === "object" && Object.keys(ins).length === 1 && "content" in ins) out.push(turn(r.name === "user" ? "user" : "", r.name, pre(contentText(ins.content))));
+    if (chat(ins)) ins.forEach(m => { const t = contentText(m.content); if (fresh(t)) out.push(turn(m.role, m.role, pre(t))); });
+    else if (ins && typeof ins === "object" && Object.keys(ins).length === 1 && "content" in ins) { shown.add(contentText(ins.content)); out.push(turn(r.name === "user" ? "user" : "", r.name, pre(contentText(ins.content)))); }
     else if (ins !== null && ins !== undefined) out.push(turn("", r.name + " inputs", pre(contentText(ins))));
     if (outs !== null && outs !== undefined) out.push(turn("", r.name + " outputs", pre(contentText(outs))));
   }
