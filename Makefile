@@ -57,7 +57,9 @@ demo: install
 
 # The suite mostly waits on subprocesses (CLI runs, MLflow servers, SDK imports): two workers
 # halve its time on the 2-core CI machine (about 7 minutes instead of 13). PYTEST_WORKERS=0 runs
-# it in one process.
+# it in one process. --dist loadgroup: tests spread one at a time, except the modules marked
+# xdist_group (those sharing a module-scoped server or store), which stay on one worker so their
+# server starts once, not once per worker.
 PYTEST_WORKERS ?= 2
 
 # The framework venv (torch, verl: a few minutes of pip) installs in the background while lint
@@ -67,7 +69,7 @@ test: install-test install-browser
 	( $(MAKE) --no-print-directory install-frameworks > $(FW_VENV).install.log 2>&1; \
 	  echo $$? > $(FW_VENV).install.rc ) & \
 	status=0; \
-	$(MAKE) --no-print-directory lint && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) || status=$$?; \
+	$(MAKE) --no-print-directory lint && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup || status=$$?; \
 	echo "waiting for the framework venv (log: $(FW_VENV).install.log)"; wait; \
 	if [ "$$(cat $(FW_VENV).install.rc 2>/dev/null)" != 0 ]; then \
 	  tail -n 40 $(FW_VENV).install.log; echo "installing the framework venv failed"; exit 1; fi; \

@@ -12,6 +12,10 @@ import trackstore
 from tests.helpers import run_cli
 from trackstore.read.catalog import list_runs
 
+# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# worker, so it is set up once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_cli_records")
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):

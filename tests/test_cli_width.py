@@ -48,6 +48,11 @@ class _FailingMlflow(http.server.BaseHTTPRequestHandler):
         pass
 
 
+# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# worker, so it is set up once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_cli_width")
+
+
 @pytest.fixture(scope="module")
 def failing_uri():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FailingMlflow)

@@ -22,6 +22,10 @@ from tests.servers import MlflowServer, unique_experiment_name
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# worker, so it is set up once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_sync_exactly_once")
+
 
 @pytest.fixture(scope="module")
 def file_server(tmp_path_factory):

@@ -38,6 +38,11 @@ if chromium_paths() is None:
                 "chromium-driver)", allow_module_level=True)
 
 
+# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# worker, so it is set up once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_ui_browser")
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui-browser")

@@ -26,6 +26,11 @@ from tests.test_sync_mlflow_native import agent_run  # noqa: E402
 AREA = "platform"
 
 
+# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# worker, so it is set up once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_ui_platforms")
+
+
 @pytest.fixture(scope="module")
 def browser():
     driver = start_chromium()

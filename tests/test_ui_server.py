@@ -23,6 +23,11 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 
+# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# worker, so it is set up once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_ui_server")
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui-store")
