@@ -84,7 +84,7 @@ from .adapter import (
 from .http import probe
 from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
-from .wandb_tables import TURN_COLUMNS, turn_rows
+from .wandb_tables import TURN_COLUMNS, history_table, table_rows, turn_rows
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
@@ -621,15 +621,15 @@ class WandbAdapter(Adapter):
     def verify(self, run, cursor) -> dict[str, int]:
         logs = self._contents(cursor)
         metrics = histograms = samples = 0
-        for row in logs.history.values():
+        for step, row in logs.history.items():
             for key, value in row.items():
                 if key.startswith("_"):
                     continue
                 if isinstance(value, dict):
                     if value.get("_type") == "histogram":
                         histograms += 1
-                    elif value.get("_type") == "table-file" and key.startswith("samples/"):
-                        samples += int(value.get("nrows") or 0)
+                    elif value.get("_type") == "table-file" and key.startswith("samples/") and (step, key) in logs.tables:
+                        samples += table_rows(logs.tables[(step, key)])
                 else:
                     metrics += 1
         return {"metrics": metrics, "histograms": histograms, "samples": samples}
@@ -688,7 +688,7 @@ def _held(kind: str, r: dict, history: dict[int, dict]) -> bool:
 def _samples_table(wandb, rows: list[dict]):
     cols = ["sample_index", "input", "output", "score", "extra"]
     data = [[r.get("sample_index"), r.get("input"), r.get("output"), r.get("score"), r.get("extra")] for r in rows]
-    return wandb.Table(columns=cols, data=data)
+    return history_table(wandb, cols, data)  # no samples/<split>.ncols/.nrows "metrics"
 
 
 def _loads_obj(text: str | None) -> dict:

@@ -89,9 +89,8 @@ def test_full_mapping_read_back(wb, root, tmp_path):
     assert history[2]["hist"]["_type"] == "histogram"
     assert history[2]["hist"]["values"] == [1, 5, 3] and history[2]["hist"]["bins"] == [0, 1, 2, 3]
     table = history[3]["samples/val"]
-    assert table["_type"] == "table-file" and table["nrows"] == 3
-    [folder] = wb.run_dirs(run.project, run.id)
-    data = json.loads((folder / "files" / table["path"]).read_text())
+    assert table["_type"] == "table-file"
+    data = wb.table(run.project, run.id, table)
     assert data["columns"][:4] == ["sample_index", "input", "output", "score"]
     assert [row[1:4] for row in data["data"]] == [["q0", "a0", 0.0], ["q1", "a1", 1.0], ["q2", "a2", 2.0]]
 
@@ -125,6 +124,45 @@ def test_full_mapping_read_back(wb, root, tmp_path):
     again = _sync(root)[0]
     assert again["result"] == "up to date"
     assert len(wb.run_dirs(run.project, run.id)) == 1
+
+
+def test_history_and_summary_hold_only_the_users_keys_and_draw_histograms(wb, root):
+    """Read with wandb's own reader (``leet inspect``): no number in any history or summary
+    record but the user's metrics and wandb's own ``_step``/``_timestamp``/``_runtime`` (a
+    table's ``ncols``/``nrows`` would be charted by ``wandb leet`` as metrics
+    ``samples/val.ncols``...); histograms are ``wandb.Histogram`` values (``_type``
+    ``histogram``, bins and counts as stored), which wandb draws; the sample table has its rows."""
+    run = trackstore.init("proj", root=root)
+    for s in range(3):
+        run.log({"loss": 1.0 + s, "actor/grad": trackstore.Histogram(counts=[2, 0, 5], edges=[-1.0, 0.0, 1.0, 2.0])},
+                step=s)
+        run.log_samples([{"input": f"q{i}", "output": f"a{i}", "score": 1.0} for i in range(4)], step=s, split="val")
+    run.finish()
+    out = _sync(root, "--verify")[0]
+    assert out["verify_ok"] is True and out["sent"] == {"metrics": 3, "histograms": 3, "samples": 12}, out
+    # the fields of a media value that leet knows as such (core/internal/leet: historyMediaField)
+    media_fields = {"_type", "path", "caption", "format", "width", "height", "sha256", "size"}
+    charted, fields = set(), set()
+    for recs in wb.records(run.project, run.id):
+        for r in recs:
+            if r["type"] not in ("history", "summary"):
+                continue
+            items = r["history"]["item"] if r["type"] == "history" else r["summary"].get("update") or {}
+            for key, value in items.items():
+                media, _, field = key.rpartition(".")
+                if media in ("samples/val", "actor/grad"):
+                    fields.add(field)
+                    if field in media_fields:
+                        continue
+                if isinstance(value, (int, float)) and not key.startswith("_"):
+                    charted.add(key)
+    assert charted == {"loss"}, charted  # no samples/val.ncols, samples/val.nrows
+    assert "ncols" not in fields and "nrows" not in fields and {"_type", "path", "values", "bins"} <= fields
+    for row in wb.history(run.project, run.id):
+        assert row["actor/grad"]["_type"] == "histogram"
+        assert row["actor/grad"]["values"] == [2, 0, 5] and row["actor/grad"]["bins"] == [-1, 0, 1, 2]
+        table = wb.table(run.project, run.id, row["samples/val"])
+        assert [r[1:4] for r in table["data"]] == [[f"q{i}", f"a{i}", 1.0] for i in range(4)]
 
 
 @pytest.mark.parametrize("status,exit_code,expected", [("failed", 3, 3), ("crashed", None, 1)])
@@ -195,9 +233,10 @@ def test_step_kinds_share_the_step_axis(wb, root):
     assert [r["step"] for r in history] == list(range(30)) + [40]
     by_step = {r["step"]: r for r in history}
     for s in (0, 7, 14, 21, 28):
-        assert by_step[s]["h"]["_type"] == "histogram" and by_step[s]["samples/val"]["nrows"] == 1
+        assert by_step[s]["h"]["_type"] == "histogram"
+        assert len(wb.table(run.project, run.id, by_step[s]["samples/val"])["data"]) == 1
         assert by_step[s]["m"] == float(s)
-    assert by_step[40]["samples/val"]["nrows"] == 1
+    assert wb.table(run.project, run.id, by_step[40]["samples/val"])["data"][0][2] == "after"
 
 
 def test_samples_over_the_table_limit_are_sampled_down_and_reported(wb, root):
@@ -209,7 +248,7 @@ def test_samples_over_the_table_limit_are_sampled_down_and_reported(wb, root):
     out = _sync(root)[0]
     assert out["skipped_by_reason"] == {OVER_TABLE: 7}
     [row] = wb.history(run.project, run.id)
-    assert row["samples/val"]["nrows"] == MAX_TABLE_ROWS
+    assert len(wb.table(run.project, run.id, row["samples/val"])["data"]) == MAX_TABLE_ROWS
 
 
 def _cursor_files(root):
