@@ -19,8 +19,9 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
 * metrics, histograms and samples share wandb's single, strictly increasing step axis, so they
   are replayed together: one ``run.log(row, step=s, commit=True)`` per step with every key of
   the step, histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
-  ``wandb.Table`` per (step, split) under ``samples/<split>``, and ``_timestamp`` set to the
-  original wall time of the step (its latest point). Because the engine sends one kind at a
+  ``wandb.Table`` per (step, split) under ``samples/<split>`` (its history entry without wandb's
+  ``ncols``/``nrows``, which viewers chart as metrics: :mod:`.wandb_tables`), and ``_timestamp``
+  set to the original wall time of the step (its latest point). Because the engine sends one kind at a
   time, a batch of one kind *carries* the pending rows of the other two kinds up to its last
   step; the carried rows are remembered in ``cursor.remote["carried"]`` and acknowledged
   without being logged again when their own kind's turn comes.
