@@ -95,6 +95,20 @@ def test_full_mapping_read_back(wb, root, tmp_path):
     assert [row[1:4] for row in data["data"]] == [["q0", "a0", 0.0], ["q1", "a1", 1.0], ["q2", "a2", 2.0]]
 
     recs = [r for recs in wb.records(run.project, run.id) for r in recs]
+    # no number in the history but the user's metrics: wandb writes a table's entry with its
+    # ncols/nrows, which `wandb leet` and history exports show as metrics samples/val.ncols...
+    # (the fields leet knows as a media value's own: core/internal/leet historyMediaField)
+    media_fields = {"_type", "path", "caption", "format", "width", "height", "sha256", "size"}
+    charted = set()
+    for r in recs:
+        items = r["history"]["item"] if r["type"] == "history" else (r.get("summary") or {}).get("update") or {}
+        assert not [k for k in items if k.endswith((".ncols", ".nrows"))], items
+        for key, value in items.items() if r["type"] == "history" else ():
+            media, _, field = key.rpartition(".")
+            if not (media in ("samples/val", "hist") and field in media_fields) and not key.startswith("_") \
+                    and isinstance(value, (int, float)):
+                charted.add(key)
+    assert charted == {"loss", "reward/mean"}, charted
     first_run = next(r["run"] for r in recs if r["type"] == "run")
     assert first_run["run_id"] == wandb_run_id(run.project, run.id) and first_run["project"] == "proj"
     assert first_run["display_name"] == "full" and first_run["notes"] == "a note"
@@ -124,45 +138,6 @@ def test_full_mapping_read_back(wb, root, tmp_path):
     again = _sync(root)[0]
     assert again["result"] == "up to date"
     assert len(wb.run_dirs(run.project, run.id)) == 1
-
-
-def test_history_and_summary_hold_only_the_users_keys_and_draw_histograms(wb, root):
-    """Read with wandb's own reader (``leet inspect``): no number in any history or summary
-    record but the user's metrics and wandb's own ``_step``/``_timestamp``/``_runtime`` (a
-    table's ``ncols``/``nrows`` would be charted by ``wandb leet`` as metrics
-    ``samples/val.ncols``...); histograms are ``wandb.Histogram`` values (``_type``
-    ``histogram``, bins and counts as stored), which wandb draws; the sample table has its rows."""
-    run = trackstore.init("proj", root=root)
-    for s in range(3):
-        run.log({"loss": 1.0 + s, "actor/grad": trackstore.Histogram(counts=[2, 0, 5], edges=[-1.0, 0.0, 1.0, 2.0])},
-                step=s)
-        run.log_samples([{"input": f"q{i}", "output": f"a{i}", "score": 1.0} for i in range(4)], step=s, split="val")
-    run.finish()
-    out = _sync(root, "--verify")[0]
-    assert out["verify_ok"] is True and out["sent"] == {"metrics": 3, "histograms": 3, "samples": 12}, out
-    # the fields of a media value that leet knows as such (core/internal/leet: historyMediaField)
-    media_fields = {"_type", "path", "caption", "format", "width", "height", "sha256", "size"}
-    charted, fields = set(), set()
-    for recs in wb.records(run.project, run.id):
-        for r in recs:
-            if r["type"] not in ("history", "summary"):
-                continue
-            items = r["history"]["item"] if r["type"] == "history" else r["summary"].get("update") or {}
-            for key, value in items.items():
-                media, _, field = key.rpartition(".")
-                if media in ("samples/val", "actor/grad"):
-                    fields.add(field)
-                    if field in media_fields:
-                        continue
-                if isinstance(value, (int, float)) and not key.startswith("_"):
-                    charted.add(key)
-    assert charted == {"loss"}, charted  # no samples/val.ncols, samples/val.nrows
-    assert "ncols" not in fields and "nrows" not in fields and {"_type", "path", "values", "bins"} <= fields
-    for row in wb.history(run.project, run.id):
-        assert row["actor/grad"]["_type"] == "histogram"
-        assert row["actor/grad"]["values"] == [2, 0, 5] and row["actor/grad"]["bins"] == [-1, 0, 1, 2]
-        table = wb.table(run.project, run.id, row["samples/val"])
-        assert [r[1:4] for r in table["data"]] == [[f"q{i}", f"a{i}", 1.0] for i in range(4)]
 
 
 @pytest.mark.parametrize("status,exit_code,expected", [("failed", 3, 3), ("crashed", None, 1)])
