@@ -138,19 +138,20 @@ def test_hostile_keys_each_arrive_apart_with_their_own_values(harness, root):
 
 def test_mlflow_names_do_not_depend_on_batches_and_stay_across_syncs(root, tmp_path):
     """Against MLflow (sqlite): a key whose readable name another key of the run *is* gets the
-    hash even when the two keys travel in different batches (999 points each); a key synced
+    hash even when the two keys travel in different batches (50 points each); a key synced
     under a name keeps it when a later sync of the resumed run brings a key that is that name."""
     from mlflow.tracking import MlflowClient
 
     uri = mlflow_sqlite_uri(tmp_path, "names.db")
     run = trackstore.init("keys", name="batches", root=root)
-    for s in range(1200):  # "acc@1" in the first batches only, "acc_at_1" in the last one
-        run.log({"acc@1": float(s)} if s < 1100 else {"acc_at_1": float(s), "val/mean@4": 1.0}, step=s)
-    run.log({"first@1": 1.0}, step=1200)
+    for s in range(120):  # "acc@1" in the first batches only, "acc_at_1" in the last one
+        run.log({"acc@1": float(s)} if s < 110 else {"acc_at_1": float(s), "val/mean@4": 1.0}, step=s)
+    run.log({"first@1": 1.0}, step=120)
     run.finish()
 
     def sync():
-        res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root, timeout=300)
+        res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--batch-size", "50", "--format", "json", root=root,
+                      timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
         return json.loads(res.stdout)["runs"][0]
 
@@ -161,17 +162,19 @@ def test_mlflow_names_do_not_depend_on_batches_and_stay_across_syncs(root, tmp_p
         assert {r.split(" (")[0] for r in reasons} == {f"key {k!r} sent as {v!r}" for k, v in want.items()}
     client = MlflowClient(tracking_uri=uri)
     [remote] = client.search_runs([client.get_experiment_by_name("keys").experiment_id])
-    assert len(client.get_metric_history(remote.info.run_id, "acc_at_1")) == 100
-    assert len(client.get_metric_history(remote.info.run_id, mlflow_key("acc@1"))) == 1100
+    assert len(client.get_metric_history(remote.info.run_id, "acc_at_1")) == 10
+    assert len(client.get_metric_history(remote.info.run_id, mlflow_key("acc@1"))) == 110
 
     # resumed: a key that *is* the name "first_at_1" arrives after "first@1" was synced under it
     run = trackstore.init("keys", run_id=run.id, resume=True, root=root)
-    run.log({"first_at_1": 2.0, "first@1": 3.0}, step=1201)
+    run.log({"first_at_1": 2.0, "first@1": 3.0}, step=121)
     run.finish()
+    dry = run_cli("sync", "--to", "mlflow", "--uri", uri, "--dry-run", "--format", "json", root=root)
     out = sync()
     assert out["result"] == "ok", out
+    assert json.loads(dry.stdout)["runs"][0]["skipped_by_reason"] == out["skipped_by_reason"]  # the cursor's names
     first = client.get_metric_history(remote.info.run_id, "first_at_1")
-    assert sorted((m.step, m.value) for m in first) == [(1200, 1.0), (1201, 3.0)]  # the name it had
+    assert sorted((m.step, m.value) for m in first) == [(120, 1.0), (121, 3.0)]  # the name it had
     moved = mlflow_names(["first_at_1"], {"first@1": "first_at_1"})["first_at_1"]
     assert moved != "first_at_1" and [m.value for m in client.get_metric_history(remote.info.run_id, moved)] == [2.0]
     assert f"key 'first_at_1' sent as {moved!r}" in " ".join(out["skipped_by_reason"])
