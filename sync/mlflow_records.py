@@ -5,7 +5,7 @@
   ``mlflow.loggedArtifacts`` as ``log_table`` does, so the experiment's *Evaluation* view and the
   artifact viewer show them as tables. Columns are what the user logged: ``sample_index``,
   ``input``, ``output``, ``score``, ``step``, then every extra field as its own column. The order
-  is for the Evaluation view (experiment page, *Training runs*, the table icon), which groups rows
+  is for the Evaluation view (the experiment's *Runs* page, the table icon), which groups rows
   by the first column and compares the ``output`` column across runs: grouped by
   ``sample_index``, every sample of the step is its own row (grouped by ``input``, samples of one
   prompt would share a row and only the first would show).
