@@ -6,7 +6,8 @@ SwanLab trims leading/trailing ``.``, ``/`` and white space and cuts at 512 char
 reserves ``_step``, ``_timestamp`` and ``_runtime`` and hides every key starting with ``_``. A naive rewrite merges keys (``a#b`` and
 ``a_b`` both ``a_b`` for MLflow), and the merged points overwrite each other at the target.
 
-The promise of this module, for every target:
+Per key (:func:`mlflow_key`, :func:`swanlab_key`, :func:`wandb_key`; what SwanLab and wandb
+metrics, and MLflow params, tags and file names use):
 
 * A key the target accepts as it is stays as it is (``loss``, ``actor/pg_loss``, ``奖励``).
 * Any other key becomes ``<readable part>__<h>``, where ``<readable part>`` is the key made
@@ -19,6 +20,21 @@ The promise of this module, for every target:
 * Deterministic: the same key maps to the same remote key on every machine and every sync, so
   no state is needed to find a key again.
 
+Per run, for MLflow metrics (:func:`mlflow_names`), so that common keys stay readable (verl's
+``val/acc/mean@1`` becomes ``val/acc/mean_at_1``, not ``val/acc/mean_at_1__3f2a…``):
+
+* The names already given (the cursor's ``key_map``) are kept: a key synced under one name
+  keeps it on every later sync.
+* Of the new keys, one MLflow accepts as it is keeps its name, and one it does not becomes its
+  readable form *plainly* (``@`` as ``_at_``, other characters as ``_``), when that name is
+  free: not already given, not an accepted key of the run, wanted by no other new key, and
+  neither the folder of another name nor inside one (MLflow's file store keeps each metric as a
+  file named by its key). Keys
+  that meet on one name all get the hashed form of :func:`mlflow_key` (a key that *is* the name
+  keeps it), as does a readable form that had to be cut to 250 characters.
+* The result depends on the set of keys only (sorted, never their batch order), so a lost
+  cursor recomputes the same names from the same run.
+
 :func:`renamed` lists the renamings of a set of keys, for the sync summary and ``--dry-run``.
 """
 
@@ -29,8 +45,8 @@ import posixpath
 import re
 from typing import Callable, Iterable
 
-__all__ = ["mlflow_key", "swanlab_key", "wandb_key", "renamed", "rename_reason", "MLFLOW_MAX_KEY",
-           "SWANLAB_MAX_KEY"]
+__all__ = ["mlflow_key", "mlflow_names", "mlflow_run_names", "swanlab_key", "wandb_key", "remote_names", "renamed", "rename_reason",
+           "MLFLOW_MAX_KEY", "SWANLAB_MAX_KEY"]
 
 MLFLOW_MAX_KEY = 250
 SWANLAB_MAX_KEY = 512
@@ -81,6 +97,80 @@ def mlflow_key(key: str) -> str:
     return out
 
 
+def _mlflow_plain(key: str) -> str | None:
+    """The readable form of ``key`` without a hash, or None when it is not one MLflow accepts
+    or had to be cut (a cut name would pass a prefix off as the key)."""
+    readable = _mlflow_readable(key)
+    return readable if _mlflow_accepts(readable) else None
+
+
+def mlflow_names(keys: Iterable[str], known: dict[str, str] | None = None) -> dict[str, str]:
+    """``{key: MLflow key}`` for every key of ``known`` (kept as given) and of ``keys``.
+
+    Injective over the result, whatever ``known`` holds, and a function of the *sets* only
+    (see the module docstring).
+
+    >>> mlflow_names(["val/acc/mean@1", "loss"])["val/acc/mean@1"]
+    'val/acc/mean_at_1'
+    >>> sorted(mlflow_names(["a@b", "a_at_b"]).values()) == sorted(["a_at_b", mlflow_key("a@b")])
+    True
+    """
+    out = dict(known or {})
+    taken = set(out.values())
+    new = sorted({k for k in keys if k is not None} - out.keys())
+    claims: dict[str | None, list[str]] = {}
+    for k in new:
+        claims.setdefault(k if _mlflow_accepts(k) else _mlflow_plain(k), []).append(k)
+    # MLflow's file store keeps a metric as a file named by its key: a name that is the folder
+    # of another (``a/_`` and ``a/_/b``) cannot be both. Keys the user chose are theirs; a plain
+    # name of a renamed key that would sit in such a pair is not used.
+    names = taken | {c for c in claims if c is not None}
+    folders = {n[:i] for n in names for i, ch in enumerate(n) if ch == "/"}
+    hashed: list[str] = []
+    for name, ks in sorted(claims.items(), key=lambda c: c[0] or ""):
+        nested = name is not None and name not in ks and (
+            name in folders or any(name[:i] in names for i, ch in enumerate(name) if ch == "/"))
+        if name is None or name in taken or nested:
+            hashed += ks
+        elif name in ks:  # the key that is the name keeps it
+            out[name] = name
+            hashed += [k for k in ks if k != name]
+        elif len(ks) == 1:
+            out[ks[0]] = name
+        else:
+            hashed += ks
+    for k in out.values():
+        taken.add(k)
+    for k in sorted(hashed):
+        name, salt = mlflow_key(k), 0
+        if name == k:  # an accepted key that lost its name: its own hashed form
+            name = _mapped(k, _mlflow_readable(k), MLFLOW_MAX_KEY)
+        while name in taken:  # a hashed name another key already holds (a user key that looks hashed)
+            salt += 1
+            name = _mapped(f"{k}\0{salt}", _mlflow_readable(k), MLFLOW_MAX_KEY)
+            if not _mlflow_accepts(name):
+                name = _mapped(f"{k}\0{salt}", _mlflow_readable(k).replace(".", "_"), MLFLOW_MAX_KEY)
+        out[k] = name
+        taken.add(name)
+    return out
+
+
+def mlflow_run_names(keys: Iterable[str], known: dict[str, str] | None, paths=None) -> dict[str, str]:
+    """:func:`mlflow_names` over ``keys`` and every metric key of the run at ``paths`` (its
+    ``RunPaths``; a damaged part is left out here: the sync engine stops on it anyway), so the
+    names do not depend on which keys a batch holds."""
+    every = set(keys)
+    if paths is not None:
+        import warnings
+
+        from trackstore.read.points import run_keys
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            every.update(run_keys(paths))
+    return mlflow_names(every, known)
+
+
 # ---------------------------------------------------------------------------------- SwanLab
 def _swanlab_accepts(key: str) -> bool:
     return bool(key) and key == key.strip(_SWANLAB_EDGE) and len(key) <= SWANLAB_MAX_KEY
@@ -111,17 +201,20 @@ def wandb_key(key: str) -> str:
 _RULES: dict[str, Callable[[str], str]] = {"mlflow": mlflow_key, "swanlab": swanlab_key, "wandb": wandb_key}
 
 
-def renamed(target: str, keys: Iterable[str]) -> dict[str, str]:
-    """``{key: remote key}`` for the keys of ``keys`` that ``target`` receives under another name."""
+def remote_names(target: str, keys: Iterable[str], known: dict[str, str] | None = None) -> dict[str, str]:
+    """``{key: remote key}`` for every key of ``keys``: per run for MLflow (:func:`mlflow_names`,
+    given the names already in use, ``known``), per key for the other targets."""
+    keys = {k for k in keys if k is not None}
+    if target == "mlflow":
+        names = mlflow_names(keys, known)
+        return {k: names[k] for k in keys}
     rule = _RULES[target]
-    out = {}
-    for k in keys:
-        if k is None:
-            continue
-        r = rule(k)
-        if r != k:
-            out[k] = r
-    return out
+    return {k: rule(k) for k in keys}
+
+
+def renamed(target: str, keys: Iterable[str], known: dict[str, str] | None = None) -> dict[str, str]:
+    """``{key: remote key}`` for the keys of ``keys`` that ``target`` receives under another name."""
+    return {k: r for k, r in remote_names(target, keys, known).items() if r != k}
 
 
 def rename_reason(target: str, key: str, remote: str) -> str:

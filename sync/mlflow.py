@@ -14,8 +14,9 @@ Mapping (docs/sync.md has the full table):
   truncated (noted); params are write-once, so re-sync compares and skips; the whole config is
   also logged as ``trackstore/config.json``.
 * metrics -> ``log_batch`` with the original step and timestamp (ms), at most 999 points plus
-  one batch-marker tag per request. Keys MLflow rejects are mapped by :func:`mlflow_key` and
-  the mapping is reported.
+  one batch-marker tag per request. Keys MLflow rejects are renamed per run
+  (:func:`trackstore.sync.keys.mlflow_names`: readable unless two keys meet, kept in the
+  cursor's ``key_map`` so a key keeps its name on every sync) and the renaming is reported.
 * samples -> MLflow tables (the Evaluation view), histograms -> step images the run's charts
   draw, plus their exact JSON (:mod:`trackstore.sync.mlflow_records`); file names derive from
   the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
@@ -60,7 +61,7 @@ from .adapter import (
     TargetOptions,
 )
 from .http import destination_url, is_local_uri, probe
-from .keys import mlflow_key, rename_reason, renamed
+from .keys import mlflow_key, mlflow_run_names, rename_reason, renamed
 
 RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
@@ -100,6 +101,8 @@ class MlflowAdapter(Adapter):
         self._client = None
         self._experiments: dict[str, str] = {}
         self._run_dir = Path(".")
+        self._run_paths = None  # the run being synced (keys.mlflow_run_names reads its metric keys)
+        self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
         # (run id, mlflow key) -> points MLflow holds, read by reconcile and kept current by
         # sends that were acknowledged; dropped when a send's outcome is unknown
@@ -338,6 +341,19 @@ class MlflowAdapter(Adapter):
         return notes
 
     # ------------------------------------------------------------------ records
+    def recover(self, run, cursor) -> None:
+        # what the key names depend on (every metric key of the run, the names already given),
+        # for --dry-run's unsupported(), which sees neither the run nor the cursor
+        self._run_paths = run.paths
+        self._known_keys = dict(cursor.remote.get("key_map") or {})
+
+    def _key_names(self, cursor, keys) -> dict[str, str]:
+        """The cursor's ``key_map``, extended (and kept in the cursor) when ``keys`` holds a new key."""
+        mapping = cursor.remote.setdefault("key_map", {})
+        if not mapping.keys() >= set(keys):
+            mapping.update(mlflow_run_names(keys, mapping, self._run_paths))
+        return mapping
+
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         rid = cursor.remote["run_id"]
         if kind == "metrics":
@@ -362,12 +378,10 @@ class MlflowAdapter(Adapter):
         values = rows.column("value").to_pylist()
         steps = rows.column("step").to_pylist()
         ts = rows.column("ts").cast("int64").to_pylist()  # microseconds
-        mapping = cursor.remote.setdefault("key_map", {})
+        mapping = self._key_names(cursor, keys)
         metrics = []
         for k, v, s, t in zip(keys, values, steps, ts):
-            mk = mapping.get(k)
-            if mk is None:
-                mk = mapping[k] = mlflow_key(k)
+            mk = mapping[k]
             if mk != k:  # the points are sent, under another name: the summary says which
                 result.skipped[rename_reason("MLflow", k, mk)] = 0
             if v is None:
@@ -418,11 +432,11 @@ class MlflowAdapter(Adapter):
         run = self.call("get run", self.client.get_run, rid)
         if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == batch_id:
             return rows.slice(0, 0)
-        mapping = cursor.remote.get("key_map") or {}
         keys = rows.column("key").to_pylist()
+        mapping = self._key_names(cursor, keys)
         have: dict[str, set] = {}
         for k in set(keys):
-            mk = mapping.get(k) or mlflow_key(k)
+            mk = mapping[k]
             if (rid, mk) not in self._history:
                 hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
                 self._history[(rid, mk)] = {(m.step, m.timestamp, _norm(m.value)) for m in hist}
@@ -486,7 +500,9 @@ class MlflowAdapter(Adapter):
             infs = pc.sum(pc.is_inf(rows.column("value")).cast("int64")).as_py() or 0
             if infs:
                 out["infinite values are stored by MLflow as +/-1.8e308 (kept, lossy)"] = infs
-            for k, mk in renamed("mlflow", pc.unique(rows.column("key")).to_pylist()).items():
+            keys = pc.unique(rows.column("key")).to_pylist()
+            names = mlflow_run_names(keys, self._known_keys, self._run_paths)
+            for k, mk in renamed("mlflow", keys, names).items():
                 out[rename_reason("MLflow", k, mk)] = 0
         return out
 

@@ -3,8 +3,12 @@
 * samples -> MLflow tables: one JSON file in MLflow's table layout (``columns``/``data``, as
   ``MlflowClient.log_table`` writes it) per (split, step, batch), listed in the run tag
   ``mlflow.loggedArtifacts`` as ``log_table`` does, so the experiment's *Evaluation* view and the
-  artifact viewer show them as tables. Columns are what the user logged: ``step``,
-  ``sample_index``, ``input``, ``output``, ``score``, then every extra field as its own column.
+  artifact viewer show them as tables. Columns are what the user logged: ``sample_index``,
+  ``input``, ``output``, ``score``, ``step``, then every extra field as its own column. The order
+  is for the Evaluation view (the experiment's *Runs* page, the table icon), which groups rows
+  by the first column and compares the ``output`` column across runs: grouped by
+  ``sample_index``, every sample of the step is its own row (grouped by ``input``, samples of one
+  prompt would share a row and only the first would show).
   A chat (a list of ``{role, content}`` messages) is shown as ``role: content`` lines, any other
   structured value as JSON text; trackstore's own ``ts``/``seq``/``writer``/``json_fields`` are
   left out. File names derive from the first row's ``(writer, seq)``: a resend overwrites.
@@ -63,7 +67,7 @@ def sample_tables(rows) -> dict[str, dict]:
     for (split, step), rs in groups.items():
         first = rs[0]
         decoded = [decode_row(r) for r in rs]
-        columns = ["step", "sample_index", "input", "output", "score"]
+        columns = ["sample_index", "input", "output", "score", "step"]
         for d in decoded:
             for k in d:
                 if k not in columns and k not in _INTERNAL:

@@ -19,8 +19,9 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
 * metrics, histograms and samples share wandb's single, strictly increasing step axis, so they
   are replayed together: one ``run.log(row, step=s, commit=True)`` per step with every key of
   the step, histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
-  ``wandb.Table`` per (step, split) under ``samples/<split>``, and ``_timestamp`` set to the
-  original wall time of the step (its latest point). Because the engine sends one kind at a
+  ``wandb.Table`` per (step, split) under ``samples/<split>`` (its history entry without wandb's
+  ``ncols``/``nrows``, which viewers chart as metrics: :mod:`.wandb_tables`), and ``_timestamp``
+  set to the original wall time of the step (its latest point). Because the engine sends one kind at a
   time, a batch of one kind *carries* the pending rows of the other two kinds up to its last
   step; the carried rows are remembered in ``cursor.remote["carried"]`` and acknowledged
   without being logged again when their own kind's turn comes.
@@ -84,7 +85,7 @@ from .adapter import (
 from .http import probe
 from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
-from .wandb_tables import TURN_COLUMNS, turn_rows
+from .wandb_tables import TURN_COLUMNS, history_table, table_rows, turn_rows
 
 STEP_KINDS = ("metrics", "histograms", "samples")
 MARKER = "trackstore/batch"
@@ -621,15 +622,15 @@ class WandbAdapter(Adapter):
     def verify(self, run, cursor) -> dict[str, int]:
         logs = self._contents(cursor)
         metrics = histograms = samples = 0
-        for row in logs.history.values():
+        for step, row in logs.history.items():
             for key, value in row.items():
                 if key.startswith("_"):
                     continue
                 if isinstance(value, dict):
                     if value.get("_type") == "histogram":
                         histograms += 1
-                    elif value.get("_type") == "table-file" and key.startswith("samples/"):
-                        samples += int(value.get("nrows") or 0)
+                    elif value.get("_type") == "table-file" and key.startswith("samples/") and (step, key) in logs.tables:
+                        samples += table_rows(logs.tables[(step, key)])
                 else:
                     metrics += 1
         return {"metrics": metrics, "histograms": histograms, "samples": samples}
@@ -688,7 +689,7 @@ def _held(kind: str, r: dict, history: dict[int, dict]) -> bool:
 def _samples_table(wandb, rows: list[dict]):
     cols = ["sample_index", "input", "output", "score", "extra"]
     data = [[r.get("sample_index"), r.get("input"), r.get("output"), r.get("score"), r.get("extra")] for r in rows]
-    return wandb.Table(columns=cols, data=data)
+    return history_table(wandb, cols, data)  # no samples/<split>.ncols/.nrows "metrics"
 
 
 def _loads_obj(text: str | None) -> dict:

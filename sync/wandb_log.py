@@ -112,12 +112,14 @@ class LogContents:
     config: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     artifacts: list[dict] = field(default_factory=list)  # {name, type, digest, metadata, aliases}
+    tables: dict[tuple[int, str], Path] = field(default_factory=dict)  # (step, key) -> local table file
 
     @property
     def last_step(self) -> int:
         return max(self.history, default=-1)
 
-    def add(self, rec, marker_key: str) -> None:
+    def add(self, rec, marker_key: str, folder: Path | None = None) -> None:
+        """Take one record of the transaction log in the run folder ``folder``."""
         what = rec.WhichOneof("record_type")
         if what == "history":
             row: dict[str, Any] = {}
@@ -125,6 +127,10 @@ class LogContents:
                 _put(row, i)
             step = rec.history.step.num if rec.history.HasField("step") else int(row.get("_step", 0))
             self.history.setdefault(step, {}).update(row)
+            if folder is not None:
+                for key, value in row.items():
+                    if isinstance(value, dict) and value.get("_type") == "table-file" and value.get("path"):
+                        self.tables[(step, key)] = folder / "files" / value["path"]
         elif what == "summary":
             for i in rec.summary.update:
                 _put(self.summary, i)
@@ -148,5 +154,5 @@ def read_logs(paths, marker_key: str) -> LogContents:
     out = LogContents()
     for p in paths:
         for rec in LogReader(Path(p)).records():
-            out.add(rec, marker_key)
+            out.add(rec, marker_key, Path(p).parent)
     return out

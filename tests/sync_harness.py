@@ -267,6 +267,15 @@ class WandbHarness(Harness):
                     out.append(a)
         return out
 
+    def table(self, project, run_id, value: dict) -> dict:
+        """The table file (``columns``, ``data``) of a history entry ``{_type: table-file, path}``,
+        from whichever session folder of the run wrote it."""
+        import json
+
+        [file] = [d / "files" / value["path"] for d in self.run_dirs(project, run_id)
+                  if (d / "files" / value["path"]).is_file()]
+        return json.loads(file.read_text())
+
     @staticmethod
     def artifact_file(artifact: dict, path: str) -> Path:
         """The local file of one manifest entry: offline, wandb stages artifact files (tables

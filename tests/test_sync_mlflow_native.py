@@ -93,7 +93,8 @@ def test_samples_are_tables_histograms_are_step_images_and_bookkeeping_is_hidden
     assert len(tables) == 2 and all(p.startswith("trackstore/samples/val/step_00000000") for p in tables)
     mlflow.set_tracking_uri(client.tracking_uri)  # load_table searches through the fluent API
     df = client.load_table(exp_id, tables[1], run_ids=[rid])  # MLflow's own table reader
-    assert list(df.columns)[:6] == ["step", "sample_index", "input", "output", "score", "ground_truth"]
+    # the Evaluation view groups by the first column: one row per sample (docs/sync.md)
+    assert list(df.columns)[:6] == ["sample_index", "input", "output", "score", "step", "ground_truth"]
     assert "ts" not in df.columns and "json_fields" not in df.columns and "seq" not in df.columns
     assert df["input"].tolist() == [f"user: What is {i} + 4?" for i in range(3)]  # a chat, readable
     assert df["output"].tolist() == [f"It is {i + 4}." for i in range(3)]

@@ -125,7 +125,12 @@ def test_local_mode_without_swanboard_is_refused_before_anything_is_written(root
 def test_local_mode_with_another_swanboard_version_is_refused(root, home, tmp_path):
     two_projects(root)
     logdir = home / "swanlog"
-    res = run_cli("sync", *LOCAL, "--logdir", str(logdir), root=root, env=fake_old_client(tmp_path, "swanboard", "0.1.6"))
+    env = fake_old_client(tmp_path, "swanboard", "0.1.6")
+    # an importable swanboard of that version, whether or not the real one is installed here
+    package = tmp_path / "old-client-metadata" / "swanboard"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    res = run_cli("sync", *LOCAL, "--logdir", str(logdir), root=root, env=env)
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"needs swanboard {SWANBOARD_VERSION}" in res.stderr and "0.1.6 is installed" in res.stderr
     assert not logdir.exists()

@@ -88,6 +88,10 @@ def test_mlflow_trace_list_shows_each_conversation_and_its_errors(browser, mlflo
     assert "-\n-" not in text
 
 
+def _visible_css(driver, selector: str):
+    return [e for e in driver.find_elements("css selector", selector) if e.is_displayed()]
+
+
 def _visible(driver, component: str):
     return [e for e in driver.find_elements("css selector", f"[data-component-id='{component}']") if e.is_displayed()]
 
@@ -145,6 +149,22 @@ def test_mlflow_samples_appear_as_a_table_and_histograms_are_drawn(browser, mlfl
     text = wait_for_text(browser, "user: What is 0 + 4?", "It is 4.", "ground_truth")
     screenshot(browser, AREA, "mlflow-samples-table")
     assert "json_fields" not in text and '\\"role\\"' not in text
+
+    # the experiment's Evaluation view (Training runs, table icon): MLflow's own view of logged
+    # tables, the first one (step 3) selected, one row per sample; "input" added to Group by
+    browser.get(f"{url}/#/experiments/{exp_id}/runs?compareRunsMode=ARTIFACT")
+    wait_for_text(browser, "Group by", "Compare", timeout=60)
+    _dismiss(browser)
+    text = wait_for_text(browser, "trackstore/samples/val/step_000000003", "It is 3.", "It is 4.", "It is 5.")
+    assert "No evaluation tables logged" not in text
+    wait_for(browser, lambda: _visible_css(browser, "[aria-label='Select \"group by\" columns']"), "Group by")[0].click()
+    wait_for(browser, lambda: [o for o in _visible_css(browser, "[role=option]") if o.text.strip() == "input"],
+             "the input column")[0].click()
+    wait_for_text(browser, "user: What is 0 + 3?", "user: What is 2 + 3?")
+    from selenium.webdriver.common.keys import Keys
+
+    browser.find_element("tag name", "body").send_keys(Keys.ESCAPE)
+    screenshot(browser, AREA, "mlflow-evaluation-view")
 
     browser.get(f"{url}/#/experiments/{exp_id}/runs/{rid}/model-metrics")
     wait_for_text(browser, "actor/entropy", timeout=60)
