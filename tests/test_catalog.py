@@ -172,6 +172,25 @@ def op_resume(root: Path, info, steps: int) -> None:
     run.finish()
 
 
+def op_records(root: Path, info, artifact: bool) -> None:
+    """New record kinds in an existing run (a kind folder that was not there: samples, the
+    artifacts manifest inside an existing or new ``artifacts`` folder)."""
+    run = trackstore.init(project=info.project, run_id=info.run_id, resume=True, root=root)
+    run.log_samples([{"input": "later", "output": "b", "score": 0.5}], step=1)
+    if artifact:
+        f = root.parent / f"{root.name}-artifact.txt"
+        f.write_text("weights")
+        run.log_artifact(f, name="policy", type="model")
+        f.unlink()
+    run.finish()
+
+
+def op_lose(root: Path, info) -> None:
+    """A writer file that records rows it could not write (what a writer with a full disk leaves)."""
+    for w in read_writer_files(info.paths)[:1]:
+        write_writer_file(info.paths, {**w, "write_errors": "3 metrics rows lost: disk full"})
+
+
 def op_compact(root: Path, info) -> None:
     from trackstore.upkeep.compact import compact
 
@@ -231,10 +250,12 @@ OPS = st.one_of(
     st.tuples(st.just("import"), st.integers(1, 3)),
     st.tuples(st.just("ack"), st.integers(0, 9), st.sampled_from([0.0, 0.5, 1.0]), st.booleans(), st.booleans()),
     st.tuples(st.just("damage"), st.integers(0, 9)),
+    st.tuples(st.just("records"), st.integers(0, 9), st.booleans()),
+    st.tuples(st.just("lose"), st.integers(0, 9)),
 )
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(ops=st.lists(OPS, min_size=1, max_size=6))
 def test_catalog_agrees_with_a_full_scan(ops):
     root = Path(tempfile.mkdtemp(prefix="ts-cat-"))
@@ -264,6 +285,10 @@ def test_catalog_agrees_with_a_full_scan(ops):
                     op_ack(root, info, *args[1:])
                 elif name == "damage":
                     op_damage(root, info)
+                elif name == "records" and info.status != "crashed":
+                    op_records(root, info, args[1])
+                elif name == "lose":
+                    op_lose(root, info)
             _settle()
             check_against_full_scan(root)
     finally:
@@ -291,7 +316,7 @@ def answers(root: Path) -> tuple:
 def catalog_is_sound(root: Path) -> bool:
     db = sqlite3.connect(f"file:{index.catalog_path(root)}?immutable=1", uri=True)
     try:
-        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == ("1",)
+        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == (str(index.CATALOG_VERSION),)
     finally:
         db.close()
 
@@ -323,7 +348,9 @@ def test_a_damaged_catalog_is_rebuilt_with_the_same_answers(store, damage):
         db = sqlite3.connect(path)
         db.execute("UPDATE runs SET meta_fp = 'x', writers_fp = 'x', parts_fp = 'x', name = 'forged', "
                    "status = 'failed'")
-        db.execute("UPDATE cursors SET fp = 'x'")
+        db.execute("UPDATE runs SET dir_fp = 'x', kind_fps = 'x|x|x|x|x|-', kind_rows = '7|7|7|7|7', damaged = 0, "
+                   "writers_lost = NULL")
+        db.execute("UPDATE cursors SET fp = 'x', dir_fp = 'x', pending = '0|0|0|0|0', synced_status = 'finished'")
         db.commit()
         db.close()
     assert answers(store) == first
@@ -335,12 +362,13 @@ def test_the_catalog_holds_what_it_promises(store):
     """Run metadata, per-kind row counts and step ranges, last values (summary), part fingerprints."""
     answers(store)
     db = sqlite3.connect(f"file:{index.catalog_path(store)}?immutable=1", uri=True)
-    rows = db.execute("SELECT project, run_id, name, status, last_step, meta, parts FROM runs").fetchall()
+    rows = db.execute("SELECT r.project, r.run_id, name, status, last_step, meta, parts, kind_rows, damaged "
+                      "FROM runs r JOIN run_details d ON (r.project, r.run_id) = (d.project, d.run_id)").fetchall()
     db.close()
     assert len(rows) == 4
     import json
 
-    for project, run_id, name, status, last_step, meta, parts in rows:
+    for project, run_id, name, status, last_step, meta, parts, kind_rows, damaged in rows:
         info = load_run(RunPaths(store, project, run_id))
         assert (name, status, last_step) == (info.meta["name"], info.meta["status"], info.meta.get("last_step"))
         assert json.loads(meta)["summary"] == info.meta["summary"]
@@ -349,6 +377,8 @@ def test_the_catalog_holds_what_it_promises(store):
         assert sorted(p[0] for p in kinds["metrics"][1]) == listed
         rows_in = sum(p[3] for p in kinds["metrics"][1])
         assert rows_in == read_row_ids(info.paths, "metrics")[0].num_rows
+        assert kind_rows.split("|") == [str(read_row_ids(info.paths, k)[0].num_rows) for k in KINDS]
+        assert damaged == 0
 
 
 def test_a_store_where_the_catalog_cannot_be_written_is_served_without_it(store):

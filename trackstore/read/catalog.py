@@ -135,6 +135,8 @@ class RunInfo:
 
     def write_errors(self) -> str | None:
         """What the run's writers could not write, from ``run.json`` and each writer's file; None if nothing."""
+        if self._writers is None and self._entry is not None:  # only the writers that lost rows
+            return lost_rows(self._light("write_errors"), self._entry.catalog.writer_losses(self.project, self.run_id))
         return lost_rows(self._light("write_errors"), self.writers)
 
     def list_row(self) -> dict[str, Any]:
@@ -452,14 +454,13 @@ def run_bytes(info: RunInfo) -> int:
     """Bytes of the run's folder: from the catalog while its run.json and kind folders keep their
     fingerprints, else every file's size (:func:`trackstore.store.files.tree_bytes`)."""
     from ..store.files import tree_bytes
-    from ..store.index import parts_digest
 
     catalog = info.catalog
     if catalog is None:
         return tree_bytes(info.paths.dir)
-    parts, stable = catalog.parts(info.project, info.run_id)
+    parts_fp = catalog.parts_summary(info.project, info.run_id).fp
     meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
-    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_digest(parts) if stable else None)
+    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_fp)
 
 
 def save_catalogs(runs: Iterable[RunInfo]) -> None:

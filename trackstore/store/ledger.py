@@ -311,20 +311,27 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
             "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending}
 
 
-def cached_cursor_summary(catalog, path: Path, parts: Mapping[str, list], parts_fp: str | None) -> dict:
+def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, parts: Any) -> dict:
     """:func:`summarize_cursor` of the cursor file at ``path``, from the catalog while neither the
-    file (its ``stat`` fingerprint) nor the run's parts (``parts_fp``,
+    file (its ``stat`` fingerprint, or its folder's) nor the run's parts (``parts``, the run's
+    :class:`trackstore.store.index.PartsSummary`, whose ``fp`` is
     :func:`trackstore.store.index.parts_digest`) changed; else read and counted again.
 
     Raises FileNotFoundError when there is no such file and one of :data:`CURSOR_ERRORS` when
     it cannot be parsed.
     """
     fp, cached = catalog.cursor_summary(path)
-    if cached is not None and parts_fp and cached.get("parts_fp") == parts_fp:
+    if cached is not None and parts.fp and cached.get("parts_fp") == parts.fp:
         return cached
     if fp == "-":
         raise FileNotFoundError(path)
-    summary = summarize_cursor(Cursor.from_json(read_json(path)), parts)
+    records, parts_fp = parts.records, parts.fp
+    if records is None:  # the summary's part list was not needed so far: list it now
+        from .index import parts_digest
+
+        records, stable = catalog.parts(project, run_id)
+        parts_fp = parts_digest(records) if stable else None
+    summary = summarize_cursor(Cursor.from_json(read_json(Path(path))), records)
     summary["parts_fp"] = parts_fp
     if parts_fp:
         catalog.put_cursor_summary(path, fp, summary)
@@ -355,6 +362,7 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
     catalogs: dict[int, Any] = {}
     own = None
     out = set()
+    base = f"{sync_root(root)}/{destination_id(target, destination)}/{PROJECT_PREFIX}"
     for info in runs:
         catalog = getattr(info, "catalog", None)
         if catalog is None:
@@ -363,14 +371,12 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
         if id(catalog) not in catalogs:
             catalogs[id(catalog)] = catalog
             catalog.prefetch_cursors()
-        parts, stable = catalog.parts(info.project, info.run_id)
-        if not stable or any(p.damaged for kind in parts.values() for p in kind):
+        parts = catalog.parts_summary(info.project, info.run_id)
+        if not parts.fp or parts.damaged:
             continue
-        path = cursor_path(root, target, destination, info.project, info.run_id)
-        from .index import parts_digest
-
+        path = f"{base}{info.project}/{RUN_PREFIX}{info.run_id}.json"
         try:
-            summary = cached_cursor_summary(catalog, path, parts, parts_digest(parts))
+            summary = cached_cursor_summary(catalog, path, info.project, info.run_id, parts)
         except CURSOR_ERRORS:  # no cursor (FileNotFoundError is an OSError), or a damaged one
             continue
         if settled(summary, info.status):
