@@ -39,6 +39,7 @@ from trackstore.store.ledger import (
     pending_counts,
     read_row_ids,
     save_cursor,
+    sync_state_rows,
     unchanged_since_ack,
 )
 from trackstore.store.meta import read_writer_files, write_run_json, write_writer_file
@@ -120,12 +121,29 @@ def full_unchanged(root: Path) -> set:
     return out
 
 
+def full_sync_state(root: Path) -> list[dict]:
+    """The ``sync_state`` rows as computed before the catalog: every cursor and part read."""
+    rows = []
+    for c in iter_cursors(root):
+        paths = RunPaths(Path(root), c.project, c.run_id)
+        pending = pending_counts(paths, c) if paths.dir.exists() else {}
+        for kind in KINDS:
+            acked = c.acked.get(kind)
+            rows.append({"target": c.target, "destination": c.destination, "project": c.project,
+                         "run_id": c.run_id, "kind": kind, "acked_rows": len(acked) if acked else 0,
+                         "pending_rows": pending.get(kind, 0), "skipped_rows": c.skipped.get(kind, 0),
+                         "remote_id": c.remote_id, "synced_status": c.synced_status,
+                         "last_sync_at": c.last_sync_at, "last_error": c.last_error})
+    return rows
+
+
 def check_against_full_scan(root: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert described(list_runs(root, unreadable=True)) == described(full_runs(root))
         assert [i.run_id for i in list_runs(root)] == [i.run_id for i in full_runs(root) if not i.unreadable]
         assert status_rows(root) == full_status(root)
+        assert sync_state_rows(root) == full_sync_state(root)
         readable = [r for r in full_runs(root) if not r.unreadable]
         got = unchanged_since_ack(root, TARGET, DEST, list_runs(root))
         assert got == full_unchanged(root)

@@ -91,6 +91,15 @@ class RunInfo:
             return self._entry.light.get(name)
         return self.meta.get(name)
 
+    def recorded(self, name: str) -> Any:
+        """A field of run.json as recorded (``name``, ``status``, the times, ``last_step``, ``host``,
+        ``user``, ``tags``, ``group``, ``job_type``, ``exit_code``, ``heartbeat_at``, ``pid``,
+        ``write_errors``: what listings use), without parsing the rest of run.json; other
+        fields from :attr:`meta`."""
+        if self._meta is None and self._entry is not None and name in self._entry.light:
+            return self._entry.light[name]
+        return self.meta.get(name)
+
     @property
     def project(self) -> str:
         return self.paths.project

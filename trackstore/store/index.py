@@ -72,7 +72,8 @@ _RUN_COLUMNS = ("project", "run_id", "meta_fp", "unreadable", "problems", "name"
                 "kind_rows", "damaged", "parts_fp", "bytes_fp", "bytes")
 _HEAVY = ("meta", "writers", "parts")
 _CURSOR_COLUMNS = ("path", "fp", "dir_fp", "parts_fp", "target", "destination", "project", "run_id", "synced_status",
-                   "in_doubt", "remote", "unsettled", "last_sync_at", "last_error", "pending")
+                   "in_doubt", "remote", "unsettled", "last_sync_at", "last_error", "pending", "acked", "skipped",
+                   "remote_id")
 _SCHEMA = (
     "CREATE TABLE catalog_info (key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE runs (project TEXT NOT NULL, run_id TEXT NOT NULL, meta_fp TEXT, unreadable INTEGER, "
@@ -84,7 +85,8 @@ _SCHEMA = (
     "PRIMARY KEY (project, run_id))",
     "CREATE TABLE cursors (path TEXT PRIMARY KEY, fp TEXT, dir_fp TEXT, parts_fp TEXT, target TEXT, "
     "destination TEXT, project TEXT, run_id TEXT, synced_status TEXT, in_doubt INTEGER, remote INTEGER, "
-    "unsettled INTEGER, last_sync_at TEXT, last_error TEXT, pending TEXT) WITHOUT ROWID",
+    "unsettled INTEGER, last_sync_at TEXT, last_error TEXT, pending TEXT, acked TEXT, skipped TEXT, remote_id TEXT) "
+    "WITHOUT ROWID",
 )
 
 
@@ -597,7 +599,11 @@ class Catalog:
         taken by :meth:`cursor_summary` before the file was read, is ``fp``."""
         if fp and fp != "-":
             folder = os.path.dirname(str(path))
-            self._fresh_cursors[self._rel(path)] = (fp, self._folder_fp(folder) or "", *_cursor_values(summary))
+            try:
+                values = _cursor_values(summary)
+            except (ValueError, TypeError, KeyError):  # a value the columns cannot hold: not cached
+                return
+            self._fresh_cursors[self._rel(path)] = (fp, self._folder_fp(folder) or "", *values)
             self._dirty = True
 
     # ------------------------------------------------------------------ writing the file
@@ -685,11 +691,13 @@ class Catalog:
 def _summary_of(stored: tuple) -> dict:
     """A cursor summary (:func:`trackstore.store.ledger.summarize_cursor`) from its row (no JSON)."""
     (_fp, _dir_fp, parts_fp, target, destination, project, run_id, synced_status, in_doubt, remote, unsettled,
-     last_sync_at, last_error, pending) = stored
+     last_sync_at, last_error, pending, acked, skipped, remote_id) = stored
     return {"target": target, "destination": destination, "project": project, "run_id": run_id,
             "synced_status": synced_status, "in_doubt": bool(in_doubt), "remote": bool(remote),
             "last_sync_at": last_sync_at, "last_error": last_error, "unsettled": bool(unsettled),
-            "pending": dict(zip(KINDS, map(int, pending.split("|")))), "parts_fp": parts_fp}
+            "pending": dict(zip(KINDS, map(int, pending.split("|")))), "parts_fp": parts_fp,
+            "acked": dict(zip(KINDS, map(int, acked.split("|")))), "skipped": dict(zip(KINDS, map(int, skipped.split("|")))),
+            "remote_id": remote_id}
 
 
 def _cursor_values(summary: dict) -> tuple:
@@ -698,7 +706,9 @@ def _cursor_values(summary: dict) -> tuple:
     return (summary.get("parts_fp"), summary["target"], summary["destination"], summary["project"],
             summary["run_id"], summary["synced_status"], int(bool(summary["in_doubt"])), int(bool(summary["remote"])),
             int(bool(summary["unsettled"])), summary["last_sync_at"], summary["last_error"],
-            "|".join(str(int(pending.get(k, 0))) for k in KINDS))
+            "|".join(str(int(pending.get(k, 0))) for k in KINDS),
+            "|".join(str(int(summary["acked"].get(k, 0))) for k in KINDS),
+            "|".join(str(int(summary["skipped"].get(k, 0))) for k in KINDS), summary["remote_id"])
 
 
 def _writers_lost(writers: list[dict]) -> str | None:

@@ -308,7 +308,9 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
     return {"target": cursor.target, "destination": cursor.destination, "project": cursor.project,
             "run_id": cursor.run_id, "synced_status": cursor.synced_status, "in_doubt": bool(cursor.in_doubt),
             "remote": bool(cursor.remote), "last_sync_at": cursor.last_sync_at, "last_error": cursor.last_error,
-            "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending}
+            "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending,
+            "acked": {k: len(cursor.acked[k]) if cursor.acked.get(k) else 0 for k in KINDS},
+            "skipped": {k: cursor.skipped.get(k, 0) for k in KINDS}, "remote_id": cursor.remote_id}
 
 
 def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, parts: Any) -> dict:
@@ -387,25 +389,49 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
 
 
 def sync_state_rows(root: Path) -> list[dict]:
-    """One row per (destination, run, kind): the data behind the ``sync_state`` SQL view."""
+    """One row per (destination, run, kind): the data behind the ``sync_state`` SQL view.
+
+    Pending rows are counted against the run's parts through the catalog
+    (:func:`cached_cursor_summary`): nothing is read of a run whose parts and cursor did not
+    change. A cursor file that cannot be parsed is left out."""
+    from .index import open_catalog
+
+    root = Path(root)
+    catalog = open_catalog(root)
+    catalog.prefetch()
+    catalog.prefetch_cursors()
+    present = set(catalog.run_keys())
     rows = []
-    for c in iter_cursors(root):
-        paths = RunPaths(Path(root), c.project, c.run_id)
-        pending = pending_counts(paths, c) if paths.dir.exists() else {}
-        for kind in KINDS:
-            acked = c.acked.get(kind)
-            rows.append({
-                "target": c.target,
-                "destination": c.destination,
-                "project": c.project,
-                "run_id": c.run_id,
-                "kind": kind,
-                "acked_rows": len(acked) if acked else 0,
-                "pending_rows": pending.get(kind, 0),
-                "skipped_rows": c.skipped.get(kind, 0),
-                "remote_id": c.remote_id,
-                "synced_status": c.synced_status,
-                "last_sync_at": c.last_sync_at,
-                "last_error": c.last_error,
-            })
+    try:
+        for path in cursor_files(root):
+            key = (path.parent.name.partition("=")[2], path.name.partition("=")[2].removesuffix(".json"))
+            try:
+                if key in present:
+                    c = cached_cursor_summary(catalog, path, key[0], key[1], catalog.parts_summary(*key))
+                else:
+                    c = summarize_cursor(Cursor.from_json(read_json(path)), {})
+                if (c["project"], c["run_id"]) != key:  # a cursor in another run's place: counted against its own run
+                    cursor = Cursor.from_json(read_json(path))
+                    paths = RunPaths(root, cursor.project, cursor.run_id)
+                    c = summarize_cursor(cursor, {})
+                    c["pending"] = pending_counts(paths, cursor) if paths.dir.exists() else {}
+            except CURSOR_ERRORS:
+                continue
+            for kind in KINDS:
+                rows.append({
+                    "target": c["target"],
+                    "destination": c["destination"],
+                    "project": c["project"],
+                    "run_id": c["run_id"],
+                    "kind": kind,
+                    "acked_rows": c["acked"].get(kind, 0),
+                    "pending_rows": c["pending"].get(kind, 0),
+                    "skipped_rows": c["skipped"].get(kind, 0),
+                    "remote_id": c["remote_id"],
+                    "synced_status": c["synced_status"],
+                    "last_sync_at": c["last_sync_at"],
+                    "last_error": c["last_error"],
+                })
+    finally:
+        catalog.save()
     return rows
