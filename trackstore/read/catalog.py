@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
-from ..store.clock import iso, parse_iso
+from ..store.clock import iso, parse_iso, parse_time
 from ..store.index import column_max
 from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
@@ -206,23 +206,26 @@ class RunInfo:
         ``last_step``/``exit_code`` as int64 or None, tags as text, other values as text or None
         (``config`` and ``summary`` stay dicts; the view holds them as JSON text). ``light``:
         the columns of :meth:`list_row` only."""
-        from ..store.clock import parse_time
-        from ..store.meta import INT64_MAX, INT64_MIN
-
+        INT64_MIN, INT64_MAX = _meta.INT64_MIN, _meta.INT64_MAX
         if light:
             row = self.list_row()
-            for name in ("created_at", "ended_at", "updated_at"):
-                row[name] = parse_time(row[name])
-            row["tags"] = [t if isinstance(t, str) else str(t) for t in row["tags"]]
+            row["created_at"] = parse_time(row["created_at"])
+            row["ended_at"] = parse_time(row["ended_at"])
+            row["updated_at"] = parse_time(row["updated_at"])
+            tags = row["tags"]
+            if tags and not all(type(t) is str for t in tags):
+                row["tags"] = [t if isinstance(t, str) else str(t) for t in tags]
             for name in ("last_step", "exit_code"):
                 v = row[name]
                 if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX):
                     row[name] = None
             for name in ("project", "run_id", "name", "status", "host", "user", "group", "job_type"):
                 v = row[name]
-                if v is not None and not isinstance(v, str):
+                if v is not None and type(v) is not str:
                     row[name] = str(v)
             return row
+        from ..store.meta import INT64_MAX, INT64_MIN
+
         out = {}
         for name, v in self.row().items():
             if name in ("created_at", "ended_at", "updated_at"):

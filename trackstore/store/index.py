@@ -540,7 +540,7 @@ class Catalog:
         key = (project, run_id)
         row = self._row(key)
         if row is not None and self._kinds_unchanged(row, self._run_dir(project, run_id)):
-            return PartsSummary(row["parts_fp"], dict(zip(KINDS, map(int, row["kind_rows"].split("|")))),
+            return PartsSummary(row["parts_fp"], dict(zip(KINDS, _counts(row["kind_rows"]))),
                                 int(row["damaged"]), None)
         found, stable = self.parts(project, run_id)
         return PartsSummary(parts_digest(found) if stable else None,
@@ -695,9 +695,15 @@ def _summary_of(stored: tuple) -> dict:
     return {"target": target, "destination": destination, "project": project, "run_id": run_id,
             "synced_status": synced_status, "in_doubt": bool(in_doubt), "remote": bool(remote),
             "last_sync_at": last_sync_at, "last_error": last_error, "unsettled": bool(unsettled),
-            "pending": dict(zip(KINDS, map(int, pending.split("|")))), "parts_fp": parts_fp,
-            "acked": dict(zip(KINDS, map(int, acked.split("|")))), "skipped": dict(zip(KINDS, map(int, skipped.split("|")))),
+            "pending": dict(zip(KINDS, _counts(pending))), "parts_fp": parts_fp,
+            "acked": dict(zip(KINDS, _counts(acked))), "skipped": dict(zip(KINDS, _counts(skipped))),
             "remote_id": remote_id}
+
+
+@functools.lru_cache(maxsize=4096)
+def _counts(text: str) -> tuple[int, ...]:
+    """Counts per kind as stored (``"0|12|0|0|0"``); most runs share a few such strings."""
+    return tuple(map(int, text.split("|")))
 
 
 def _cursor_values(summary: dict) -> tuple:

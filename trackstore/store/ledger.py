@@ -23,6 +23,7 @@ last error. It is rewritten atomically after every acknowledged batch.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -169,10 +170,15 @@ def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterat
         for pdir in sorted(dest.glob(f"{PROJECT_PREFIX}*")):
             if project is not None and pdir.name != f"{PROJECT_PREFIX}{project}":
                 continue
-            for f in sorted(pdir.glob(f"{RUN_PREFIX}*.json")):
-                if run_id is not None and f.name != f"{RUN_PREFIX}{run_id}.json":
+            try:  # one listing of the folder, no stat per file (a glob costs ~10x more)
+                with os.scandir(pdir) as entries:
+                    names = sorted(e.name for e in entries if e.name.startswith(RUN_PREFIX) and e.name.endswith(".json"))
+            except OSError:
+                continue
+            for name in names:
+                if run_id is not None and name != f"{RUN_PREFIX}{run_id}.json":
                     continue
-                yield f
+                yield pdir / name
 
 
 def scan_cursors(root: Path, *, project: str | None = None,
