@@ -7,7 +7,8 @@ made from it is the answer a full read of the files gives.
   after every step;
 * a corrupt, truncated, foreign or deleted catalog file is rebuilt silently with the same answers;
 * two processes refreshing the catalog while a third writes runs never see a wrong listing;
-* a racy fingerprint (a file changed less than RACY_S ago) is not trusted.
+* a racy fingerprint (a file changed less than RACY_S ago) is not trusted;
+* connect() takes each part's check from the catalog and still skips a damaged part.
 """
 
 from __future__ import annotations
@@ -482,3 +483,40 @@ def test_two_refreshers_race_a_writer(root):
     time.sleep(index.RACY_S + 0.1)  # every file is now old enough to be cached
     for _ in range(2):  # once deriving what changed, once from the catalog
         assert answers(root)[:2] == (described(full_runs(root)), full_status(root))
+
+
+def test_connect_reuses_part_checks_and_still_skips_a_damaged_part(store, monkeypatch):
+    """connect() checks a part file once (framing, columns); a later connect (here: with the
+    checks counted, as in a new process) takes the check from the catalog while the file keeps its size and mtime, and still skips
+    a damaged part with a warning."""
+    from trackstore.read import views
+
+    op_damage(store, full_runs(store)[0])
+    checked = []
+    real = views.check_part
+
+    def counting(path):
+        checked.append(path)
+        return real(path)
+
+    monkeypatch.setattr(views, "check_part", counting)
+    found = []
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            con = trackstore.connect(store)
+            n = con.execute("SELECT count(*) FROM metrics").fetchone()[0]
+            con.close()
+        found.append((n, sorted(str(w.message).split(":")[0] for w in caught
+                                if issubclass(w.category, views.SkippedFileWarning))))
+    assert found[0] == found[1] and len(found[0][1]) == 1 and "dead00" in found[0][1][0]
+    assert found[0][0] == sum(read_row_ids(r.paths, "metrics")[0].num_rows for r in full_runs(store))
+    parts = [p for r in full_runs(store) for k in KINDS for p in r.paths.parts(k)]
+    assert len(checked) == len(parts)  # the second connect checked nothing again
+    new = full_runs(store)[1]
+    op_resume(store, new, 2)  # a new part: checked; the others are not
+    checked.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the damaged part, again
+        trackstore.connect(store).close()
+    assert checked and len(checked) < len(parts)

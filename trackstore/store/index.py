@@ -17,6 +17,11 @@ does. Fingerprints are taken *before* the files are read (a change in between ma
 stored fingerprint old, never the content), and a fingerprint whose times are less than
 :data:`RACY_S` older than the moment it was taken is not stored (a coarse file-system clock
 could give the next change the same time: such entries are derived again next time).
+Two folder fingerprints stand for what is in them (an entry appears, disappears or is replaced
+only by changing its folder's modification time): the run folder for the kind folders that
+did not exist, a cursor's folder for the cursor file. What is checked for every run (these
+fingerprints, rows per kind, damaged parts, the writers' losses, each cursor's counts) is
+kept in plain columns, so a run that did not change costs ``stat`` calls and no JSON.
 
 A missing, stale, corrupt, truncated or foreign catalog file only costs time: it is read with
 ``immutable=1`` (no locks: the file is never changed in place), any error reading it counts as
@@ -87,6 +92,9 @@ _SCHEMA = (
     "destination TEXT, project TEXT, run_id TEXT, synced_status TEXT, in_doubt INTEGER, remote INTEGER, "
     "unsettled INTEGER, last_sync_at TEXT, last_error TEXT, pending TEXT, acked TEXT, skipped TEXT, remote_id TEXT) "
     "WITHOUT ROWID",
+    "CREATE TABLE part_checks (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, problem TEXT, schema TEXT) "
+    "WITHOUT ROWID",
+    "CREATE TABLE part_schemas (digest TEXT PRIMARY KEY, columns TEXT) WITHOUT ROWID",
 )
 
 
@@ -283,6 +291,8 @@ class Catalog:
         self._fresh_cursors: dict[str, tuple] = {}
         self._folder_fps: dict[str, str | None] = {}  # cursor folders stat-ed by this process
         self._writers_now: dict[tuple[str, str], str | None] = {}  # _writers folders stat-ed by this process
+        self._part_checks: dict[str, tuple] | None = None  # fresh part checks to write (see put_part_checks)
+        self._part_checks_all = False
         self._dir_keys: list[tuple[str, str]] | None = None
         self._dirty = False
         self._prefix = f"{self.root}{_SEP}{PROJECT_PREFIX}"
@@ -301,6 +311,7 @@ class Catalog:
                 version = db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone()
                 db.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
                 db.execute("SELECT 1 FROM run_details LIMIT 1").fetchall()
+                db.execute("SELECT 1 FROM part_checks LIMIT 1").fetchall()
                 db.execute("SELECT 1 FROM cursors LIMIT 1").fetchall()
             except Exception:
                 db.close()
@@ -606,6 +617,42 @@ class Catalog:
             self._fresh_cursors[self._rel(path)] = (fp, self._folder_fp(folder) or "", *values)
             self._dirty = True
 
+    # ------------------------------------------------------------------ part checks (views)
+    def part_checks(self) -> dict[str, tuple[int, int, str | None, tuple | None]]:
+        """What the views' check of each part file found (:func:`trackstore.read.views.scan_parts`):
+        path relative to the root -> ``(size, mtime_ns, problem, columns)``. Valid while the
+        file has that size and modification time (parts are immutable), as the per-process
+        caches of :mod:`trackstore.store.parts` are."""
+        schemas = {d: tuple(tuple(c) for c in json.loads(cols))
+                   for d, cols in self._query("SELECT digest, columns FROM part_schemas")}
+        return {path: (size, mtime, problem, schemas.get(digest) if digest else None)
+                for path, size, mtime, problem, digest in
+                self._query("SELECT path, size, mtime_ns, problem, schema FROM part_checks")}
+
+    def put_part_checks(self, checks: dict[str, tuple], *, complete: bool) -> None:
+        """Remember part checks (as :meth:`part_checks` gives them); ``complete``: these are every
+        part of the store (the others are forgotten)."""
+        self._part_checks = dict(checks)
+        self._part_checks_all = complete
+        self._dirty = True
+
+    def _write_part_checks(self, db: Any) -> None:
+        if self._part_checks is None:
+            return
+        if self._part_checks_all:
+            db.execute("DELETE FROM part_checks")
+            db.execute("DELETE FROM part_schemas")
+        rows, schemas = [], {}
+        for path, (size, mtime, problem, columns) in self._part_checks.items():
+            digest = None
+            if columns is not None:
+                text = _dumps([list(c) for c in columns])
+                digest = _digest(text)
+                schemas[digest] = text
+            rows.append((path, size, mtime, problem, digest))
+        db.executemany("INSERT OR REPLACE INTO part_schemas VALUES (?, ?)", list(schemas.items()))
+        db.executemany("INSERT OR REPLACE INTO part_checks VALUES (?, ?, ?, ?, ?)", rows)
+
     # ------------------------------------------------------------------ writing the file
     def save(self) -> None:
         """Write what was derived again, if anything (never raises: the catalog is a cache)."""
@@ -647,7 +694,7 @@ class Catalog:
                     ok = db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone()
                     fresh_file = ok is None or ok[0] != str(CATALOG_VERSION)
                 if fresh_file:
-                    for table in ("catalog_info", "runs", "run_details", "cursors"):
+                    for table in ("catalog_info", "runs", "run_details", "cursors", "part_checks", "part_schemas"):
                         db.execute(f"DROP TABLE IF EXISTS {table}")
                     for stmt in _SCHEMA:
                         db.execute(stmt)
@@ -669,6 +716,7 @@ class Catalog:
                 gone = self._gone()
                 db.executemany("DELETE FROM runs WHERE project = ? AND run_id = ?", gone)
                 db.executemany("DELETE FROM run_details WHERE project = ? AND run_id = ?", gone)
+                self._write_part_checks(db)
                 db.executemany(f"INSERT OR REPLACE INTO cursors ({', '.join(_CURSOR_COLUMNS)}) "
                                f"VALUES ({', '.join('?' for _ in _CURSOR_COLUMNS)})",
                                [(p, *values) for p, values in self._fresh_cursors.items()])
@@ -715,6 +763,12 @@ def _cursor_values(summary: dict) -> tuple:
             "|".join(str(int(pending.get(k, 0))) for k in KINDS),
             "|".join(str(int(summary["acked"].get(k, 0))) for k in KINDS),
             "|".join(str(int(summary["skipped"].get(k, 0))) for k in KINDS), summary["remote_id"])
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _writers_lost(writers: list[dict]) -> str | None:
