@@ -389,6 +389,9 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
             continue
         if settled(summary, info.status):
             out.add((info.project, info.run_id))
+            # what the engine reports of an up-to-date run: its writers' losses, kept in the
+            # catalog now (saved below) so the next sync does not read its writer files again
+            catalog.writer_losses(info.project, info.run_id)
     for catalog in catalogs.values():
         catalog.save()
     return out
