@@ -484,6 +484,12 @@ def _fit(text: str, width: int, right: bool) -> str:
     return pad + text if right else text + pad
 
 
+def _fit_all(cells: list[str], width: int, right: bool) -> list[str]:
+    """:func:`_fit` of every cell of a column (plain ASCII that fits: padded without measuring)."""
+    pad = str.rjust if right else str.ljust
+    return [pad(t, width) if len(t) <= width and t.isascii() else _fit(t, width, right) for t in cells]
+
+
 def _print_lines(con: Any, title: str | None, cols: list[_Column], widths: dict[str, int]) -> None:
     """The table rich would print (box HEAVY_HEAD, bold header), written as lines: a listing of
     10,000 runs costs milliseconds instead of seconds. Only one-line cells (no wrapping)."""
@@ -502,10 +508,8 @@ def _print_lines(con: Any, title: str | None, cols: list[_Column], widths: dict[
                  + (" " * (len(h) - len(h.rstrip(' '))) if c.kind != "number" else "") for c, h in zip(cols, heads)]
     out.append("┃ " + " ┃ ".join(heads) + " ┃")
     out.append("┡" + "╇".join("━" * (w + 2) for w in ws) + "┩")
-    right = [c.kind == "number" for c in cols]
-    cells = [c.cells for c in cols]
-    for i in range(len(cells[0]) if cells else 0):
-        out.append("│ " + " │ ".join(_fit(cells[j][i], ws[j], right[j]) for j in range(len(ws))) + " │")
+    fitted = [_fit_all(c.cells, w, c.kind == "number") for c, w in zip(cols, ws)]
+    out.extend("│ " + " │ ".join(row) + " │" for row in zip(*fitted))
     out.append("└" + "┴".join("─" * (w + 2) for w in ws) + "┘")
     con.file.write("\n".join(out) + "\n")
     con.file.flush()

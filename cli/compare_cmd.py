@@ -30,12 +30,13 @@ def compare(
     from trackstore.errors import UsageError
     from trackstore.read.catalog import resolve_runs
     from trackstore.read.overview import config_diff, metric_overview, run_label
+    from trackstore.store.arrays import to_pylist
 
     infos = resolve_runs(runs, root)
     if len({(r.project, r.run_id) for r in infos}) < 2:
         raise UsageError("compare needs at least two different runs")
     with open_store(root, strict=strict, sync_state=False, runs=infos) as con:
-        overview = metric_overview(con, infos, keys).to_pylist()
+        overview = to_pylist(metric_overview(con, infos, keys))  # Table.to_pylist would import pandas
     ids = [r.run_id for r in infos]
     config_rows = [{"section": "config", "key": r.pop("key"), "stat": "value", **r}
                    for r in config_diff(infos, include_equal=all_config)]

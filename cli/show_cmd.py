@@ -78,6 +78,7 @@ def show(
     from trackstore.read.browse import record_counts
     from trackstore.read.catalog import resolve_run
     from trackstore.read.overview import flatten, metric_overview
+    from trackstore.store.arrays import to_pylist
 
     from .sql_cmd import open_store, report_skipped_files
 
@@ -85,7 +86,7 @@ def show(
         info = resolve_run(run, root, unreadable=True)  # shown with what can be read
         row = info.row()
     with open_store(root, sync_state=False, runs=[info]) as con:
-        overview = metric_overview(con, [info], keys).to_pylist()
+        overview = to_pylist(metric_overview(con, [info], keys))  # Table.to_pylist would import pandas
         counts = record_counts(con, info)
     counts["metrics"] = {"keys": len(overview), "points": sum(m["points"] for m in overview),
                          "first_step": min((m["first_step"] for m in overview if m["first_step"] is not None), default=None),

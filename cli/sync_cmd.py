@@ -472,15 +472,22 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return rows
     ids = store_run_ids(root_path) if root_path is not None else None
-    if report.dry_run:
+    if report.dry_run:  # the runs with something to do (or that would fail); the others in one line
         plan = []
+        current = sum(1 for r in report.runs if r.ok and r.up_to_date)
         for r in report.runs:
+            if r.ok and r.up_to_date:
+                continue
             plan.append({"project": r.project, "run_id": r.run_id, "status": r.status,
                          **{k: v for k, v in r.pending.items()},
                          "cannot hold": "; ".join(f"{reason}: {n}" if n else reason for reason, n in r.skipped.items()),
                          "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
-        emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
-             run_ids=ids, labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
+        if plan:
+            emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
+                 run_ids=ids, labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
+        if current or not plan:
+            print(visible(f"dry run: {plural(current, 'run')} already up to date at {report.target} "
+                          f"{report.destination}" + (" (nothing to sync)" if not plan else "")))
         _print_lost(report.runs)
         return rows
     if seen is not None:  # a later pass of --watch: what changed since the last one, if anything

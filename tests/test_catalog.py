@@ -7,7 +7,8 @@ made from it is the answer a full read of the files gives.
   after every step;
 * a corrupt, truncated, foreign or deleted catalog file is rebuilt silently with the same answers;
 * two processes refreshing the catalog while a third writes runs never see a wrong listing;
-* a racy fingerprint (a file changed less than RACY_S ago) is not trusted.
+* a racy fingerprint (a file changed less than RACY_S ago) is not trusted;
+* connect() takes each part's check from the catalog and still skips a damaged part.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from trackstore.store.ledger import (
     pending_counts,
     read_row_ids,
     save_cursor,
+    sync_state_rows,
     unchanged_since_ack,
 )
 from trackstore.store.meta import read_writer_files, write_run_json, write_writer_file
@@ -120,12 +122,29 @@ def full_unchanged(root: Path) -> set:
     return out
 
 
+def full_sync_state(root: Path) -> list[dict]:
+    """The ``sync_state`` rows as computed before the catalog: every cursor and part read."""
+    rows = []
+    for c in iter_cursors(root):
+        paths = RunPaths(Path(root), c.project, c.run_id)
+        pending = pending_counts(paths, c) if paths.dir.exists() else {}
+        for kind in KINDS:
+            acked = c.acked.get(kind)
+            rows.append({"target": c.target, "destination": c.destination, "project": c.project,
+                         "run_id": c.run_id, "kind": kind, "acked_rows": len(acked) if acked else 0,
+                         "pending_rows": pending.get(kind, 0), "skipped_rows": c.skipped.get(kind, 0),
+                         "remote_id": c.remote_id, "synced_status": c.synced_status,
+                         "last_sync_at": c.last_sync_at, "last_error": c.last_error})
+    return rows
+
+
 def check_against_full_scan(root: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert described(list_runs(root, unreadable=True)) == described(full_runs(root))
         assert [i.run_id for i in list_runs(root)] == [i.run_id for i in full_runs(root) if not i.unreadable]
         assert status_rows(root) == full_status(root)
+        assert sync_state_rows(root) == full_sync_state(root)
         readable = [r for r in full_runs(root) if not r.unreadable]
         got = unchanged_since_ack(root, TARGET, DEST, list_runs(root))
         assert got == full_unchanged(root)
@@ -170,6 +189,25 @@ def op_resume(root: Path, info, steps: int) -> None:
     for _ in range(steps):
         run.log({"loss": 0.5, "extra": 2.0})
     run.finish()
+
+
+def op_records(root: Path, info, artifact: bool) -> None:
+    """New record kinds in an existing run (a kind folder that was not there: samples, the
+    artifacts manifest inside an existing or new ``artifacts`` folder)."""
+    run = trackstore.init(project=info.project, run_id=info.run_id, resume=True, root=root)
+    run.log_samples([{"input": "later", "output": "b", "score": 0.5}], step=1)
+    if artifact:
+        f = root.parent / f"{root.name}-artifact.txt"
+        f.write_text("weights")
+        run.log_artifact(f, name="policy", type="model")
+        f.unlink()
+    run.finish()
+
+
+def op_lose(root: Path, info) -> None:
+    """A writer file that records rows it could not write (what a writer with a full disk leaves)."""
+    for w in read_writer_files(info.paths)[:1]:
+        write_writer_file(info.paths, {**w, "write_errors": "3 metrics rows lost: disk full"})
 
 
 def op_compact(root: Path, info) -> None:
@@ -231,10 +269,12 @@ OPS = st.one_of(
     st.tuples(st.just("import"), st.integers(1, 3)),
     st.tuples(st.just("ack"), st.integers(0, 9), st.sampled_from([0.0, 0.5, 1.0]), st.booleans(), st.booleans()),
     st.tuples(st.just("damage"), st.integers(0, 9)),
+    st.tuples(st.just("records"), st.integers(0, 9), st.booleans()),
+    st.tuples(st.just("lose"), st.integers(0, 9)),
 )
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(ops=st.lists(OPS, min_size=1, max_size=6))
 def test_catalog_agrees_with_a_full_scan(ops):
     root = Path(tempfile.mkdtemp(prefix="ts-cat-"))
@@ -264,6 +304,10 @@ def test_catalog_agrees_with_a_full_scan(ops):
                     op_ack(root, info, *args[1:])
                 elif name == "damage":
                     op_damage(root, info)
+                elif name == "records" and info.status != "crashed":
+                    op_records(root, info, args[1])
+                elif name == "lose":
+                    op_lose(root, info)
             _settle()
             check_against_full_scan(root)
     finally:
@@ -291,7 +335,7 @@ def answers(root: Path) -> tuple:
 def catalog_is_sound(root: Path) -> bool:
     db = sqlite3.connect(f"file:{index.catalog_path(root)}?immutable=1", uri=True)
     try:
-        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == ("1",)
+        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == (str(index.CATALOG_VERSION),)
     finally:
         db.close()
 
@@ -323,7 +367,9 @@ def test_a_damaged_catalog_is_rebuilt_with_the_same_answers(store, damage):
         db = sqlite3.connect(path)
         db.execute("UPDATE runs SET meta_fp = 'x', writers_fp = 'x', parts_fp = 'x', name = 'forged', "
                    "status = 'failed'")
-        db.execute("UPDATE cursors SET fp = 'x'")
+        db.execute("UPDATE runs SET dir_fp = 'x', kind_fps = 'x|x|x|x|x|-', kind_rows = '7|7|7|7|7', damaged = 0, "
+                   "writers_lost = NULL")
+        db.execute("UPDATE cursors SET fp = 'x', dir_fp = 'x', pending = '0|0|0|0|0', synced_status = 'finished'")
         db.commit()
         db.close()
     assert answers(store) == first
@@ -335,12 +381,13 @@ def test_the_catalog_holds_what_it_promises(store):
     """Run metadata, per-kind row counts and step ranges, last values (summary), part fingerprints."""
     answers(store)
     db = sqlite3.connect(f"file:{index.catalog_path(store)}?immutable=1", uri=True)
-    rows = db.execute("SELECT project, run_id, name, status, last_step, meta, parts FROM runs").fetchall()
+    rows = db.execute("SELECT r.project, r.run_id, name, status, last_step, meta, parts, kind_rows, damaged "
+                      "FROM runs r JOIN run_details d ON (r.project, r.run_id) = (d.project, d.run_id)").fetchall()
     db.close()
     assert len(rows) == 4
     import json
 
-    for project, run_id, name, status, last_step, meta, parts in rows:
+    for project, run_id, name, status, last_step, meta, parts, kind_rows, damaged in rows:
         info = load_run(RunPaths(store, project, run_id))
         assert (name, status, last_step) == (info.meta["name"], info.meta["status"], info.meta.get("last_step"))
         assert json.loads(meta)["summary"] == info.meta["summary"]
@@ -349,6 +396,8 @@ def test_the_catalog_holds_what_it_promises(store):
         assert sorted(p[0] for p in kinds["metrics"][1]) == listed
         rows_in = sum(p[3] for p in kinds["metrics"][1])
         assert rows_in == read_row_ids(info.paths, "metrics")[0].num_rows
+        assert kind_rows.split("|") == [str(read_row_ids(info.paths, k)[0].num_rows) for k in KINDS]
+        assert damaged == 0
 
 
 def test_a_store_where_the_catalog_cannot_be_written_is_served_without_it(store):
@@ -434,3 +483,40 @@ def test_two_refreshers_race_a_writer(root):
     time.sleep(index.RACY_S + 0.1)  # every file is now old enough to be cached
     for _ in range(2):  # once deriving what changed, once from the catalog
         assert answers(root)[:2] == (described(full_runs(root)), full_status(root))
+
+
+def test_connect_reuses_part_checks_and_still_skips_a_damaged_part(store, monkeypatch):
+    """connect() checks a part file once (framing, columns); a later connect (here: with the
+    checks counted, as in a new process) takes the check from the catalog while the file keeps its size and mtime, and still skips
+    a damaged part with a warning."""
+    from trackstore.read import views
+
+    op_damage(store, full_runs(store)[0])
+    checked = []
+    real = views.check_part
+
+    def counting(path):
+        checked.append(path)
+        return real(path)
+
+    monkeypatch.setattr(views, "check_part", counting)
+    found = []
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            con = trackstore.connect(store)
+            n = con.execute("SELECT count(*) FROM metrics").fetchone()[0]
+            con.close()
+        found.append((n, sorted(str(w.message).split(":")[0] for w in caught
+                                if issubclass(w.category, views.SkippedFileWarning))))
+    assert found[0] == found[1] and len(found[0][1]) == 1 and "dead00" in found[0][1][0]
+    assert found[0][0] == sum(read_row_ids(r.paths, "metrics")[0].num_rows for r in full_runs(store))
+    parts = [p for r in full_runs(store) for k in KINDS for p in r.paths.parts(k)]
+    assert len(checked) == len(parts)  # the second connect checked nothing again
+    new = full_runs(store)[1]
+    op_resume(store, new, 2)  # a new part: checked; the others are not
+    checked.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the damaged part, again
+        trackstore.connect(store).close()
+    assert checked and len(checked) < len(parts)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..records.samples import decode_json, decode_row
+from ..store.arrays import to_pylist
 from .views import run_sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +41,7 @@ def record_counts(con, run: RunInfo) -> dict[str, dict[str, Any]]:
     p = _params(run)
 
     def one(sql: str) -> dict[str, Any]:
-        return run_sql(con, sql, p).to_pylist()[0]
+        return to_pylist(run_sql(con, sql, p))[0]
 
     samples = one(f"SELECT count(*) AS rows, count(DISTINCT step) AS steps, list(DISTINCT split ORDER BY split) AS splits, "
                   f"min(step) AS first_step, max(step) AS last_step FROM samples WHERE {_ONE_RUN}")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
-from ..store.clock import iso, parse_iso
+from ..store.clock import iso, parse_iso, parse_time
 from ..store.index import column_max
 from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
@@ -91,6 +91,15 @@ class RunInfo:
             return self._entry.light.get(name)
         return self.meta.get(name)
 
+    def recorded(self, name: str) -> Any:
+        """A field of run.json as recorded (``name``, ``status``, the times, ``last_step``, ``host``,
+        ``user``, ``tags``, ``group``, ``job_type``, ``exit_code``, ``heartbeat_at``, ``pid``,
+        ``write_errors``: what listings use), without parsing the rest of run.json; other
+        fields from :attr:`meta`."""
+        if self._meta is None and self._entry is not None and name in self._entry.light:
+            return self._entry.light[name]
+        return self.meta.get(name)
+
     @property
     def project(self) -> str:
         return self.paths.project
@@ -135,6 +144,8 @@ class RunInfo:
 
     def write_errors(self) -> str | None:
         """What the run's writers could not write, from ``run.json`` and each writer's file; None if nothing."""
+        if self._writers is None and self._entry is not None:  # only the writers that lost rows
+            return lost_rows(self._light("write_errors"), self._entry.catalog.writer_losses(self.project, self.run_id))
         return lost_rows(self._light("write_errors"), self.writers)
 
     def list_row(self) -> dict[str, Any]:
@@ -195,23 +206,26 @@ class RunInfo:
         ``last_step``/``exit_code`` as int64 or None, tags as text, other values as text or None
         (``config`` and ``summary`` stay dicts; the view holds them as JSON text). ``light``:
         the columns of :meth:`list_row` only."""
-        from ..store.clock import parse_time
-        from ..store.meta import INT64_MAX, INT64_MIN
-
+        INT64_MIN, INT64_MAX = _meta.INT64_MIN, _meta.INT64_MAX
         if light:
             row = self.list_row()
-            for name in ("created_at", "ended_at", "updated_at"):
-                row[name] = parse_time(row[name])
-            row["tags"] = [t if isinstance(t, str) else str(t) for t in row["tags"]]
+            row["created_at"] = parse_time(row["created_at"])
+            row["ended_at"] = parse_time(row["ended_at"])
+            row["updated_at"] = parse_time(row["updated_at"])
+            tags = row["tags"]
+            if tags and not all(type(t) is str for t in tags):
+                row["tags"] = [t if isinstance(t, str) else str(t) for t in tags]
             for name in ("last_step", "exit_code"):
                 v = row[name]
                 if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX):
                     row[name] = None
             for name in ("project", "run_id", "name", "status", "host", "user", "group", "job_type"):
                 v = row[name]
-                if v is not None and not isinstance(v, str):
+                if v is not None and type(v) is not str:
                     row[name] = str(v)
             return row
+        from ..store.meta import INT64_MAX, INT64_MIN
+
         out = {}
         for name, v in self.row().items():
             if name in ("created_at", "ended_at", "updated_at"):
@@ -452,14 +466,13 @@ def run_bytes(info: RunInfo) -> int:
     """Bytes of the run's folder: from the catalog while its run.json and kind folders keep their
     fingerprints, else every file's size (:func:`trackstore.store.files.tree_bytes`)."""
     from ..store.files import tree_bytes
-    from ..store.index import parts_digest
 
     catalog = info.catalog
     if catalog is None:
         return tree_bytes(info.paths.dir)
-    parts, stable = catalog.parts(info.project, info.run_id)
+    parts_fp = catalog.parts_summary(info.project, info.run_id).fp
     meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
-    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_digest(parts) if stable else None)
+    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_fp)
 
 
 def save_catalogs(runs: Iterable[RunInfo]) -> None:

@@ -18,7 +18,6 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..errors import UsageError
-from .views import run_sql
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -54,6 +53,8 @@ def metric_overview(con, runs: Sequence[RunInfo], keys: Sequence[str] | None = N
     params: dict[str, Any] = {}
     sql = (f"SELECT * FROM metric_summary WHERE {_run_filter(runs, params)} AND {key_filter(keys, params)} "
            "ORDER BY project, run_id, key")
+    from .views import run_sql  # not at import: flatten (used by sync adapters) needs no pyarrow
+
     return run_sql(con, sql, params)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..store.index import Catalog, open_catalog, parts_digest
-from ..store.layout import KINDS, resolve_root
+from ..store.index import Catalog, PartsSummary, open_catalog
+from ..store.layout import resolve_root
 from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files
 from .catalog import RunInfo, list_runs
 
@@ -36,31 +36,27 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
         catalogs.setdefault(id(catalog_of[key]), catalog_of[key])
     for catalog in catalogs.values():
         catalog.prefetch_cursors()
-    parts_of: dict[tuple[str, str], tuple[dict, str | None]] = {}
+    parts_of: dict[tuple[str, str], PartsSummary] = {}
 
-    def parts(info: RunInfo) -> tuple[dict, str | None]:
+    def parts(info: RunInfo) -> PartsSummary:
         key = (info.project, info.run_id)
         if key not in parts_of:
-            found, stable = catalog_of[key].parts(info.project, info.run_id)
-            parts_of[key] = (found, parts_digest(found) if stable else None)
+            parts_of[key] = catalog_of[key].parts_summary(info.project, info.run_id)
         return parts_of[key]
 
     def row(info: RunInfo, summary: dict | None, target: str, destination: str) -> dict[str, Any]:
-        found, fp = parts(info)
-        if summary is not None:
-            pending = summary["pending"]
-        else:
-            pending = {k: sum(p.rows for p in found.get(k, ()) if not p.damaged) for k in KINDS}
+        found = parts(info)
+        pending = summary["pending"] if summary is not None else found.rows
         catalog = catalog_of[(info.project, info.run_id)]
         meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
         return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
                 "status": info.status, "pending_metrics": pending.get("metrics", 0),
                 "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                "bytes": catalog.run_bytes(info.project, info.run_id, meta_fp, fp),
+                "bytes": catalog.run_bytes(info.project, info.run_id, meta_fp, found.fp),
                 "synced_status": summary["synced_status"] if summary else None,
                 "last_sync_at": summary["last_sync_at"] if summary else None,
                 "last_error": summary["last_error"] if summary else None,
-                "unreadable_parts": sum(p.damaged for k in found.values() for p in k),
+                "unreadable_parts": found.damaged,
                 "write_errors": info.write_errors()}
 
     rows = []
@@ -71,9 +67,8 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             info = infos.get(key)
             if info is None:
                 continue
-            found, fp = parts(info)
             try:
-                summary = cached_cursor_summary(catalog_of[key], path, found, fp)
+                summary = cached_cursor_summary(catalog_of[key], path, key[0], key[1], parts(info))
             except CURSOR_ERRORS:  # vanished (archived meanwhile) or unreadable: says nothing
                 continue
             if target is not None and summary["target"] != target:

@@ -120,10 +120,16 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     link that leads outside the store counts as damaged: the views never read it (and the
     read-only sandbox could not: one such link would fail every query).
     """
+    from ..store.index import open_catalog
+
     root_path = resolve_root(root)
     real_root = os.path.realpath(root_path)
     linked_projects: dict[Path, bool] = {}
     found = StoreParts({k: [] for k in RECORD_KINDS}, {k: set() for k in RECORD_KINDS}, {})
+    catalog = open_catalog(root_path)  # each part's check, from earlier commands while it is unchanged
+    known = catalog.part_checks()
+    seen: dict[str, tuple] = {}
+    head = f"{root_path}{os.sep}"
     if only is None:
         folders: Iterable[tuple[str, str, Path]] = iter_run_dirs(root_path)
     else:  # straight to the runs asked for: a question about one run never lists the store
@@ -145,17 +151,41 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
                     if not is_part_name(e.name):
                         continue
                     problem = _outside_store(e.path, real_root) if linked or e.is_symlink() else None
-                    problem = problem or check_part(e.path)
                     if problem is None:
-                        try:
-                            found.schemas[kind].add(part_schema(e.path))
-                        except Exception as exc:
-                            problem = f"unreadable Parquet footer ({exc})"
+                        problem, columns = _checked(e, head, known, seen)
                     if problem is None:
+                        found.schemas[kind].add(columns)
                         found.files[kind].append(e.path)
                     else:
                         found.bad[e.path] = problem
+    if seen != {k: v for k, v in known.items() if k in seen} or (only is None and len(seen) != len(known)):
+        catalog.put_part_checks(seen, complete=only is None)
+    catalog.save()
+    catalog.close()
     return found
+
+
+def _checked(e: os.DirEntry, head: str, known: dict[str, tuple], seen: dict[str, tuple]) -> tuple[str | None, Any]:
+    """``(problem, columns)`` of one part: its framing (:func:`check_part`) and its columns
+    (:func:`part_schema`), or what an earlier command found while its size and mtime are the same."""
+    try:
+        st = e.stat()
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror or exc}", None
+    rel = e.path[len(head):] if e.path.startswith(head) else e.path
+    old = known.get(rel)
+    if old is not None and old[0] == st.st_size and old[1] == st.st_mtime_ns:
+        seen[rel] = old
+        return old[2], old[3]
+    problem, columns = check_part(e.path), None
+    if problem is None:
+        try:
+            columns = part_schema(e.path)
+        except Exception as exc:
+            problem = f"unreadable Parquet footer ({exc})"
+    if not (problem or "").startswith("cannot stat"):
+        seen[rel] = (st.st_size, st.st_mtime_ns, problem, columns)
+    return problem, columns
 
 
 def _linked_below(top: Path, d: Path) -> bool:

@@ -17,6 +17,11 @@ does. Fingerprints are taken *before* the files are read (a change in between ma
 stored fingerprint old, never the content), and a fingerprint whose times are less than
 :data:`RACY_S` older than the moment it was taken is not stored (a coarse file-system clock
 could give the next change the same time: such entries are derived again next time).
+Two folder fingerprints stand for what is in them (an entry appears, disappears or is replaced
+only by changing its folder's modification time): the run folder for the kind folders that
+did not exist, a cursor's folder for the cursor file. What is checked for every run (these
+fingerprints, rows per kind, damaged parts, the writers' losses, each cursor's counts) is
+kept in plain columns, so a run that did not change costs ``stat`` calls and no JSON.
 
 A missing, stale, corrupt, truncated or foreign catalog file only costs time: it is read with
 ``immutable=1`` (no locks: the file is never changed in place), any error reading it counts as
@@ -33,6 +38,7 @@ part file must be read.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -58,7 +64,7 @@ from .ranges import RangeSet
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 1
+CATALOG_VERSION = 2
 _SEP = os.sep
 # each kind's folder inside a run folder (trackstore.store.layout.RunPaths.kind_dir), as text
 _KIND_DIRS = {k: (f"{ARTIFACTS_DIR}{os.sep}{MANIFEST_DIR}" if k == "artifacts" else k) for k in KINDS}
@@ -67,16 +73,28 @@ STALE_TEMP_S = 600.0  # a refresher's temp file older than this was left by a pr
 
 _RUN_COLUMNS = ("project", "run_id", "meta_fp", "unreadable", "problems", "name", "status", "created_at",
                 "ended_at", "updated_at", "last_step", "host", "user", "tags", "grp", "job_type", "exit_code",
-                "heartbeat_at", "pid", "write_errors", "writers_fp", "parts_fp", "bytes_fp", "bytes")
+                "heartbeat_at", "pid", "write_errors", "writers_fp", "writers_lost", "dir_fp", "kind_fps",
+                "kind_rows", "damaged", "parts_fp", "bytes_fp", "bytes")
 _HEAVY = ("meta", "writers", "parts")
+_CURSOR_COLUMNS = ("path", "fp", "dir_fp", "parts_fp", "target", "destination", "project", "run_id", "synced_status",
+                   "in_doubt", "remote", "unsettled", "last_sync_at", "last_error", "pending", "acked", "skipped",
+                   "remote_id")
 _SCHEMA = (
     "CREATE TABLE catalog_info (key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE runs (project TEXT NOT NULL, run_id TEXT NOT NULL, meta_fp TEXT, unreadable INTEGER, "
     "problems TEXT, name TEXT, status TEXT, created_at TEXT, ended_at TEXT, updated_at TEXT, last_step INTEGER, "
     "host TEXT, user TEXT, tags TEXT, grp TEXT, job_type TEXT, exit_code INTEGER, heartbeat_at TEXT, pid INTEGER, "
-    "write_errors TEXT, writers_fp TEXT, parts_fp TEXT, bytes_fp TEXT, bytes INTEGER, meta TEXT, writers TEXT, "
-    "parts TEXT, PRIMARY KEY (project, run_id)) WITHOUT ROWID",
-    "CREATE TABLE cursors (path TEXT PRIMARY KEY, fp TEXT, summary TEXT) WITHOUT ROWID",
+    "write_errors TEXT, writers_fp TEXT, writers_lost TEXT, dir_fp TEXT, kind_fps TEXT, kind_rows TEXT, "
+    "damaged INTEGER, parts_fp TEXT, bytes_fp TEXT, bytes INTEGER, PRIMARY KEY (project, run_id)) WITHOUT ROWID",
+    "CREATE TABLE run_details (project TEXT NOT NULL, run_id TEXT NOT NULL, meta TEXT, writers TEXT, parts TEXT, "
+    "PRIMARY KEY (project, run_id))",
+    "CREATE TABLE cursors (path TEXT PRIMARY KEY, fp TEXT, dir_fp TEXT, parts_fp TEXT, target TEXT, "
+    "destination TEXT, project TEXT, run_id TEXT, synced_status TEXT, in_doubt INTEGER, remote INTEGER, "
+    "unsettled INTEGER, last_sync_at TEXT, last_error TEXT, pending TEXT, acked TEXT, skipped TEXT, remote_id TEXT) "
+    "WITHOUT ROWID",
+    "CREATE TABLE part_checks (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, problem TEXT, schema TEXT) "
+    "WITHOUT ROWID",
+    "CREATE TABLE part_schemas (digest TEXT PRIMARY KEY, columns TEXT) WITHOUT ROWID",
 )
 
 
@@ -195,6 +213,19 @@ def parts_digest(parts: dict[str, list[PartRecord]]) -> str:
     return h.hexdigest()[:24]
 
 
+@dataclass(frozen=True)
+class PartsSummary:
+    """A run's parts in short (:meth:`Catalog.parts_summary`): ``fp`` their digest
+    (:func:`parts_digest`; None when a folder changed within :data:`RACY_S`), ``rows`` the
+    readable rows per kind, ``damaged`` how many parts cannot be read; ``records`` the part
+    records when they had to be listed (else None: :meth:`Catalog.parts` gives them)."""
+
+    fp: str | None
+    rows: dict[str, int]
+    damaged: int
+    records: dict[str, list[PartRecord]] | None
+
+
 # ---------------------------------------------------------------------------- the catalog
 class RunEntry:
     """One run as the catalog has it (validated by ``run.json``'s fingerprint when handed out).
@@ -253,11 +284,15 @@ class Catalog:
         self.path = catalog_path(self.root)
         self._db: Any = None  # the file, opened read-only and immutable (sqlite3.Connection)
         self._rows: dict[tuple[str, str], dict | None] = {}  # what the file holds (listing columns), as read
-        self._cursors: dict[str, tuple[str, str] | None] = {}
+        self._cursors: dict[str, tuple | None] = {}  # cursor rows of the file (without the path), as read
         self._all = False  # every row of the file read (prefetch): a run not in _rows has none
         self._all_cursors = False
         self._fresh: dict[tuple[str, str], dict] = {}  # rows derived again by this process (all columns)
-        self._fresh_cursors: dict[str, tuple[str, str]] = {}
+        self._fresh_cursors: dict[str, tuple] = {}
+        self._folder_fps: dict[str, str | None] = {}  # cursor folders stat-ed by this process
+        self._writers_now: dict[tuple[str, str], str | None] = {}  # _writers folders stat-ed by this process
+        self._part_checks: dict[str, tuple] | None = None  # fresh part checks to write (see put_part_checks)
+        self._part_checks_all = False
         self._dir_keys: list[tuple[str, str]] | None = None
         self._dirty = False
         self._prefix = f"{self.root}{_SEP}{PROJECT_PREFIX}"
@@ -275,6 +310,8 @@ class Catalog:
             try:
                 version = db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone()
                 db.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
+                db.execute("SELECT 1 FROM run_details LIMIT 1").fetchall()
+                db.execute("SELECT 1 FROM part_checks LIMIT 1").fetchall()
                 db.execute("SELECT 1 FROM cursors LIMIT 1").fetchall()
             except Exception:
                 db.close()
@@ -311,7 +348,7 @@ class Catalog:
 
     def prefetch_cursors(self) -> None:
         if not self._all_cursors:
-            self._cursors.update({p: (fp, s) for p, fp, s in self._query("SELECT path, fp, summary FROM cursors")})
+            self._cursors.update({r[0]: r[1:] for r in self._query(f"SELECT {', '.join(_CURSOR_COLUMNS)} FROM cursors")})
             self._all_cursors = True
 
     def _stored(self, key: tuple[str, str]) -> dict | None:
@@ -324,10 +361,10 @@ class Catalog:
         self._rows[key] = row
         return row
 
-    def _stored_cursor(self, rel: str) -> tuple[str, str] | None:
+    def _stored_cursor(self, rel: str) -> tuple | None:
         if rel in self._cursors or self._all_cursors:
             return self._cursors.get(rel)
-        found = self._query("SELECT fp, summary FROM cursors WHERE path = ?", (rel,))
+        found = self._query(f"SELECT {', '.join(_CURSOR_COLUMNS[1:])} FROM cursors WHERE path = ?", (rel,))
         self._cursors[rel] = found[0] if found else None
         return self._cursors[rel]
 
@@ -340,7 +377,8 @@ class Catalog:
         if self._db is None:
             return None
         try:
-            found = self._db.execute(f"SELECT {column} FROM runs WHERE project = ? AND run_id = ?", key).fetchone()
+            found = self._db.execute(f"SELECT {column} FROM run_details WHERE project = ? AND run_id = ?",
+                                     key).fetchone()
         except Exception:
             return None
         return found[0] if found else None
@@ -410,7 +448,7 @@ class Catalog:
         from .meta import read_writer_files
 
         key = (project, run_id)
-        current = fingerprint(f"{self._run_dir(project, run_id)}{_SEP}{WRITERS_DIR}", self._now)
+        current = self._writers_now[key] = fingerprint(f"{self._run_dir(project, run_id)}{_SEP}{WRITERS_DIR}", self._now)
         row = self._row(key)
         if row is not None and _same(row.get("writers_fp"), current):
             text = self.heavy(key, "writers")
@@ -422,14 +460,34 @@ class Catalog:
         except (ValueError, TypeError):
             return found
         if row is not None:  # only runs with a run.json have a row
-            self._update(key, writers_fp=current, writers=text)
+            self._update(key, writers_fp=current, writers=text, writers_lost=_writers_lost(found))
         return found
+
+    def _writers_fp(self, key: tuple[str, str]) -> str | None:
+        """The ``_writers`` folder's fingerprint, taken once per catalog (one command)."""
+        if key not in self._writers_now:
+            self._writers_now[key] = fingerprint(f"{self._run_dir(*key)}{_SEP}{WRITERS_DIR}", self._now)
+        return self._writers_now[key]
+
+    def writer_losses(self, project: str, run_id: str) -> list[dict]:
+        """Of the run's writer files, those that recorded ``write_errors`` (``writer_id`` and
+        ``write_errors`` only): one ``stat`` of the ``_writers`` folder while it is unchanged,
+        no JSON read when none did."""
+        key = (project, run_id)
+        row = self._row(key)
+        current = self._writers_fp(key)
+        if row is not None and "writers_lost" in row and _same(row.get("writers_fp"), current):
+            text = row["writers_lost"]
+            return json.loads(text) if text else []
+        return [w for w in self.writers(project, run_id) if w.get("write_errors")]
 
     def parts(self, project: str, run_id: str) -> tuple[dict[str, list[PartRecord]], bool]:
         """Every part of the run per kind, checked against each kind folder; and whether the
         listing is trustworthy later (no folder changed within :data:`RACY_S`)."""
         key = (project, run_id)
         run_dir = self._run_dir(project, run_id)
+        dir_fp = fingerprint(run_dir, self._now)  # before the kind folders: see _kinds_unchanged
+        has_artifacts = os.path.isdir(f"{run_dir}{_SEP}{ARTIFACTS_DIR}")
         row = self._row(key)
         stored: dict = {}
         if row is not None:
@@ -450,18 +508,65 @@ class Catalog:
             known = {(p[0], p[1], p[2]): PartRecord.from_json(p) for p in (old[1] if old else [])}
             out[kind] = _list_parts(Path(kdir), kind, known) if current != "-" else []
         stable = all(fps.values())
-        if changed and row is not None:
-            self._update(key, parts=_dumps({k: [fps[k], [p.to_json() for p in out[k]]] for k in KINDS}),
-                         parts_fp=parts_digest(out) if stable else "")
+        if row is not None:
+            kind_fps = "|".join([*(fps[k] or "" for k in KINDS), "+" if has_artifacts else "-"]) if stable else ""
+            quick = {"dir_fp": dir_fp or "", "kind_fps": kind_fps,
+                     "kind_rows": "|".join(str(sum(p.rows or 0 for p in out[k] if not p.damaged)) for k in KINDS),
+                     "damaged": sum(p.damaged for k in KINDS for p in out[k])}
+            if changed:
+                self._update(key, parts=_dumps({k: [fps[k], [p.to_json() for p in out[k]]] for k in KINDS}),
+                             parts_fp=parts_digest(out) if stable else "", **quick)
+            elif any(row.get(c) != v for c, v in quick.items()):
+                self._update(key, **quick)
         return out, stable
 
+    def _kinds_unchanged(self, row: dict, run_dir: str) -> bool:
+        """Whether every kind folder still has the fingerprint stored with the run's part list,
+        from ``stat`` calls only. A kind folder that did not exist still does not while the run
+        folder keeps its fingerprint (a folder made in it would change it), so only the kind
+        folders that existed are ``stat``-ed; the run folder's fingerprint was taken before
+        theirs (:meth:`parts`)."""
+        stored = row.get("kind_fps")
+        if not stored or not row.get("parts_fp"):
+            return False
+        fps = stored.split("|")
+        dir_fp = fingerprint(run_dir, self._now)
+        dir_same = _same(row.get("dir_fp"), dir_fp)
+        has_artifacts = None if dir_same else os.path.isdir(f"{run_dir}{_SEP}{ARTIFACTS_DIR}")
+        for i, kind in enumerate(KINDS):
+            old = fps[i]
+            if old == "-" and dir_same and (kind != "artifacts" or fps[-1] == "-"):
+                continue
+            if not _same(old, fingerprint(f"{run_dir}{_SEP}{_KIND_DIRS[kind]}", self._now)):
+                return False
+        if not dir_same and dir_fp:  # every kind folder checked after the run folder's fingerprint: keep it
+            self._update((row["project"], row["run_id"]), dir_fp=dir_fp,
+                         kind_fps="|".join([*fps[:-1], "+" if has_artifacts else "-"]))
+        return True
+
+    def parts_summary(self, project: str, run_id: str) -> PartsSummary:
+        """What ``status`` and the no-change check need of a run's parts (their digest, readable
+        rows per kind, damaged parts), from ``stat`` calls only while no kind folder changed;
+        else from :meth:`parts`."""
+        key = (project, run_id)
+        row = self._row(key)
+        if row is not None and self._kinds_unchanged(row, self._run_dir(project, run_id)):
+            return PartsSummary(row["parts_fp"], dict(zip(KINDS, _counts(row["kind_rows"]))),
+                                int(row["damaged"]), None)
+        found, stable = self.parts(project, run_id)
+        return PartsSummary(parts_digest(found) if stable else None,
+                            {k: sum(p.rows or 0 for p in found[k] if not p.damaged) for k in KINDS},
+                            sum(p.damaged for k in KINDS for p in found[k]), found)
+
     def run_bytes(self, project: str, run_id: str, meta_fp: str | None, parts_fp: str | None) -> int:
-        """Bytes of the run folder, derived again when its run.json or any kind folder changed."""
+        """Bytes of the run folder, derived again when its run.json, its writer files or any kind
+        folder changed."""
         from .files import tree_bytes
 
         key = (project, run_id)
         row = self._row(key)
-        basis = f"{meta_fp}|{parts_fp}" if meta_fp and parts_fp else ""
+        writers_fp = self._writers_fp(key)
+        basis = f"{meta_fp}|{writers_fp}|{parts_fp}" if meta_fp and parts_fp and writers_fp else ""
         if row is not None and basis and row.get("bytes_fp") == basis and row.get("bytes") is not None:
             return int(row["bytes"])
         n = tree_bytes(RunPaths(self.root, project, run_id).dir)
@@ -474,22 +579,79 @@ class Catalog:
         return None if row is None else row.get(column)
 
     # ------------------------------------------------------------------ cursors
-    def cursor_summary(self, path: Path) -> tuple[str | None, dict | None]:
-        """``(fingerprint now, the stored summary if it still holds)`` of a cursor file."""
-        rel = os.path.relpath(path, self.root)
-        current = fingerprint(path)
+    def _rel(self, path: Path | str) -> str:
+        text = str(path)
+        head = f"{self.root}{_SEP}"
+        return text[len(head):] if text.startswith(head) else os.path.relpath(text, self.root)
+
+    def _folder_fp(self, folder: str) -> str | None:
+        if folder not in self._folder_fps:
+            self._folder_fps[folder] = fingerprint(folder, self._now)
+        return self._folder_fps[folder]
+
+    def cursor_summary(self, path: Path | str) -> tuple[str | None, dict | None]:
+        """``(fingerprint now, the stored summary if it still holds)`` of a cursor file.
+
+        Cursor files are replaced whole by a rename into their folder, so while the folder keeps
+        the fingerprint it had when the file's was taken, the file keeps its own: one ``stat``
+        per folder, not per file (the file is ``stat``-ed only when its folder changed)."""
+        rel = self._rel(path)
         stored = self._fresh_cursors.get(rel) or self._stored_cursor(rel)
+        folder_fp = self._folder_fp(os.path.dirname(str(path)))  # before the file's: see put_cursor_summary
+        if stored is not None and _same(stored[1], folder_fp) and stored[0] and stored[0] != "-":
+            return stored[0], _summary_of(stored)
+        current = fingerprint(path, self._now)
         if stored is not None and _same(stored[0], current):
-            try:
-                return current, json.loads(stored[1])
-            except ValueError:
-                pass
+            return current, _summary_of(stored)
         return current, None
 
-    def put_cursor_summary(self, path: Path, fp: str | None, summary: dict) -> None:
-        if fp:
-            self._fresh_cursors[os.path.relpath(path, self.root)] = (fp, _dumps(summary))
+    def put_cursor_summary(self, path: Path | str, fp: str | None, summary: dict) -> None:
+        """Remember ``summary`` (with its ``parts_fp``) for the cursor file whose fingerprint,
+        taken by :meth:`cursor_summary` before the file was read, is ``fp``."""
+        if fp and fp != "-":
+            folder = os.path.dirname(str(path))
+            try:
+                values = _cursor_values(summary)
+            except (ValueError, TypeError, KeyError):  # a value the columns cannot hold: not cached
+                return
+            self._fresh_cursors[self._rel(path)] = (fp, self._folder_fp(folder) or "", *values)
             self._dirty = True
+
+    # ------------------------------------------------------------------ part checks (views)
+    def part_checks(self) -> dict[str, tuple[int, int, str | None, tuple | None]]:
+        """What the views' check of each part file found (:func:`trackstore.read.views.scan_parts`):
+        path relative to the root -> ``(size, mtime_ns, problem, columns)``. Valid while the
+        file has that size and modification time (parts are immutable), as the per-process
+        caches of :mod:`trackstore.store.parts` are."""
+        schemas = {d: tuple(tuple(c) for c in json.loads(cols))
+                   for d, cols in self._query("SELECT digest, columns FROM part_schemas")}
+        return {path: (size, mtime, problem, schemas.get(digest) if digest else None)
+                for path, size, mtime, problem, digest in
+                self._query("SELECT path, size, mtime_ns, problem, schema FROM part_checks")}
+
+    def put_part_checks(self, checks: dict[str, tuple], *, complete: bool) -> None:
+        """Remember part checks (as :meth:`part_checks` gives them); ``complete``: these are every
+        part of the store (the others are forgotten)."""
+        self._part_checks = dict(checks)
+        self._part_checks_all = complete
+        self._dirty = True
+
+    def _write_part_checks(self, db: Any) -> None:
+        if self._part_checks is None:
+            return
+        if self._part_checks_all:
+            db.execute("DELETE FROM part_checks")
+            db.execute("DELETE FROM part_schemas")
+        rows, schemas = [], {}
+        for path, (size, mtime, problem, columns) in self._part_checks.items():
+            digest = None
+            if columns is not None:
+                text = _dumps([list(c) for c in columns])
+                digest = _digest(text)
+                schemas[digest] = text
+            rows.append((path, size, mtime, problem, digest))
+        db.executemany("INSERT OR REPLACE INTO part_schemas VALUES (?, ?)", list(schemas.items()))
+        db.executemany("INSERT OR REPLACE INTO part_checks VALUES (?, ?, ?, ?, ?)", rows)
 
     # ------------------------------------------------------------------ writing the file
     def save(self) -> None:
@@ -532,26 +694,32 @@ class Catalog:
                     ok = db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone()
                     fresh_file = ok is None or ok[0] != str(CATALOG_VERSION)
                 if fresh_file:
-                    for table in ("catalog_info", "runs", "cursors"):
+                    for table in ("catalog_info", "runs", "run_details", "cursors", "part_checks", "part_schemas"):
                         db.execute(f"DROP TABLE IF EXISTS {table}")
                     for stmt in _SCHEMA:
                         db.execute(stmt)
                     db.execute("INSERT INTO catalog_info VALUES ('version', ?)", (str(CATALOG_VERSION),))
                     db.execute("INSERT INTO catalog_info VALUES ('root', ?)", (str(self.root),))
-                cols = (*_RUN_COLUMNS, *_HEAVY)
-                marks = ", ".join("?" for _ in cols)
+                put_run = (f"INSERT OR REPLACE INTO runs ({', '.join(_RUN_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})")
+                details = ("project", "run_id", *_HEAVY)
+                put_details = (f"INSERT OR REPLACE INTO run_details ({', '.join(details)}) "
+                               f"VALUES ({', '.join('?' for _ in details)})")
                 if fresh_file:
                     # a new file keeps what this process knows that is still valid, from the old rows
                     keep = {k: r for k, r in self._rows.items() if r is not None and k not in self._fresh}
                     for key, r in keep.items():
-                        heavy = {c: self.heavy(key, c) for c in _HEAVY}
-                        db.execute(f"INSERT OR REPLACE INTO runs ({', '.join(cols)}) VALUES ({marks})",
-                                   [r.get(c) for c in _RUN_COLUMNS] + [heavy[c] for c in _HEAVY])
-                db.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(cols)}) VALUES ({marks})",
-                               [[row.get(c) for c in cols] for row in self._fresh.values()])
-                db.executemany("DELETE FROM runs WHERE project = ? AND run_id = ?", self._gone())
-                db.executemany("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)",
-                               [(p, fp, s) for p, (fp, s) in self._fresh_cursors.items()])
+                        db.execute(put_run, [r.get(c) for c in _RUN_COLUMNS])
+                        db.execute(put_details, [*key, *(self.heavy(key, c) for c in _HEAVY)])
+                db.executemany(put_run, [[row.get(c) for c in _RUN_COLUMNS] for row in self._fresh.values()])
+                db.executemany(put_details, [[row.get(c) for c in details] for row in self._fresh.values()])
+                gone = self._gone()
+                db.executemany("DELETE FROM runs WHERE project = ? AND run_id = ?", gone)
+                db.executemany("DELETE FROM run_details WHERE project = ? AND run_id = ?", gone)
+                self._write_part_checks(db)
+                db.executemany(f"INSERT OR REPLACE INTO cursors ({', '.join(_CURSOR_COLUMNS)}) "
+                               f"VALUES ({', '.join('?' for _ in _CURSOR_COLUMNS)})",
+                               [(p, *values) for p, values in self._fresh_cursors.items()])
                 db.commit()
             finally:
                 db.close()
@@ -568,6 +736,48 @@ class Catalog:
             self._db = None
 
 
+def _summary_of(stored: tuple) -> dict:
+    """A cursor summary (:func:`trackstore.store.ledger.summarize_cursor`) from its row (no JSON)."""
+    (_fp, _dir_fp, parts_fp, target, destination, project, run_id, synced_status, in_doubt, remote, unsettled,
+     last_sync_at, last_error, pending, acked, skipped, remote_id) = stored
+    return {"target": target, "destination": destination, "project": project, "run_id": run_id,
+            "synced_status": synced_status, "in_doubt": bool(in_doubt), "remote": bool(remote),
+            "last_sync_at": last_sync_at, "last_error": last_error, "unsettled": bool(unsettled),
+            "pending": dict(zip(KINDS, _counts(pending))), "parts_fp": parts_fp,
+            "acked": dict(zip(KINDS, _counts(acked))), "skipped": dict(zip(KINDS, _counts(skipped))),
+            "remote_id": remote_id}
+
+
+@functools.lru_cache(maxsize=4096)
+def _counts(text: str) -> tuple[int, ...]:
+    """Counts per kind as stored (``"0|12|0|0|0"``); most runs share a few such strings."""
+    return tuple(map(int, text.split("|")))
+
+
+def _cursor_values(summary: dict) -> tuple:
+    """The columns after ``fp`` and ``dir_fp`` of a cursor's row, from its summary."""
+    pending = summary["pending"]
+    return (summary.get("parts_fp"), summary["target"], summary["destination"], summary["project"],
+            summary["run_id"], summary["synced_status"], int(bool(summary["in_doubt"])), int(bool(summary["remote"])),
+            int(bool(summary["unsettled"])), summary["last_sync_at"], summary["last_error"],
+            "|".join(str(int(pending.get(k, 0))) for k in KINDS),
+            "|".join(str(int(summary["acked"].get(k, 0))) for k in KINDS),
+            "|".join(str(int(summary["skipped"].get(k, 0))) for k in KINDS), summary["remote_id"])
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _writers_lost(writers: list[dict]) -> str | None:
+    """The writer files that recorded ``write_errors``, as stored (None: none did)."""
+    lost = [{"writer_id": str(w.get("writer_id", "?")), "write_errors": str(w["write_errors"])}
+            for w in writers if w.get("write_errors")]
+    return _dumps(lost) if lost else None
+
+
 def _light_columns(light: dict) -> dict:
     out = {k: v for k, v in light.items() if k not in ("tags", "group")}
     out["grp"] = light.get("group")
@@ -575,11 +785,17 @@ def _light_columns(light: dict) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _tags(text: str) -> tuple:
+    """A stored tag list (runs of a store share a few: parsed once each)."""
+    return tuple(json.loads(text))
+
+
 def _light_of_row(row: dict) -> dict:
     return {"name": row["name"], "status": row["status"], "created_at": row["created_at"],
             "ended_at": row["ended_at"], "updated_at": row["updated_at"], "last_step": row["last_step"],
             "host": row["host"], "user": row["user"],
-            "tags": json.loads(row["tags"]) if row["tags"] is not None else None, "group": row["grp"],
+            "tags": list(_tags(row["tags"])) if row["tags"] is not None else None, "group": row["grp"],
             "job_type": row["job_type"], "exit_code": row["exit_code"], "heartbeat_at": row["heartbeat_at"],
             "pid": row["pid"], "write_errors": row["write_errors"]}
 
@@ -649,5 +865,5 @@ def is_catalog_path(name: str) -> bool:
     return name == CATALOG_DIR
 
 
-__all__ = ["CATALOG_DIR", "CATALOG_FILE", "CATALOG_VERSION", "RACY_S", "Catalog", "PartRecord", "RunEntry",
+__all__ = ["CATALOG_DIR", "CATALOG_FILE", "CATALOG_VERSION", "RACY_S", "Catalog", "PartRecord", "PartsSummary", "RunEntry",
            "catalog_path", "fingerprint", "open_catalog", "parts_digest", "read_part_record", "RUN_FILE"]

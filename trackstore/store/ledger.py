@@ -23,6 +23,7 @@ last error. It is rewritten atomically after every acknowledged batch.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -169,10 +170,15 @@ def _cursor_files(root: Path, project: str | None, run_id: str | None) -> Iterat
         for pdir in sorted(dest.glob(f"{PROJECT_PREFIX}*")):
             if project is not None and pdir.name != f"{PROJECT_PREFIX}{project}":
                 continue
-            for f in sorted(pdir.glob(f"{RUN_PREFIX}*.json")):
-                if run_id is not None and f.name != f"{RUN_PREFIX}{run_id}.json":
+            try:  # one listing of the folder, no stat per file (a glob costs ~10x more)
+                with os.scandir(pdir) as entries:
+                    names = sorted(e.name for e in entries if e.name.startswith(RUN_PREFIX) and e.name.endswith(".json"))
+            except OSError:
+                continue
+            for name in names:
+                if run_id is not None and name != f"{RUN_PREFIX}{run_id}.json":
                     continue
-                yield f
+                yield pdir / name
 
 
 def scan_cursors(root: Path, *, project: str | None = None,
@@ -308,23 +314,32 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
     return {"target": cursor.target, "destination": cursor.destination, "project": cursor.project,
             "run_id": cursor.run_id, "synced_status": cursor.synced_status, "in_doubt": bool(cursor.in_doubt),
             "remote": bool(cursor.remote), "last_sync_at": cursor.last_sync_at, "last_error": cursor.last_error,
-            "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending}
+            "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending,
+            "acked": {k: len(cursor.acked[k]) if cursor.acked.get(k) else 0 for k in KINDS},
+            "skipped": {k: cursor.skipped.get(k, 0) for k in KINDS}, "remote_id": cursor.remote_id}
 
 
-def cached_cursor_summary(catalog, path: Path, parts: Mapping[str, list], parts_fp: str | None) -> dict:
+def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, parts: Any) -> dict:
     """:func:`summarize_cursor` of the cursor file at ``path``, from the catalog while neither the
-    file (its ``stat`` fingerprint) nor the run's parts (``parts_fp``,
+    file (its ``stat`` fingerprint, or its folder's) nor the run's parts (``parts``, the run's
+    :class:`trackstore.store.index.PartsSummary`, whose ``fp`` is
     :func:`trackstore.store.index.parts_digest`) changed; else read and counted again.
 
     Raises FileNotFoundError when there is no such file and one of :data:`CURSOR_ERRORS` when
     it cannot be parsed.
     """
     fp, cached = catalog.cursor_summary(path)
-    if cached is not None and parts_fp and cached.get("parts_fp") == parts_fp:
+    if cached is not None and parts.fp and cached.get("parts_fp") == parts.fp:
         return cached
     if fp == "-":
         raise FileNotFoundError(path)
-    summary = summarize_cursor(Cursor.from_json(read_json(path)), parts)
+    records, parts_fp = parts.records, parts.fp
+    if records is None:  # the summary's part list was not needed so far: list it now
+        from .index import parts_digest
+
+        records, stable = catalog.parts(project, run_id)
+        parts_fp = parts_digest(records) if stable else None
+    summary = summarize_cursor(Cursor.from_json(read_json(Path(path))), records)
     summary["parts_fp"] = parts_fp
     if parts_fp:
         catalog.put_cursor_summary(path, fp, summary)
@@ -355,6 +370,7 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
     catalogs: dict[int, Any] = {}
     own = None
     out = set()
+    base = f"{sync_root(root)}/{destination_id(target, destination)}/{PROJECT_PREFIX}"
     for info in runs:
         catalog = getattr(info, "catalog", None)
         if catalog is None:
@@ -363,43 +379,68 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
         if id(catalog) not in catalogs:
             catalogs[id(catalog)] = catalog
             catalog.prefetch_cursors()
-        parts, stable = catalog.parts(info.project, info.run_id)
-        if not stable or any(p.damaged for kind in parts.values() for p in kind):
+        parts = catalog.parts_summary(info.project, info.run_id)
+        if not parts.fp or parts.damaged:
             continue
-        path = cursor_path(root, target, destination, info.project, info.run_id)
-        from .index import parts_digest
-
+        path = f"{base}{info.project}/{RUN_PREFIX}{info.run_id}.json"
         try:
-            summary = cached_cursor_summary(catalog, path, parts, parts_digest(parts))
+            summary = cached_cursor_summary(catalog, path, info.project, info.run_id, parts)
         except CURSOR_ERRORS:  # no cursor (FileNotFoundError is an OSError), or a damaged one
             continue
         if settled(summary, info.status):
             out.add((info.project, info.run_id))
+            # what the engine reports of an up-to-date run: its writers' losses, kept in the
+            # catalog now (saved below) so the next sync does not read its writer files again
+            catalog.writer_losses(info.project, info.run_id)
     for catalog in catalogs.values():
         catalog.save()
     return out
 
 
 def sync_state_rows(root: Path) -> list[dict]:
-    """One row per (destination, run, kind): the data behind the ``sync_state`` SQL view."""
+    """One row per (destination, run, kind): the data behind the ``sync_state`` SQL view.
+
+    Pending rows are counted against the run's parts through the catalog
+    (:func:`cached_cursor_summary`): nothing is read of a run whose parts and cursor did not
+    change. A cursor file that cannot be parsed is left out."""
+    from .index import open_catalog
+
+    root = Path(root)
+    catalog = open_catalog(root)
+    catalog.prefetch()
+    catalog.prefetch_cursors()
+    present = set(catalog.run_keys())
     rows = []
-    for c in iter_cursors(root):
-        paths = RunPaths(Path(root), c.project, c.run_id)
-        pending = pending_counts(paths, c) if paths.dir.exists() else {}
-        for kind in KINDS:
-            acked = c.acked.get(kind)
-            rows.append({
-                "target": c.target,
-                "destination": c.destination,
-                "project": c.project,
-                "run_id": c.run_id,
-                "kind": kind,
-                "acked_rows": len(acked) if acked else 0,
-                "pending_rows": pending.get(kind, 0),
-                "skipped_rows": c.skipped.get(kind, 0),
-                "remote_id": c.remote_id,
-                "synced_status": c.synced_status,
-                "last_sync_at": c.last_sync_at,
-                "last_error": c.last_error,
-            })
+    try:
+        for path in cursor_files(root):
+            key = (path.parent.name.partition("=")[2], path.name.partition("=")[2].removesuffix(".json"))
+            try:
+                if key in present:
+                    c = cached_cursor_summary(catalog, path, key[0], key[1], catalog.parts_summary(*key))
+                else:
+                    c = summarize_cursor(Cursor.from_json(read_json(path)), {})
+                if (c["project"], c["run_id"]) != key:  # a cursor in another run's place: counted against its own run
+                    cursor = Cursor.from_json(read_json(path))
+                    paths = RunPaths(root, cursor.project, cursor.run_id)
+                    c = summarize_cursor(cursor, {})
+                    c["pending"] = pending_counts(paths, cursor) if paths.dir.exists() else {}
+            except CURSOR_ERRORS:
+                continue
+            for kind in KINDS:
+                rows.append({
+                    "target": c["target"],
+                    "destination": c["destination"],
+                    "project": c["project"],
+                    "run_id": c["run_id"],
+                    "kind": kind,
+                    "acked_rows": c["acked"].get(kind, 0),
+                    "pending_rows": c["pending"].get(kind, 0),
+                    "skipped_rows": c["skipped"].get(kind, 0),
+                    "remote_id": c["remote_id"],
+                    "synced_status": c["synced_status"],
+                    "last_sync_at": c["last_sync_at"],
+                    "last_error": c["last_error"],
+                })
+    finally:
+        catalog.save()
     return rows

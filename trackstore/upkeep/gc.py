@@ -66,6 +66,7 @@ from ..store.clock import iso, parse_iso
 from ..store.layout import (
     ARCHIVE_DIR,
     DESTINATION_FILE,
+    KINDS,
     PROJECT_PREFIX,
     RUN_PREFIX,
     SYNC_DIR,
@@ -75,7 +76,6 @@ from ..store.layout import (
 )
 from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
 from ..store.parts import find_unreadable
-from ..store.schema import KINDS
 
 CHANGED = "changed since the plan"
 CHANGED_WHILE_PLANNING = "changed while gc was planning; run gc again"
@@ -162,14 +162,12 @@ class Result:
 
 def end_time(info: RunInfo) -> float:
     """When the run ended: ``ended_at``, else (crashed) its last sign of life."""
-    m = info.meta
-    for key in ("ended_at",):
-        t = parse_iso(m.get(key))
-        if t is not None:
-            return t
+    get = info.recorded  # the listing's fields: the rest of run.json is not parsed
+    t = parse_iso(get("ended_at"))
+    if t is not None:
+        return t
     times = [parse_iso(w.get("heartbeat_at")) for w in info.writers]
-    times += [parse_iso(m.get("heartbeat_at")), parse_iso(m.get("updated_at")),
-              parse_iso(m.get("created_at"))]
+    times += [parse_iso(get("heartbeat_at")), parse_iso(get("updated_at")), parse_iso(get("created_at"))]
     known = [t for t in times if t is not None]
     if known:
         return max(known)
@@ -322,14 +320,16 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
     protected: set[tuple[str, str]] = set()
     if policy.keep_last is not None:
         for proj, infos in newest_first.items():
-            for info in sorted(infos, key=lambda r: (r.meta.get("created_at") or "", r.run_id), reverse=True)[:policy.keep_last]:
+            for info in sorted(infos, key=lambda r: (r.created_at or "", r.run_id), reverse=True)[:policy.keep_last]:
                 protected.add((proj, info.run_id))
     for info in runs:
         c = Candidate(info, run_bytes(info), end_time(info))
         result.store_bytes += c.bytes
+        # the reasons that need no more than the listing first; a run's writer and claim files
+        # are read only for a run that could otherwise be deleted
         if policy.project is not None and info.project != policy.project:
             c.reason = "other project"
-        elif info.status == "running" or live(info.paths):
+        elif info.status == "running":
             c.reason = "live: a writer is running"
         elif info.status not in policy.statuses:
             c.reason = f"status {info.status} not selected"
@@ -337,6 +337,8 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
             c.reason = f"ended {(now - c.ended_ts) / 86400:.1f} days ago (newer than --older-than)"
         elif (info.project, info.run_id) in protected:
             c.reason = f"one of the {policy.keep_last} newest runs of its project (--keep-last)"
+        elif live(info.paths):
+            c.reason = "live: a writer is running"
         elif unnamed:
             c.reason = f"a sync is running and did not say which runs ({unnamed[0].describe()})"
         elif _locks.run_in_use(info.project, info.run_id, named):
