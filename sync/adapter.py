@@ -62,7 +62,7 @@ so ``trackstore sync --help`` and the core stay fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from trackstore.errors import TrackstoreError, UsageError
 
@@ -118,24 +118,51 @@ class PermanentError(TrackstoreError):
     """Retrying cannot help (auth, deleted remote object, rejected value): stop this run."""
 
 
+#: the ``kind`` of a step-merged batch (see :class:`StepBatch`)
+STEPS = "steps"
+
+
+@dataclass
+class StepBatch:
+    """Rows of several kinds covering whole steps, for an adapter whose target takes one row
+    per step (:attr:`Adapter.merge_steps`): ``tables[kind]`` holds that kind's rows at the
+    batch's steps. The engine never splits a step between two batches, sends the batches in
+    step order, and holds back a live run's newest step (it may still be growing)."""
+
+    tables: dict[str, Any]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(t.num_rows for t in self.tables.values())
+
+    def rows(self) -> list[tuple[str, dict]]:
+        """Every row as ``(kind, row)``, kinds in the order of :attr:`tables`."""
+        return [(k, r) for k, t in self.tables.items() for r in t.to_pylist()]
+
+
 @dataclass
 class SendResult:
     """What happened to one batch.
 
-    ``skipped`` counts rows the target cannot hold, by reason (acknowledged and reported).
+    ``skipped`` counts rows the target cannot hold, by reason (acknowledged and reported);
+    ``skip(reason, n, kind=...)`` also says of which kind they are (needed in a
+    :class:`StepBatch`, where ``by_kind`` counts them; a one-kind batch needs no ``kind``).
     ``deferred`` lists batch row indices the adapter chose not to send *yet* (e.g. the spans of
     a trajectory still running): they stay pending and come back in the next sync.
     """
 
     skipped: dict[str, int] = field(default_factory=dict)
     deferred: list[int] = field(default_factory=list)
+    by_kind: dict[str, int] = field(default_factory=dict)
 
     def defer(self, indices) -> None:
         self.deferred.extend(indices)
 
-    def skip(self, reason: str, n: int = 1) -> None:
+    def skip(self, reason: str, n: int = 1, kind: str | None = None) -> None:
         if n:
             self.skipped[reason] = self.skipped.get(reason, 0) + n
+            if kind is not None:
+                self.by_kind[kind] = self.by_kind.get(kind, 0) + n
 
     @property
     def skipped_rows(self) -> int:
@@ -169,6 +196,10 @@ class Adapter:
     #: True when spans become one record per trajectory through :mod:`.trajectories` (so a
     #: trajectory without a root span is skipped once its run ended, and the dry run says so)
     whole_trajectories: ClassVar[bool] = False
+    #: kinds the target takes as one row per step (wandb: metrics, histograms and samples share
+    #: one step axis): the engine sends them together as :class:`StepBatch` es of kind
+    #: :data:`STEPS`, whole steps in step order, a live run's newest step held back
+    merge_steps: ClassVar[tuple[str, ...]] = ()
     #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
     #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
     #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)

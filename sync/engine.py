@@ -43,7 +43,16 @@ from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
 from . import gaps
-from .adapter import OPENED_FOUND, OPENED_REPLACED, Adapter, PermanentError, RetryableError, SendResult
+from .adapter import (
+    OPENED_FOUND,
+    OPENED_REPLACED,
+    STEPS,
+    Adapter,
+    PermanentError,
+    RetryableError,
+    SendResult,
+    StepBatch,
+)
 from .trajectories import NO_ROOT_SPAN, rootless_rows
 
 KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
@@ -289,14 +298,17 @@ class Engine:
                                  "with what the target holds before it is sent")
             save_cursor(self.root, cursor)
             if cursor.in_doubt:
-                kind = cursor.in_doubt["kind"]
                 self._reconcile(info, cursor, res)
                 # the reconciled rows are acknowledged now: they are no longer pending
-                tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
+                for kind in KIND_ORDER:
+                    tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
+            merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
+            if any(t.num_rows for t in merged.values()):
+                self._send_steps(merged, cursor, res, live=info.status == "running", doubtful=doubtful)
             for kind in KIND_ORDER:
                 table = tables[kind]
-                if table.num_rows:
+                if table.num_rows and kind not in merged:
                     self._send_kind(kind, table, cursor, res, doubtful=doubtful)
             if needs_status or (self.opts.include_synced and info.status in TERMINAL):
                 self._call(res, lambda: self.adapter.finish_run(info, cursor, info.status))
@@ -359,9 +371,19 @@ class Engine:
             if self.on_batch is not None:
                 self.on_batch()
 
+    def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, live: bool, doubtful: bool) -> None:
+        """Send the kinds of ``adapter.merge_steps`` together, whole steps in step order (see
+        :class:`~.adapter.StepBatch`). A live run's newest step stays pending: it may still grow,
+        and the target takes one row per step."""
+        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size), hold_last=live):
+            self._deliver(STEPS, batch, cursor, res, doubtful=doubtful)
+            self.progress.advanced(batch.num_rows)
+            if self.on_batch is not None:
+                self.on_batch()
+
     def _deliver(self, kind: str, batch, cursor: Cursor, res: RunResult, *, doubtful: bool = False,
                  note: bool = False) -> None:
-        """The exactly-once protocol for one batch.
+        """The exactly-once protocol for one batch (a Table of ``kind``, or a :class:`StepBatch`).
 
         The cursor records the batch as in doubt before anything is sent. A send that fails
         with a retryable error has an *unknown* outcome (the request may have reached the
@@ -370,7 +392,9 @@ class Engine:
         the target holds or acknowledged join the cursor's acknowledged set, atomically with
         the end of the doubt.
         """
-        cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_of(kind, batch),
+        ids = _batch_ids(kind, batch)
+        rows_json = {k: v.to_json() for k, v in ids.items()} if kind == STEPS else ids[kind].to_json()
+        cursor.in_doubt = {"kind": kind, "rows": rows_json, "batch_id": batch_id_of(kind, batch),
                            "since": iso(time.time())}
         save_cursor(self.root, cursor)
         pending, result, attempt = batch, SendResult(), 0
@@ -392,14 +416,28 @@ class Engine:
                 doubtful = self.adapter.reconcile_before_retry
                 self._backoff(res, attempt, exc)
         res.reconciled += held
-        deferred = _ids(pending.take(result.deferred)) if result.deferred else None
-        done = batch.filter(_not_in(deferred, batch)) if deferred else batch
-        cursor.acked_set(kind).add_table(done)
-        self._count(res, kind, pending.num_rows - len(result.deferred), result)
-        cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+        if kind == STEPS:
+            if result.deferred:
+                raise TrackstoreError(f"{self.target}: a step-merged batch cannot defer rows (the engine holds "
+                                      "back a live run's newest step itself)")
+            for k, table in batch.tables.items():
+                cursor.acked_set(k).add_table(table)
+            for k, table in pending.tables.items():
+                n = result.by_kind.get(k, 0)
+                res.sent[k] = res.sent.get(k, 0) + table.num_rows - n
+                cursor.skipped[k] = cursor.skipped.get(k, 0) + n
+            for reason, n in result.skipped.items():
+                res.skipped[reason] = res.skipped.get(reason, 0) + n
+        else:
+            deferred = _ids(pending.take(result.deferred)) if result.deferred else None
+            done = batch.filter(_not_in(deferred, batch)) if deferred else batch
+            cursor.acked_set(kind).add_table(done)
+            self._count(res, kind, pending.num_rows - len(result.deferred), result)
+            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
         cursor.in_doubt = None
         if note:
-            res.notes.append(f"reconciled an interrupted {kind} batch: {held} of {batch.num_rows} "
+            what = "step" if kind == STEPS else kind
+            res.notes.append(f"reconciled an interrupted {what} batch: {held} of {batch.num_rows} "
                              f"{'row was' if batch.num_rows == 1 else 'rows were'} already at the target")
         save_cursor(self.root, cursor)
 
@@ -408,9 +446,15 @@ class Engine:
         doubt = cursor.in_doubt
         kind = doubt["kind"]
         # a row of a part that cannot be read now is not acknowledged below: it stays pending
-        rows = read_kind(info.paths, kind, damaged={})
-        ids = RangeSet.from_json(doubt.get("rows"))
-        self._deliver(kind, rows.filter(ids.mask(rows)), cursor, res, doubtful=True, note=True)
+        by_kind = doubt.get("rows") if kind == STEPS else {kind: doubt.get("rows")}
+        tables = {}
+        for k, rows_json in (by_kind or {}).items():
+            rows = read_kind(info.paths, k, damaged={})
+            tables[k] = rows.filter(RangeSet.from_json(rows_json).mask(rows))
+        if kind != STEPS and kind in self.adapter.merge_steps:  # left by a version that sent kinds one by one
+            kind = STEPS
+        self._deliver(kind, StepBatch(tables) if kind == STEPS else tables[kind], cursor, res, doubtful=True,
+                      note=True)
 
     def _batches(self, kind: str, table):
         size = self.adapter.batch_size(kind, self.opts.batch_size)
@@ -534,13 +578,56 @@ def _not_in(acked, table):
     if not acked:
         import pyarrow as pa
 
-        return pa.array([True] * table.num_rows)
+        return pa.array([True] * table.num_rows, pa.bool_())
     return pc.invert(acked.mask(table))
+
+
+def _batch_ids(kind: str, batch) -> dict[str, RangeSet]:
+    """The row ids of a batch, per kind."""
+    if kind == STEPS:
+        return {k: _ids(t) for k, t in batch.tables.items()}
+    return {kind: _ids(batch)}
+
+
+def _step_batches(tables: dict, size: int, *, hold_last: bool):
+    """:class:`StepBatch` es of about ``size`` rows over ``tables`` (kind -> rows with a ``step``):
+    whole steps, in step order; with ``hold_last`` the newest step is left out."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ordered, steps = {}, []
+    for k, t in tables.items():
+        if t.num_rows:
+            t = t.take(pc.sort_indices(t, sort_keys=[("step", "ascending")]))  # stable: replay order kept
+        ordered[k] = t
+        steps.append(t.column("step").to_numpy())
+    every = np.concatenate(steps) if steps else np.array([], dtype="int64")
+    if not len(every):
+        return
+    values, counts = np.unique(every, return_counts=True)
+    if hold_last:
+        values, counts = values[:-1], counts[:-1]
+    starts = {k: ordered[k].column("step").to_numpy() for k in ordered}
+    i = 0
+    while i < len(values):
+        j, n = i, 0
+        while j < len(values) and (j == i or n + counts[j] <= size):
+            n += counts[j]
+            j += 1
+        lo, hi = values[i], values[j - 1]
+        batch = {}
+        for k, t in ordered.items():
+            a = int(np.searchsorted(starts[k], lo, "left"))
+            b = int(np.searchsorted(starts[k], hi, "right"))
+            batch[k] = t.slice(a, b - a)
+        yield StepBatch(batch)
+        i = j
 
 
 def batch_id_of(kind: str, batch) -> str:
     """The id of a batch of rows of ``kind``: the same rows always get the same id (adapters
     store it at the target to tell, after a cut, whether the batch arrived)."""
     h = hashlib.sha256(kind.encode())
-    h.update(repr(_ids(batch).to_json()).encode())
+    for k, ids in _batch_ids(kind, batch).items():
+        h.update(repr((k, ids.to_json()) if kind == STEPS else ids.to_json()).encode())
     return h.hexdigest()[:16]

@@ -131,3 +131,20 @@ def test_dry_run_predicts_the_skips_of_the_sync(root):
         reports.append({k: v for k, v in r["skipped_by_reason"].items() if v})
     assert reports[0] == reports[1]
     assert any("root span" in k for k in reports[0]), reports[0]
+
+
+def test_a_wandb_cursor_of_the_carry_era_reads_its_carried_rows_as_acknowledged():
+    """Before step-merged batches, wandb kept rows another kind's batch had delivered in
+    ``remote["carried"]``: they are acknowledged (their skips counted once), and the keys go."""
+    from trackstore.store.ledger import Cursor
+    from trackstore.store.ranges import RangeSet
+
+    data = {"target": "wandb", "destination": "d", "project": "p", "run_id": "r",
+            "acked": {"metrics": {"w": [[0, 9]]}, "histograms": {"w": [[0, 1]]}},
+            "skipped": {"histograms": 1},
+            "remote": {"id": "ts1", "carried": {"histograms": {"w": [[0, 5]]}},
+                       "carried_skipped": {"histograms\0late": {"w": [[1, 1], [4, 5]]}}}}
+    c = Cursor.from_json(data)
+    assert c.acked["histograms"] == RangeSet({"w": [[0, 5]]}) and c.acked["metrics"] == RangeSet({"w": [[0, 9]]})
+    assert c.skipped["histograms"] == 1 + 2  # seq 1 was acknowledged (and counted) already
+    assert c.remote == {"id": "ts1"} and c.remote_id == "ts1"

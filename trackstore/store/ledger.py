@@ -98,6 +98,7 @@ class Cursor:
 
     @classmethod
     def from_json(cls, data: dict) -> Cursor:
+        data = _legacy_carried(data)
         return cls(
             target=data["target"],
             destination=data["destination"],
@@ -114,6 +115,26 @@ class Cursor:
             last_error_at=data.get("last_error_at"),
             notes=list(data.get("notes") or []),
         )
+
+
+def _legacy_carried(data: dict) -> dict:
+    """Cursors of wandb written before the engine sent step-merged batches kept the rows a batch
+    of another kind had delivered in ``remote["carried"]`` (and their skip reasons in
+    ``remote["carried_skipped"]``): those rows are acknowledged, so they join ``acked`` (and
+    ``skipped``) here, once, and the keys go."""
+    remote = data.get("remote") or {}
+    if not (remote.get("carried") or remote.get("carried_skipped")):
+        return data
+    data, remote = dict(data), dict(remote)
+    acked = {k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()}
+    skipped = dict(data.get("skipped") or {})
+    for key, ids in (remote.pop("carried_skipped", None) or {}).items():
+        kind = key.partition("\0")[0]  # rows already acknowledged by their own kind were counted then
+        skipped[kind] = int(skipped.get(kind, 0)) + len(RangeSet.from_json(ids) - acked.get(kind, RangeSet()))
+    for kind, ids in (remote.pop("carried", None) or {}).items():
+        acked.setdefault(kind, RangeSet()).update(RangeSet.from_json(ids))
+    data.update(acked={k: v.to_json() for k, v in acked.items()}, skipped=skipped, remote=remote)
+    return data
 
 
 def _legacy_remote_id(remote: dict) -> str | None:
