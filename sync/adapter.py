@@ -10,12 +10,6 @@ summary. An adapter only maps records onto its target's API. Its contract, metho
 ``check_online()``
     Raise :class:`~trackstore.errors.TargetUnreachableError` when the target cannot be reached
     (used by ``--if-online``). Cheap; no side effects.
-``recover(run, cursor)``
-    Optional (default: nothing). Called before the pending rows are computed. A target whose
-    client makes rows durable only when its session closes (SwanLab's local spool is not
-    flushed until ``finish``) moves rows acknowledged in a session that never closed out of
-    ``cursor.acked`` here, so they are pending again: sent once more, and filtered by
-    ``send`` against what the target holds.
 ``open_run(run, cursor)``
     Find the remote run by a *deterministic* identity derived from the trackstore run id (a
     marker stored on the remote run where the target allows: MLflow's tag
@@ -200,6 +194,12 @@ class Adapter:
     #: one step axis): the engine sends them together as :class:`StepBatch` es of kind
     #: :data:`STEPS`, whole steps in step order, a live run's newest step held back
     merge_steps: ClassVar[tuple[str, ...]] = ()
+    #: True for a target whose client makes rows durable only when the run's session closes
+    #: (SwanLab): the engine keeps the cursor as it was when the session began
+    #: (``Cursor.session``) until :meth:`close_run` returns, and when a session never got there
+    #: it goes back to that state and reconciles the rows the session was handed before
+    #: sending them again (``Cursor.recheck``)
+    confirms_on_close: ClassVar[bool] = False
     #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
     #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
     #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
@@ -217,9 +217,6 @@ class Adapter:
 
     def check_online(self) -> None:
         raise NotImplementedError
-
-    def recover(self, run, cursor) -> None:
-        pass
 
     def open_run(self, run, cursor) -> str:
         raise NotImplementedError
@@ -243,6 +240,9 @@ class Adapter:
         if kind not in self.kinds:
             return {f"{self.name} cannot hold {kind}": rows.num_rows} if rows.num_rows else {}
         return {}
+
+    def close_run(self, cursor) -> None:
+        pass
 
     def close(self) -> None:
         pass

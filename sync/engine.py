@@ -26,6 +26,7 @@ changes anything a writer owns: syncing a live run from a login node is safe.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import time
@@ -242,7 +243,7 @@ class Engine:
         cursor = self._cursor(info, res)
         if cursor is None:
             return res
-        self.adapter.recover(info, cursor)  # in memory only: a dry run saves nothing
+        self._recover(cursor, res)  # in memory only: a dry run saves nothing
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
             res.pending[kind] = table.num_rows
@@ -272,7 +273,7 @@ class Engine:
         if cursor is None:
             return res
         try:
-            self.adapter.recover(info, cursor)
+            self._recover(cursor, res)
             tables, unreadable = self.pending_tables(info, cursor)
             res.pending = {k: t.num_rows for k, t in tables.items()}
             res.write_errors = gaps.write_errors(info.meta, info.writers)
@@ -289,6 +290,9 @@ class Engine:
             if opened == OPENED_REPLACED or opened is True:
                 tables, unreadable = self._replay_from_scratch(info, cursor, res)
                 self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
+            if self.adapter.confirms_on_close:
+                cursor.session = {"acked": {k: v.to_json() for k, v in cursor.acked.items()},
+                                  "skipped": dict(cursor.skipped), "remote": copy.deepcopy(cursor.remote)}
             # a cursor that knew no remote run (new destination spelling, lost or quarantined
             # cursor) met a run the target already holds: ask before sending anything
             doubtful = opened == OPENED_FOUND and not had_remote
@@ -316,6 +320,8 @@ class Engine:
             if self.opts.verify:
                 res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
                 res.verify_ok = self._verify_ok(info, cursor, res.verified)
+            self._call(res, lambda: self.adapter.close_run(cursor))
+            self._confirm(cursor)
             cursor.last_sync_at = iso(time.time())
             cursor.last_error = None
             cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
@@ -344,6 +350,36 @@ class Engine:
         return res
 
     # ------------------------------------------------------------------ internals
+    def _recover(self, cursor: Cursor, res: RunResult) -> None:
+        """A session that never confirmed its rows (a ``confirms_on_close`` target; the sync
+        died or the target could not confirm): the cursor goes back to what it was when the
+        session began, and every row handed over since, the batch in doubt included, is
+        reconciled with the target before it is sent again (``cursor.recheck``)."""
+        snap = cursor.session
+        if snap is None:
+            return
+        before = {k: RangeSet.from_json(v) for k, v in (snap.get("acked") or {}).items()}
+        handed = {k: ids - before.get(k, RangeSet()) for k, ids in cursor.acked.items()}
+        if cursor.in_doubt:
+            doubt = cursor.in_doubt
+            rows = doubt.get("rows") if doubt["kind"] == STEPS else {doubt["kind"]: doubt.get("rows")}
+            for k, ids in (rows or {}).items():
+                handed.setdefault(k, RangeSet()).update(RangeSet.from_json(ids))
+        for k, ids in handed.items():
+            if ids:
+                cursor.recheck.setdefault(k, RangeSet()).update(ids)
+        cursor.acked = before
+        cursor.skipped = {k: int(v) for k, v in (snap.get("skipped") or {}).items()}
+        cursor.remote = dict(snap.get("remote") or {})
+        cursor.in_doubt = cursor.session = None
+        res.notes.append(f"the previous {self.target} session did not close: the rows it was handed are checked "
+                         "against the target and sent again where missing")
+
+    def _confirm(self, cursor: Cursor) -> None:
+        """The target confirmed what the session was handed: it is acknowledged for good."""
+        cursor.session = None
+        cursor.recheck = {k: left for k, ids in cursor.recheck.items() if (left := ids - cursor.acked_set(k))}
+
     def _stop_on_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> None:
         blocked = self._check_gaps(res, unreadable, cursor)
         if blocked:
@@ -352,6 +388,7 @@ class Engine:
     def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple:
         """The remote run is gone and a new one was made: everything is pending again."""
         cursor.acked.clear()
+        cursor.recheck.clear()
         cursor.skipped.clear()
         cursor.in_doubt = None
         cursor.synced_status = None
@@ -394,8 +431,12 @@ class Engine:
         """
         ids = _batch_ids(kind, batch)
         rows_json = {k: v.to_json() for k, v in ids.items()} if kind == STEPS else ids[kind].to_json()
+        cursor.last_send_at = iso(time.time())
         cursor.in_doubt = {"kind": kind, "rows": rows_json, "batch_id": batch_id_of(kind, batch),
-                           "since": iso(time.time())}
+                           "since": cursor.last_send_at}
+        # rows a session handed over and never confirmed: ask the target before sending them
+        recheck = [k for k, v in ids.items() if cursor.recheck.get(k) and cursor.recheck[k].overlap(v)]
+        doubtful = doubtful or bool(recheck)
         save_cursor(self.root, cursor)
         pending, result, attempt = batch, SendResult(), 0
         held = 0
@@ -434,6 +475,8 @@ class Engine:
             cursor.acked_set(kind).add_table(done)
             self._count(res, kind, pending.num_rows - len(result.deferred), result)
             cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+        for k in recheck:
+            cursor.recheck[k] = cursor.recheck[k] - ids[k]
         cursor.in_doubt = None
         if note:
             what = "step" if kind == STEPS else kind
@@ -545,6 +588,12 @@ class Engine:
         return table.num_rows + gaps.unreadable_rows(synced, kind) - cursor.skipped.get(kind, 0)
 
     def _fail(self, cursor: Cursor, res: RunResult, message: str, kind: str) -> None:
+        if cursor.session is not None:  # end the session; confirmed only if the target says so
+            try:
+                self.adapter.close_run(cursor)
+                self._confirm(cursor)
+            except (TrackstoreError, ConnectionError, TimeoutError):
+                pass
         message = redact_text(message)
         res.error = message
         res.error_kind = kind

@@ -49,6 +49,7 @@ class MemoryRun:
     meta: dict = field(default_factory=dict)
     status: str | None = None
     last_step: int = -1                           # step-merged targets: the last step committed
+    spool: dict[str, Counter] = field(default_factory=dict)  # session targets: handed over, not durable yet
 
 
 class MemoryTarget:
@@ -127,11 +128,12 @@ class MemoryAdapter(Adapter):
         if kind in self.merge_steps:
             self.target.violations.append(f"{kind} sent alone, not in a step-merged batch")
         for k, table in (rows.tables.items() if kind == STEPS else [(kind, rows)]):
+            store = remote.spool if self.confirms_on_close else remote.held
             if kind == STEPS and table.num_rows:
                 first = min(table.column("step").to_pylist())
                 if first <= remote.last_step:
                     self.target.violations.append(f"{k} rows at step {first} after step {remote.last_step}")
-            held = remote.held.setdefault(k, Counter())
+            held = store.setdefault(k, Counter())
             held.update(zip(table.column("writer").to_pylist(), table.column("seq").to_pylist()))
         if kind == STEPS:
             steps = [s for t in rows.tables.values() for s in t.column("step").to_pylist()]
@@ -152,7 +154,7 @@ class MemoryAdapter(Adapter):
         remote = self.target.runs[cursor.remote_id]
 
         def missing(k, table):
-            held = remote.held.get(k, Counter())
+            held = remote.held.get(k, Counter()) + remote.spool.get(k, Counter())
             ids = zip(table.column("writer").to_pylist(), table.column("seq").to_pylist())
             return table.filter(pa.array([i not in held for i in ids], pa.bool_()))
 
@@ -179,3 +181,27 @@ class StepMemoryAdapter(MemoryAdapter):
 
     def destination(self) -> str:
         return f"memory-steps:{self.target.name}"
+
+
+class SessionMemoryAdapter(MemoryAdapter):
+    """The same target with a client that makes rows durable only when the run's session closes
+    (like SwanLab): ``send`` only spools rows, :meth:`close_run` makes them durable, and a
+    session that dies (the next ``open_run`` finds its spool) loses what it spooled."""
+
+    name = "memory-session"
+    confirms_on_close = True
+
+    def destination(self) -> str:
+        return f"memory-session:{self.target.name}"
+
+    def open_run(self, run, cursor) -> str:
+        opened = super().open_run(run, cursor)
+        self.target.runs[cursor.remote_id].spool.clear()  # a session that never closed: its rows are lost
+        return opened
+
+    def close_run(self, cursor) -> None:
+        remote = self.target.runs.get(cursor.remote_id or "")
+        if remote is not None:
+            for kind, rows in remote.spool.items():
+                remote.held.setdefault(kind, Counter()).update(rows)
+            remote.spool.clear()

@@ -148,3 +148,18 @@ def test_a_wandb_cursor_of_the_carry_era_reads_its_carried_rows_as_acknowledged(
     assert c.acked["histograms"] == RangeSet({"w": [[0, 5]]}) and c.acked["metrics"] == RangeSet({"w": [[0, 9]]})
     assert c.skipped["histograms"] == 1 + 2  # seq 1 was acknowledged (and counted) already
     assert c.remote == {"id": "ts1"} and c.remote_id == "ts1"
+
+
+def test_a_swanlab_cursor_of_the_journal_era_becomes_a_session_and_rows_to_recheck():
+    from trackstore.store.ledger import Cursor
+    from trackstore.store.ranges import RangeSet
+
+    data = {"target": "swanlab", "destination": "d", "project": "p", "run_id": "r",
+            "acked": {"metrics": {"w": [[0, 9]]}}, "skipped": {"metrics": 1},
+            "remote": {"id": "e", "journal": {"metrics": {"w": [[5, 9]]}}, "resend": {"metrics": {"w": [[20, 21]]}},
+                       "key_max": {"a": 9}}}
+    c = Cursor.from_json(data)
+    assert c.session == {"acked": {"metrics": {"w": [[0, 4]]}}, "skipped": {"metrics": 1},
+                         "remote": {"id": "e", "key_max": {"a": 9}}}
+    assert c.recheck == {"metrics": RangeSet({"w": [[20, 21]]})} and "journal" not in c.remote
+    assert Cursor.from_json(c.to_json()).session == c.session  # written in the new form

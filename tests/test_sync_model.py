@@ -7,7 +7,8 @@ and SIGKILL-equivalent aborts before or after a batch is stored, and cursors los
 ``doctor --fix`` quarantines one). After every step: the target holds every row the cursor
 acknowledged exactly once and no row twice. After a final clean sync: it holds every stored
 row exactly once. The same model runs against a step-merged target (one row per step, like
-wandb), which also records any step the engine split or sent out of order.
+wandb), which also records any step the engine split or sent out of order, and against a target
+that makes rows durable only when its session closes (like SwanLab).
 
 The suite runs a bounded number of examples; a deeper run is one command:
 
@@ -31,9 +32,18 @@ import trackstore
 from trackstore.read.reader import read_kind
 from trackstore.store.layout import SYNC_DIR
 from trackstore.store.ledger import load_cursor
+from trackstore.store.ranges import RangeSet
 from trackstore.sync.adapter import TargetOptions
 from trackstore.sync.engine import Engine, SyncOptions, select_runs
-from trackstore.sync.testing import FAULTS, KINDS, Abort, MemoryAdapter, MemoryTarget, StepMemoryAdapter
+from trackstore.sync.testing import (
+    FAULTS,
+    KINDS,
+    Abort,
+    MemoryAdapter,
+    MemoryTarget,
+    SessionMemoryAdapter,
+    StepMemoryAdapter,
+)
 from trackstore.upkeep.compact import compact_run
 
 EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "20"))
@@ -94,9 +104,9 @@ class SyncModel(RuleBasedStateMachine):
         compact_run(self.writers[0].paths)  # skipped while a writer lives, as in production
 
     # ------------------------------------------------------------------ syncs
-    @rule(faults=st.lists(st.sampled_from(FAULTS), max_size=4))
-    def sync(self, faults):
-        self.target.faults = list(faults)
+    @rule(faults=st.lists(st.sampled_from(FAULTS), max_size=4), clean=st.integers(0, 3))
+    def sync(self, faults, clean):
+        self.target.faults = [None] * clean + list(faults)  # `clean` batches go through first
         try:
             self._engine().sync(select_runs(self.root, SyncOptions()))
         except Abort:
@@ -118,6 +128,8 @@ class SyncModel(RuleBasedStateMachine):
             twice = [i for i, n in held.items() if n > 1]
             assert not twice, f"{kind} rows held twice: {twice[:5]}"
             acked = cursor.acked.get(kind)
+            if cursor.session is not None:  # rows of an unconfirmed session are not the target's yet
+                acked = RangeSet.from_json(cursor.session["acked"].get(kind))
             if acked:
                 missing = [i for i in acked.pairs() if held[i] != 1]
                 assert not missing, f"acknowledged {kind} rows not at the target: {missing[:5]}"
@@ -154,8 +166,16 @@ class StepSyncModel(SyncModel):
     adapter = StepMemoryAdapter
 
 
-for _model in (SyncModel, StepSyncModel):
+class SessionSyncModel(SyncModel):
+    """The same model against a target that makes rows durable only when its session closes
+    (like SwanLab): a killed sync loses what the session spooled, and the engine must resend it."""
+
+    adapter = SessionMemoryAdapter
+
+
+for _model in (SyncModel, StepSyncModel, SessionSyncModel):
     _model.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=20, deadline=None, database=None,
                                         suppress_health_check=list(HealthCheck))
 TestSyncModel = SyncModel.TestCase
 TestStepSyncModel = StepSyncModel.TestCase
+TestSessionSyncModel = SessionSyncModel.TestCase
