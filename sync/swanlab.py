@@ -75,7 +75,7 @@ from .adapter import (
     TargetOptions,
     require_client,
 )
-from .http import probe
+from .http import classify, probe, proxy_environment
 from .keys import rename_reason, renamed, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
 from .swanlab_media import histogram_chart, sample_items, trajectory_items
@@ -185,12 +185,7 @@ class SwanlabAdapter(Adapter):
             pass
 
     def _wrap(self, exc: Exception, what: str) -> Exception:
-        msg = redact_text(f"swanlab {what}: {exc}")
-        text = str(exc).lower()
-        if isinstance(exc, (ConnectionError, TimeoutError)) or any(
-                t in text for t in ("timed out", "timeout", "connection", "max retries", "502", "503", "504", "429")):
-            return RetryableError(msg)
-        return PermanentError(msg)
+        return classify(exc, redact_text(f"swanlab {what}: {exc}"))
 
     # ------------------------------------------------------------------ sessions
     def open_run(self, run, cursor) -> str:
@@ -206,6 +201,7 @@ class SwanlabAdapter(Adapter):
         logdir = project_logdir(self.logdir, project, self.mode)
         logdir.mkdir(parents=True, exist_ok=True)  # cloud mode keeps SwanLab's local copy here too
         self._settle(cursor)
+        proxy_environment(self.options.proxy)  # SwanLab's client has no proxy parameter
         try:
             self._run = swanlab.init(
                 project=project, workspace=self.options.entity, name=run.name,

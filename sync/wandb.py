@@ -80,7 +80,7 @@ from .adapter import (
     TargetOptions,
     require_client,
 )
-from .http import probe
+from .http import classify, probe
 from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
 from .wandb_tables import TURN_COLUMNS, turn_rows
@@ -220,12 +220,7 @@ class WandbAdapter(Adapter):
         if "previously created and deleted" in text or "409" in text:
             return PermanentError(msg + " (a deleted wandb run id stays reserved for days; restore the run or use "
                                   "another --remote-project)")
-        if any(t in text for t in ("api key", "api_key", "unauthorized", "401", "403", "permission", "not logged in")):
-            return PermanentError(msg)
-        if any(t in text for t in ("timed out", "timeout", "connection", "429", "500", "502", "503", "504",
-                                   "temporarily", "network")):
-            return RetryableError(msg)
-        return PermanentError(msg)
+        return classify(exc, msg)
 
     # ------------------------------------------------------------------ runs
     def _finish_open(self, exit_code: int = 0) -> None:
