@@ -237,3 +237,22 @@ def test_proxy_flag_does_not_rewrite_the_environment(root, monkeypatch):
     main(["sync", "--to", "wandb-offline", "--proxy", "http://127.0.0.1:9", "--dry-run", "--format", "json",
           "--root", str(root)])
     assert not {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} & set(os.environ)
+
+
+def test_a_cursor_with_an_open_session_is_never_settled(root):
+    """gc and the no-change skip must not trust ``acked`` while a session is unconfirmed."""
+    from trackstore.store.ledger import Cursor, is_fully_synced, settled, summarize_cursor
+
+    run = trackstore.init("p", root=root)
+    run.log({"a": 1.0}, step=0)
+    run.finish()
+    info = select_runs(root, SyncOptions())[0]
+    target = MemoryTarget()
+    Engine(root, MemoryAdapter(TargetOptions(), target), SyncOptions()).sync([info])
+    from trackstore.store.ledger import load_cursor
+
+    c = load_cursor(root, "memory", "memory:default", "p", run.id)
+    assert is_fully_synced(info.paths, c, "finished") and settled(summarize_cursor(c, {}), "finished")
+    c.session = {"acked": {}, "skipped": {}, "remote": {}}
+    c = Cursor.from_json(c.to_json())
+    assert not is_fully_synced(info.paths, c, "finished") and not settled(summarize_cursor(c, {}), "finished")

@@ -360,7 +360,7 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
         pending[kind] = n
     return {"target": cursor.target, "destination": cursor.destination, "project": cursor.project,
             "run_id": cursor.run_id, "synced_status": cursor.synced_status, "in_doubt": bool(cursor.in_doubt),
-            "remote": bool(cursor.remote), "last_sync_at": cursor.last_sync_at, "last_error": cursor.last_error,
+            "remote": bool(cursor.remote_id or cursor.remote), "last_sync_at": cursor.last_sync_at, "last_error": cursor.last_error,
             "unsettled": cursor.session is not None, "pending": pending}
 
 
