@@ -270,11 +270,7 @@ def sync(
                        max_retries=max_retries, batch_size=batch_size, verify=verify)
     options = TargetOptions(uri=uri or host, project=remote_project, entity=entity, mode=mode, logdir=logdir,
                             proxy=proxy, timeout=timeout, store_root=str(root_path))
-    if proxy:
-        import os
-
-        os.environ["HTTP_PROXY"] = os.environ["HTTPS_PROXY"] = proxy
-        os.environ["http_proxy"] = os.environ["https_proxy"] = proxy
+    # --proxy travels in TargetOptions: each adapter hands it to its client (sync/http.py, Proxies)
     interactive = sys.stderr.isatty() and fmt is Format.table
     stop = _WatchStop() if watch is not None else None
     try:

@@ -1,68 +1,92 @@
-"""The one interface every sync target implements, and the errors adapters raise.
+"""The one interface every sync target implements (:class:`Target`), and the errors it raises.
 
-The engine (:mod:`trackstore.sync.engine`) owns everything that is the same for every target:
-which rows are pending, batching, the cursor, retries with backoff, locking, progress and the
-summary. An adapter only maps records onto its target's API. Its contract, method by method:
+The engine (:mod:`trackstore.sync.engine`) owns every piece of state: it reads the store,
+decides what is pending and what is in doubt, batches (merging kinds per step for a target
+that needs it), keeps and writes the cursor, retries with backoff, locks, reports progress and
+the summary. An adapter only maps records onto its target's API and answers "what do you
+hold?". It never reads the store, never writes a cursor file, and keeps what it must remember
+between syncs in ``cursor.remote_id`` and ``cursor.remote`` (adapter state the engine persists
+on its behalf). Every HTTP target shares :mod:`trackstore.sync.http` (destination identity,
+reachability probe, the one retry/permanent error policy, proxies).
+
+The protocol, method by method (:class:`Target`; :class:`Adapter` is a base class with the
+defaults of the optional ones):
 
 ``destination()``
     A stable, credential-free description of where data goes (``http://host:5000``,
-    ``entity/project``). Cursors are kept per destination.
+    ``entity/project``; :func:`trackstore.sync.http.destination_url` normalises URLs). Cursors
+    are kept per destination.
 ``check_online()``
     Raise :class:`~trackstore.errors.TargetUnreachableError` when the target cannot be reached
-    (used by ``--if-online``). Cheap; no side effects.
-``recover(run, cursor)``
-    Optional (default: nothing). Called before the pending rows are computed. A target whose
-    client makes rows durable only when its session closes (SwanLab's local spool is not
-    flushed until ``finish``) moves rows acknowledged in a session that never closed out of
-    ``cursor.acked`` here, so they are pending again: sent once more, and filtered by
-    ``send`` against what the target holds.
+    (used by ``--if-online``; :func:`trackstore.sync.http.probe`). Cheap; no side effects.
+``prepare(run, cursor)``
+    Optional. Called for each run before any of its rows is planned or sent, in a sync and in
+    a ``--dry-run`` alike, so that both compute the same things (MLflow: the run's metric key
+    names, which depend on every key of the run and on the names ``cursor.remote`` already
+    gave). It must not contact the target nor change ``cursor``.
 ``open_run(run, cursor)``
     Find the remote run by a *deterministic* identity derived from the trackstore run id (a
     marker stored on the remote run where the target allows: MLflow's tag
     ``trackstore.run_id``), or create it; set ``cursor.remote_id`` and keep what else is needed
-    in ``cursor.remote`` (adapter state the engine persists). Calling it any number of times
-    yields the same remote run: a run is never created twice. Return :data:`OPENED_CREATED`,
-    :data:`OPENED_FOUND` (the run existed: when the cursor knew no remote run, a lost cursor or
-    a new spelling of the destination, the engine reconciles every batch before sending it), or
-    :data:`OPENED_REPLACED` when the remote run the cursor pointed at is gone for good (purged
-    by ``mlflow gc``, a wiped server at the same address) and a new one was created: the engine
-    then forgets what it had acknowledged and replays the whole run into the new one.
+    in ``cursor.remote``. Calling it any number of times yields the same remote run: a run is
+    never created twice. Return :data:`OPENED_CREATED`, :data:`OPENED_FOUND` (the run existed:
+    when the cursor knew no remote run, a lost cursor or a new spelling of the destination, the
+    engine reconciles every batch before sending it), or :data:`OPENED_REPLACED` when the
+    remote run the cursor pointed at is gone for good (purged by ``mlflow gc``, a wiped server
+    at the same address) and a new one was created: the engine then forgets what it had
+    acknowledged and replays the whole run into the new one.
 ``sync_metadata(run, cursor)``
-    Push config, tags, notes, name. Idempotent (compare and skip, or last-write-wins).
+    Optional. Push config, tags, notes, name. Idempotent (compare and skip, or last-write-wins).
     Returns notes for the summary (e.g. "param x truncated").
 ``send(kind, rows, cursor, batch_id)``
-    Deliver one batch (a pyarrow Table of one kind, in replay order, already sized by
-    :meth:`batch_size`). ``batch_id`` is the engine's id of exactly these rows: a target that
-    can store it with the batch (MLflow: a run tag in the same request) answers
-    :meth:`reconcile` cheaply. Return a :class:`SendResult` counting rows the target cannot hold
-    (they are reported, never silently dropped). Raise :class:`RetryableError` for transient
-    trouble (timeouts, 429, 5xx, connection resets) and :class:`PermanentError` for what
-    retrying cannot fix (auth, a deleted remote run, a rejected value). After a retryable
-    failure the engine never calls ``send`` again with the same rows before :meth:`reconcile`.
+    Deliver one batch: a pyarrow Table of one kind in replay order, sized by
+    :meth:`Adapter.batch_size`, or for a target with :attr:`Adapter.merge_steps` a
+    :class:`StepBatch` of kind :data:`STEPS` (whole steps, in step order). ``batch_id`` is the
+    engine's id of exactly these rows: a target that can store it with the batch (MLflow: a run
+    tag in the same request; wandb: a marker after the batch in its log) answers
+    :meth:`reconcile` cheaply. Return a :class:`SendResult` counting rows the target cannot
+    hold (reported, never silently dropped). Raise :class:`RetryableError` for transient
+    trouble and :class:`PermanentError` for what retrying cannot fix
+    (:func:`trackstore.sync.http.classify` decides, the same way for every target). After a
+    retryable failure the engine calls :meth:`reconcile` before it sends those rows again.
 ``reconcile(kind, rows, cursor, batch_id)``
     The outcome of sending ``rows`` is unknown (the process was killed, the connection cut
-    after the server received it, a time-out, or a lost cursor met an existing remote run).
-    Ask the target what it holds and return the subset of ``rows`` it does *not* hold yet.
-    This is what makes replay exactly-once instead of at-least-once.
+    after the server received it, a time-out, a lost cursor met an existing remote run, or a
+    session that never confirmed). Ask the target what it holds and return the subset of
+    ``rows`` (same type) it does *not* hold yet. This is what makes replay exactly-once
+    instead of at-least-once.
 ``finish_run(run, cursor, status)``
     Push the summary and the terminal status (``finished``/``failed``/``crashed``) with the
     original end time where the target allows. Idempotent.
+``close_run(cursor)``
+    Optional. The engine is done with this run. For a target with
+    :attr:`Adapter.confirms_on_close` (its client makes rows durable only when the session
+    closes), return normally only once every row sent since :meth:`open_run` is durable, else
+    raise: the engine then rolls the cursor back to the session's start and reconciles those
+    rows at the next sync.
 ``verify(run, cursor)``
-    Read back what the target holds, as ``{kind: rows}`` counts (for ``--verify`` and tests).
+    Read back what the target holds, as ``{kind: rows}`` counts (``--verify`` and tests).
 ``unsupported(kind, rows)``
-    What the target cannot represent in ``rows``, as ``{reason: count}``, without sending
-    anything (``--dry-run`` lists it).
+    Optional. What the target cannot represent in ``rows``, as ``{reason: count}``, without
+    sending anything (``--dry-run`` lists it).
 ``close()``
-    Release clients and background threads. Always called.
+    Optional. Release clients and background threads. Called once, at the end.
+
+Seven methods are required; five have defaults. Class attributes declare what the engine
+must do for the target: :attr:`Adapter.kinds`, :attr:`~Adapter.batch_sizes`,
+:attr:`~Adapter.group_columns`, :attr:`~Adapter.merge_steps`,
+:attr:`~Adapter.confirms_on_close`, :attr:`~Adapter.whole_trajectories`,
+:attr:`~Adapter.reconcile_before_retry`.
 
 Adapters import their SDK lazily (inside methods or ``__init__``), never at module import,
-so ``trackstore sync --help`` and the core stay fast.
+so ``trackstore sync --help`` and the core stay fast. ``tests/test_import_graph.py`` checks
+that no adapter module imports a store reader, the ledger's writers or an engine name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from trackstore.errors import TrackstoreError, UsageError
 
@@ -118,24 +142,51 @@ class PermanentError(TrackstoreError):
     """Retrying cannot help (auth, deleted remote object, rejected value): stop this run."""
 
 
+#: the ``kind`` of a step-merged batch (see :class:`StepBatch`)
+STEPS = "steps"
+
+
+@dataclass
+class StepBatch:
+    """Rows of several kinds covering whole steps, for an adapter whose target takes one row
+    per step (:attr:`Adapter.merge_steps`): ``tables[kind]`` holds that kind's rows at the
+    batch's steps. The engine never splits a step between two batches, sends the batches in
+    step order, and holds back a live run's newest step (it may still be growing)."""
+
+    tables: dict[str, Any]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(t.num_rows for t in self.tables.values())
+
+    def rows(self) -> list[tuple[str, dict]]:
+        """Every row as ``(kind, row)``, kinds in the order of :attr:`tables`."""
+        return [(k, r) for k, t in self.tables.items() for r in t.to_pylist()]
+
+
 @dataclass
 class SendResult:
     """What happened to one batch.
 
-    ``skipped`` counts rows the target cannot hold, by reason (acknowledged and reported).
+    ``skipped`` counts rows the target cannot hold, by reason (acknowledged and reported);
+    ``skip(reason, n, kind=...)`` also says of which kind they are (needed in a
+    :class:`StepBatch`, where ``by_kind`` counts them; a one-kind batch needs no ``kind``).
     ``deferred`` lists batch row indices the adapter chose not to send *yet* (e.g. the spans of
     a trajectory still running): they stay pending and come back in the next sync.
     """
 
     skipped: dict[str, int] = field(default_factory=dict)
     deferred: list[int] = field(default_factory=list)
+    by_kind: dict[str, int] = field(default_factory=dict)
 
     def defer(self, indices) -> None:
         self.deferred.extend(indices)
 
-    def skip(self, reason: str, n: int = 1) -> None:
+    def skip(self, reason: str, n: int = 1, kind: str | None = None) -> None:
         if n:
             self.skipped[reason] = self.skipped.get(reason, 0) + n
+            if kind is not None:
+                self.by_kind[kind] = self.by_kind.get(kind, 0) + n
 
     @property
     def skipped_rows(self) -> int:
@@ -156,8 +207,29 @@ class TargetOptions:
     store_root: str | None = None
 
 
+@runtime_checkable
+class Target(Protocol):
+    """What the engine calls on a target; each method's contract is in the module docstring."""
+
+    name: str
+
+    def destination(self) -> str: ...
+    def check_online(self) -> None: ...
+    def prepare(self, run, cursor) -> None: ...
+    def open_run(self, run, cursor) -> str: ...
+    def sync_metadata(self, run, cursor) -> list[str]: ...
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult: ...
+    def reconcile(self, kind: str, rows, cursor, batch_id: str): ...
+    def finish_run(self, run, cursor, status: str) -> None: ...
+    def close_run(self, cursor) -> None: ...
+    def verify(self, run, cursor) -> dict[str, int]: ...
+    def unsupported(self, kind: str, rows) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
 class Adapter:
-    """Base class of sync targets. See the module docstring for each method's contract."""
+    """Base class of sync targets: the defaults of :class:`Target`'s optional methods and the
+    class attributes the engine reads. See the module docstring for each method's contract."""
 
     name: ClassVar[str] = ""
     #: record kinds this target can hold; rows of other kinds are reported as unsupported
@@ -169,6 +241,16 @@ class Adapter:
     #: True when spans become one record per trajectory through :mod:`.trajectories` (so a
     #: trajectory without a root span is skipped once its run ended, and the dry run says so)
     whole_trajectories: ClassVar[bool] = False
+    #: kinds the target takes as one row per step (wandb: metrics, histograms and samples share
+    #: one step axis): the engine sends them together as :class:`StepBatch` es of kind
+    #: :data:`STEPS`, whole steps in step order, a live run's newest step held back
+    merge_steps: ClassVar[tuple[str, ...]] = ()
+    #: True for a target whose client makes rows durable only when the run's session closes
+    #: (SwanLab): the engine keeps the cursor as it was when the session began
+    #: (``Cursor.session``) until :meth:`close_run` returns, and when a session never got there
+    #: it goes back to that state and reconciles the rows the session was handed before
+    #: sending them again (``Cursor.recheck``)
+    confirms_on_close: ClassVar[bool] = False
     #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
     #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
     #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
@@ -186,9 +268,6 @@ class Adapter:
 
     def check_online(self) -> None:
         raise NotImplementedError
-
-    def recover(self, run, cursor) -> None:
-        pass
 
     def open_run(self, run, cursor) -> str:
         raise NotImplementedError
@@ -212,6 +291,12 @@ class Adapter:
         if kind not in self.kinds:
             return {f"{self.name} cannot hold {kind}": rows.num_rows} if rows.num_rows else {}
         return {}
+
+    def prepare(self, run, cursor) -> None:
+        pass
+
+    def close_run(self, cursor) -> None:
+        pass
 
     def close(self) -> None:
         pass

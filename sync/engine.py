@@ -26,6 +26,7 @@ changes anything a writer owns: syncing a live run from a login node is safe.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import time
@@ -43,7 +44,16 @@ from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
 from . import gaps
-from .adapter import OPENED_FOUND, OPENED_REPLACED, Adapter, PermanentError, RetryableError, SendResult
+from .adapter import (
+    OPENED_FOUND,
+    OPENED_REPLACED,
+    STEPS,
+    Adapter,
+    PermanentError,
+    RetryableError,
+    SendResult,
+    StepBatch,
+)
 from .trajectories import NO_ROOT_SPAN, rootless_rows
 
 KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
@@ -233,7 +243,8 @@ class Engine:
         cursor = self._cursor(info, res)
         if cursor is None:
             return res
-        self.adapter.recover(info, cursor)  # in memory only: a dry run saves nothing
+        self._recover(cursor, res)  # in memory only: a dry run saves nothing
+        self.adapter.prepare(info, cursor)
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
             res.pending[kind] = table.num_rows
@@ -263,7 +274,8 @@ class Engine:
         if cursor is None:
             return res
         try:
-            self.adapter.recover(info, cursor)
+            self._recover(cursor, res)
+            self.adapter.prepare(info, cursor)
             tables, unreadable = self.pending_tables(info, cursor)
             res.pending = {k: t.num_rows for k, t in tables.items()}
             res.write_errors = gaps.write_errors(info.meta, info.writers)
@@ -280,6 +292,9 @@ class Engine:
             if opened == OPENED_REPLACED or opened is True:
                 tables, unreadable = self._replay_from_scratch(info, cursor, res)
                 self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
+            if self.adapter.confirms_on_close:
+                cursor.session = {"acked": {k: v.to_json() for k, v in cursor.acked.items()},
+                                  "skipped": dict(cursor.skipped), "remote": copy.deepcopy(cursor.remote)}
             # a cursor that knew no remote run (new destination spelling, lost or quarantined
             # cursor) met a run the target already holds: ask before sending anything
             doubtful = opened == OPENED_FOUND and not had_remote
@@ -289,14 +304,17 @@ class Engine:
                                  "with what the target holds before it is sent")
             save_cursor(self.root, cursor)
             if cursor.in_doubt:
-                kind = cursor.in_doubt["kind"]
                 self._reconcile(info, cursor, res)
                 # the reconciled rows are acknowledged now: they are no longer pending
-                tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
+                for kind in KIND_ORDER:
+                    tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
+            merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
+            if any(t.num_rows for t in merged.values()):
+                self._send_steps(merged, cursor, res, live=info.status == "running", doubtful=doubtful)
             for kind in KIND_ORDER:
                 table = tables[kind]
-                if table.num_rows:
+                if table.num_rows and kind not in merged:
                     self._send_kind(kind, table, cursor, res, doubtful=doubtful)
             if needs_status or (self.opts.include_synced and info.status in TERMINAL):
                 self._call(res, lambda: self.adapter.finish_run(info, cursor, info.status))
@@ -304,6 +322,8 @@ class Engine:
             if self.opts.verify:
                 res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
                 res.verify_ok = self._verify_ok(info, cursor, res.verified)
+            self._call(res, lambda: self.adapter.close_run(cursor))
+            self._confirm(cursor)
             cursor.last_sync_at = iso(time.time())
             cursor.last_error = None
             cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
@@ -332,6 +352,36 @@ class Engine:
         return res
 
     # ------------------------------------------------------------------ internals
+    def _recover(self, cursor: Cursor, res: RunResult) -> None:
+        """A session that never confirmed its rows (a ``confirms_on_close`` target; the sync
+        died or the target could not confirm): the cursor goes back to what it was when the
+        session began, and every row handed over since, the batch in doubt included, is
+        reconciled with the target before it is sent again (``cursor.recheck``)."""
+        snap = cursor.session
+        if snap is None:
+            return
+        before = {k: RangeSet.from_json(v) for k, v in (snap.get("acked") or {}).items()}
+        handed = {k: ids - before.get(k, RangeSet()) for k, ids in cursor.acked.items()}
+        if cursor.in_doubt:
+            doubt = cursor.in_doubt
+            rows = doubt.get("rows") if doubt["kind"] == STEPS else {doubt["kind"]: doubt.get("rows")}
+            for k, ids in (rows or {}).items():
+                handed.setdefault(k, RangeSet()).update(RangeSet.from_json(ids))
+        for k, ids in handed.items():
+            if ids:
+                cursor.recheck.setdefault(k, RangeSet()).update(ids)
+        cursor.acked = before
+        cursor.skipped = {k: int(v) for k, v in (snap.get("skipped") or {}).items()}
+        cursor.remote = dict(snap.get("remote") or {})
+        cursor.in_doubt = cursor.session = None
+        res.notes.append(f"the previous {self.target} session did not close: the rows it was handed are checked "
+                         "against the target and sent again where missing")
+
+    def _confirm(self, cursor: Cursor) -> None:
+        """The target confirmed what the session was handed: it is acknowledged for good."""
+        cursor.session = None
+        cursor.recheck = {k: left for k, ids in cursor.recheck.items() if (left := ids - cursor.acked_set(k))}
+
     def _stop_on_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> None:
         blocked = self._check_gaps(res, unreadable, cursor)
         if blocked:
@@ -340,6 +390,7 @@ class Engine:
     def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple:
         """The remote run is gone and a new one was made: everything is pending again."""
         cursor.acked.clear()
+        cursor.recheck.clear()
         cursor.skipped.clear()
         cursor.in_doubt = None
         cursor.synced_status = None
@@ -359,9 +410,19 @@ class Engine:
             if self.on_batch is not None:
                 self.on_batch()
 
+    def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, live: bool, doubtful: bool) -> None:
+        """Send the kinds of ``adapter.merge_steps`` together, whole steps in step order (see
+        :class:`~.adapter.StepBatch`). A live run's newest step stays pending: it may still grow,
+        and the target takes one row per step."""
+        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size), hold_last=live):
+            self._deliver(STEPS, batch, cursor, res, doubtful=doubtful)
+            self.progress.advanced(batch.num_rows)
+            if self.on_batch is not None:
+                self.on_batch()
+
     def _deliver(self, kind: str, batch, cursor: Cursor, res: RunResult, *, doubtful: bool = False,
                  note: bool = False) -> None:
-        """The exactly-once protocol for one batch.
+        """The exactly-once protocol for one batch (a Table of ``kind``, or a :class:`StepBatch`).
 
         The cursor records the batch as in doubt before anything is sent. A send that fails
         with a retryable error has an *unknown* outcome (the request may have reached the
@@ -370,8 +431,14 @@ class Engine:
         the target holds or acknowledged join the cursor's acknowledged set, atomically with
         the end of the doubt.
         """
-        cursor.in_doubt = {"kind": kind, "rows": _ids(batch).to_json(), "batch_id": batch_id_of(kind, batch),
-                           "since": iso(time.time())}
+        ids = _batch_ids(kind, batch)
+        rows_json = {k: v.to_json() for k, v in ids.items()} if kind == STEPS else ids[kind].to_json()
+        cursor.last_send_at = iso(time.time())
+        cursor.in_doubt = {"kind": kind, "rows": rows_json, "batch_id": batch_id_of(kind, batch),
+                           "since": cursor.last_send_at}
+        # rows a session handed over and never confirmed: ask the target before sending them
+        recheck = [k for k, v in ids.items() if cursor.recheck.get(k) and cursor.recheck[k].overlap(v)]
+        doubtful = doubtful or bool(recheck)
         save_cursor(self.root, cursor)
         pending, result, attempt = batch, SendResult(), 0
         held = 0
@@ -392,14 +459,30 @@ class Engine:
                 doubtful = self.adapter.reconcile_before_retry
                 self._backoff(res, attempt, exc)
         res.reconciled += held
-        deferred = _ids(pending.take(result.deferred)) if result.deferred else None
-        done = batch.filter(_not_in(deferred, batch)) if deferred else batch
-        cursor.acked_set(kind).add_table(done)
-        self._count(res, kind, pending.num_rows - len(result.deferred), result)
-        cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+        if kind == STEPS:
+            if result.deferred:
+                raise TrackstoreError(f"{self.target}: a step-merged batch cannot defer rows (the engine holds "
+                                      "back a live run's newest step itself)")
+            for k, table in batch.tables.items():
+                cursor.acked_set(k).add_table(table)
+            for k, table in pending.tables.items():
+                n = result.by_kind.get(k, 0)
+                res.sent[k] = res.sent.get(k, 0) + table.num_rows - n
+                cursor.skipped[k] = cursor.skipped.get(k, 0) + n
+            for reason, n in result.skipped.items():
+                res.skipped[reason] = res.skipped.get(reason, 0) + n
+        else:
+            deferred = _ids(pending.take(result.deferred)) if result.deferred else None
+            done = batch.filter(_not_in(deferred, batch)) if deferred else batch
+            cursor.acked_set(kind).add_table(done)
+            self._count(res, kind, pending.num_rows - len(result.deferred), result)
+            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
+        for k in recheck:
+            cursor.recheck[k] = cursor.recheck[k] - ids[k]
         cursor.in_doubt = None
         if note:
-            res.notes.append(f"reconciled an interrupted {kind} batch: {held} of {batch.num_rows} "
+            what = "step" if kind == STEPS else kind
+            res.notes.append(f"reconciled an interrupted {what} batch: {held} of {batch.num_rows} "
                              f"{'row was' if batch.num_rows == 1 else 'rows were'} already at the target")
         save_cursor(self.root, cursor)
 
@@ -408,9 +491,15 @@ class Engine:
         doubt = cursor.in_doubt
         kind = doubt["kind"]
         # a row of a part that cannot be read now is not acknowledged below: it stays pending
-        rows = read_kind(info.paths, kind, damaged={})
-        ids = RangeSet.from_json(doubt.get("rows"))
-        self._deliver(kind, rows.filter(ids.mask(rows)), cursor, res, doubtful=True, note=True)
+        by_kind = doubt.get("rows") if kind == STEPS else {kind: doubt.get("rows")}
+        tables = {}
+        for k, rows_json in (by_kind or {}).items():
+            rows = read_kind(info.paths, k, damaged={})
+            tables[k] = rows.filter(RangeSet.from_json(rows_json).mask(rows))
+        if kind != STEPS and kind in self.adapter.merge_steps:  # left by a version that sent kinds one by one
+            kind = STEPS
+        self._deliver(kind, StepBatch(tables) if kind == STEPS else tables[kind], cursor, res, doubtful=True,
+                      note=True)
 
     def _batches(self, kind: str, table):
         size = self.adapter.batch_size(kind, self.opts.batch_size)
@@ -501,6 +590,12 @@ class Engine:
         return table.num_rows + gaps.unreadable_rows(synced, kind) - cursor.skipped.get(kind, 0)
 
     def _fail(self, cursor: Cursor, res: RunResult, message: str, kind: str) -> None:
+        if cursor.session is not None:  # end the session; confirmed only if the target says so
+            try:
+                self.adapter.close_run(cursor)
+                self._confirm(cursor)
+            except (TrackstoreError, ConnectionError, TimeoutError):
+                pass
         message = redact_text(message)
         res.error = message
         res.error_kind = kind
@@ -534,13 +629,56 @@ def _not_in(acked, table):
     if not acked:
         import pyarrow as pa
 
-        return pa.array([True] * table.num_rows)
+        return pa.array([True] * table.num_rows, pa.bool_())
     return pc.invert(acked.mask(table))
+
+
+def _batch_ids(kind: str, batch) -> dict[str, RangeSet]:
+    """The row ids of a batch, per kind."""
+    if kind == STEPS:
+        return {k: _ids(t) for k, t in batch.tables.items()}
+    return {kind: _ids(batch)}
+
+
+def _step_batches(tables: dict, size: int, *, hold_last: bool):
+    """:class:`StepBatch` es of about ``size`` rows over ``tables`` (kind -> rows with a ``step``):
+    whole steps, in step order; with ``hold_last`` the newest step is left out."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ordered, steps = {}, []
+    for k, t in tables.items():
+        if t.num_rows:
+            t = t.take(pc.sort_indices(t, sort_keys=[("step", "ascending")]))  # stable: replay order kept
+        ordered[k] = t
+        steps.append(t.column("step").to_numpy())
+    every = np.concatenate(steps) if steps else np.array([], dtype="int64")
+    if not len(every):
+        return
+    values, counts = np.unique(every, return_counts=True)
+    if hold_last:
+        values, counts = values[:-1], counts[:-1]
+    starts = {k: ordered[k].column("step").to_numpy() for k in ordered}
+    i = 0
+    while i < len(values):
+        j, n = i, 0
+        while j < len(values) and (j == i or n + counts[j] <= size):
+            n += counts[j]
+            j += 1
+        lo, hi = values[i], values[j - 1]
+        batch = {}
+        for k, t in ordered.items():
+            a = int(np.searchsorted(starts[k], lo, "left"))
+            b = int(np.searchsorted(starts[k], hi, "right"))
+            batch[k] = t.slice(a, b - a)
+        yield StepBatch(batch)
+        i = j
 
 
 def batch_id_of(kind: str, batch) -> str:
     """The id of a batch of rows of ``kind``: the same rows always get the same id (adapters
     store it at the target to tell, after a cut, whether the batch arrived)."""
     h = hashlib.sha256(kind.encode())
-    h.update(repr(_ids(batch).to_json()).encode())
+    for k, ids in _batch_ids(kind, batch).items():
+        h.update(repr((k, ids.to_json()) if kind == STEPS else ids.to_json()).encode())
     return h.hexdigest()[:16]

@@ -1,4 +1,5 @@
-"""What every HTTP target needs, written once: destination identity and the reachability probe.
+"""What every HTTP target needs, written once: destination identity, the reachability probe,
+the one error policy (retryable or permanent) and proxies.
 
 * :func:`destination_url` turns a URL into the identity of a destination: the same server
   spelled ``http://localhost:5000``, ``http://127.0.0.1:5000/`` or ``HTTP://bob:pw@127.0.0.1:5000``
@@ -12,11 +13,23 @@
   (where ``urllib`` reads them as a port and fails), and a proxy is used per request, never by
   rewriting ``os.environ``. A proxy that does not answer is named in the error, with its
   credentials redacted, so "unreachable" says which hop is dead.
+* :func:`classify` is the one retry policy: every adapter turns its client's exceptions into
+  :class:`~trackstore.sync.adapter.RetryableError` or
+  :class:`~trackstore.sync.adapter.PermanentError` through it, so a 503 or a reset connection
+  is retried, and a 401 is not, whatever the target.
+* Proxies: ``--proxy`` reaches each client explicitly where the client takes one (the probe;
+  wandb's ``Settings(https_proxy=...)``). MLflow's and SwanLab's clients have no proxy
+  parameter and read only the standard variables, so their adapters call
+  :func:`proxy_environment` when they create their client: it sets ``HTTP(S)_PROXY`` for this
+  sync process, and says so in the docstring of each adapter. Nothing else changes
+  ``os.environ`` for a proxy (the CLI used to, for every target).
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import re
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit, urlunsplit
@@ -101,3 +114,82 @@ def _env_proxy(url: str) -> str | None:
     if urllib.request.proxy_bypass(host):
         return None
     return urllib.request.getproxies().get(urlsplit(url).scheme)
+
+
+# ---------------------------------------------------------------------------- errors: one policy
+#: HTTP statuses worth a retry: the request may succeed later (time-outs, rate limits, a server
+#: that is restarting or overloaded, a gateway between)
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: error codes some servers send instead of a status (MLflow's REST errors)
+RETRYABLE_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "RESOURCE_EXHAUSTED"})
+#: words of a client's message that mean the connection, not the request, failed
+TRANSIENT_WORDS = ("timed out", "timeout", "connection", "max retries exceeded", "remotedisconnected",
+                   "badstatusline", "temporarily", "network is unreachable", "name resolution",
+                   "database is locked", "failed with exception")
+_STATUS_IN_TEXT = re.compile(r"(?:status(?: code)?|http|error code|response code)\D{0,12}?\b([45]\d\d)\b"
+                             r"|\b([45]\d\d) (?:client |server )?error")
+_AUTH_WORDS = ("api key", "api_key", "unauthorized", "unauthenticated", "forbidden", "permission denied",
+               "not logged in", "invalid credentials")
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an SDK's exception carries, where it says: ``status_code``,
+    ``response.status_code`` (requests, httpx) or ``get_http_status_code()`` (MLflow)."""
+    for get in (lambda: exc.get_http_status_code(), lambda: exc.status_code,  # type: ignore[attr-defined]
+                lambda: exc.response.status_code):  # type: ignore[attr-defined]
+        try:
+            value = get()
+        except Exception:
+            continue
+        if isinstance(value, int) and 100 <= value <= 599:
+            return value
+    return None
+
+
+def classify(exc: BaseException, message: str) -> Exception:
+    """The one retry policy of every target: ``exc`` as :class:`RetryableError` (the engine
+    retries with backoff, reconciling first) or :class:`PermanentError` (this run stops), with
+    ``message`` (already free of secrets) as its text.
+
+    Retryable: connection trouble and time-outs (``ConnectionError``, ``TimeoutError``, a socket
+    ``OSError``), the statuses of :data:`RETRYABLE_STATUS` and codes of :data:`RETRYABLE_CODES`,
+    and messages that say the connection failed (:data:`TRANSIENT_WORDS`). Permanent:
+    authentication and permission (401, 403, or the words of a missing key), any other 4xx, and
+    everything else: retrying what was refused cannot help, and an unknown error is not hidden
+    behind retries. A status is read from the exception, else from its text only where the text
+    says it is one (``status 503``, ``HTTP 429``, ``503 Server Error``): a port such as
+    ``:54013`` or a step number is not a status.
+    """
+    from .adapter import PermanentError, RetryableError
+
+    if isinstance(exc, (RetryableError, PermanentError)):
+        return exc
+    text = str(exc).lower()
+    status = http_status(exc)
+    if status is None:
+        m = _STATUS_IN_TEXT.search(text)
+        status = int(m.group(1) or m.group(2)) if m else None
+    code = getattr(exc, "error_code", None)
+    if status in (401, 403) or any(w in text for w in _AUTH_WORDS):
+        return PermanentError(message)
+    if status in RETRYABLE_STATUS or code in RETRYABLE_CODES:
+        return RetryableError(message)
+    if isinstance(exc, (ConnectionError, TimeoutError)) or (
+            isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError,
+                                                              NotADirectoryError))):
+        return RetryableError(message)
+    if status is not None and 400 <= status < 500:
+        return PermanentError(message)
+    if any(w in text for w in TRANSIENT_WORDS):
+        return RetryableError(message)
+    if code == "INTERNAL_ERROR" and status is None:  # MLflow: a server-side failure without a status
+        return RetryableError(message)
+    return PermanentError(message)
+
+
+def proxy_environment(proxy: str | None) -> None:
+    """For a client that takes no proxy parameter (MLflow, SwanLab): point the standard proxy
+    variables of this process at ``proxy`` (``--proxy``); nothing when it is None."""
+    if proxy:
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            os.environ[name] = proxy

@@ -60,7 +60,7 @@ from .adapter import (
     SendResult,
     TargetOptions,
 )
-from .http import destination_url, is_local_uri, probe
+from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_key, mlflow_run_names, rename_reason, renamed
 
 RUN_TAG = "trackstore.run_id"
@@ -120,6 +120,7 @@ class MlflowAdapter(Adapter):
             # MLflow prints "View run ... at ..." links on stdout; our stdout is for our output
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
+            proxy_environment(self.options.proxy)  # MLflow's client has no proxy parameter
             if self._embedded:
                 target_dir(self.options.store_root or ".", "mlflow").mkdir(parents=True, exist_ok=True)
             import logging
@@ -147,16 +148,9 @@ class MlflowAdapter(Adapter):
         return destination_url(redact_url(self.uri))
 
     def _wrap(self, exc: Exception, what: str) -> Exception:
-        """Classify an MLflow/requests error as retryable or permanent, without secrets."""
+        """An MLflow/requests error as retryable or permanent (:func:`.http.classify`), without
+        secrets; a file store whose metadata a killed writer left empty is named."""
         msg = redact_text(f"{what}: {exc}")
-        code = getattr(exc, "error_code", None)
-        status = None
-        get_status = getattr(exc, "get_http_status_code", None)
-        if callable(get_status):
-            try:
-                status = int(get_status())
-            except Exception:
-                status = None
         if isinstance(exc, (AttributeError, TypeError, KeyError)):
             broken = self._broken_file_store_files()
             if broken:
@@ -166,16 +160,7 @@ class MlflowAdapter(Adapter):
                     "process killed while writing one leaves it empty. Restore the file from a backup, or "
                     "move that folder away and sync again; prefer a sqlite:/// store or a server, which "
                     "write atomically")
-        text = str(exc)
-        transient_text = ("failed with exception", "Connection", "connection", "timed out", "Timeout",
-                          "Max retries exceeded", "RemoteDisconnected", "database is locked", "BadStatusLine")
-        if code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or status in (429, 500, 502, 503, 504):
-            return RetryableError(msg)
-        if any(t in text for t in transient_text) or isinstance(exc, (ConnectionError, TimeoutError, OSError)):
-            return RetryableError(msg)
-        if code == "INTERNAL_ERROR" and status is None:
-            return RetryableError(msg)
-        return PermanentError(msg)
+        return classify(exc, msg)
 
     def _broken_file_store_files(self, limit: int = 3) -> list[str]:
         """``meta.yaml`` files of a local MLflow file store that MLflow cannot parse."""
@@ -341,9 +326,9 @@ class MlflowAdapter(Adapter):
         return notes
 
     # ------------------------------------------------------------------ records
-    def recover(self, run, cursor) -> None:
+    def prepare(self, run, cursor) -> None:
         # what the key names depend on (every metric key of the run, the names already given),
-        # for --dry-run's unsupported(), which sees neither the run nor the cursor
+        # the same for send() and for --dry-run's unsupported(), which sees neither
         self._run_paths = run.paths
         self._known_keys = dict(cursor.remote.get("key_map") or {})
 

@@ -309,7 +309,7 @@ class _Scheduler:
         finally:
             try:
                 if adapter is not None:
-                    adapter.close()  # inside the run's lock: closing may still write the target and the cursor
+                    adapter.close()  # inside the run's lock: closing may still write the target
             finally:
                 for lk in (current, held):
                     if lk is not None:

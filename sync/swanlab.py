@@ -35,19 +35,18 @@ Mapping (the full table, with what is lost: docs/sync.md § SwanLab):
 
 Exactly once. SwanLab's client does not make data durable before the session closes (its
 offline store is never flushed before ``finish``; after a SIGKILL the file can be empty), so a
-row handed to the client is not yet a row the target holds. Each sync session therefore
-records the rows it handed over in ``cursor.remote["journal"]``, written atomically with the
-engine's acknowledgements, and clears it once ``finish`` has returned and SwanLab confirms the
-rows (offline/local: the closed session file, read back, holds every value handed over; cloud:
-the uploader drained). A journal found at the
-next sync belongs to a session that died: :meth:`SwanlabAdapter.recover` makes those rows
-pending again and marks them as *re-sends*. A re-sent row (and every row of an in-doubt batch)
-is checked against what the target holds before it is logged: in offline/local mode exactly,
-by reading every earlier session folder of the experiment with SwanLab's own reader; in cloud
-mode by SwanLab itself, which drops (key, step) pairs at or below the server's last step on
-resume (its per-key summary is counted asynchronously: resuming seconds after a cut can still
-append a duplicate; the adapter waits :data:`CLOUD_SETTLE_S` after a cut before re-sending,
-see docs/sync-swanlab.md).
+row handed to the client is not yet a row the target holds. The adapter declares
+``confirms_on_close``: the engine keeps the cursor as it was when the session began until
+:meth:`SwanlabAdapter.close_run` returns, which it does only once SwanLab confirms the rows
+(offline/local: the closed session file, read back, holds every value handed over; cloud: the
+uploader drained). After a session that never got there, the engine goes back to that cursor
+and hands this adapter the rows again through ``reconcile``; such a row (and every row of an
+in-doubt batch) passes SwanLab's rules and is then checked against what the target holds
+before it is logged: in offline/local mode exactly, by reading every earlier session folder of
+the experiment with SwanLab's own reader; in cloud mode by SwanLab itself, which drops (key,
+step) pairs at or below the server's last step on resume (its per-key summary is counted
+asynchronously: resuming seconds after a cut can still append a duplicate; the adapter waits
+:data:`CLOUD_SETTLE_S` after the last send before re-sending, see docs/sync-swanlab.md).
 
 Client version: swanlab >= 0.10.3 (:data:`MIN_SWANLAB`, the version the tests run): the reader of
 its run files, its ``Settings`` and ``finish(state=...)`` are those of the 0.10 SDK. An older
@@ -63,7 +62,6 @@ from typing import Any
 
 from trackstore.errors import UsageError
 from trackstore.store.layout import target_dir
-from trackstore.store.ledger import save_cursor
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
@@ -77,7 +75,7 @@ from .adapter import (
     TargetOptions,
     require_client,
 )
-from .http import probe
+from .http import classify, probe, proxy_environment
 from .keys import rename_reason, renamed, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
 from .swanlab_media import histogram_chart, sample_items, trajectory_items
@@ -122,6 +120,7 @@ class SwanlabAdapter(Adapter):
     batch_sizes = {"metrics": 10000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50}
     # SwanLab takes one value per (key, step): a step must never straddle two batches
     group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "step"}
+    confirms_on_close = True  # rows are durable once the session's finish is confirmed
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
@@ -140,8 +139,8 @@ class SwanlabAdapter(Adapter):
         self._info = None
         self._log_fn = None
         self._held: Held | None = None
-        self._resend: dict[str, RangeSet] = {}  # rows logged by a session that died (from its journal)
         self._doubt: dict[str, RangeSet] = {}   # rows of an in-doubt batch (this session only)
+        self._problem: str | None = None        # why this session's rows are not confirmed
         self._notes: list[str] = []
         self._values = 0            # values handed to SwanLab in this session
 
@@ -186,32 +185,13 @@ class SwanlabAdapter(Adapter):
             pass
 
     def _wrap(self, exc: Exception, what: str) -> Exception:
-        msg = redact_text(f"swanlab {what}: {exc}")
-        text = str(exc).lower()
-        if isinstance(exc, (ConnectionError, TimeoutError)) or any(
-                t in text for t in ("timed out", "timeout", "connection", "max retries", "502", "503", "504", "429")):
-            return RetryableError(msg)
-        return PermanentError(msg)
+        return classify(exc, redact_text(f"swanlab {what}: {exc}"))
 
     # ------------------------------------------------------------------ sessions
-    def recover(self, run, cursor) -> None:
-        journal = cursor.remote.pop("journal", None) or {}
-        resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
-        for kind, ids in journal.items():
-            ids = RangeSet.from_json(ids)
-            if not ids:
-                continue
-            cursor.acked[kind] = cursor.acked_set(kind).difference(ids)
-            resend.setdefault(kind, RangeSet()).update(ids)
-        if journal:
-            self._notes.append("the previous SwanLab session did not close: its rows are checked against the "
-                               "target and sent again where missing")
-        cursor.remote["resend"] = {k: v.to_json() for k, v in resend.items() if v}
-
     def open_run(self, run, cursor) -> str:
         known = bool(cursor.remote.get("id"))
         if self._run is not None:
-            self._close_quietly()
+            self.close()
         self._quiet()
         import swanlab
 
@@ -221,6 +201,7 @@ class SwanlabAdapter(Adapter):
         logdir = project_logdir(self.logdir, project, self.mode)
         logdir.mkdir(parents=True, exist_ok=True)  # cloud mode keeps SwanLab's local copy here too
         self._settle(cursor)
+        proxy_environment(self.options.proxy)  # SwanLab's client has no proxy parameter
         try:
             self._run = swanlab.init(
                 project=project, workspace=self.options.entity, name=run.name,
@@ -234,9 +215,8 @@ class SwanlabAdapter(Adapter):
         self._cursor, self._info = cursor, run
         cursor.remote_id = exp
         cursor.remote.update(id=exp, project=project, mode=self.mode)
-        cursor.remote["journal"] = {}
-        self._resend = {k: RangeSet.from_json(v) for k, v in (cursor.remote.get("resend") or {}).items()}
         self._doubt = {}
+        self._problem = None
         self._values = 0
         self._held = None
         self._log_fn = self._event_logger()
@@ -249,11 +229,13 @@ class SwanlabAdapter(Adapter):
         """Cloud only: before re-sending rows of a cut session, give the server time to count
         the steps it received (its per-key summary is updated asynchronously; a resume that
         reads a stale summary would append duplicates instead of dropping them)."""
-        if self.mode != "online" or not (cursor.remote.get("resend") or cursor.in_doubt):
+        if self.mode != "online" or not (cursor.recheck or cursor.in_doubt):
             return
         import time
 
-        wait = float(cursor.remote.get("last_send_at") or 0) + CLOUD_SETTLE_S - time.time()
+        from trackstore.store.clock import parse_iso
+
+        wait = (parse_iso(cursor.last_send_at) or 0) + CLOUD_SETTLE_S - time.time()
         if wait > 0:
             time.sleep(min(wait, CLOUD_SETTLE_S))
 
@@ -309,12 +291,12 @@ class SwanlabAdapter(Adapter):
         self._values += len(data)
 
     def _close_session(self, state: str = "success", error: str | None = None) -> None:
-        """Finish the SwanLab session and clear the journal once SwanLab confirms its rows are
-        durable. SwanLab's ``finish`` reports trouble only on its console, so the confirmation
-        is checked here: offline/local, the closed file is read back and must hold every value
-        handed over; cloud, the uploader must have drained. Unconfirmed, the journal stays (the
-        next sync re-checks and re-sends) and this raises PermanentError."""
-        run, cursor = self._run, self._cursor
+        """Finish the SwanLab session; raise PermanentError unless SwanLab confirms every value
+        it was handed is durable. SwanLab's ``finish`` reports trouble only on its console, so
+        this checks: offline/local, the closed file is read back and must hold every value
+        handed over; cloud, the uploader must have drained. Unconfirmed, the engine keeps the
+        session's rows to be checked and re-sent by the next sync."""
+        run = self._run
         self._run = None
         if run is None:
             return
@@ -323,19 +305,9 @@ class SwanlabAdapter(Adapter):
         except Exception as exc:
             raise self._wrap(exc, "finish") from exc
         problem = self._unconfirmed(run)
-        if cursor is not None:
-            if problem is None:
-                cursor.remote["journal"] = {}
-                resend = {}
-                for kind, ids in (cursor.remote.get("resend") or {}).items():
-                    left = RangeSet.from_json(ids).difference(cursor.acked_set(kind))
-                    if left:
-                        resend[kind] = left.to_json()
-                cursor.remote["resend"] = resend
-            if self.options.store_root:
-                save_cursor(Path(self.options.store_root), cursor)
         if problem is not None:
-            raise PermanentError(f"{problem}; the next sync checks this session's rows and re-sends what is missing")
+            self._problem = f"{problem}; the next sync checks this session's rows and re-sends what is missing"
+            raise PermanentError(self._problem)
 
     def _unconfirmed(self, run) -> str | None:
         if self.mode == "online":
@@ -350,22 +322,18 @@ class SwanlabAdapter(Adapter):
                     f"(see its debug/debug.log)")
         return None
 
-    def _close_quietly(self) -> None:
-        """Close a session outside its run's sync (the next run, or the end): a failure is
-        recorded on that run's cursor instead of failing another run."""
-        cursor = self._cursor
-        try:
-            self._close_session()
-        except (PermanentError, RetryableError) as exc:
-            if cursor is not None and self.options.store_root:
-                cursor.last_error = str(exc)
-                save_cursor(Path(self.options.store_root), cursor)
+    def close_run(self, cursor) -> None:
+        """Close the session (if ``finish_run`` or ``verify`` did not); raise unless SwanLab
+        confirmed every value this session was handed."""
+        self._close_session()
+        if self._problem is not None:
+            raise PermanentError(self._problem)
 
     def close(self) -> None:
         try:
-            self._close_quietly()
+            self._close_session()
         except Exception:
-            pass  # the journal stays: the next sync re-checks those rows
+            pass  # unconfirmed: the engine's cursor keeps the session, the next sync re-checks its rows
 
     # ------------------------------------------------------------------ target truth
     def _held_index(self) -> Held | None:
@@ -378,15 +346,6 @@ class SwanlabAdapter(Adapter):
             current = Path(self._run.dir) if self._run is not None else None
             self._held = Held(project_logdir(self.logdir, self._cursor.remote["project"], self.mode), exp, current)
         return self._held
-
-    def _journal(self, kind: str, ids: RangeSet) -> None:
-        import time
-
-        self._cursor.remote["last_send_at"] = round(time.time(), 3)
-        journal = self._cursor.remote.setdefault("journal", {})
-        cur = RangeSet.from_json(journal.get(kind))
-        cur.update(ids)
-        journal[kind] = cur.to_json()
 
     def reconcile(self, kind: str, rows, cursor, batch_id: str):
         """The rows of an in-doubt batch, all of them: the batch is sent again as it was, and
@@ -409,15 +368,12 @@ class SwanlabAdapter(Adapter):
         result.skip(f"swanlab cannot hold {kind}", rows.num_rows)
         return result
 
-    def _class(self, kind: str, row_id: tuple[str, int]) -> int:
-        """0: logged by a session that died (check the target only); 1: in doubt (SwanLab's
-        rules, then check the target); 2: new. Rows of class 0 go first within a step: they
-        were the first values of their (key, step) when they were logged."""
-        if row_id in self._resend.get(kind, ()):
-            return 0
-        return 1 if row_id in self._doubt.get(kind, ()) else 2
+    def _doubtful(self, kind: str, row: dict) -> bool:
+        """A row of a batch the engine reconciled (in doubt, or handed to a session that never
+        confirmed): SwanLab's rules apply, then what the target holds is not logged again."""
+        return (row["writer"], row["seq"]) in self._doubt.get(kind, ())
 
-    def _admit(self, key: str, step: int, cls: int, seen: set, result: SendResult, n: int = 1,
+    def _admit(self, key: str, step: int, doubt: bool, seen: set, result: SendResult, n: int = 1,
                media: bool = False) -> bool:
         """Whether a value for (key, step) is to be logged now. Rejections are counted in
         ``result``; a value the target already holds is neither logged nor counted."""
@@ -435,11 +391,11 @@ class SwanlabAdapter(Adapter):
         seen.add((key, step))
         if media and key not in key_max:
             media_keys.append(key)
-        if cls != 0 and key_max.get(key, -1) >= step:
+        if key_max.get(key, -1) >= step:
             result.skip(SKIP_OLD, n)
             return False
         key_max[key] = max(key_max.get(key, -1), step)
-        if cls != 2:
+        if doubt:
             held = self._held_index()
             if held is not None and (key, step) in held.points:
                 return False
@@ -447,18 +403,16 @@ class SwanlabAdapter(Adapter):
 
     def _send_metrics(self, rows) -> SendResult:
         result = SendResult()
-        logged = RangeSet()
         keys = rows.column("key").to_pylist()
         values = rows.column("value").to_pylist()
         steps = rows.column("step").to_pylist()
         ts = rows.column("ts").cast("int64").to_pylist()  # microseconds
         writers = rows.column("writer").to_pylist()
         seqs = rows.column("seq").to_pylist()
-        classes = [self._class("metrics", (w, q)) for w, q in zip(writers, seqs)]
-        order = sorted(range(rows.num_rows), key=lambda i: (steps[i], classes[i] != 0, i))
+        doubt = [(w, q) in self._doubt.get("metrics", ()) for w, q in zip(writers, seqs)]
+        order = sorted(range(rows.num_rows), key=lambda i: (steps[i], i))
         seen: set = set()
         pending: dict[tuple[int, int], dict] = {}  # (step, ts_us) -> {key: value}, in replay order
-        logged_idx: list[int] = []
         for i in order:
             if values[i] is None:
                 result.skip(SKIP_NULL)
@@ -469,21 +423,14 @@ class SwanlabAdapter(Adapter):
             if not sk:
                 result.skip(SKIP_KEY)
                 continue
-            if not self._admit(sk, steps[i], classes[i], seen, result):
+            if not self._admit(sk, steps[i], doubt[i], seen, result):
                 continue
             pending.setdefault((steps[i], ts[i]), {})[sk] = values[i]
-            logged_idx.append(i)
         try:
             for (s, t), data in pending.items():
                 self._log(data, s, t)
         except Exception as exc:
             raise self._wrap(exc, "log") from exc
-        by_writer: dict[str, list[int]] = {}
-        for i in logged_idx:
-            by_writer.setdefault(writers[i], []).append(seqs[i])
-        for w, qs in by_writer.items():
-            logged.add_seqs(w, qs)
-        self._journal("metrics", logged)
         return result
 
     def _send_media(self, kind: str, rows) -> SendResult:
@@ -499,22 +446,19 @@ class SwanlabAdapter(Adapter):
             groups = {}
             for i, r in enumerate(data):
                 key = f"samples/{r.get('split') or 'val'}" if kind == "samples" else r["key"]
-                cls = self._class(kind, (r["writer"], r["seq"]))
                 # a histogram is one chart: each row is its own value; samples of a step form one list
-                gid = (int(r["step"]), cls != 0, swanlab_key(key), i if kind == "histograms" else cls)
+                gid = (int(r["step"]), swanlab_key(key), i if kind == "histograms" else 0)
                 groups.setdefault(gid, []).append(r)
         seen: set = set()
-        logged = RangeSet()
         try:
-            for gid in sorted(groups, key=lambda g: g[:2]):
+            for gid in sorted(groups, key=lambda g: g[0]):
                 group = groups[gid]
-                step, key = gid[0], gid[2]
+                step, key = gid[0], gid[1]
                 if not key:
                     result.skip(SKIP_KEY, len(group))
                     continue
                 first = group[0]
-                cls = self._class(kind, (first["writer"], first["seq"]))
-                if not self._admit(key, step, cls, seen, result, len(group), media=True):
+                if not self._admit(key, step, self._doubtful(kind, first), seen, result, len(group), media=True):
                     continue
                 if kind == "samples":
                     value = [swanlab.Text(text, caption=caption) for caption, text in sample_items(group)]
@@ -523,13 +467,10 @@ class SwanlabAdapter(Adapter):
                 else:
                     value = [swanlab.Text(text, caption=caption) for caption, text in trajectory_items(group)]
                 self._log({key: value}, step, int(first["ts"].timestamp() * 1_000_000))
-                for r in group:
-                    logged.add_range(r["writer"], r["seq"], r["seq"])
         except (RetryableError, PermanentError):
             raise
         except Exception as exc:
             raise self._wrap(exc, f"log {kind}") from exc
-        self._journal(kind, logged)
         if kind == "histograms" and self.mode == "local" and data:
             result.skipped[HIST_LOCAL] = 0
         return result
@@ -553,21 +494,18 @@ class SwanlabAdapter(Adapter):
             if live and open_spans:
                 deferred.extend(idx)
                 continue
-            for r in rows:
-                cls = self._class("spans", (r["writer"], r["seq"]))
-                groups.setdefault((step, cls != 0, "trajectories", cls), []).append(r)
+            groups[(step, "trajectories", 0)] = rows
         return groups, deferred
 
     def _send_artifacts(self, rows) -> SendResult:
         result = SendResult()
         run_dir = Path(self._info.paths.dir)
-        logged = RangeSet()
         for r in rows.to_pylist():
             local = run_dir / r["path"]
             if not local.is_file():
                 result.skip(SKIP_MISSING)
                 continue
-            if self._class("artifacts", (r["writer"], r["seq"])) != 2:
+            if self._doubtful("artifacts", r):
                 held = self._held_index()
                 if held is not None and r["path"] in held.saves:
                     continue
@@ -575,8 +513,6 @@ class SwanlabAdapter(Adapter):
                 self._run.save(str(local), base_path=str(run_dir), policy="now")
             except Exception as exc:
                 raise self._wrap(exc, "save") from exc
-            logged.add_range(r["writer"], r["seq"], r["seq"])
-        self._journal("artifacts", logged)
         return result
 
     # ------------------------------------------------------------------ end of run

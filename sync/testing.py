@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from trackstore.errors import TargetUnreachableError
 
-from .adapter import OPENED_CREATED, OPENED_FOUND, Adapter, RetryableError, SendResult, TargetOptions
+from .adapter import OPENED_CREATED, OPENED_FOUND, STEPS, Adapter, RetryableError, SendResult, StepBatch, TargetOptions
 
 KINDS = ("metrics", "histograms", "samples", "spans", "artifacts")
 FAULTS = ("fail_before", "fail_after", "timeout", "drop", "abort_before", "abort_after")
@@ -48,6 +48,8 @@ class MemoryRun:
     held: dict[str, Counter] = field(default_factory=dict)  # kind -> (writer, seq) -> times held
     meta: dict = field(default_factory=dict)
     status: str | None = None
+    last_step: int = -1                           # step-merged targets: the last step committed
+    spool: dict[str, Counter] = field(default_factory=dict)  # session targets: handed over, not durable yet
 
 
 class MemoryTarget:
@@ -59,6 +61,8 @@ class MemoryTarget:
         self.faults: list[str] = []
         self.online = True
         self.calls: Counter = Counter()  # method -> calls that reached the target
+        #: what a step-merged target was sent against its rules (a step split or sent out of order)
+        self.violations: list[str] = []
         self._lock = threading.Lock()
 
     def rows(self, kind: str, run_id: str | None = None) -> Counter:
@@ -120,8 +124,20 @@ class MemoryAdapter(Adapter):
                    "drop": ConnectionResetError("injected: connection dropped"),
                    "abort_before": Abort("killed before the target stored the batch")}[fault]
         self.target.calls["send"] += 1
-        held = self.target.runs[cursor.remote_id].held.setdefault(kind, Counter())
-        held.update(zip(rows.column("writer").to_pylist(), rows.column("seq").to_pylist()))
+        remote = self.target.runs[cursor.remote_id]
+        if kind in self.merge_steps:
+            self.target.violations.append(f"{kind} sent alone, not in a step-merged batch")
+        for k, table in (rows.tables.items() if kind == STEPS else [(kind, rows)]):
+            store = remote.spool if self.confirms_on_close else remote.held
+            if kind == STEPS and table.num_rows:
+                first = min(table.column("step").to_pylist())
+                if first <= remote.last_step:
+                    self.target.violations.append(f"{k} rows at step {first} after step {remote.last_step}")
+            held = store.setdefault(k, Counter())
+            held.update(zip(table.column("writer").to_pylist(), table.column("seq").to_pylist()))
+        if kind == STEPS:
+            steps = [s for t in rows.tables.values() for s in t.column("step").to_pylist()]
+            remote.last_step = max([remote.last_step, *steps])
         if fault == "fail_after":
             raise RetryableError("injected: the answer was lost after the target stored the batch")
         if fault == "timeout":
@@ -135,9 +151,16 @@ class MemoryAdapter(Adapter):
 
         self.check_online()
         self.target.calls["reconcile"] += 1
-        held = self.target.runs[cursor.remote_id].held.get(kind, Counter())
-        ids = zip(rows.column("writer").to_pylist(), rows.column("seq").to_pylist())
-        return rows.filter(pa.array([i not in held for i in ids]))
+        remote = self.target.runs[cursor.remote_id]
+
+        def missing(k, table):
+            held = remote.held.get(k, Counter()) + remote.spool.get(k, Counter())
+            ids = zip(table.column("writer").to_pylist(), table.column("seq").to_pylist())
+            return table.filter(pa.array([i not in held for i in ids], pa.bool_()))
+
+        if kind == STEPS:
+            return StepBatch({k: missing(k, t) for k, t in rows.tables.items()})
+        return missing(kind, rows)
 
     def finish_run(self, run, cursor, status: str) -> None:
         self.target.runs[cursor.remote_id].status = status
@@ -145,3 +168,40 @@ class MemoryAdapter(Adapter):
     def verify(self, run, cursor) -> dict[str, int]:
         held = self.target.runs[cursor.remote_id].held
         return {k: sum(c.values()) for k, c in held.items()}
+
+
+class StepMemoryAdapter(MemoryAdapter):
+    """The same target taking one row per step, like wandb: metrics, histograms and samples
+    arrive together in :class:`~.adapter.StepBatch` es, whole steps in step order; a row at a
+    step the run already committed is a violation the target records."""
+
+    name = "memory-steps"
+    merge_steps = ("metrics", "histograms", "samples")
+    batch_sizes = {STEPS: 7, "spans": 7, "artifacts": 7}
+
+    def destination(self) -> str:
+        return f"memory-steps:{self.target.name}"
+
+
+class SessionMemoryAdapter(MemoryAdapter):
+    """The same target with a client that makes rows durable only when the run's session closes
+    (like SwanLab): ``send`` only spools rows, :meth:`close_run` makes them durable, and a
+    session that dies (the next ``open_run`` finds its spool) loses what it spooled."""
+
+    name = "memory-session"
+    confirms_on_close = True
+
+    def destination(self) -> str:
+        return f"memory-session:{self.target.name}"
+
+    def open_run(self, run, cursor) -> str:
+        opened = super().open_run(run, cursor)
+        self.target.runs[cursor.remote_id].spool.clear()  # a session that never closed: its rows are lost
+        return opened
+
+    def close_run(self, cursor) -> None:
+        remote = self.target.runs.get(cursor.remote_id or "")
+        if remote is not None:
+            for kind, rows in remote.spool.items():
+                remote.held.setdefault(kind, Counter()).update(rows)
+            remote.spool.clear()

@@ -16,15 +16,14 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
   config -> ``config`` (``allow_val_change``); the user summary, the original status, exit code,
   start and end times -> ``summary`` after the history; the exit code -> the run state
   (0 finished, else failed; a crashed run is failed with ``trackstore/status = crashed``).
-* metrics, histograms and samples share wandb's single, strictly increasing step axis, so they
-  are replayed together: one ``run.log(row, step=s, commit=True)`` per step with every key of
-  the step, histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
+* metrics, histograms and samples share wandb's single, strictly increasing step axis: the
+  adapter declares them :attr:`~.adapter.Adapter.merge_steps`, so the engine sends them
+  together, whole steps in step order (a live run's newest step held back until it stops
+  growing), and each step becomes one ``run.log(row, step=s, commit=True)`` with every key of
+  the step: histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
   ``wandb.Table`` per (step, split) under ``samples/<split>`` (its history entry without wandb's
   ``ncols``/``nrows``, which viewers chart as metrics: :mod:`.wandb_tables`), and ``_timestamp``
-  set to the original wall time of the step (its latest point). Because the engine sends one kind at a
-  time, a batch of one kind *carries* the pending rows of the other two kinds up to its last
-  step; the carried rows are remembered in ``cursor.remote["carried"]`` and acknowledged
-  without being logged again when their own kind's turn comes.
+  set to the original wall time of the step (its latest point).
 * spans -> an artifact ``trajectories-<id>`` (type ``trajectories``) holding a ``wandb.Table``
   with one row per trajectory and its spans ("turns") as JSON; one version per batch of
   complete trajectories (wandb content-addresses versions, so a resend adds none). A trajectory
@@ -38,8 +37,7 @@ a point at a step the wandb run has already committed (logged late, after its st
 synced), a second value for one key at one step (wandb keeps the last), null values, sample
 rows over wandb's 10 000-row table limit (an evenly spaced subset by ``sample_index`` is kept),
 the spans of a trajectory without a root span once its run has ended
-(:mod:`trackstore.sync.trajectories`). For a live run the newest step is deferred (it may still
-be growing) until the next sync.
+(:mod:`trackstore.sync.trajectories`).
 
 Acknowledgement (exactly once): wandb-core buffers records and writes the run's ``.wandb``
 transaction log only every ``x_transaction_log_flush_interval`` seconds (0.1 s here). After
@@ -69,20 +67,21 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.store.layout import target_dir
-from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 
 from .adapter import (
     OPENED_CREATED,
     OPENED_FOUND,
+    STEPS,
     Adapter,
     PermanentError,
     RetryableError,
     SendResult,
+    StepBatch,
     TargetOptions,
     require_client,
 )
-from .http import probe
+from .http import classify, probe
 from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
 from .wandb_tables import TURN_COLUMNS, history_table, table_rows, turn_rows
@@ -151,11 +150,11 @@ def _seconds(ts) -> float:
 class WandbAdapter(Adapter):
     name = "wandb"
     kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
-    batch_sizes = {"metrics": 5000, "histograms": 500, "samples": 2000, "spans": 200, "artifacts": 20}
-    # a step (or a trajectory, or an artifact version) never straddles two batches: wandb takes
-    # one row per step, so the second half of a split step would be lost
-    group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "trace_id",
-                     "artifacts": "digest"}
+    batch_sizes = {"steps": 5000, "spans": 200, "artifacts": 20}
+    # wandb takes one row per step: the engine sends these kinds together, whole steps
+    merge_steps = STEP_KINDS
+    # a trajectory or an artifact version never straddles two batches
+    group_columns = {"spans": "trace_id", "artifacts": "digest"}
     whole_trajectories = True
     reconcile_before_retry = False  # send stages each batch id: a retry waits for it, never logs it twice
     forced_mode: str | None = None
@@ -176,9 +175,7 @@ class WandbAdapter(Adapter):
         self._reader = None                # LogReader of its transaction log
         self._markers: set[str] = set()
         self._last_step = -1
-        self._hold: int | None = None      # a live run's newest step (deferred)
         self._info = None
-        self._pending: dict[str, list[dict]] = {}   # other kinds' rows that may be carried
         self._staged: dict[str, tuple] = {}  # batch id -> logged, awaiting the barrier (a retry only waits)
         self._open_notes: list[str] = []
 
@@ -224,12 +221,7 @@ class WandbAdapter(Adapter):
         if "previously created and deleted" in text or "409" in text:
             return PermanentError(msg + " (a deleted wandb run id stays reserved for days; restore the run or use "
                                   "another --remote-project)")
-        if any(t in text for t in ("api key", "api_key", "unauthorized", "401", "403", "permission", "not logged in")):
-            return PermanentError(msg)
-        if any(t in text for t in ("timed out", "timeout", "connection", "429", "500", "502", "503", "504",
-                                   "temporarily", "network")):
-            return RetryableError(msg)
-        return PermanentError(msg)
+        return classify(exc, msg)
 
     # ------------------------------------------------------------------ runs
     def _finish_open(self, exit_code: int = 0) -> None:
@@ -270,7 +262,6 @@ class WandbAdapter(Adapter):
         self._reader = LogReader(run_dir / f"run-{rid}.wandb")
         self._markers = set()
         self._staged = {}
-        self._pending = {}
         dirs = [d for d in cursor.remote.get("dirs", []) if d != str(run_dir)] + [str(run_dir)]
         cursor.remote_id = rid
         cursor.remote.update(id=rid, project=project, entity=getattr(wb, "entity", None) or self.entity,
@@ -285,24 +276,8 @@ class WandbAdapter(Adapter):
                                     f"local transaction log; the rest was lost before upload: run `wandb sync "
                                     f"--include-online {run_dir.parent}` to upload it")
             self._last_step = max(durable, server)
-        self._hold = None
-        if run.status == "running":
-            self._hold = self._newest_step(run)
         # offline logs are found through the cursor: a cursor without them cannot see earlier ones
         return OPENED_FOUND if known else OPENED_CREATED
-
-    def _newest_step(self, run) -> int | None:
-        from trackstore.read.reader import read_kind
-
-        best = None
-        for kind in STEP_KINDS:
-            t = read_kind(run.paths, kind, columns=["step"], skip_corrupt=True)
-            if t.num_rows:
-                import pyarrow.compute as pc
-
-                m = pc.max(t.column("step")).as_py()
-                best = m if best is None else max(best, m)
-        return best
 
     def sync_metadata(self, run, cursor) -> list[str]:
         wb = self._wb
@@ -341,19 +316,15 @@ class WandbAdapter(Adapter):
                                      f"{max(self.options.timeout, 5.0):.0f}s")
             time.sleep(FLUSH_INTERVAL / 2)
 
-    def _sets(self, cursor, name: str) -> dict[str, RangeSet]:
-        return {k: RangeSet.from_json(v) for k, v in (cursor.remote.get(name) or {}).items()}
-
-    def _save_sets(self, cursor, name: str, sets: dict[str, RangeSet]) -> None:
-        cursor.remote[name] = {k: v.to_json() for k, v in sets.items() if v}
-
     # ------------------------------------------------------------------ records
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
-        if kind in STEP_KINDS:
-            result = self._send_steps(kind, rows, cursor, batch_id)
-            if kind in ("metrics", "histograms"):
-                for k, wk in renamed("wandb", rows.column("key").unique().to_pylist()).items():
-                    result.skipped[rename_reason("wandb", k, wk)] = 0
+        if kind == STEPS:
+            result = self._send_steps(rows, cursor, batch_id)
+            for k in ("metrics", "histograms"):
+                table = rows.tables.get(k)
+                if table is not None and table.num_rows:
+                    for key, wk in renamed("wandb", table.column("key").unique().to_pylist()).items():
+                        result.skipped[rename_reason("wandb", key, wk)] = 0
             return result
         if kind == "spans":
             return self._send_spans(rows, cursor, batch_id)
@@ -363,77 +334,26 @@ class WandbAdapter(Adapter):
         result.skip(f"wandb cannot hold {kind}", rows.num_rows)
         return result
 
-    def _other_pending(self, kind: str, cursor) -> list[dict]:
-        """Rows of another step kind not acknowledged nor carried yet (read once per run session)."""
-        if kind not in self._pending:
-            from trackstore.read.reader import read_kind
-
-            table = read_kind(self._info.paths, kind, exclude=cursor.acked.get(kind), skip_corrupt=True)
-            carried = self._sets(cursor, "carried").get(kind)
-            if carried and table.num_rows:
-                import pyarrow.compute as pc
-
-                table = table.filter(pc.invert(carried.mask(table)))
-            self._pending[kind] = table.to_pylist()
-        return self._pending[kind]
-
-    def _send_steps(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
+    def _send_steps(self, batch, cursor, batch_id: str) -> SendResult:
+        """Log one step-merged batch, then wait until its marker is in the transaction log. A
+        retry of the same batch id (a time-out of the barrier) only waits again."""
         if batch_id not in self._staged:
-            self._staged[batch_id] = self._log_batch(kind, rows, cursor)
-        result, carried, dropped, upto = self._staged[batch_id]
+            result, todo = SendResult(), []
+            for k, r in batch.rows():
+                if r["step"] <= self._last_step:
+                    result.skip(LATE, kind=k)
+                else:
+                    todo.append((k, r))
+            for (k, reason), ids in self._log_steps(todo).items():
+                result.skip(reason, len(ids), kind=k)
+            self._staged[batch_id] = (result, max((r["step"] for _, r in todo), default=None))
+        result, upto = self._staged[batch_id]
         if upto is not None:
             self._barrier(batch_id)
             self._last_step = max(self._last_step, upto)
             cursor.remote["last_step"] = self._last_step
-        self._save_sets(cursor, "carried", carried)
-        self._save_sets(cursor, "carried_skipped", dropped)
         del self._staged[batch_id]
         return result
-
-    def _log_batch(self, kind: str, rows, cursor) -> tuple:
-        """Log one batch plus the rows of other step kinds it carries, without waiting."""
-        result = SendResult()
-        carried = self._sets(cursor, "carried")
-        dropped = self._sets(cursor, "carried_skipped")  # "<kind>\0<reason>" -> rows
-        mine = carried.get(kind, RangeSet())
-        todo: list[tuple[str, dict]] = []
-        for i, r in enumerate(rows.to_pylist()):
-            if (r["writer"], r["seq"]) in mine:
-                # logged earlier, carried by another kind's batch; report what it could not hold
-                for key, rs in dropped.items():
-                    k, _, reason = key.partition("\0")
-                    if k == kind and (r["writer"], r["seq"]) in rs:
-                        result.skip(reason)
-                continue
-            if self._hold is not None and r["step"] >= self._hold:
-                result.defer([i])
-            elif r["step"] <= self._last_step:
-                result.skip(LATE)
-            else:
-                todo.append((kind, r))
-        if not todo:
-            return result, carried, dropped, None
-        upto = max(r["step"] for _, r in todo)
-        for other in STEP_KINDS:
-            if other == kind:
-                continue
-            keep = []
-            for r in self._other_pending(other, cursor):
-                s = r["step"]
-                if self._last_step < s <= upto and (self._hold is None or s < self._hold):
-                    todo.append((other, r))
-                    carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
-                else:
-                    keep.append(r)
-            self._pending[other] = keep
-        for (k, reason), ids in self._log_steps(todo).items():
-            if k == kind:
-                result.skip(reason, len(ids))
-                continue
-            rs = dropped.setdefault(f"{k}\0{reason}", RangeSet())
-            for w, seq in ids:
-                rs.add_seqs(w, [seq])
-        return result, carried, dropped, upto
 
     def _log_steps(self, todo: list[tuple[str, dict]]) -> dict[tuple[str, str], list]:
         """One ``run.log`` per step, all kinds merged. Returns the rows wandb cannot hold."""
@@ -577,26 +497,14 @@ class WandbAdapter(Adapter):
         import pyarrow as pa
 
         logs = self._contents(cursor, wait=True)
-        before = self._last_step
         self._last_step = max(self._last_step, logs.last_step)
         cursor.remote["last_step"] = self._last_step
-        if kind in STEP_KINDS:
-            # the interrupted batch may have carried rows of the other step kinds: those the
-            # logs hold are delivered (the batch only logged steps above `before`)
-            carried = self._sets(cursor, "carried")
-            for other in STEP_KINDS:
-                if other == kind:
-                    continue
-                for r in self._other_pending(other, cursor):
-                    if r["step"] > before and _held(other, r, logs.history):
-                        carried.setdefault(other, RangeSet()).add_seqs(r["writer"], [r["seq"]])
-                self._pending.pop(other, None)
-            self._save_sets(cursor, "carried", carried)
         if batch_id in logs.markers:
-            return rows.slice(0, 0)  # the marker follows the whole batch in the log
-        if kind not in STEP_KINDS:
+            return StepBatch({k: t.slice(0, 0) for k, t in rows.tables.items()}) if kind == STEPS else rows.slice(0, 0)
+        if kind != STEPS:
             return rows  # artifact versions are content-addressed: a resend adds no version
-        return rows.filter(pa.array([not _held(kind, r, logs.history) for r in rows.to_pylist()]))
+        return StepBatch({k: t.filter(pa.array([not _held(k, r, logs.history) for r in t.to_pylist()], pa.bool_()))
+                          for k, t in rows.tables.items()})
 
     def finish_run(self, run, cursor, status: str) -> None:
         meta = run.meta

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import trackstore
 import trackstore.sync as sync_pkg
 from trackstore.sync.adapter import TargetOptions
@@ -76,6 +78,42 @@ def test_adapters_import_no_engine_and_no_private_names():
                     f"{path.name} imports a private name from {module}"
 
 
+#: what only the engine may touch: the store's readers, the ledger (cursor files), upkeep
+ENGINE_ONLY_MODULES = ("trackstore.read.reader", "trackstore.read.catalog", "trackstore.store.parts",
+                       "trackstore.store.ledger", "trackstore.store.atomic", "trackstore.upkeep")
+ENGINE_ONLY_NAMES = {"read_kind", "read_rows", "each_part", "row_ids", "save_cursor", "load_cursor",
+                     "write_json_atomic", "list_runs", "resolve_runs"}
+
+
+def adapter_modules() -> list[Path]:
+    """The target adapters and their translation modules (and the reference adapter)."""
+    return sorted(p for p in SYNC_DIR.glob("*.py")
+                  if p.name.startswith(("mlflow", "wandb", "swanlab")) or p.name == "testing.py")
+
+
+def test_no_adapter_reads_the_store_or_writes_a_cursor():
+    """Only the engine reads the store and writes cursors: an adapter module imports none of
+    the store's readers, the ledger or upkeep, nor the engine's modules, nor any underscore
+    name, and calls no cursor writer (lazy imports inside functions included)."""
+    mods = adapter_modules()
+    assert {"mlflow.py", "wandb.py", "swanlab.py", "testing.py"} <= {p.name for p in mods}
+    for path in mods:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = (node.module or "")
+                full = f"trackstore.sync.{module}" if node.level else module
+                assert not full.startswith(ENGINE_ONLY_MODULES), f"{path.name} imports {full}"
+                assert full.rsplit(".", 1)[-1] not in ("engine", "parallel", "gaps"), f"{path.name} imports {full}"
+                names = {a.name for a in node.names}
+                assert not names & ENGINE_ONLY_NAMES, f"{path.name} imports {names & ENGINE_ONLY_NAMES}"
+                assert not any(n.startswith("_") and n != "__future__" for n in names), f"{path.name}: {names}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    assert not a.name.startswith(ENGINE_ONLY_MODULES), f"{path.name} imports {a.name}"
+            elif isinstance(node, ast.Attribute) and node.attr in ENGINE_ONLY_NAMES:
+                raise AssertionError(f"{path.name} uses {node.attr}")
+
+
 def test_destination_spellings_are_one_destination():
     from trackstore.sync.http import destination_url
 
@@ -131,3 +169,90 @@ def test_dry_run_predicts_the_skips_of_the_sync(root):
         reports.append({k: v for k, v in r["skipped_by_reason"].items() if v})
     assert reports[0] == reports[1]
     assert any("root span" in k for k in reports[0]), reports[0]
+
+
+def test_a_wandb_cursor_of_the_carry_era_reads_its_carried_rows_as_acknowledged():
+    """Before step-merged batches, wandb kept rows another kind's batch had delivered in
+    ``remote["carried"]``: they are acknowledged (their skips counted once), and the keys go."""
+    from trackstore.store.ledger import Cursor
+    from trackstore.store.ranges import RangeSet
+
+    data = {"target": "wandb", "destination": "d", "project": "p", "run_id": "r",
+            "acked": {"metrics": {"w": [[0, 9]]}, "histograms": {"w": [[0, 1]]}},
+            "skipped": {"histograms": 1},
+            "remote": {"id": "ts1", "carried": {"histograms": {"w": [[0, 5]]}},
+                       "carried_skipped": {"histograms\0late": {"w": [[1, 1], [4, 5]]}}}}
+    c = Cursor.from_json(data)
+    assert c.acked["histograms"] == RangeSet({"w": [[0, 5]]}) and c.acked["metrics"] == RangeSet({"w": [[0, 9]]})
+    assert c.skipped["histograms"] == 1 + 2  # seq 1 was acknowledged (and counted) already
+    assert c.remote == {"id": "ts1"} and c.remote_id == "ts1"
+
+
+def test_a_swanlab_cursor_of_the_journal_era_becomes_a_session_and_rows_to_recheck():
+    from trackstore.store.ledger import Cursor
+    from trackstore.store.ranges import RangeSet
+
+    data = {"target": "swanlab", "destination": "d", "project": "p", "run_id": "r",
+            "acked": {"metrics": {"w": [[0, 9]]}}, "skipped": {"metrics": 1},
+            "remote": {"id": "e", "journal": {"metrics": {"w": [[5, 9]]}}, "resend": {"metrics": {"w": [[20, 21]]}},
+                       "key_max": {"a": 9}}}
+    c = Cursor.from_json(data)
+    assert c.session == {"acked": {"metrics": {"w": [[0, 4]]}}, "skipped": {"metrics": 1},
+                         "remote": {"id": "e", "key_max": {"a": 9}}}
+    assert c.recheck == {"metrics": RangeSet({"w": [[20, 21]]})} and "journal" not in c.remote
+    assert Cursor.from_json(c.to_json()).session == c.session  # written in the new form
+
+
+@pytest.mark.parametrize("exc, retry", [
+    (ConnectionResetError("reset by peer"), True), (TimeoutError("read"), True),
+    (Exception("503 Server Error: Service Unavailable for url: http://h/api"), True),
+    (Exception("API request failed with error code 429 != 200"), True),
+    (Exception("HTTPConnectionPool(host='127.0.0.1', port=54013): Max retries exceeded"), True),
+    (Exception("401 Client Error: Unauthorized"), False), (Exception("invalid api key"), False),
+    (Exception("status 404: no such run"), False), (Exception("value at step 500 rejected"), False),
+    (FileNotFoundError("missing"), False), (Exception("something new"), False),
+])
+def test_one_error_policy_for_every_target(exc, retry):
+    """sync/http.classify decides for all targets: connection trouble, time-outs, 408/429/5xx
+    retry; auth, other 4xx and the unknown stop; a port or a step number is not a status."""
+    from trackstore.sync.adapter import PermanentError, RetryableError
+    from trackstore.sync.http import classify
+
+    out = classify(exc, "msg")
+    assert isinstance(out, RetryableError if retry else PermanentError) and str(out) == "msg"
+
+
+def test_proxy_flag_does_not_rewrite_the_environment(root, monkeypatch):
+    """--proxy reaches the clients through TargetOptions; the CLI leaves os.environ alone (a
+    wandb-offline dry run: no client needs it)."""
+    import os
+
+    from trackstore.cli.main import main
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    run = trackstore.init("p", root=root)
+    run.log({"a": 1.0}, step=0)
+    run.finish()
+    main(["sync", "--to", "wandb-offline", "--proxy", "http://127.0.0.1:9", "--dry-run", "--format", "json",
+          "--root", str(root)])
+    assert not {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} & set(os.environ)
+
+
+def test_a_cursor_with_an_open_session_is_never_settled(root):
+    """gc and the no-change skip must not trust ``acked`` while a session is unconfirmed."""
+    from trackstore.store.ledger import Cursor, is_fully_synced, settled, summarize_cursor
+
+    run = trackstore.init("p", root=root)
+    run.log({"a": 1.0}, step=0)
+    run.finish()
+    info = select_runs(root, SyncOptions())[0]
+    target = MemoryTarget()
+    Engine(root, MemoryAdapter(TargetOptions(), target), SyncOptions()).sync([info])
+    from trackstore.store.ledger import load_cursor
+
+    c = load_cursor(root, "memory", "memory:default", "p", run.id)
+    assert is_fully_synced(info.paths, c, "finished") and settled(summarize_cursor(c, {}), "finished")
+    c.session = {"acked": {}, "skipped": {}, "remote": {}}
+    c = Cursor.from_json(c.to_json())
+    assert not is_fully_synced(info.paths, c, "finished") and not settled(summarize_cursor(c, {}), "finished")

@@ -6,7 +6,9 @@ faults queued (fail before or after the target stored a batch, time-outs, droppe
 and SIGKILL-equivalent aborts before or after a batch is stored, and cursors lost (as when
 ``doctor --fix`` quarantines one). After every step: the target holds every row the cursor
 acknowledged exactly once and no row twice. After a final clean sync: it holds every stored
-row exactly once.
+row exactly once. The same model runs against a step-merged target (one row per step, like
+wandb), which also records any step the engine split or sent out of order, and against a target
+that makes rows durable only when its session closes (like SwanLab).
 
 The suite runs a bounded number of examples; a deeper run is one command:
 
@@ -30,9 +32,18 @@ import trackstore
 from trackstore.read.reader import read_kind
 from trackstore.store.layout import SYNC_DIR
 from trackstore.store.ledger import load_cursor
+from trackstore.store.ranges import RangeSet
 from trackstore.sync.adapter import TargetOptions
 from trackstore.sync.engine import Engine, SyncOptions, select_runs
-from trackstore.sync.testing import FAULTS, KINDS, Abort, MemoryAdapter, MemoryTarget
+from trackstore.sync.testing import (
+    FAULTS,
+    KINDS,
+    Abort,
+    MemoryAdapter,
+    MemoryTarget,
+    SessionMemoryAdapter,
+    StepMemoryAdapter,
+)
 from trackstore.upkeep.compact import compact_run
 
 EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "20"))
@@ -40,6 +51,8 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 class SyncModel(RuleBasedStateMachine):
+    adapter = MemoryAdapter
+
     def __init__(self):
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="ts-model-"))
@@ -91,9 +104,9 @@ class SyncModel(RuleBasedStateMachine):
         compact_run(self.writers[0].paths)  # skipped while a writer lives, as in production
 
     # ------------------------------------------------------------------ syncs
-    @rule(faults=st.lists(st.sampled_from(FAULTS), max_size=4))
-    def sync(self, faults):
-        self.target.faults = list(faults)
+    @rule(faults=st.lists(st.sampled_from(FAULTS), max_size=4), clean=st.integers(0, 3))
+    def sync(self, faults, clean):
+        self.target.faults = [None] * clean + list(faults)  # `clean` batches go through first
         try:
             self._engine().sync(select_runs(self.root, SyncOptions()))
         except Abort:
@@ -107,12 +120,16 @@ class SyncModel(RuleBasedStateMachine):
     # ------------------------------------------------------------------ the promise
     @invariant()
     def acknowledged_rows_held_exactly_once(self):
-        cursor = load_cursor(self.root, "memory", "memory:default", "p", self.run_id)
+        probe = self._engine()
+        cursor = load_cursor(self.root, probe.target, probe.destination, "p", self.run_id)
+        assert not self.target.violations, self.target.violations
         for kind in KINDS:
             held = self.target.rows(kind)
             twice = [i for i, n in held.items() if n > 1]
             assert not twice, f"{kind} rows held twice: {twice[:5]}"
             acked = cursor.acked.get(kind)
+            if cursor.session is not None:  # rows of an unconfirmed session are not the target's yet
+                acked = RangeSet.from_json(cursor.session["acked"].get(kind))
             if acked:
                 missing = [i for i in acked.pairs() if held[i] != 1]
                 assert not missing, f"acknowledged {kind} rows not at the target: {missing[:5]}"
@@ -128,6 +145,7 @@ class SyncModel(RuleBasedStateMachine):
                 table = read_kind(paths, kind, columns=["writer", "seq"])
                 stored = Counter(zip(table.column("writer").to_pylist(), table.column("seq").to_pylist()))
                 assert self.target.rows(kind) == stored, kind
+            assert not self.target.violations, self.target.violations
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
             self.art.unlink(missing_ok=True)
@@ -137,10 +155,29 @@ class SyncModel(RuleBasedStateMachine):
         return [w for w in self.writers if not w.finished]
 
     def _engine(self) -> Engine:
-        adapter = MemoryAdapter(TargetOptions(store_root=str(self.root)), self.target)
+        adapter = self.adapter(TargetOptions(store_root=str(self.root)), self.target)
         return Engine(self.root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0))
 
 
-SyncModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=20, deadline=None, database=None,
-                                       suppress_health_check=list(HealthCheck))
+class StepSyncModel(SyncModel):
+    """The same model against a target that takes one row per step (like wandb): the engine
+    sends metrics, histograms and samples as step-merged batches."""
+
+    adapter = StepMemoryAdapter
+
+
+class SessionSyncModel(SyncModel):
+    """The same model against a target that makes rows durable only when its session closes
+    (like SwanLab): a killed sync loses what the session spooled, and the engine must resend it."""
+
+    adapter = SessionMemoryAdapter
+
+
+# the variants share the engine's code paths with the plain model: half its examples keep the
+# suite's time (TRACKSTORE_MODEL_EXAMPLES deepens all three)
+for _model, _n in ((SyncModel, EXAMPLES), (StepSyncModel, max(1, EXAMPLES // 2)), (SessionSyncModel, max(1, EXAMPLES // 2))):
+    _model.TestCase.settings = settings(max_examples=_n, stateful_step_count=20, deadline=None, database=None,
+                                        suppress_health_check=list(HealthCheck))
 TestSyncModel = SyncModel.TestCase
+TestStepSyncModel = StepSyncModel.TestCase
+TestSessionSyncModel = SessionSyncModel.TestCase

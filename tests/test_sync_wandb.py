@@ -415,9 +415,9 @@ def test_online_unreachable_exits_7_or_0_with_if_online(root):
     assert run_cli("sync", "--to", "wandb", "--uri", url, "--if-online", root=root).returncode == 0
 
 
-def test_interrupted_batch_with_carried_histograms(wb, root):
-    """A metrics batch that carried histograms was written, then the sync died before recording
-    it: the histograms it carried must be recognised as delivered, not reported as late."""
+def test_interrupted_step_batch_is_reconciled(wb, root):
+    """A step-merged batch (metrics and histograms of steps 8..11) was written, then the sync
+    died before recording it: every row of it is recognised as delivered, none as late."""
     from trackstore.store.ranges import RangeSet
 
     run = trackstore.init("proj", root=root)
@@ -425,7 +425,7 @@ def test_interrupted_batch_with_carried_histograms(wb, root):
         run.log({"a": float(s)}, step=s)
         run.log({"h": trackstore.Histogram([float(s)], bins=1)}, step=s)
     run.finish()
-    _sync(root, "--batch-size", "4")
+    _sync(root, "--batch-size", "8")
     [path] = _cursor_files(root)
     cur = json.loads(path.read_text())
     sets = {}
@@ -434,16 +434,15 @@ def test_interrupted_batch_with_carried_histograms(wb, root):
         for r in _stored(run, kind):
             (new if r["step"] >= 8 else old).add_seqs(r["writer"], [r["seq"]])
         sets[kind] = (old, new)
-    cur["acked"]["metrics"] = sets["metrics"][0].to_json()
-    cur["acked"]["histograms"] = sets["histograms"][0].to_json()
-    cur["remote"]["carried"] = {"histograms": sets["histograms"][0].to_json()}
-    cur["in_doubt"] = {"kind": "metrics", "rows": sets["metrics"][1].to_json(), "batch_id": "x", "since": "now"}
+    cur["acked"] = {k: sets[k][0].to_json() for k in sets}
+    cur["in_doubt"] = {"kind": "steps", "rows": {k: sets[k][1].to_json() for k in sets}, "batch_id": "x",
+                       "since": "now"}
     cur["remote"]["last_step"] = 7
     cur["synced_status"] = None
     path.write_text(json.dumps(cur))
     out = _sync(root, "--verify")[0]
     assert out["skipped_by_reason"] == {} and out["verify_ok"] is True, out
-    assert out["reconciled"] == 4
+    assert out["reconciled"] == 8
     history = wb.history(run.project, run.id)
     assert [r["step"] for r in history] == list(range(12))
     assert all(r["h"]["_type"] == "histogram" for r in history)

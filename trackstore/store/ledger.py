@@ -65,6 +65,15 @@ class Cursor:
     remote_id: str | None = None
     #: adapter state the engine persists on the adapter's behalf (opaque to the core)
     remote: dict[str, Any] = field(default_factory=dict)
+    #: a target that makes rows durable only when its session closes (SwanLab,
+    #: ``Adapter.confirms_on_close``): ``acked``, ``skipped`` and ``remote`` as they were when the
+    #: open session began; None once the target confirmed the session's rows
+    session: dict | None = None
+    #: rows handed to a session that ended unconfirmed: the engine reconciles them with the
+    #: target before it sends them again
+    recheck: dict[str, RangeSet] = field(default_factory=dict)
+    #: when the engine last handed a batch to the target
+    last_send_at: str | None = None
     synced_status: str | None = None
     last_sync_at: str | None = None
     last_error: str | None = None
@@ -90,6 +99,9 @@ class Cursor:
             "in_doubt": self.in_doubt,
             "remote_id": self.remote_id,
             "remote": self.remote,
+            "session": self.session,
+            "recheck": {k: v.to_json() for k, v in self.recheck.items() if v},
+            "last_send_at": self.last_send_at,
             "synced_status": self.synced_status,
             "last_sync_at": self.last_sync_at,
             "last_error": self.last_error,
@@ -99,6 +111,7 @@ class Cursor:
 
     @classmethod
     def from_json(cls, data: dict) -> Cursor:
+        data = _legacy_journal(_legacy_carried(data))
         return cls(
             target=data["target"],
             destination=data["destination"],
@@ -109,12 +122,56 @@ class Cursor:
             in_doubt=data.get("in_doubt"),
             remote_id=data.get("remote_id") or _legacy_remote_id(data.get("remote") or {}),
             remote=dict(data.get("remote") or {}),
+            session=data.get("session"),
+            recheck={k: RangeSet.from_json(v) for k, v in (data.get("recheck") or {}).items()},
+            last_send_at=data.get("last_send_at"),
             synced_status=data.get("synced_status"),
             last_sync_at=data.get("last_sync_at"),
             last_error=data.get("last_error"),
             last_error_at=data.get("last_error_at"),
             notes=list(data.get("notes") or []),
         )
+
+
+def _legacy_carried(data: dict) -> dict:
+    """Cursors of wandb written before the engine sent step-merged batches kept the rows a batch
+    of another kind had delivered in ``remote["carried"]`` (and their skip reasons in
+    ``remote["carried_skipped"]``): those rows are acknowledged, so they join ``acked`` (and
+    ``skipped``) here, once, and the keys go."""
+    remote = data.get("remote") or {}
+    if not (remote.get("carried") or remote.get("carried_skipped")):
+        return data
+    data, remote = dict(data), dict(remote)
+    acked = {k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()}
+    skipped = dict(data.get("skipped") or {})
+    for key, ids in (remote.pop("carried_skipped", None) or {}).items():
+        kind = key.partition("\0")[0]  # rows already acknowledged by their own kind were counted then
+        skipped[kind] = int(skipped.get(kind, 0)) + len(RangeSet.from_json(ids) - acked.get(kind, RangeSet()))
+    for kind, ids in (remote.pop("carried", None) or {}).items():
+        acked.setdefault(kind, RangeSet()).update(RangeSet.from_json(ids))
+    data.update(acked={k: v.to_json() for k, v in acked.items()}, skipped=skipped, remote=remote)
+    return data
+
+
+def _legacy_journal(data: dict) -> dict:
+    """SwanLab cursors written before the engine owned sessions kept the rows of the open
+    session in ``remote["journal"]`` and the rows to check again in ``remote["resend"]``: they
+    become the :attr:`Cursor.session` (the cursor without the journal's rows) and
+    :attr:`Cursor.recheck`."""
+    remote = data.get("remote") or {}
+    if "journal" not in remote and "resend" not in remote:
+        return data
+    data, remote = dict(data), dict(remote)
+    journal = remote.pop("journal", None) or {}
+    recheck = {k: RangeSet.from_json(v) for k, v in (data.get("recheck") or {}).items()}
+    for kind, ids in (remote.pop("resend", None) or {}).items():
+        recheck.setdefault(kind, RangeSet()).update(RangeSet.from_json(ids))
+    if any(RangeSet.from_json(v) for v in journal.values()):
+        acked = {k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()}
+        before = {k: (v - RangeSet.from_json(journal.get(k))).to_json() for k, v in acked.items()}
+        data["session"] = {"acked": before, "skipped": dict(data.get("skipped") or {}), "remote": dict(remote)}
+    data.update(remote=remote, recheck={k: v.to_json() for k, v in recheck.items() if v})
+    return data
 
 
 def _legacy_remote_id(remote: dict) -> str | None:
@@ -279,7 +336,7 @@ def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
 
     Rows of damaged parts are not counted (see :func:`read_row_ids`).
     """
-    if cursor.in_doubt:
+    if cursor.in_doubt or cursor.session is not None:
         return False
     if run_status not in TERMINAL or cursor.synced_status != run_status:
         return False
@@ -287,10 +344,6 @@ def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
 
 
 # ---------------------------------------------------------------------------- from the catalog
-# ``remote`` keys holding rows an adapter takes back out of ``acked`` at its next sync (SwanLab's
-# ``journal``: a session that did not close, docs/format.md section 8): such a cursor is never
-# judged from its ``acked`` alone.
-UNSETTLED_REMOTE_KEYS = ("journal",)
 
 
 def cursor_files(root: Path, *, project: str | None = None, run_id: str | None = None) -> Iterator[Path]:
@@ -313,8 +366,8 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
         pending[kind] = n
     return {"target": cursor.target, "destination": cursor.destination, "project": cursor.project,
             "run_id": cursor.run_id, "synced_status": cursor.synced_status, "in_doubt": bool(cursor.in_doubt),
-            "remote": bool(cursor.remote), "last_sync_at": cursor.last_sync_at, "last_error": cursor.last_error,
-            "unsettled": any(cursor.remote.get(k) for k in UNSETTLED_REMOTE_KEYS), "pending": pending,
+            "remote": bool(cursor.remote_id or cursor.remote), "last_sync_at": cursor.last_sync_at,
+            "last_error": cursor.last_error, "unsettled": cursor.session is not None, "pending": pending,
             "acked": {k: len(cursor.acked[k]) if cursor.acked.get(k) else 0 for k in KINDS},
             "skipped": {k: cursor.skipped.get(k, 0) for k in KINDS}, "remote_id": cursor.remote_id}
 
