@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from trackstore.errors import TrackstoreError, UsageError
+from trackstore.store.ledger import STEPS as ledger_STEPS
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -143,7 +144,7 @@ class PermanentError(TrackstoreError):
 
 
 #: the ``kind`` of a step-merged batch (see :class:`StepBatch`)
-STEPS = "steps"
+STEPS = ledger_STEPS  # the kind of a step-merged batch (the ledger records it in the batch in doubt)
 
 
 @dataclass

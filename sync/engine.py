@@ -302,6 +302,12 @@ class Engine:
                 res.notes.append(f"the {self.target} run already existed but this cursor knew nothing of it "
                                  "(a new or renamed destination, or a lost cursor): every batch is reconciled "
                                  "with what the target holds before it is sent")
+                # the doubt is saved with the remote id: a sync that stops before every batch was
+                # reconciled must not leave a cursor that knows the remote run and so trusts its
+                # (empty) acknowledged rows, which would send the rest again blindly
+                for kind, table in tables.items():
+                    if table.num_rows:
+                        cursor.recheck.setdefault(kind, RangeSet()).update(_ids(table))
             save_cursor(self.root, cursor)
             if cursor.in_doubt:
                 self._reconcile(info, cursor, res)
@@ -357,23 +363,8 @@ class Engine:
         died or the target could not confirm): the cursor goes back to what it was when the
         session began, and every row handed over since, the batch in doubt included, is
         reconciled with the target before it is sent again (``cursor.recheck``)."""
-        snap = cursor.session
-        if snap is None:
+        if not cursor.roll_back_session():
             return
-        before = {k: RangeSet.from_json(v) for k, v in (snap.get("acked") or {}).items()}
-        handed = {k: ids - before.get(k, RangeSet()) for k, ids in cursor.acked.items()}
-        if cursor.in_doubt:
-            doubt = cursor.in_doubt
-            rows = doubt.get("rows") if doubt["kind"] == STEPS else {doubt["kind"]: doubt.get("rows")}
-            for k, ids in (rows or {}).items():
-                handed.setdefault(k, RangeSet()).update(RangeSet.from_json(ids))
-        for k, ids in handed.items():
-            if ids:
-                cursor.recheck.setdefault(k, RangeSet()).update(ids)
-        cursor.acked = before
-        cursor.skipped = {k: int(v) for k, v in (snap.get("skipped") or {}).items()}
-        cursor.remote = dict(snap.get("remote") or {})
-        cursor.in_doubt = cursor.session = None
         res.notes.append(f"the previous {self.target} session did not close: the rows it was handed are checked "
                          "against the target and sent again where missing")
 

@@ -393,3 +393,29 @@ def test_import_killed_before_applying_leaves_store_unchanged(two, tmp_path):
     assert D.doctor(b, fix_problems=True).healthy
     B.import_bundle(b, tmp_path / "b.tar")  # the dead importer's lock is taken over
     assert store_snapshot(b) == store_snapshot(a) | before
+
+
+def test_a_receipt_with_an_unconfirmed_session_merges_its_rows_as_to_recheck():
+    """A receipt written while a SwanLab-like session was open (its rows not yet durable at the
+    target) must not merge those rows as delivered: they are rolled back and rechecked, and rows
+    the other side did confirm need no recheck."""
+    from trackstore.store.ledger import Cursor
+    from trackstore.store.ranges import RangeSet
+
+    def ids(a, b):
+        rs = RangeSet()
+        rs.add_seqs("w1", list(range(a, b)))
+        return rs
+
+    confirmed = ids(0, 10)
+    incoming = Cursor("swanlab", "offline:/x", "p", "r1", acked={"metrics": ids(0, 20)}, skipped={"metrics": 3},
+                      remote={"id": "new"},
+                      session={"acked": {"metrics": confirmed.to_json()}, "skipped": {"metrics": 1},
+                               "remote": {"id": "old"}},
+                      in_doubt={"kind": "metrics", "rows": ids(20, 25).to_json(), "batch_id": "b", "since": "now"})
+    local = Cursor("swanlab", "offline:/x", "p", "r1", acked={"metrics": ids(0, 12)})
+    merged = B.merge_cursors(local, incoming)
+    assert merged.acked["metrics"] == ids(0, 12)  # not rows 12-19, handed over but never confirmed
+    assert merged.recheck == {"metrics": ids(12, 25)}  # those, and the batch in doubt
+    assert merged.session is None and merged.in_doubt is None
+    assert incoming.session is not None  # the caller's cursor is not changed

@@ -181,3 +181,21 @@ for _model, _n in ((SyncModel, EXAMPLES), (StepSyncModel, max(1, EXAMPLES // 2))
 TestSyncModel = SyncModel.TestCase
 TestStepSyncModel = StepSyncModel.TestCase
 TestSessionSyncModel = SessionSyncModel.TestCase
+
+
+@pytest.mark.parametrize("model", [SyncModel, StepSyncModel, SessionSyncModel], ids=["plain", "steps", "session"])
+def test_a_lost_cursor_whose_reconciling_sync_fails_is_still_reconciled_next_time(model):
+    """Found by the session model: a lost cursor meets the remote run (every batch to be
+    reconciled), the sync then fails before it got through the batches, and the cursor it saved
+    knew the remote run but not the doubt, so the next sync resent the rest blindly (an artifact
+    held twice). The doubt is saved with the remote id now (``cursor.recheck``)."""
+    m = model()
+    m.log(kinds=["artifacts"], n=1, w=0)
+    m.sync(clean=0, faults=[])
+    m.log(kinds=["metrics"], n=1, w=0)
+    m.lose_cursor()
+    m.sync(clean=0, faults=["fail_before"] * 3)  # more failures than --max-retries 2: the sync gives up
+    m.acknowledged_rows_held_exactly_once()
+    m.sync(clean=0, faults=[])
+    m.acknowledged_rows_held_exactly_once()
+    m.teardown()

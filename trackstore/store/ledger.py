@@ -35,6 +35,9 @@ from .clock import iso
 from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
 from .ranges import RangeSet
 
+#: the kind of a batch in doubt that holds whole steps of several kinds (a target that takes one
+#: row per step: ``trackstore.sync.adapter.Adapter.merge_steps``); its ``rows`` map kinds to row ids
+STEPS = "steps"
 CURSOR_VERSION = 1
 TERMINAL = ("finished", "failed", "crashed")
 
@@ -69,8 +72,9 @@ class Cursor:
     #: ``Adapter.confirms_on_close``): ``acked``, ``skipped`` and ``remote`` as they were when the
     #: open session began; None once the target confirmed the session's rows
     session: dict | None = None
-    #: rows handed to a session that ended unconfirmed: the engine reconciles them with the
-    #: target before it sends them again
+    #: rows whose presence at the target is unknown (handed to a session that ended unconfirmed,
+    #: or pending when a cursor that knew no remote run met one): the engine reconciles them
+    #: with the target before it sends them
     recheck: dict[str, RangeSet] = field(default_factory=dict)
     #: when the engine last handed a batch to the target
     last_send_at: str | None = None
@@ -86,6 +90,37 @@ class Cursor:
 
     def acked_set(self, kind: str) -> RangeSet:
         return self.acked.setdefault(kind, RangeSet())
+
+    def in_doubt_rows(self) -> dict[str, RangeSet]:
+        """The rows of the batch in doubt, per kind (a step-merged batch, kind :data:`STEPS`,
+        holds several kinds); empty when no batch is in doubt."""
+        doubt = self.in_doubt
+        if not doubt:
+            return {}
+        rows = doubt.get("rows") if doubt.get("kind") == STEPS else {doubt.get("kind"): doubt.get("rows")}
+        return {k: RangeSet.from_json(v) for k, v in (rows or {}).items() if k}
+
+    def roll_back_session(self) -> bool:
+        """Close a session that never confirmed its rows (a target that makes rows durable only
+        when its session closes; the sync died or the target could not confirm): ``acked``,
+        ``skipped`` and ``remote`` go back to what they were when the session began, and every
+        row handed over since, the batch in doubt included, joins :attr:`recheck`, to be
+        reconciled with the target before it is sent again. False when no session was open."""
+        snap = self.session
+        if snap is None:
+            return False
+        before = {k: RangeSet.from_json(v) for k, v in (snap.get("acked") or {}).items()}
+        handed = {k: ids - before.get(k, RangeSet()) for k, ids in self.acked.items()}
+        for k, ids in self.in_doubt_rows().items():
+            handed.setdefault(k, RangeSet()).update(ids)
+        for k, ids in handed.items():
+            if ids:
+                self.recheck.setdefault(k, RangeSet()).update(ids)
+        self.acked = before
+        self.skipped = {k: int(v) for k, v in (snap.get("skipped") or {}).items()}
+        self.remote = dict(snap.get("remote") or {})
+        self.in_doubt = self.session = None
+        return True
 
     def to_json(self) -> dict:
         return {

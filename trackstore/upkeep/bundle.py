@@ -998,12 +998,27 @@ def _import_receipt(root: Path, st: Staged) -> ImportResult:
 
 
 def merge_cursors(local, incoming):
-    """Union of acknowledged rows; status, errors and in-doubt batch from the more recent sync."""
+    """Union of acknowledged rows; status, errors and in-doubt batch from the more recent sync.
+
+    A cursor whose session never confirmed (a target that makes rows durable only when its
+    session closes) is first rolled back to the session's start, its unconfirmed rows to be
+    rechecked (:meth:`~trackstore.store.ledger.Cursor.roll_back_session`): merged as they
+    stood, those rows would count as delivered although the target may never have kept them."""
     from ..store.ledger import Cursor
+    from ..store.ranges import RangeSet
 
     out = Cursor.from_json(local.to_json())
+    incoming = Cursor.from_json(incoming.to_json())
+    out.roll_back_session()
+    incoming.roll_back_session()
     for kind, rs in incoming.acked.items():
         out.acked_set(kind).update(rs)
+    for kind, rs in incoming.recheck.items():
+        out.recheck.setdefault(kind, RangeSet()).update(rs)
+    for kind in list(out.recheck):  # a row one side confirmed needs no recheck
+        out.recheck[kind] = out.recheck[kind] - out.acked.get(kind, RangeSet())
+        if not out.recheck[kind]:
+            del out.recheck[kind]
     for kind, n in incoming.skipped.items():
         out.skipped[kind] = max(out.skipped.get(kind, 0), n)
     for k, v in incoming.remote.items():
