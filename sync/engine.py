@@ -479,14 +479,12 @@ class Engine:
 
     def _reconcile(self, info: RunInfo, cursor: Cursor, res: RunResult) -> None:
         """The batch a previous sync left in doubt: reconcile it, then send what the target lacks."""
-        doubt = cursor.in_doubt
-        kind = doubt["kind"]
+        kind = cursor.in_doubt["kind"]
         # a row of a part that cannot be read now is not acknowledged below: it stays pending
-        by_kind = doubt.get("rows") if kind == STEPS else {kind: doubt.get("rows")}
         tables = {}
-        for k, rows_json in (by_kind or {}).items():
+        for k, ids in cursor.in_doubt_rows().items():
             rows = read_kind(info.paths, k, damaged={})
-            tables[k] = rows.filter(RangeSet.from_json(rows_json).mask(rows))
+            tables[k] = rows.filter(ids.mask(rows))
         if kind != STEPS and kind in self.adapter.merge_steps:  # left by a version that sent kinds one by one
             kind = STEPS
         self._deliver(kind, StepBatch(tables) if kind == STEPS else tables[kind], cursor, res, doubtful=True,
