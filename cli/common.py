@@ -417,6 +417,7 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
         order += [c for c in reversed(cols) if c.kind == "text" and c not in order + errors]
         order += [c for c in reversed(cols) if c.kind != "id" and c not in order + errors]
         order += [c for c in errors if c not in order]
+        order = list(dict.fromkeys(order))  # a name listed twice in drop_order names one column
         while total(cols) > width and len(cols) > 1 and order:
             gone = order.pop(0)
             cols.remove(gone)

@@ -230,3 +230,18 @@ def test_doctor_fits(demo_store, tmp_path, width):
     check_fits(out.stdout, width)
     assert "1 finding in" in ANSI.sub("", out.stdout).replace("\n", " ")
     assert "corrupt_parquet" in out.stdout  # the check's name whole, never cut
+
+
+def test_dry_run_plan_fits_80_columns(tmp_path):
+    """The dry-run plan names some columns both first and in the summary's drop order: hiding
+    them at 80 columns crashed with a traceback (list.remove of a column already hidden)."""
+    import trackstore
+    from tests.helpers import cli_in_pty
+
+    root = tmp_path / "store"
+    for i in range(2):
+        r = trackstore.init("proj", name=f"r{i}", root=root)
+        r.log({"val/acc/mean@1": 1.0}, step=0)
+        r.finish()
+    code, out = cli_in_pty("sync", "--to", "mlflow", "--dry-run", "--root", root, columns=80)
+    assert code == 0 and "Traceback" not in out and "dry run: would sync to mlflow" in out, out
