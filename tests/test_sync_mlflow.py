@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli
+from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli, spawn_cli
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -196,11 +196,10 @@ def test_sigkill_mid_sync_then_resume_is_exact(root, tmp_path, monkeypatch):
     uri = (tmp_path / "mlruns").as_uri()
     run = make_run(root, steps=3000, keys=5)
     rng = random.Random(7)
-    args = [sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size", "20",
-            "--root", str(root)]
+    args = ["sync", "--to", "mlflow", "--uri", uri, "--batch-size", "20", "--root", str(root)]
     kills = 0
     for _ in range(6):
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+        p = spawn_cli(*args)
         # wait until this sync is sending (its cursor moves), then kill it at a seeded moment
         start = cursor_mtime(root)
         deadline = time.time() + 60
@@ -520,8 +519,7 @@ def test_two_real_syncs_at_once_one_gets_the_lock(root, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
     make_run(root, steps=400, keys=5)
-    first = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size",
-                              "10", "--root", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = spawn_cli("sync", "--to", "mlflow", "--uri", uri, "--batch-size", "10", "--root", root)
     try:
         def held():
             return list((root / "_locks").glob("sync-mlflow-run-*.lock")) if (root / "_locks").exists() else []
