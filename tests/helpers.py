@@ -221,29 +221,38 @@ def fake_old_client(tmp_path, dist: str, version: str) -> dict:
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
 
 
-_MLFLOW_TEMPLATE: Path | None = None
+def mlflow_template_db() -> Path:
+    """An empty MLflow sqlite store, migrated once per machine and MLflow version.
+
+    MLflow builds a new sqlite store by running its ~60 schema migrations, about 4 s of CPU on
+    these machines, in every process (client or server) that opens it first. The tests that each
+    need a fresh store copy this one instead; what is being tested (trackstore writing into an
+    empty store, a server starting on an empty store) is the same. Made in a temporary folder
+    and renamed into place, so a test process killed while making it leaves nothing half-made.
+    """
+    import shutil
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    folder = Path(tempfile.gettempdir()) / f"trackstore-test-mlflow-{mlflow.__version__}-uid{os.getuid()}"
+    template = folder / "empty.db"
+    if not template.exists():
+        folder.mkdir(exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="making-", dir=folder))
+        MlflowClient(tracking_uri=f"sqlite:///{work / 'empty.db'}").search_experiments()  # runs the migrations
+        os.replace(work / "empty.db", template)
+        shutil.rmtree(work, ignore_errors=True)
+    return template
 
 
 def mlflow_sqlite_uri(tmp_path: Path, name: str = "m.db") -> str:
-    """A ``sqlite:///`` URI of a new, empty MLflow store in ``tmp_path``.
-
-    MLflow builds a new sqlite store by running its ~60 schema migrations, about 4 s on these
-    machines, in every process that opens it first. The tests that each need a fresh store copy
-    one migrated once per test process instead; what is being tested (trackstore writing into
-    an empty store) is the same.
-    """
-    global _MLFLOW_TEMPLATE
+    """A ``sqlite:///`` URI of a new, empty MLflow store in ``tmp_path`` (a copy of
+    :func:`mlflow_template_db`)."""
     import shutil
-    import tempfile
 
-    if _MLFLOW_TEMPLATE is None:
-        from mlflow.tracking import MlflowClient
-
-        template = Path(tempfile.mkdtemp(prefix="trackstore-test-mlflow-")) / "empty.db"
-        MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()  # runs the migrations
-        _MLFLOW_TEMPLATE = template
     db = tmp_path / name
-    shutil.copyfile(_MLFLOW_TEMPLATE, db)
+    shutil.copyfile(mlflow_template_db(), db)
     return f"sqlite:///{db}"
 
 

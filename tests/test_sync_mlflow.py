@@ -463,9 +463,9 @@ def test_live_run_synced_repeatedly_while_written(root, tmp_path):
     """A login node syncing a run that a compute node is still writing: every round sends only
     what is new, and the end state is exact with the final status."""
     uri = mlflow_sqlite_uri(tmp_path)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(root), "live-run-1", "600"])
+    writer = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(root), "live-run-1", "300"])
     rounds = 0
-    while writer.poll() is None and rounds < 30:
+    while writer.poll() is None and rounds < 15:
         res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
         assert res.returncode == 0, res.stderr
         rounds += 1
@@ -475,7 +475,7 @@ def test_live_run_synced_repeatedly_while_written(root, tmp_path):
     c = client_for(uri)
     r = remote_run(c, "live", "live-run-1")
     assert rounds >= 2
-    assert len(c.get_metric_history(r.info.run_id, "loss")) == 600
+    assert len(c.get_metric_history(r.info.run_id, "loss")) == 300
     assert r.info.status == "FINISHED"
 
 

@@ -14,6 +14,10 @@ from tests.helpers import run_cli
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+# the session's MLflow server (about 18 s of CPU to start) is started once: every module using it
+# stays on one worker under `make test` (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("mlflow_server")
+
 
 def _run(root, project, steps=50, keys=4):
     run = trackstore.init(project, name="srv", config={"lr": 0.01}, root=root)

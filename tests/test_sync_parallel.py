@@ -296,10 +296,10 @@ def test_sigkill_of_a_parallel_sync_then_rerun_is_exact_mlflow(root, tmp_path):
     every run, one remote run each. (MLflow's SQL stores merge a point sent twice, so this half
     proves nothing is lost; the SwanLab half below, whose files keep duplicates, proves nothing
     is doubled.)"""
-    runs = make_runs(root, 4, steps=150, keys=3)
+    runs = make_runs(root, 4, steps=80, keys=3)
     uri = mlflow_sqlite_uri(tmp_path)
     args = ["sync", "--to", "mlflow", "--uri", uri, "--jobs", "4", "--batch-size", "10", "--root", str(root)]
-    _kill_and_rerun(root, args, total=4 * 450, seed=3)
+    _kill_and_rerun(root, args, total=4 * 240, seed=3)
     for run in runs:
         assert mlflow_points(uri, run) == expected(run)
 

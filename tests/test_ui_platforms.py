@@ -27,9 +27,9 @@ AREA = "platform"
 
 
 # its tests share a server/store (session-scoped: a module fixture is set up again whenever another
-# module's test ran in between on that worker): `make test` (--dist loadgroup) keeps them on one
-# worker, so it is set up once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_ui_platforms")
+# module's test ran in between on that worker), and with the other users of the session's MLflow
+# server (about 18 s of CPU to start) they stay on one worker under `make test` (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("mlflow_server")
 
 
 @pytest.fixture(scope="session")
