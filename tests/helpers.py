@@ -110,6 +110,78 @@ def _run_forked(argv: list[str], env: dict, input: str | None, timeout: float) -
     return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), text(out_r), text(err_r))
 
 
+class ForkedCli:
+    """A CLI run forked from the fork server and left running, for the tests that signal it
+    mid-work (SIGKILL at a chosen moment): ``pid``, ``poll()``, ``wait()``, ``send_signal()``,
+    ``kill()`` and ``returncode`` as :class:`subprocess.Popen` has them. Its output goes to
+    /dev/null."""
+
+    def __init__(self, argv: list[str], env: dict) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(_forkserver_path())
+        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            sent = socket.send_fds(self._sock, [request], [null, null, null])
+            self._sock.sendall(request[sent:])
+        finally:
+            os.close(null)
+        self._buffer = b""
+        self.pid: int = json.loads(self._line(None))["pid"]
+        self.returncode: int | None = None
+
+    def _line(self, timeout: float | None) -> bytes | None:
+        """The fork server's next reply line; None if none came within ``timeout`` (0: don't wait)."""
+        self._sock.settimeout(timeout)
+        try:
+            while b"\n" not in self._buffer:
+                chunk = self._sock.recv(4096)
+                if not chunk:
+                    raise RuntimeError("the fork server closed the connection without an answer")
+                self._buffer += chunk
+        except (BlockingIOError, TimeoutError):
+            return None
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def poll(self) -> int | None:
+        if self.returncode is None and (line := self._line(0.0)) is not None:
+            self._ended(line)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            line = self._line(timeout)
+            if line is None:
+                raise subprocess.TimeoutExpired(["trackstore"], timeout or 0)
+            self._ended(line)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _ended(self, line: bytes) -> None:
+        self.returncode = os.waitstatus_to_exitcode(json.loads(line)["status"])
+        self._sock.close()
+
+
+def spawn_cli(*args: str | Path, env: dict | None = None) -> ForkedCli | subprocess.Popen:
+    """Start the real CLI and return at once (output discarded): forked from the fork server when
+    it can be (see :func:`run_cli`), else a fresh ``python -m trackstore.cli.main``."""
+    argv = [str(a) for a in args]
+    full_env = {**os.environ, **(env or {})}
+    if _forkserver_usable(full_env):
+        return ForkedCli(argv, full_env)
+    return subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", *argv], env=full_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def cli_in_pty(*args: str | Path, columns: int) -> tuple[int, str]:
     """The real CLI on a pseudo-terminal ``columns`` wide, as a person over ssh runs it:
     (exit code, everything it printed, CRLF as LF)."""
@@ -149,29 +221,38 @@ def fake_old_client(tmp_path, dist: str, version: str) -> dict:
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
 
 
-_MLFLOW_TEMPLATE: Path | None = None
+def mlflow_template_db() -> Path:
+    """An empty MLflow sqlite store, migrated once per machine and MLflow version.
+
+    MLflow builds a new sqlite store by running its ~60 schema migrations, about 4 s of CPU on
+    these machines, in every process (client or server) that opens it first. The tests that each
+    need a fresh store copy this one instead; what is being tested (trackstore writing into an
+    empty store, a server starting on an empty store) is the same. Made in a temporary folder
+    and renamed into place, so a test process killed while making it leaves nothing half-made.
+    """
+    import shutil
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    folder = Path(tempfile.gettempdir()) / f"trackstore-test-mlflow-{mlflow.__version__}-uid{os.getuid()}"
+    template = folder / "empty.db"
+    if not template.exists():
+        folder.mkdir(exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="making-", dir=folder))
+        MlflowClient(tracking_uri=f"sqlite:///{work / 'empty.db'}").search_experiments()  # runs the migrations
+        os.replace(work / "empty.db", template)
+        shutil.rmtree(work, ignore_errors=True)
+    return template
 
 
 def mlflow_sqlite_uri(tmp_path: Path, name: str = "m.db") -> str:
-    """A ``sqlite:///`` URI of a new, empty MLflow store in ``tmp_path``.
-
-    MLflow builds a new sqlite store by running its ~60 schema migrations, about 4 s on these
-    machines, in every process that opens it first. The tests that each need a fresh store copy
-    one migrated once per test process instead; what is being tested (trackstore writing into
-    an empty store) is the same.
-    """
-    global _MLFLOW_TEMPLATE
+    """A ``sqlite:///`` URI of a new, empty MLflow store in ``tmp_path`` (a copy of
+    :func:`mlflow_template_db`)."""
     import shutil
-    import tempfile
 
-    if _MLFLOW_TEMPLATE is None:
-        from mlflow.tracking import MlflowClient
-
-        template = Path(tempfile.mkdtemp(prefix="trackstore-test-mlflow-")) / "empty.db"
-        MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()  # runs the migrations
-        _MLFLOW_TEMPLATE = template
     db = tmp_path / name
-    shutil.copyfile(_MLFLOW_TEMPLATE, db)
+    shutil.copyfile(mlflow_template_db(), db)
     return f"sqlite:///{db}"
 
 

@@ -6,9 +6,9 @@ directory, one uvicorn worker, MLflow's background job runner off); never reachi
 (telemetry off, proxies and the caller's ``MLFLOW_*`` removed); and never outliving the session:
 the server runs in its own process group and ``stop()``/``kill()`` end the whole group.
 
-A test can take the server down and bring it back on the same port and the same store
-(``stop()``/``start()``, or ``with mlflow_server.down(): ...`` which restarts it even when the
-test fails), so "server unreachable" and "server came back" are real events, not mocks.
+``stop()`` ends the whole process group or raises (no orphaned workers); ``start()`` brings it
+back on the same port and the same store. A new sqlite store starts as a copy of an empty one
+migrated once (tests.helpers.mlflow_template_db), not by MLflow's migrations each time.
 
 Wire into ``tests/conftest.py`` with
 ``from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401``.
@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,6 +117,10 @@ class MlflowServer:
             return
         self._home.mkdir(parents=True, exist_ok=True)
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        if self.backend == "sqlite" and not self.db_path.exists():
+            from tests.helpers import mlflow_template_db
+
+            shutil.copyfile(mlflow_template_db(), self.db_path)  # an empty store, already migrated
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.command)}\n".encode())
             log.flush()
@@ -153,15 +158,6 @@ class MlflowServer:
         if self._proc is not None:
             self._reap_group(signal.SIGKILL)
 
-    @contextlib.contextmanager
-    def down(self) -> Iterator[None]:
-        """Keep the server stopped inside the block; it is running again afterwards, whatever happened."""
-        self.stop()
-        try:
-            yield
-        finally:
-            self.start()
-
     def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -197,12 +193,14 @@ class MlflowServer:
                 os.killpg(self._proc.pid, 0)
             except ProcessLookupError:
                 break
+        else:
+            raise RuntimeError(f"mlflow server process group {self._proc.pid} outlived SIGKILL for {STOP_GRACE_S:.0f} s")
         self._proc = None
 
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
-    """A running MLflow tracking server for the whole session (``.url``, ``.stop()``, ``.start()``, ``.down()``)."""
+    """A running MLflow tracking server for the whole session (``.url``, ``.stop()``, ``.start()``)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     atexit.register(server.kill)  # belt and braces: no orphan even if teardown is skipped
     server.start()

@@ -5,17 +5,14 @@ exact, --dry-run sending nothing, the per-target lock, and reporting what cannot
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 import trackstore
-from tests.helpers import run_cli
+from tests.helpers import run_cli, spawn_cli
 from tests.sync_harness import HARNESSES
 
 SYNC_CHILD = "import sys\nfrom trackstore.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
@@ -108,12 +105,12 @@ def test_sigkill_mid_sync_then_resume(harness, root):
     run = _log(root, 300, keys=4)
     total = 1200
     rng = random.Random(11)
-    args = [sys.executable, "-c", SYNC_CHILD, "sync", *harness.cli_args(), "--batch-size", "16", "--root", str(root)]
+    args = ["sync", *harness.cli_args(), "--batch-size", "16", "--root", str(root)]
     kills = 0
     for _ in range(3):
         before, _status = _acked_metrics(root)
         target = before + 16 * rng.randint(1, max(1, (total - before) // 16 // 4))
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+        p = spawn_cli(*args)
         start = _cursor_mtime(root)
         deadline = time.time() + 120
         while p.poll() is None and _cursor_mtime(root) == start and time.time() < deadline:

@@ -22,12 +22,13 @@ from tests.servers import MlflowServer, unique_experiment_name
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# its tests share a server/store (session-scoped: a module fixture is set up again whenever another
+# module's test ran in between on that worker): `make test` (--dist loadgroup) keeps them on one
 # worker, so it is set up once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_sync_exactly_once")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def file_server(tmp_path_factory):
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-file"), backend="file")
     server.start()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli
+from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli, spawn_cli
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -196,11 +196,10 @@ def test_sigkill_mid_sync_then_resume_is_exact(root, tmp_path, monkeypatch):
     uri = (tmp_path / "mlruns").as_uri()
     run = make_run(root, steps=3000, keys=5)
     rng = random.Random(7)
-    args = [sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size", "20",
-            "--root", str(root)]
+    args = ["sync", "--to", "mlflow", "--uri", uri, "--batch-size", "20", "--root", str(root)]
     kills = 0
     for _ in range(6):
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+        p = spawn_cli(*args)
         # wait until this sync is sending (its cursor moves), then kill it at a seeded moment
         start = cursor_mtime(root)
         deadline = time.time() + 60
@@ -464,9 +463,9 @@ def test_live_run_synced_repeatedly_while_written(root, tmp_path):
     """A login node syncing a run that a compute node is still writing: every round sends only
     what is new, and the end state is exact with the final status."""
     uri = mlflow_sqlite_uri(tmp_path)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(root), "live-run-1", "600"])
+    writer = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(root), "live-run-1", "300"])
     rounds = 0
-    while writer.poll() is None and rounds < 30:
+    while writer.poll() is None and rounds < 15:
         res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
         assert res.returncode == 0, res.stderr
         rounds += 1
@@ -476,7 +475,7 @@ def test_live_run_synced_repeatedly_while_written(root, tmp_path):
     c = client_for(uri)
     r = remote_run(c, "live", "live-run-1")
     assert rounds >= 2
-    assert len(c.get_metric_history(r.info.run_id, "loss")) == 600
+    assert len(c.get_metric_history(r.info.run_id, "loss")) == 300
     assert r.info.status == "FINISHED"
 
 
@@ -520,8 +519,7 @@ def test_two_real_syncs_at_once_one_gets_the_lock(root, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
     make_run(root, steps=400, keys=5)
-    first = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--batch-size",
-                              "10", "--root", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = spawn_cli("sync", "--to", "mlflow", "--uri", uri, "--batch-size", "10", "--root", root)
     try:
         def held():
             return list((root / "_locks").glob("sync-mlflow-run-*.lock")) if (root / "_locks").exists() else []

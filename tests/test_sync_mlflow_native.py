@@ -46,8 +46,16 @@ def agent_run(root, *, steps=(3, 4), project="agent-rl"):
     return run
 
 
-@pytest.fixture
-def synced(root, tmp_path):
+# the two tests reading `synced` share one sync (they only read): kept on one worker by
+# `make test` (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_sync_mlflow_native")
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("native")
+    root = tmp_path / "store"
+    root.mkdir()
     run = agent_run(root)
     uri = mlflow_sqlite_uri(tmp_path, "native.db")
     res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root, timeout=300)

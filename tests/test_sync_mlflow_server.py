@@ -14,6 +14,10 @@ from tests.helpers import run_cli
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+# the session's MLflow server (about 18 s of CPU to start) is started once: every module using it
+# stays on one worker under `make test` (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("mlflow_server")
+
 
 def _run(root, project, steps=50, keys=4):
     run = trackstore.init(project, name="srv", config={"lr": 0.01}, root=root)
@@ -85,13 +89,15 @@ def test_cuts_and_refusals_end_exact(root, mlflow_server, mlflow_proxy, mlflow_e
     assert _points(c, runs[0]) == _local(run)
 
 
-def test_if_online_with_server_down_is_quiet(root, mlflow_server, mlflow_experiment_name):
+def test_if_online_with_server_down_is_quiet(root, mlflow_experiment_name):
+    from tests.servers import free_port
+
     _run(root, mlflow_experiment_name, steps=2)
-    with mlflow_server.down():
-        res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_server.url, "--if-online", root=root)
-        assert res.returncode == 0 and res.stdout == "" and res.stderr == ""
-        res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_server.url, root=root)
-        assert res.returncode == 7 and "unreachable" in res.stderr
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there: a server that is down
+    res = run_cli("sync", "--to", "mlflow", "--uri", down, "--if-online", root=root)
+    assert res.returncode == 0 and res.stdout == "" and res.stderr == ""
+    res = run_cli("sync", "--to", "mlflow", "--uri", down, root=root)
+    assert res.returncode == 7 and "unreachable" in res.stderr
 
 
 def test_proxy_variables_are_honoured_and_credentials_never_printed(root, mlflow_server, mlflow_experiment_name):

@@ -8,7 +8,6 @@ read back with SwanLab's own reader, real processes holding locks and real SIGKI
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
@@ -19,7 +18,7 @@ import time
 import pytest
 
 import trackstore
-from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli
+from tests.helpers import cli_in_pty, mlflow_sqlite_uri, run_cli, spawn_cli
 from trackstore.store import locks
 
 pytest.importorskip("mlflow")
@@ -275,7 +274,7 @@ def _kill_and_rerun(root, args, total, seed, env=None):
     kills = 0
     for _ in range(4):
         before = _acked(root)
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        p = spawn_cli(*args, env=env)
         deadline = time.time() + 120
         while p.poll() is None and _acked(root) == before and time.time() < deadline:
             time.sleep(0.01)
@@ -285,7 +284,7 @@ def _kill_and_rerun(root, args, total, seed, env=None):
             kills += 1
         p.wait()
     assert kills >= 2 and 0 < _acked(root), (kills, _acked(root))
-    res = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    res = run_cli(*args, env=env, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert _acked(root) == total
     # the killed syncs' locks are stale: nothing is left held (session declarations are cleared)
@@ -297,11 +296,10 @@ def test_sigkill_of_a_parallel_sync_then_rerun_is_exact_mlflow(root, tmp_path):
     every run, one remote run each. (MLflow's SQL stores merge a point sent twice, so this half
     proves nothing is lost; the SwanLab half below, whose files keep duplicates, proves nothing
     is doubled.)"""
-    runs = make_runs(root, 4, steps=150, keys=3)
+    runs = make_runs(root, 4, steps=80, keys=3)
     uri = mlflow_sqlite_uri(tmp_path)
-    args = [sys.executable, "-c", SYNC_CHILD, "sync", "--to", "mlflow", "--uri", uri, "--jobs", "4",
-            "--batch-size", "10", "--root", str(root)]
-    _kill_and_rerun(root, args, total=4 * 450, seed=3)
+    args = ["sync", "--to", "mlflow", "--uri", uri, "--jobs", "4", "--batch-size", "10", "--root", str(root)]
+    _kill_and_rerun(root, args, total=4 * 240, seed=3)
     for run in runs:
         assert mlflow_points(uri, run) == expected(run)
 
@@ -312,8 +310,7 @@ def test_sigkill_of_a_parallel_sync_then_rerun_is_exact_swanlab_offline(root, tm
 
     harness = SwanlabHarness(tmp_path, monkeypatch)
     runs = make_runs(root, 3, steps=150, keys=3)
-    args = [sys.executable, "-c", SYNC_CHILD, "sync", *harness.cli_args(), "--jobs", "4", "--batch-size", "15",
-            "--root", str(root)]
+    args = ["sync", *harness.cli_args(), "--jobs", "4", "--batch-size", "15", "--root", str(root)]
     _kill_and_rerun(root, args, total=3 * 450, seed=5, env=harness.env())
     for run in runs:
         assert harness.metrics(run.project, run.id) == expected(run)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
-import sys
 import time
 from datetime import timezone
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import fake_old_client, python_child, run_cli
+from tests.helpers import fake_old_client, python_child, run_cli, spawn_cli
 
 pytest.importorskip("swanlab")
 
@@ -217,9 +215,8 @@ def test_sigkill_after_acknowledged_batches_ends_exact(root, logdir):
     for s in range(2000):
         run.log({f"m{i}": s + i / 10 for i in range(4)}, step=s)
     run.finish()
-    args = [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "swanlab", "--mode", "offline",
-            "--logdir", str(logdir), "--batch-size", "16", "--root", str(root)]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = spawn_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", logdir, "--batch-size", "16",
+                  "--root", root)
     cursor_glob = "_sync/*/project=kill/run=*.json"
     deadline = time.monotonic() + 120
     acked = 0
@@ -477,9 +474,8 @@ def test_sigkill_during_samples_ends_exact_for_every_kind(root, logdir):
         run.log({"a": float(s), "h": trackstore.Histogram([float(s), s + 1.0, s + 2.0], bins=2)}, step=s)
         run.log_samples([{"input": f"q{s}-{i}", "output": "a", "score": 0.5} for i in range(3)], step=s)
     run.finish()
-    args = [sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "swanlab", "--mode", "offline",
-            "--logdir", str(logdir), "--batch-size", "16", "--root", str(root)]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = spawn_cli("sync", "--to", "swanlab", "--mode", "offline", "--logdir", logdir, "--batch-size", "16",
+                  "--root", root)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
         acked = 0

@@ -38,12 +38,13 @@ if chromium_paths() is None:
                 "chromium-driver)", allow_module_level=True)
 
 
-# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
+# its tests share a server/store (session-scoped: a module fixture is set up again whenever another
+# module's test ran in between on that worker): `make test` (--dist loadgroup) keeps them on one
 # worker, so it is set up once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_ui_browser")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui-browser")
     root = tmp / "store"
@@ -57,7 +58,7 @@ def store(tmp_path_factory):
     return root, ids, tmp
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(store):
     root, _ids, tmp = store
     s = UiServer(root, tmp)
@@ -65,7 +66,7 @@ def server(store):
     s.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser(server):
     d = start_browser()
     d.set_page_load_timeout(30)

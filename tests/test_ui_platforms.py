@@ -26,12 +26,13 @@ from tests.test_sync_mlflow_native import agent_run  # noqa: E402
 AREA = "platform"
 
 
-# its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
-# worker, so it is set up once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_ui_platforms")
+# its tests share a server/store (session-scoped: a module fixture is set up again whenever another
+# module's test ran in between on that worker), and with the other users of the session's MLflow
+# server (about 18 s of CPU to start) they stay on one worker under `make test` (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("mlflow_server")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
     driver = start_chromium()
     try:
@@ -51,7 +52,7 @@ def _dismiss(driver) -> None:
             pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_synced(mlflow_server, tmp_path_factory):
     """One agent run (2 steps x 2 trajectories with a failed tool call, samples, a histogram)
     synced to the session's MLflow server."""
@@ -183,7 +184,7 @@ def test_mlflow_samples_appear_as_a_table_and_histograms_are_drawn(browser, mlfl
 
 
 # ---------------------------------------------------------------------------------- SwanLab
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def swanlab_synced(tmp_path_factory):
     from tests.test_sync_swanlab_native import has_swanboard, two_projects
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -189,7 +190,11 @@ def lost_in_report(text: str) -> dict[str, int]:
     return lost
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+# a bounded run keeps the suite's time; a deeper one: TRACKSTORE_WRITER_EXAMPLES=300 python -m pytest tests/test_writer_property.py
+EXAMPLES = int(os.environ.get("TRACKSTORE_WRITER_EXAMPLES", "12"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(program=PROGRAMS)
 def test_the_store_holds_exactly_what_was_accepted(tmp_path, program):

@@ -80,6 +80,35 @@ def _serve(path: str) -> tuple[dict, socket.socket]:
         os._exit(0)
 
 
+def _wandb_temp_folders() -> list[tuple[object, str]]:
+    """The ``tempfile.TemporaryDirectory`` objects wandb makes at import (media staging and
+    artifact downloads; each removed at the exit of the process that made it), with their suffixes."""
+    found = []
+    private = sys.modules.get("wandb.sdk.data_types._private")
+    if private is not None:
+        found.append((private.MEDIA_TMP, "wandb-media"))
+    artifact = sys.modules.get("wandb.sdk.artifacts.artifact")
+    if artifact is not None:
+        found.append((artifact.Artifact._TMP_DIR, "wandb-artifacts"))
+    return found
+
+
+def _own_wandb_temp_folders(*, parent: bool) -> None:
+    """The server removes wandb's import-time folders at once (it is killed, never exits);
+    each run makes its own, removed when that run exits, as in a fresh interpreter."""
+    import shutil
+    import tempfile
+    import weakref
+
+    for folder, suffix in _wandb_temp_folders():
+        folder._finalizer.detach()
+        if parent:
+            shutil.rmtree(folder.name, ignore_errors=True)
+            continue
+        folder.name = tempfile.mkdtemp(suffix)
+        folder._finalizer = weakref.finalize(folder, shutil.rmtree, folder.name, ignore_errors=True)
+
+
 if __name__ == "__main__":
     # What the runs need, imported once. Each import is optional: a missing extra makes the
     # run import (and fail) as it would in a fresh interpreter.
@@ -87,17 +116,20 @@ if __name__ == "__main__":
 
     import trackstore.cli.main  # noqa: F401
 
-    # Not wandb nor swanlab: their imports make per-process state that forking would share
-    # (wandb's media folder is a TemporaryDirectory made at import and removed at the first
-    # run's exit). mlflow, the costliest import by far, makes none.
+    # mlflow is the costliest import; wandb (with the launch module every wandb.init imports,
+    # about 1.8 s of CPU together) and swanlab come next. wandb's only per-process state made at
+    # import is two temporary folders, each run gets its own (_own_wandb_temp_folders).
     for name in ("mlflow", "trackstore.sync.mlflow", "trackstore.sync.engine", "trackstore.read.views", "duckdb",
-                 "pyarrow.parquet", "typer", "rich.console"):
+                 "pyarrow.parquet", "typer", "rich.console", "wandb", "wandb.sdk.launch.inputs.internal",
+                 "trackstore.sync.wandb", "swanlab", "trackstore.sync.swanlab"):
         with contextlib.suppress(Exception):
             __import__(name)
+    _own_wandb_temp_folders(parent=True)
     sys.stdout.flush()
     sys.stderr.flush()
     request, conn = _serve(sys.argv[1])
     conn.close()
+    _own_wandb_temp_folders(parent=False)
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
