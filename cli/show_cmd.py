@@ -28,9 +28,6 @@ PREFERRED_KEYS = (
     "actor/kl_loss", "actor/grad_norm", "response_length/mean", "timing_s/step", "perf/throughput",
     "*loss", "*reward*", "*score*", "*acc*",
 )
-OVERVIEW_COLUMNS = ("key", "points", "first_step", "last_step", "last", "min", "max", "mean")
-
-
 SHORT_CHARS = 240  # a longer value (notes, an error, a config value) is cut here; --format json has it whole
 
 
@@ -75,24 +72,23 @@ def show(
 ) -> None:
     """Show one run: metadata, config, counts of every record kind, its main metric keys
     (last/min/max), and the commands that show the rest (samples, trace, plot, sql)."""
-    from trackstore.read.browse import record_counts
     from trackstore.read.catalog import resolve_run
-    from trackstore.read.overview import flatten, metric_overview
-    from trackstore.store.arrays import to_pylist
+    from trackstore.read.overview import flatten, run_overview, select_keys
 
     from .sql_cmd import open_store, report_skipped_files
 
     with report_skipped_files():  # a run.json read in part is named on stderr
         info = resolve_run(run, root, unreadable=True)  # shown with what can be read
         row = info.row()
-    with open_store(root, sync_state=False, runs=[info]) as con:
-        overview = to_pylist(metric_overview(con, [info], keys))  # Table.to_pylist would import pandas
-        counts = record_counts(con, info)
+    # kept in the catalog while the run's parts do not change: DuckDB starts only when they did
+    found = run_overview(info, lambda: open_store(root, sync_state=False, runs=[info]))
+    overview = select_keys(found["metrics"], keys)
+    counts = dict(found["records"])
     counts["metrics"] = {"keys": len(overview), "points": sum(m["points"] for m in overview),
                          "first_step": min((m["first_step"] for m in overview if m["first_step"] is not None), default=None),
                          "last_step": max((m["last_step"] for m in overview if m["last_step"] is not None), default=None)}
     if fmt is not Format.table:
-        row["metrics"] = [{c: m[c] for c in OVERVIEW_COLUMNS} for m in overview]
+        row["metrics"] = overview  # trackstore.read.overview.OVERVIEW_COLUMNS per key
         row["records"] = counts
         emit([row], fmt)
         return

@@ -13,6 +13,7 @@ made from it is the answer a full read of the files gives.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -28,7 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trackstore
+from tests.helpers import run_cli
 from trackstore.read.catalog import list_runs, load_run, resolve_run, resolve_runs
+from trackstore.read.overview import run_overview
 from trackstore.read.sync_status import status_rows
 from trackstore.store import index
 from trackstore.store.files import tree_bytes
@@ -150,6 +153,32 @@ def check_against_full_scan(root: Path) -> None:
         assert got == full_unchanged(root)
         for info in readable:  # every reference resolves to the run a full listing finds
             assert resolve_run(info.run_id, root).row() == info.row()
+        for info in readable[:1] + readable[-1:]:  # show's overview, kept or not, is what the files say
+            fresh = run_overview(info, _connection(root, info))  # a full listing's run: no catalog
+            for _ in range(2):  # derived (and kept), then as kept
+                assert _close(run_overview(resolve_run(info.run_id, root), _connection(root, info)), fresh)
+
+
+def _close(a, b) -> bool:
+    """Equal, floats within rounding: a mean's last bits depend on the order DuckDB adds the
+    values in, which a compaction finishing in the background (finish()) changes."""
+    import math
+
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _connection(root: Path, info):
+    import contextlib
+
+    from trackstore.read.views import connect
+
+    return lambda: contextlib.closing(connect(root, runs=[info], sync_state=False))
 
 
 # ----------------------------------------------------------------------------- operations
@@ -520,3 +549,60 @@ def test_connect_reuses_part_checks_and_still_skips_a_damaged_part(store, monkey
         warnings.simplefilter("ignore")  # the damaged part, again
         trackstore.connect(store).close()
     assert checked and len(checked) < len(parts)
+
+
+SHOW_CHILD = """
+import contextlib, io, json, sys
+from trackstore.cli.main import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(["show", sys.argv[1], "-f", "json", "--root", sys.argv[2]])
+    except SystemExit:
+        pass
+print(json.dumps([sorted(m for m in ("duckdb", "pyarrow", "pandas") if m in sys.modules), out.getvalue()]))
+"""
+
+
+def _show(root: Path, run_id: str) -> tuple[list, str]:
+    out = subprocess.run([sys.executable, "-c", SHOW_CHILD, run_id, str(root)], capture_output=True, text=True,
+                         check=True)
+    imported, text = json.loads(out.stdout)
+    return imported, text
+
+
+def test_show_answers_from_the_catalog_until_the_run_changes(root):
+    """`show` keeps a run's overview (metric keys, record counts) in the catalog for the parts it
+    was derived from: the next `show` starts neither DuckDB nor pyarrow and prints the same; rows
+    added, a compaction, or a kept entry that is garbage give what the files say."""
+    run = trackstore.init("p", root=root, compact=False)
+    for s in range(5):
+        run.log({"loss": 1.0 / (s + 1), "acc": s / 8}, step=s)
+    run.log_samples([{"input": "q", "output": "a", "score": 1.0}], step=2)
+    run.finish()
+    time.sleep(index.RACY_S + 0.1)  # a folder changed within RACY_S is never trusted: nothing would be kept
+    imported, first = _show(root, run.id)
+    assert "duckdb" in imported  # derived from the files (and kept)
+    assert _show(root, run.id) == ([], first)  # as kept: no DuckDB, no pyarrow, the same answer
+    assert json.loads(first)[0]["records"]["samples"]["rows"] == 1
+
+    more = trackstore.init("p", run_id=run.id, resume=True, root=root, compact=False)
+    more.log({"loss": 0.1, "extra": 2.0}, step=9)
+    more.finish()
+    imported, grown = _show(root, run.id)
+    assert "duckdb" in imported  # its metrics folder changed: derived again
+    metrics = {m["key"]: m for m in json.loads(grown)[0]["metrics"]}
+    assert metrics["loss"]["last_step"] == 9 and metrics["loss"]["points"] == 6 and "extra" in metrics
+
+    assert run_cli("compact", run.id, root=root).returncode == 0  # same rows, other files: derived again
+    time.sleep(index.RACY_S + 0.1)
+    imported, compacted = _show(root, run.id)
+    assert "duckdb" in imported and _close(json.loads(compacted)[0]["metrics"], json.loads(grown)[0]["metrics"])
+    assert _show(root, run.id) == ([], compacted)
+
+    db = sqlite3.connect(index.catalog_path(root))
+    db.execute("UPDATE run_overviews SET overview = '{not json'")
+    db.commit()
+    db.close()
+    imported, again = _show(root, run.id)
+    assert "duckdb" in imported and _close(json.loads(again), json.loads(compacted))

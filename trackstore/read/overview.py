@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Sequence
 
 from ..errors import UsageError
 
@@ -56,6 +56,48 @@ def metric_overview(con, runs: Sequence[RunInfo], keys: Sequence[str] | None = N
     from .views import run_sql  # not at import: flatten (used by sync adapters) needs no pyarrow
 
     return run_sql(con, sql, params)
+
+
+OVERVIEW_COLUMNS = ("key", "points", "first_step", "last_step", "last", "min", "max", "mean")
+
+
+def run_overview(info: RunInfo, open_connection: Callable[[], ContextManager[Any]]) -> dict[str, Any]:
+    """What ``trackstore show`` prints of a run's data: ``{"metrics": [...], "records": {...}}``,
+    per metric key (every key, sorted) its :data:`OVERVIEW_COLUMNS` from the ``metric_summary``
+    view, and the counts of :func:`trackstore.read.browse.record_counts`.
+
+    Derived from the run's part files alone, so the store's catalog keeps it for the parts it was
+    derived from (:meth:`trackstore.store.index.Catalog.overview`): while no part of the run
+    changed, the answer costs ``stat`` calls and neither DuckDB nor pyarrow is started.
+    ``open_connection()`` gives a :func:`trackstore.read.views.connect` connection (as a context
+    manager) when the parts must be read. A run with a damaged part is never kept (its answer
+    depends on what the views skip, and says so each time).
+    """
+    catalog = info.catalog
+    basis = None
+    if catalog is not None:
+        basis, kept = catalog.overview(info.project, info.run_id)
+        if kept is not None:
+            return kept
+    from ..store.arrays import to_pylist  # Table.to_pylist would import pandas
+    from .browse import record_counts
+
+    with open_connection() as con:
+        metrics = [{c: m[c] for c in OVERVIEW_COLUMNS} for m in to_pylist(metric_overview(con, [info]))]
+        found = {"metrics": metrics, "records": record_counts(con, info)}
+    if catalog is not None:
+        catalog.put_overview(info.project, info.run_id, basis, found)
+        catalog.save()
+    return found
+
+
+def select_keys(metrics: list[dict[str, Any]], patterns: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The rows of ``metrics`` (each with a ``key``) whose key matches one of ``patterns`` as
+    :func:`key_filter` matches (exact, or SQL ``GLOB``); all of them without patterns."""
+    if not patterns:
+        return metrics
+    wanted = set(matching_keys(patterns, [m["key"] for m in metrics]))
+    return [m for m in metrics if m["key"] in wanted]
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:

@@ -79,6 +79,9 @@ _HEAVY = ("meta", "writers", "parts")
 _CURSOR_COLUMNS = ("path", "fp", "dir_fp", "parts_fp", "target", "destination", "project", "run_id", "synced_status",
                    "in_doubt", "remote", "unsettled", "last_sync_at", "last_error", "pending", "acked", "skipped",
                    "remote_id")
+# added within version 2 (a file without it is extended when next written, not rebuilt)
+_OVERVIEWS_TABLE = ("CREATE TABLE IF NOT EXISTS run_overviews (project TEXT NOT NULL, run_id TEXT NOT NULL, "
+                    "basis TEXT, overview TEXT, PRIMARY KEY (project, run_id)) WITHOUT ROWID")
 _SCHEMA = (
     "CREATE TABLE catalog_info (key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE runs (project TEXT NOT NULL, run_id TEXT NOT NULL, meta_fp TEXT, unreadable INTEGER, "
@@ -95,6 +98,7 @@ _SCHEMA = (
     "CREATE TABLE part_checks (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, problem TEXT, schema TEXT) "
     "WITHOUT ROWID",
     "CREATE TABLE part_schemas (digest TEXT PRIMARY KEY, columns TEXT) WITHOUT ROWID",
+    _OVERVIEWS_TABLE,
 )
 
 
@@ -291,6 +295,7 @@ class Catalog:
         self._fresh_cursors: dict[str, tuple] = {}
         self._folder_fps: dict[str, str | None] = {}  # cursor folders stat-ed by this process
         self._writers_now: dict[tuple[str, str], str | None] = {}  # _writers folders stat-ed by this process
+        self._overviews: dict[tuple[str, str], tuple[str, str]] = {}  # fresh run overviews to write (put_overview)
         self._part_checks: dict[str, tuple] | None = None  # fresh part checks to write (see put_part_checks)
         self._part_checks_all = False
         self._dir_keys: list[tuple[str, str]] | None = None
@@ -617,6 +622,39 @@ class Catalog:
             self._fresh_cursors[self._rel(path)] = (fp, self._folder_fp(folder) or "", *values)
             self._dirty = True
 
+    # ------------------------------------------------------------------ run overviews (show)
+    def overview(self, project: str, run_id: str) -> tuple[str | None, Any]:
+        """``(basis, overview)``: the digest of the run's parts now (None when a kind folder changed
+        within :data:`RACY_S` or a part is damaged: nothing may be kept), and the overview kept for
+        exactly those parts (None if none was). An overview is whatever a reader derived from
+        the run's part files alone (:func:`trackstore.read.overview.run_overview`); parts are
+        immutable and their digest names every one (name, size, mtime), so it holds while the
+        digest does. From ``stat`` calls only while no kind folder changed."""
+        summary = self.parts_summary(project, run_id)
+        if not summary.fp or summary.damaged:
+            return None, None
+        key = (project, run_id)
+        kept = self._overviews.get(key)
+        if kept is None and self._db is not None:
+            try:  # a version-2 file written before the table existed has none: nothing kept
+                kept = self._db.execute("SELECT basis, overview FROM run_overviews WHERE project = ? AND run_id = ?",
+                                        key).fetchone()
+            except Exception:
+                kept = None
+        if kept is None or kept[0] != summary.fp:
+            return summary.fp, None
+        try:
+            return summary.fp, json.loads(kept[1])
+        except ValueError:
+            return summary.fp, None
+
+    def put_overview(self, project: str, run_id: str, basis: str | None, overview: Any) -> None:
+        """Keep ``overview`` for the run's parts whose digest :meth:`overview` gave as ``basis``
+        (taken before the files were read; None: not kept)."""
+        if basis:
+            self._overviews[(project, run_id)] = (basis, _dumps(overview))
+            self._dirty = True
+
     # ------------------------------------------------------------------ part checks (views)
     def part_checks(self) -> dict[str, tuple[int, int, str | None, tuple | None]]:
         """What the views' check of each part file found (:func:`trackstore.read.views.scan_parts`):
@@ -694,7 +732,8 @@ class Catalog:
                     ok = db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone()
                     fresh_file = ok is None or ok[0] != str(CATALOG_VERSION)
                 if fresh_file:
-                    for table in ("catalog_info", "runs", "run_details", "cursors", "part_checks", "part_schemas"):
+                    for table in ("catalog_info", "runs", "run_details", "cursors", "part_checks", "part_schemas",
+                                  "run_overviews"):
                         db.execute(f"DROP TABLE IF EXISTS {table}")
                     for stmt in _SCHEMA:
                         db.execute(stmt)
@@ -717,6 +756,10 @@ class Catalog:
                 db.executemany("DELETE FROM runs WHERE project = ? AND run_id = ?", gone)
                 db.executemany("DELETE FROM run_details WHERE project = ? AND run_id = ?", gone)
                 self._write_part_checks(db)
+                db.execute(_OVERVIEWS_TABLE)
+                db.executemany("INSERT OR REPLACE INTO run_overviews VALUES (?, ?, ?, ?)",
+                               [(*key, basis, text) for key, (basis, text) in self._overviews.items()])
+                db.executemany("DELETE FROM run_overviews WHERE project = ? AND run_id = ?", gone)
                 db.executemany(f"INSERT OR REPLACE INTO cursors ({', '.join(_CURSOR_COLUMNS)}) "
                                f"VALUES ({', '.join('?' for _ in _CURSOR_COLUMNS)})",
                                [(p, *values) for p, values in self._fresh_cursors.items()])
