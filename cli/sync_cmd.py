@@ -546,8 +546,15 @@ def status(
     to: Annotated[Optional[str], typer.Option("--to", "-t", help="Only this target.")] = None,
     fmt: FormatOpt = Format.table,
     wide: WideOpt = False,
+    all_rows: Annotated[bool, typer.Option("--all", "-a", help="Tables: a row for every run, also those up to "
+                                           "date (csv, json, jsonl and parquet always have every row).")] = False,
 ) -> None:
-    """Per run and destination: pending rows per kind, bytes, last sync time, last error."""
+    """Per run and destination: pending rows per kind, bytes, last sync time, last error.
+
+    The table lists the runs with something to sync or to look at (pending rows, an error,
+    unreadable parts, rows the writer lost, a status the destination does not have yet, never
+    synced) and counts the runs already up to date in one line per destination; --all lists
+    them too. Exit 0."""
     from trackstore.read.sync_status import status_rows
     from trackstore.store.layout import resolve_root
 
@@ -555,13 +562,32 @@ def status(
     if to is not None:
         check_targets([to], root_path, "--to")
     rows = status_rows(root_path, target=to)
-    if fmt is Format.table:
-        from trackstore.store.units import format_bytes
+    if fmt is not Format.table:
+        emit(rows, fmt)
+        return
+    from trackstore.store.units import format_bytes
 
-        for r in rows:
-            r["bytes"] = format_bytes(r["bytes"])
-    emit(rows, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
-         drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
+    current: dict[tuple[str, str], int] = {}
+    shown = []
+    for r in rows:
+        if not all_rows and _up_to_date(r):
+            where = (r["target"], r["destination"])
+            current[where] = current.get(where, 0) + 1
+            continue
+        r["bytes"] = format_bytes(r["bytes"])
+        shown.append(r)
+    if shown or not current:
+        emit(shown, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
+             drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
+    for (target, destination), n in current.items():
+        print(visible(f"{n:,} run{'' if n == 1 else 's'} up to date at {target} {destination} (--all lists them)"))
+
+
+def _up_to_date(row: dict) -> bool:
+    """A status row with nothing to sync and nothing to look at."""
+    return (row["destination"] != "(never synced)" and not row["pending_metrics"] and not row["pending_other"]
+            and not row["last_error"] and not row["unreadable_parts"] and not row["write_errors"]
+            and row["synced_status"] == row["status"])
 
 
 STATUS_LABELS = {"pending_metrics": "metrics", "pending_other": "other", "synced_status": "synced",

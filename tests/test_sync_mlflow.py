@@ -334,6 +334,16 @@ def test_status_shows_pending(root, tmp_path):
     assert rows[0]["target"] == "mlflow" and rows[0]["pending_metrics"] == 1
     assert Path(uri[len("sqlite:///"):]).exists()
 
+    # the table lists what needs syncing and counts the runs up to date in one line (--all lists them)
+    done = make_run(root, project="done", steps=2, keys=1)
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, "--project", "done", root=root).returncode == 0
+    table = run_cli("status", "--wide", root=root).stdout
+    assert run.id in table and done.id not in table
+    assert f"1 run up to date at mlflow {uri} (--all lists them)" in table
+    every = run_cli("status", "--all", "--wide", root=root).stdout
+    assert run.id in every and done.id in every and "up to date" not in every
+    assert len(json.loads(run_cli("status", "--format", "json", root=root).stdout)) == 2  # machine formats: all
+
 
 def _agent_run(root, n_traces=3, finish=True):
     run = trackstore.init("agent", root=root)
