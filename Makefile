@@ -55,12 +55,13 @@ demo: install
 	$(BIN)/trackstore status --root $(DEMO_ROOT)
 	@echo "MLflow store: $(DEMO_ROOT)/_mlflow/mlflow.db  (browse: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(DEMO_ROOT)/_mlflow/mlflow.db)"
 
-# The suite mostly waits on subprocesses (CLI runs, MLflow servers, SDK imports): two workers
-# halve its time on the 2-core CI machine (about 7 minutes instead of 13). PYTEST_WORKERS=0 runs
-# it in one process. --dist loadgroup: tests spread one at a time, except the modules marked
-# xdist_group (those sharing a module-scoped server or store), which stay on one worker so their
-# server starts once, not once per worker.
-PYTEST_WORKERS ?= 2
+# The suite's tests often wait (on servers, browsers, a sync's retry back-off, a process to
+# reach a point where it is killed): three workers keep the 2 cores of the CI machine busy
+# (measured on such a machine: 17:52 with the framework venv installing beside it; two workers:
+# about 19 minutes before this round's CPU cuts). PYTEST_WORKERS=0 runs it in one process.
+# --dist loadgroup: tests spread one at a time, except the modules marked xdist_group (those
+# sharing a server, browser or store), which stay on one worker so it starts once.
+PYTEST_WORKERS ?= 3
 
 # The framework venv (torch, verl: a few minutes of pip) installs and its tests run in the
 # background while lint and the main suite run, which keeps the whole of `make test` within CI's

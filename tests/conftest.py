@@ -55,3 +55,15 @@ def _no_current_run():
         except Exception:
             pass
     run_mod._current = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test) pytest-xdist keeps the tests of one xdist_group on
+    one worker by adding ``@group`` to their node ids; with a pytest it cannot do that for
+    (9.2), the groups were silently ignored and shared servers started once per worker."""
+    if getattr(config.option, "loadgroup", False) and hasattr(config, "workerinput"):
+        lost = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if lost:
+            raise pytest.UsageError(f"--dist loadgroup is not in effect with pytest {pytest.__version__} (e.g. "
+                                    f"{lost[0]} has no @group): install the pytest pyproject.toml's test extra names")
