@@ -555,7 +555,7 @@ def status(
     unreadable parts, rows the writer lost, a status the destination does not have yet, never
     synced) and counts the runs already up to date in one line per destination; --all lists
     them too. Exit 0."""
-    from trackstore.read.sync_status import status_rows
+    from trackstore.read.sync_status import NEVER_SYNCED, status_rows
     from trackstore.store.layout import resolve_root
 
     root_path = resolve_root(root)
@@ -570,7 +570,7 @@ def status(
     current: dict[tuple[str, str], int] = {}
     shown = []
     for r in rows:
-        if not all_rows and _up_to_date(r):
+        if not all_rows and r["destination"] != NEVER_SYNCED and _up_to_date(r):
             where = (r["target"], r["destination"])
             current[where] = current.get(where, 0) + 1
             continue
@@ -584,8 +584,8 @@ def status(
 
 
 def _up_to_date(row: dict) -> bool:
-    """A status row with nothing to sync and nothing to look at."""
-    return (row["destination"] != "(never synced)" and not row["pending_metrics"] and not row["pending_other"]
+    """A status row of a destination with nothing to sync and nothing to look at."""
+    return (not row["pending_metrics"] and not row["pending_other"]
             and not row["last_error"] and not row["unreadable_parts"] and not row["write_errors"]
             and row["synced_status"] == row["status"])
 

@@ -89,7 +89,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from trackstore.errors import TrackstoreError, UsageError
-from trackstore.store.ledger import STEPS as ledger_STEPS
+from trackstore.store.ledger import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -141,10 +141,6 @@ class RetryableError(TrackstoreError):
 
 class PermanentError(TrackstoreError):
     """Retrying cannot help (auth, deleted remote object, rejected value): stop this run."""
-
-
-#: the ``kind`` of a step-merged batch (see :class:`StepBatch`)
-STEPS = ledger_STEPS  # the kind of a step-merged batch (the ledger records it in the batch in doubt)
 
 
 @dataclass

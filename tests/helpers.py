@@ -7,6 +7,7 @@ import contextlib
 import json
 import locale
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,18 +61,25 @@ def _forkserver_path() -> str:
         return _forkserver[1]
 
 
+def _ask_forkserver(argv: list[str], env: dict, fds: tuple[int, int, int]) -> socket.socket:
+    """Ask the fork server for one CLI run with ``fds`` as its stdin, stdout and stderr; the
+    connection its replies (``{"pid"}``, then ``{"status"}``) come on (tests/zygote.py)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(_forkserver_path())
+    request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
+    sent = socket.send_fds(sock, [request], list(fds))
+    sock.sendall(request[sent:])
+    return sock
+
+
 def _run_forked(argv: list[str], env: dict, input: str | None, timeout: float) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "trackstore.cli.main", *argv]  # what it stands for, for messages
     encoding = locale.getpreferredencoding(False)  # what subprocess.run(text=True) decodes with
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(_forkserver_path())
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
     try:
-        sent = socket.send_fds(sock, [request], [in_r, out_w, err_w])
-        sock.sendall(request[sent:])
+        sock = _ask_forkserver(argv, env, (in_r, out_w, err_w))
     finally:
         for fd in (in_r, out_w, err_w):
             os.close(fd)
@@ -117,13 +125,9 @@ class ForkedCli:
     /dev/null."""
 
     def __init__(self, argv: list[str], env: dict) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.connect(_forkserver_path())
-        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
         null = os.open(os.devnull, os.O_RDWR)
         try:
-            sent = socket.send_fds(self._sock, [request], [null, null, null])
-            self._sock.sendall(request[sent:])
+            self._sock = _ask_forkserver(argv, env, (null, null, null))
         finally:
             os.close(null)
         self._buffer = b""
@@ -230,8 +234,6 @@ def mlflow_template_db() -> Path:
     empty store, a server starting on an empty store) is the same. Made in a temporary folder
     and renamed into place, so a test process killed while making it leaves nothing half-made.
     """
-    import shutil
-
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -249,8 +251,6 @@ def mlflow_template_db() -> Path:
 def mlflow_sqlite_uri(tmp_path: Path, name: str = "m.db") -> str:
     """A ``sqlite:///`` URI of a new, empty MLflow store in ``tmp_path`` (a copy of
     :func:`mlflow_template_db`)."""
-    import shutil
-
     db = tmp_path / name
     shutil.copyfile(mlflow_template_db(), db)
     return f"sqlite:///{db}"

@@ -22,6 +22,7 @@ from .catalog import RunInfo, list_runs
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
                   "bytes", "synced_status", "last_sync_at", "last_error", "unreadable_parts", "write_errors")
+NEVER_SYNCED = "(never synced)"  # the destination of a run's row when no readable cursor names one
 
 
 def status_rows(root: str | os.PathLike | None = None, *, target: str | None = None) -> list[dict[str, Any]]:
@@ -79,7 +80,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             rows.append(row(info, summary, summary["target"], summary["destination"]))
         for key, info in infos.items():
             if key not in seen:
-                rows.append(row(info, None, target or "-", "(never synced)"))
+                rows.append(row(info, None, target or "-", NEVER_SYNCED))
     finally:
         for catalog in catalogs.values():
             catalog.save()
