@@ -83,3 +83,40 @@ def test_cli_strict_fails_with_store_exit_code(root):
     res = run_cli("sql", "SELECT count(*) FROM metrics", "--strict", root=root)
     assert res.returncode == 4
     assert str(bad) in res.stderr and "trackstore doctor" in res.stderr and "Traceback" not in res.stderr
+
+
+
+def test_kept_folder_listings_see_a_damaged_part_arrive_and_leave(root, monkeypatch):
+    """connect() keeps each kind folder's listing in the catalog and then stat-s the folder, not
+    its parts: a part renamed in or out changes the folder, so the next connect sees it."""
+    import os
+    import warnings
+
+    from trackstore.store import index
+    from trackstore.store.index import open_catalog
+
+    # no fingerprint counts as too recent to keep (as if every change were seconds old)
+    monkeypatch.setattr(index, "RACY_S", -1.0)
+
+    a = make_run(root, "p", "a", steps=5)
+    make_run(root, "p", "b", steps=5)
+    assert connect(root).execute("SELECT count(*) FROM metrics").fetchone() == (20,)
+    kept = open_catalog(root).part_folders()
+    assert kept and all(fp and names for fp, names in kept.values())  # the listings were kept
+    bad = part(root, "p", a.id, "metrics", metric_rows(3, start=100), writer="w9")
+    tmp = bad.with_name(".incoming.tmp")
+    bad.rename(tmp)
+    tmp.write_bytes(b"\x8f\x00garbage" * 40)
+    os.rename(tmp, bad)  # arrives by a rename, as every part does
+    with pytest.warns(SkippedFileWarning, match=bad.name):
+        con = connect(root)
+    assert con.execute("SELECT count(*) FROM metrics").fetchone() == (20,)
+    with pytest.warns(SkippedFileWarning, match=bad.name):  # the same answer from the kept checks
+        connect(root)
+    bad.unlink()
+    good = part(root, "p", a.id, "metrics", metric_rows(3, start=100), writer="w8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SkippedFileWarning)
+        con = connect(root)
+    assert con.execute("SELECT count(*) FROM metrics").fetchone() == (23,)
+    assert good.name in {n for _fp, names in open_catalog(root).part_folders().values() for n in names}

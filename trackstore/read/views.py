@@ -70,7 +70,6 @@ from ..store.layout import (
     PROJECT_PREFIX,
     RUN_PREFIX,
     is_part_name,
-    iter_run_dirs,
     resolve_root,
 )
 from ..store.parts import check_part, find_unreadable, part_schema
@@ -119,37 +118,63 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     limits the scan to some ``(project, run_id)`` pairs. A file reached through a symbolic
     link that leads outside the store counts as damaged: the views never read it (and the
     read-only sandbox could not: one such link would fail every query).
+
+    What costs time is kept in the store's catalog: each part's check (by path, size and
+    mtime) and each kind folder's listing (by the folder's ``stat`` fingerprint). A kind folder
+    whose fingerprint did not change is not listed and its parts are not ``stat``-ed: parts
+    arrive and leave by renames, which change the folder, and never change in place. So the
+    scan of an unchanged store costs a ``stat`` per kind folder, whatever its number of parts.
     """
-    from ..store.index import open_catalog
+    from ..store.index import fingerprint, open_catalog, run_folders
 
     root_path = resolve_root(root)
     real_root = os.path.realpath(root_path)
-    linked_projects: dict[Path, bool] = {}
+    linked_projects: dict[str, bool] = {}
     found = StoreParts({k: [] for k in RECORD_KINDS}, {k: set() for k in RECORD_KINDS}, {})
     catalog = open_catalog(root_path)  # each part's check, from earlier commands while it is unchanged
     known = catalog.part_checks()
+    listed = catalog.part_folders()
     seen: dict[str, tuple] = {}
+    seen_folders: dict[str, tuple[str, list[str]]] = {}
     head = f"{root_path}{os.sep}"
+    now = time.time()
     if only is None:
-        folders: Iterable[tuple[str, str, Path]] = iter_run_dirs(root_path)
+        folders: Iterable[tuple[str, str]] = run_folders(root_path)
     else:  # straight to the runs asked for: a question about one run never lists the store
-        folders = [(p, r, d) for p, r in sorted(only)
-                   if (d := root_path / f"{PROJECT_PREFIX}{p}" / f"{RUN_PREFIX}{r}").is_dir()]
-    for _project, _run_id, rdir in folders:
-        if rdir.parent not in linked_projects:
-            linked_projects[rdir.parent] = os.path.islink(rdir.parent)
-        run_linked = linked_projects[rdir.parent] or os.path.islink(rdir)
+        folders = [(p, r) for p, r in sorted(only)
+                   if (root_path / f"{PROJECT_PREFIX}{p}" / f"{RUN_PREFIX}{r}").is_dir()]
+    for project, run_id in folders:
+        project_dir = f"{head}{PROJECT_PREFIX}{project}"
+        if project_dir not in linked_projects:
+            linked_projects[project_dir] = os.path.islink(project_dir)
+        run_dir = f"{project_dir}{os.sep}{RUN_PREFIX}{run_id}"
+        run_linked = linked_projects[project_dir] or os.path.islink(run_dir)
         for kind in RECORD_KINDS:
-            d = rdir / _KIND_GLOB[kind].rsplit("/", 1)[0]
+            d = f"{run_dir}{os.sep}{_KIND_FOLDER[kind]}"
+            fp = fingerprint(d, now)  # before the listing: a change meanwhile leaves it old
+            if fp == "-":
+                continue
+            rel_d = d[len(head):] if d.startswith(head) else d
+            linked = run_linked or (kind == "artifacts" and os.path.islink(f"{run_dir}{os.sep}{ARTIFACTS_DIR}")) \
+                or os.path.islink(d)
+            old = listed.get(rel_d)
+            if not linked and fp and old is not None and old[0] == fp and _known_parts(
+                    found, kind, d, rel_d, old[1], known, seen):
+                seen_folders[rel_d] = old
+                continue
             try:
                 entries = os.scandir(d)
             except (FileNotFoundError, NotADirectoryError):
                 continue
+            names: list[str] | None = []
             with entries:
-                linked = run_linked or _linked_below(rdir, d)
                 for e in entries:
                     if not is_part_name(e.name):
                         continue
+                    if e.is_symlink():
+                        names = None  # judged entry by entry, every time
+                    elif names is not None:
+                        names.append(e.name)
                     problem = _outside_store(e.path, real_root) if linked or e.is_symlink() else None
                     if problem is None:
                         problem, columns = _checked(e, head, known, seen)
@@ -158,11 +183,40 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
                         found.files[kind].append(e.path)
                     else:
                         found.bad[e.path] = problem
-    if seen != {k: v for k, v in known.items() if k in seen} or (only is None and len(seen) != len(known)):
-        catalog.put_part_checks(seen, complete=only is None)
+            if fp and not linked and names is not None:
+                seen_folders[rel_d] = (fp, sorted(names))
+    complete = only is None
+    if (seen != {k: v for k, v in known.items() if k in seen} or (complete and len(seen) != len(known))
+            or seen_folders != {k: v for k, v in listed.items() if k in seen_folders}
+            or (complete and len(seen_folders) != len(listed))):
+        catalog.put_part_checks(seen, complete=complete, folders=seen_folders)
     catalog.save()
     catalog.close()
     return found
+
+
+_KIND_FOLDER = {k: _KIND_GLOB[k].rsplit("/", 1)[0].replace("/", os.sep) for k in RECORD_KINDS}
+
+
+def _known_parts(found: StoreParts, kind: str, folder: str, rel_folder: str, names: list[str],
+                 known: dict[str, tuple], seen: dict[str, tuple]) -> bool:
+    """Add the parts of an unchanged kind folder from their kept checks; False (nothing added)
+    if a part has none."""
+    checks = []
+    for name in names:
+        check = known.get(f"{rel_folder}{os.sep}{name}")
+        if check is None:
+            return False
+        checks.append(check)
+    for name, check in zip(names, checks):
+        seen[f"{rel_folder}{os.sep}{name}"] = check
+        path = f"{folder}{os.sep}{name}"
+        if check[2] is None:
+            found.schemas[kind].add(check[3])
+            found.files[kind].append(path)
+        else:
+            found.bad[path] = check[2]
+    return True
 
 
 def _checked(e: os.DirEntry, head: str, known: dict[str, tuple], seen: dict[str, tuple]) -> tuple[str | None, Any]:
@@ -186,15 +240,6 @@ def _checked(e: os.DirEntry, head: str, known: dict[str, tuple], seen: dict[str,
     if not (problem or "").startswith("cannot stat"):
         seen[rel] = (st.st_size, st.st_mtime_ns, problem, columns)
     return problem, columns
-
-
-def _linked_below(top: Path, d: Path) -> bool:
-    """Whether a folder between ``top`` (excluded) and ``d`` (included) is a symbolic link."""
-    while d != top:
-        if os.path.islink(d):
-            return True
-        d = d.parent
-    return False
 
 
 def _outside_store(path: str, real_root: str) -> str | None:
@@ -268,6 +313,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
         con.execute("CREATE TABLE _trackstore_source AS SELECT $root AS root, $only::VARCHAR AS only_runs",
                     {"root": str(root_path), "only": source})
         _create_helper_views(con)
+        _bind_sources(con)
         if read_only:
             confine(con, root_path)
     except Exception:
@@ -318,8 +364,24 @@ def _register(con, name: str, table) -> None:
         con.unregister(tmp)
 
 
+def _sources_variable(kind: str) -> str:
+    """The DuckDB variable holding the files or globs of ``kind``'s view (see :func:`_raw_view_sql`)."""
+    return f"_trackstore_sources_{kind}"
+
+
+def _set_sources(con, kind: str, sources: list[str]) -> None:
+    con.execute(f"SET VARIABLE {_sources_variable(kind)} = $sources::VARCHAR[]", {"sources": list(sources)})
+
+
 def _raw_view_sql(kind: str, sources: list[str], union: bool) -> str:
-    """The ``_raw_<kind>`` view over ``sources`` (globs or files).
+    """The ``_raw_<kind>`` view over the files or globs in the variable :func:`_sources_variable`
+    (``sources`` is what it holds: only whether it is empty matters here).
+
+    The view reads its list from a variable, not from a literal, because DuckDB binds a view
+    (and every view made on it) when it is created: with the globs in place, creating the
+    views of a store of 10,000 runs expanded each glob over every run folder five times.
+    :func:`connect` makes the views while the variable holds one file, then puts the globs in:
+    a query binds them again, so only the questions that read parts list them.
 
     ``union=False`` (every file has the current columns, the common case) reads the files
     directly by their column names, the cheapest plan DuckDB has for a query of one run (a
@@ -329,8 +391,8 @@ def _raw_view_sql(kind: str, sources: list[str], union: bool) -> str:
     """
     empty = f"_empty_{kind}"
     hive = "hive_partitioning = true, hive_types_autocast = false"  # project/run stay text: '007' is not 7
+    listed = f"getvariable('{_sources_variable(kind)}')"
     if sources:
-        listed = "[" + ", ".join(sql_string(f) for f in sources) + "]"
         if not union:
             columns = ", ".join(quote_ident(n) for n in _schema.SCHEMAS[kind].names)
             return (f"CREATE OR REPLACE VIEW _raw_{kind} AS SELECT project, run AS run_id, {columns} "
@@ -342,6 +404,12 @@ def _raw_view_sql(kind: str, sources: list[str], union: bool) -> str:
     # read_parquet of an empty glob yields a placeholder column named "empty": never ours
     return (f"CREATE OR REPLACE VIEW _raw_{kind} AS SELECT project, run AS run_id, "
             f"COLUMNS(lambda c: c NOT IN ('project', 'run', 'empty')) FROM ({body})")
+
+
+def _bind_sources(con) -> None:
+    """Put each record view's files or globs in its variable (the views were made on one file)."""
+    for kind, sources in con.execute("SELECT kind, sources FROM _trackstore_views").fetchall():
+        _set_sources(con, kind, json.loads(sources))
 
 
 def _use_union_by_name(con) -> None:
@@ -373,6 +441,10 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
     else:
         sources = globs  # re-globbed at every query: parts flushed later are seen
     con.execute("INSERT INTO _trackstore_views VALUES ($kind, $sources)", {"kind": kind, "sources": json.dumps(sources)})
+    # bound on one sound file (or none) while the views are made, no glob expanded; connect()
+    # then puts the sources in (_bind_sources). The general form over files of several
+    # schemas binds on every file, as its queries do.
+    _set_sources(con, kind, sources if union and files else [min(files)] if files else [])
     con.execute(_raw_view_sql(kind, sources, union))
     if kind == "spans":
         # A span may have an 'unfinished' checkpoint row and a final row: keep the final one

@@ -79,9 +79,10 @@ _HEAVY = ("meta", "writers", "parts")
 _CURSOR_COLUMNS = ("path", "fp", "dir_fp", "parts_fp", "target", "destination", "project", "run_id", "synced_status",
                    "in_doubt", "remote", "unsettled", "last_sync_at", "last_error", "pending", "acked", "skipped",
                    "remote_id")
-# added within version 2 (a file without it is extended when next written, not rebuilt)
+# added within version 2 (a file without them is extended when next written, not rebuilt)
 _OVERVIEWS_TABLE = ("CREATE TABLE IF NOT EXISTS run_overviews (project TEXT NOT NULL, run_id TEXT NOT NULL, "
                     "basis TEXT, overview TEXT, PRIMARY KEY (project, run_id)) WITHOUT ROWID")
+_PART_FOLDERS_TABLE = "CREATE TABLE IF NOT EXISTS part_folders (folder TEXT PRIMARY KEY, fp TEXT, names TEXT) WITHOUT ROWID"
 _SCHEMA = (
     "CREATE TABLE catalog_info (key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE runs (project TEXT NOT NULL, run_id TEXT NOT NULL, meta_fp TEXT, unreadable INTEGER, "
@@ -99,6 +100,7 @@ _SCHEMA = (
     "WITHOUT ROWID",
     "CREATE TABLE part_schemas (digest TEXT PRIMARY KEY, columns TEXT) WITHOUT ROWID",
     _OVERVIEWS_TABLE,
+    _PART_FOLDERS_TABLE,
 )
 
 
@@ -298,6 +300,7 @@ class Catalog:
         self._overviews: dict[tuple[str, str], tuple[str, str]] = {}  # fresh run overviews to write (put_overview)
         self._part_checks: dict[str, tuple] | None = None  # fresh part checks to write (see put_part_checks)
         self._part_checks_all = False
+        self._part_folders: dict[str, tuple[str, list[str]]] | None = None  # fresh folder listings (put_part_checks)
         self._dir_keys: list[tuple[str, str]] | None = None
         self._dirty = False
         self._prefix = f"{self.root}{_SEP}{PROJECT_PREFIX}"
@@ -667,19 +670,39 @@ class Catalog:
                 for path, size, mtime, problem, digest in
                 self._query("SELECT path, size, mtime_ns, problem, schema FROM part_checks")}
 
-    def put_part_checks(self, checks: dict[str, tuple], *, complete: bool) -> None:
-        """Remember part checks (as :meth:`part_checks` gives them); ``complete``: these are every
-        part of the store (the others are forgotten)."""
+    def part_folders(self) -> dict[str, tuple[str, list[str]]]:
+        """The part names of each kind folder the views' check listed: folder path relative to
+        the root -> ``(fingerprint, names)``. Valid while the folder has that fingerprint:
+        parts arrive and leave by renames, which change it, so the names and (parts being
+        immutable) their :meth:`part_checks` still hold without a ``stat`` of each part."""
+        if self._db is None:
+            return {}
+        try:  # a version-2 file written before the table existed has none
+            found = self._db.execute("SELECT folder, fp, names FROM part_folders").fetchall()
+        except Exception:
+            return {}
+        return {folder: (fp, json.loads(names)) for folder, fp, names in found}
+
+    def put_part_checks(self, checks: dict[str, tuple], *, complete: bool,
+                        folders: dict[str, tuple[str, list[str]]] | None = None) -> None:
+        """Remember part checks (as :meth:`part_checks` gives them) and the listings of the
+        folders they are in (as :meth:`part_folders` gives them); ``complete``: these are every
+        part and folder of the store (the others are forgotten)."""
         self._part_checks = dict(checks)
+        self._part_folders = dict(folders or {})
         self._part_checks_all = complete
         self._dirty = True
 
     def _write_part_checks(self, db: Any) -> None:
         if self._part_checks is None:
             return
+        db.execute(_PART_FOLDERS_TABLE)
         if self._part_checks_all:
             db.execute("DELETE FROM part_checks")
             db.execute("DELETE FROM part_schemas")
+            db.execute("DELETE FROM part_folders")
+        db.executemany("INSERT OR REPLACE INTO part_folders VALUES (?, ?, ?)",
+                       [(folder, fp, _dumps(names)) for folder, (fp, names) in (self._part_folders or {}).items()])
         rows, schemas = [], {}
         for path, (size, mtime, problem, columns) in self._part_checks.items():
             digest = None
@@ -733,7 +756,7 @@ class Catalog:
                     fresh_file = ok is None or ok[0] != str(CATALOG_VERSION)
                 if fresh_file:
                     for table in ("catalog_info", "runs", "run_details", "cursors", "part_checks", "part_schemas",
-                                  "run_overviews"):
+                                  "run_overviews", "part_folders"):
                         db.execute(f"DROP TABLE IF EXISTS {table}")
                     for stmt in _SCHEMA:
                         db.execute(stmt)
