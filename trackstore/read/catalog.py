@@ -20,6 +20,7 @@ What a run shows is what can be read, honestly:
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -71,6 +72,13 @@ class RunInfo:
         if self._meta is None:
             self._meta = self._entry.meta if self._entry is not None else {}
         return self._meta
+
+    def meta_json(self) -> str:
+        """:attr:`meta` as JSON text: from the catalog as kept, without parsing it, when it was
+        not parsed yet."""
+        if self._meta is None and self._entry is not None:
+            return self._entry.meta_json()
+        return json.dumps(self.meta, ensure_ascii=False, allow_nan=True, separators=(",", ":"), default=str)
 
     @property
     def writers(self) -> list[dict]:

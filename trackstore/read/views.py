@@ -469,12 +469,10 @@ def _ts(value: str | None):
         return None
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str, allow_nan=True)
-
-
 def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None) -> pa.Table:
-    """The ``runs`` view's rows as a pyarrow Table (config/summary as JSON text)."""
+    """The ``runs`` view's rows as a pyarrow Table: the columns listings use, and ``_meta``, the
+    usable fields of each run.json as JSON text (kept so by the catalog: not parsed here), from
+    which the view takes ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``."""
     import pyarrow as pa
 
     from .catalog import from_catalog, list_runs
@@ -492,46 +490,66 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
         finally:
             catalog.save()
         infos.sort(key=lambda r: (r.created_at or "", r.run_id))
-    rows = [info.view_row() for info in infos]
+    if len(infos) > 1:
+        for catalog in {id(i.catalog): i.catalog for i in infos if i.catalog is not None}.values():
+            catalog.prefetch_meta()  # one query, not one per run
+    rows = [info.view_row(light=True) for info in infos]
     ts = _schema.TS_TYPE
     fields = [
         ("project", pa.string()), ("run_id", pa.string()), ("name", pa.string()), ("status", pa.string()),
         ("created_at", ts), ("ended_at", ts), ("updated_at", ts), ("last_step", pa.int64()),
-        ("host", pa.string()), ("user", pa.string()), ("tags", pa.list_(pa.string())), ("notes", pa.string()),
-        ("group", pa.string()), ("job_type", pa.string()), ("config", pa.string()), ("summary", pa.string()),
-        ("exit_code", pa.int64()), ("error", pa.string()), ("write_errors", pa.string()),
+        ("host", pa.string()), ("user", pa.string()), ("tags", pa.list_(pa.string())),
+        ("group", pa.string()), ("job_type", pa.string()), ("exit_code", pa.int64()),
     ]
-    cols: dict[str, list] = {name: [] for name, _ in fields}
-    for r in rows:
-        for name, _typ in fields:
-            v = r.get(name)
-            cols[name].append(_json(v) if name in ("config", "summary") else v)
-    return pa.table({name: column(cols[name], typ) for name, typ in fields})  # pa.array would import pandas
+    cols = {name: column([r[name] for r in rows], typ) for name, typ in fields}  # pa.array would import pandas
+    cols["_meta"] = column([info.meta_json() for info in infos], pa.string())
+    return pa.table(cols)
+
+
+# the runs view's columns, in order: what runs_table holds, and what the view takes from _meta
+_RUNS_VIEW = (
+    "SELECT project, run_id, name, status, created_at, ended_at, updated_at, last_step, host, \"user\", tags, "
+    "json_extract_string(_meta, '$.notes') AS notes, \"group\", job_type, "
+    "coalesce(nullif(json_extract(_meta, '$.config'), 'null'), '{}')::JSON AS config, "
+    "coalesce(nullif(json_extract(_meta, '$.summary'), 'null'), '{}')::JSON AS summary, exit_code, "
+    "json_extract_string(_meta, '$.error') AS error, json_extract_string(_meta, '$.write_errors') AS write_errors "
+    "FROM _runs_data")
 
 
 def _create_runs_view(con, root: Path, only: set[tuple[str, str]] | None) -> None:
     _register(con, "_runs_data", runs_table(root, only))
-    con.execute("CREATE VIEW runs AS SELECT * REPLACE (config::JSON AS config, summary::JSON AS summary) "
-                "FROM _runs_data")
+    con.execute(f"CREATE VIEW runs AS {_RUNS_VIEW}")
 
 
 def _create_sync_state_view(con, root: Path | None) -> None:
+    """``sync_state``: one row per (destination, run, kind), from one entry per cursor (the
+    kinds' counts as lists, unnested by DuckDB: five times fewer Python objects)."""
     import pyarrow as pa
 
-    rows: list[dict] = []
+    cursors: list[dict] = []
     if root is not None:
-        from ..store.ledger import sync_state_rows
+        from ..store.ledger import sync_state_cursors
 
-        rows = sync_state_rows(root)
+        cursors = sync_state_cursors(root)
     types = {"string": pa.string(), "int64": pa.int64(), "ts": _schema.TS_TYPE}
     arrays = {}
+    counts = {"acked_rows": "acked", "pending_rows": "pending", "skipped_rows": "skipped"}
     for name, typ in SYNC_STATE_COLUMNS:
-        vals = [r.get(name) for r in rows]
+        if name == "kind":
+            continue
+        if name in counts:
+            arrays[name] = column([[c[counts[name]].get(k, 0) for k in RECORD_KINDS] for c in cursors],
+                                  pa.list_(pa.int64()))
+            continue
+        vals = [c.get(name) for c in cursors]
         if typ == "ts":
             vals = [_ts(v) for v in vals]
         arrays[name] = column(vals, types[typ])  # pa.array would import pandas
     _register(con, "_sync_state_data", pa.table(arrays))
-    con.execute("CREATE VIEW sync_state AS SELECT * FROM _sync_state_data")
+    kinds = "[" + ", ".join(sql_string(k) for k in RECORD_KINDS) + "]"
+    select = ", ".join(f"unnest({kinds}) AS kind" if name == "kind" else f"unnest({name}) AS {name}"
+                       if name in counts else quote_ident(name) for name, _typ in SYNC_STATE_COLUMNS)
+    con.execute(f"CREATE VIEW sync_state AS SELECT {select} FROM _sync_state_data")
 
 
 # Log order of a metric row: its time, then its writer's sequence number, so two values logged

@@ -265,6 +265,14 @@ class RunEntry:
             self._meta_text = None
         return self._meta
 
+    def meta_json(self) -> str:
+        """:attr:`meta` as JSON text (what the catalog keeps, not parsed when not parsed yet)."""
+        if self._meta is None:
+            text = self._meta_text if self._meta_text is not None else self.catalog.heavy(self, "meta")
+            if text is not None:
+                return text
+        return _dumps(self.meta)
+
 
 def _light(meta: dict) -> dict:
     tags = meta.get("tags")
@@ -293,6 +301,7 @@ class Catalog:
         self._cursors: dict[str, tuple | None] = {}  # cursor rows of the file (without the path), as read
         self._all = False  # every row of the file read (prefetch): a run not in _rows has none
         self._all_cursors = False
+        self._metas: dict[tuple[str, str], str | None] | None = None  # run_details.meta of every run (prefetch_meta)
         self._fresh: dict[tuple[str, str], dict] = {}  # rows derived again by this process (all columns)
         self._fresh_cursors: dict[str, tuple] = {}
         self._folder_fps: dict[str, str | None] = {}  # cursor folders stat-ed by this process
@@ -354,6 +363,12 @@ class Catalog:
         for r in found:
             self._rows[(r[0], r[1])] = dict(zip(_RUN_COLUMNS, r))
 
+    def prefetch_meta(self) -> None:
+        """Read every run's kept ``run.json`` fields (JSON text) in one query, for :meth:`heavy`."""
+        if self._metas is None:
+            self._metas = dict.fromkeys(self._rows) if self._all else {}
+            self._metas.update({(p, r): m for p, r, m in self._query("SELECT project, run_id, meta FROM run_details")})
+
     def prefetch_cursors(self) -> None:
         if not self._all_cursors:
             self._cursors.update({r[0]: r[1:] for r in self._query(f"SELECT {', '.join(_CURSOR_COLUMNS)} FROM cursors")})
@@ -382,6 +397,8 @@ class Catalog:
         fresh = self._fresh.get(key)
         if fresh is not None and column in fresh:
             return fresh[column]
+        if column == "meta" and self._metas is not None and key in self._metas:
+            return self._metas[key]
         if self._db is None:
             return None
         try:

@@ -485,8 +485,10 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
     return out
 
 
-def sync_state_rows(root: Path) -> list[dict]:
-    """One row per (destination, run, kind): the data behind the ``sync_state`` SQL view.
+def sync_state_cursors(root: Path) -> list[dict]:
+    """Every readable cursor of the store, summarized (:func:`summarize_cursor`: target,
+    destination, project, run_id, acked/pending/skipped per kind, ...): the data behind the
+    ``sync_state`` SQL view, one entry per (destination, run).
 
     Pending rows are counted against the run's parts through the catalog
     (:func:`cached_cursor_summary`): nothing is read of a run whose parts and cursor did not
@@ -498,7 +500,7 @@ def sync_state_rows(root: Path) -> list[dict]:
     catalog.prefetch()
     catalog.prefetch_cursors()
     present = set(catalog.run_keys())
-    rows = []
+    out = []
     try:
         for path in cursor_files(root):
             key = (path.parent.name.partition("=")[2], path.name.partition("=")[2].removesuffix(".json"))
@@ -514,21 +516,17 @@ def sync_state_rows(root: Path) -> list[dict]:
                     c["pending"] = pending_counts(paths, cursor) if paths.dir.exists() else {}
             except CURSOR_ERRORS:
                 continue
-            for kind in KINDS:
-                rows.append({
-                    "target": c["target"],
-                    "destination": c["destination"],
-                    "project": c["project"],
-                    "run_id": c["run_id"],
-                    "kind": kind,
-                    "acked_rows": c["acked"].get(kind, 0),
-                    "pending_rows": c["pending"].get(kind, 0),
-                    "skipped_rows": c["skipped"].get(kind, 0),
-                    "remote_id": c["remote_id"],
-                    "synced_status": c["synced_status"],
-                    "last_sync_at": c["last_sync_at"],
-                    "last_error": c["last_error"],
-                })
+            out.append(c)
     finally:
         catalog.save()
-    return rows
+    return out
+
+
+def sync_state_rows(root: Path) -> list[dict]:
+    """One row per (destination, run, kind): the rows of the ``sync_state`` SQL view
+    (:func:`sync_state_cursors`, one row per record kind)."""
+    return [{"target": c["target"], "destination": c["destination"], "project": c["project"], "run_id": c["run_id"],
+             "kind": kind, "acked_rows": c["acked"].get(kind, 0), "pending_rows": c["pending"].get(kind, 0),
+             "skipped_rows": c["skipped"].get(kind, 0), "remote_id": c["remote_id"],
+             "synced_status": c["synced_status"], "last_sync_at": c["last_sync_at"], "last_error": c["last_error"]}
+            for c in sync_state_cursors(root) for kind in KINDS]
