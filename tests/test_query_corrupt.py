@@ -120,3 +120,27 @@ def test_kept_folder_listings_see_a_damaged_part_arrive_and_leave(root, monkeypa
         con = connect(root)
     assert con.execute("SELECT count(*) FROM metrics").fetchone() == (23,)
     assert good.name in {n for _fp, names in open_catalog(root).part_folders().values() for n in names}
+
+
+def test_an_unchanged_store_opens_without_listing_its_part_folders(root, monkeypatch):
+    """The second connect() of an unchanged store lists no kind folder and stat-s no part file:
+    opening costs a stat per kind folder, whatever the number of parts."""
+    import os
+
+    from trackstore.store import index
+
+    monkeypatch.setattr(index, "RACY_S", -1.0)
+    for name in ("a", "b", "c"):
+        make_run(root, "p", name, steps=5)
+    assert connect(root).execute("SELECT count(*) FROM metrics").fetchone() == (30,)
+    listed, real_scandir = [], os.scandir
+
+    def counting_scandir(path="."):
+        listed.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counting_scandir)
+    con = connect(root)
+    kind_folders = [p for p in listed if os.path.basename(p) in ("metrics", "samples", "spans", "histograms", "_manifest")]
+    assert kind_folders == []
+    assert con.execute("SELECT count(*) FROM metrics").fetchone() == (30,)  # the views still read every part

@@ -19,12 +19,16 @@ The promises this module keeps:
   versions read with NULLs in the columns they lack, and every view always has every column of
   :mod:`trackstore.store.schema`, even when no file of that kind exists yet.
 * Live runs are visible: a view globs ``*.parquet`` at every query, so each part a writer has
-  flushed (renamed into place) is seen by the next query. Temp files (``.name.xxxx.tmp``) never
+  flushed (renamed into place) is seen by the next query. The globs are held in DuckDB
+  variables and the views made while bound to one file, so opening a connection expands no
+  glob: only a query that reads a kind lists its files. Temp files (``.name.xxxx.tmp``) never
   match, and ``_trash``/``_quarantine``/``_sync`` are outside the globbed tree.
 * A damaged part file (truncated, garbage, missing footer) never turns every query into an
   obscure error. :func:`connect` checks each part's Parquet framing and footer once (cached by
   path, size and mtime) and by default skips a bad file with a warning naming it
-  (``on_corrupt="error"`` raises :class:`~trackstore.errors.CorruptFileError` instead). A file
+  (``on_corrupt="error"`` raises :class:`~trackstore.errors.CorruptFileError` instead); a kind
+  folder whose ``stat`` fingerprint is the one the catalog kept with its listing is not
+  listed again, nor its parts ``stat``-ed (parts arrive and leave by renames). A file
   damaged inside its data pages is caught at query time: the error names the file and points
   to ``trackstore doctor``.
 * Fast with thousands of parts: when every part of a kind has the same columns (the footers
