@@ -467,7 +467,10 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                                           "verify_ok": r.verify_ok} for r in report.runs]}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return rows
-    ids = store_run_ids(root_path) if root_path is not None else None
+
+    def ids() -> set[str] | None:  # listed only when a table is drawn (a folder scan of the store)
+        return store_run_ids(root_path) if root_path is not None else None
+
     if report.dry_run:  # the runs with something to do (or that would fail); the others in one line
         plan = []
         current = sum(1 for r in report.runs if r.ok and r.up_to_date)
@@ -480,7 +483,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                          "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
         if plan:
             emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
-                 run_ids=ids, labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
+                 run_ids=ids(), labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
         if current or not plan:
             print(visible(f"dry run: {plural(current, 'run')} already up to date at {report.target} "
                           f"{report.destination}" + (" (nothing to sync)" if not plan else "")))
@@ -491,7 +494,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                    or (not r.ok and seen.get((r.project, r.run_id)) != rows[(r.project, r.run_id)])]  # a new failure
         if changed:
             emit([r.row() for r in changed], Format.table, title=f"{time.strftime('%H:%M:%S')} synced to "
-                 f"{report.target} {report.destination}", wide=wide, run_ids=ids, labels=SUMMARY_LABELS,
+                 f"{report.target} {report.destination}", wide=wide, run_ids=ids(), labels=SUMMARY_LABELS,
                  drop_order=SUMMARY_DROP)
             _print_lost(changed)
         return rows
@@ -503,7 +506,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
         print(visible(f"{plural(len(rows), 'run')} already up to date at {report.target} {report.destination}"))
         return rows
     emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}",
-         wide=wide, run_ids=ids, labels=SUMMARY_LABELS, drop_order=SUMMARY_DROP)
+         wide=wide, run_ids=ids(), labels=SUMMARY_LABELS, drop_order=SUMMARY_DROP)
     _print_lost(changed)
     skipped: dict = {}
     for r in report.runs:

@@ -118,8 +118,8 @@ def fingerprint(path: str | os.PathLike, now: float | None = None) -> str | None
         return "-"
     except OSError:
         return None
-    now = time.time() if now is None else now
-    if max(st.st_mtime, st.st_ctime) > now - RACY_S:
+    limit = (time.time() if now is None else now) - RACY_S
+    if st.st_mtime > limit or st.st_ctime > limit:
         return ""
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
