@@ -67,8 +67,11 @@ defaults of the optional ones):
 ``verify(run, cursor)``
     Read back what the target holds, as ``{kind: rows}`` counts (``--verify`` and tests).
 ``unsupported(kind, rows)``
-    Optional. What the target cannot represent in ``rows``, as ``{reason: count}``, without
-    sending anything (``--dry-run`` lists it).
+    Optional. What :meth:`send` would report for ``rows``, as ``{reason: count}``, without
+    sending anything. ``--dry-run`` calls it for the batches the sync would send, in the same
+    order, after :meth:`prepare`: a target whose rules depend on earlier batches or on the
+    cursor keeps a scratch copy of that state in ``prepare`` and plays each batch through it
+    (SwanLab, wandb), so the dry run lists every skip the sync will report.
 ``close()``
     Optional. Release clients and background threads. Called once, at the end.
 

@@ -248,7 +248,14 @@ class Engine:
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
             res.pending[kind] = table.num_rows
-            predicted = dict(self.adapter.unsupported(kind, table))
+            # batch by batch, as the sync sends them (a target's rules may depend on what the
+            # earlier batches held: SwanLab's first value per (key, step)); kinds a target takes
+            # merged by step are judged whole
+            predicted: dict[str, int] = {}
+            batches = [table] if kind in self.adapter.merge_steps or not table.num_rows else self._batches(kind, table)
+            for batch in batches:
+                for reason, n in self.adapter.unsupported(kind, batch).items():
+                    predicted[reason] = predicted.get(reason, 0) + n
             if kind == "spans" and self.adapter.whole_trajectories and info.status != "running" and table.num_rows:
                 n = rootless_rows(table)  # what the sync's ready_trajectories will skip
                 if n:

@@ -76,7 +76,7 @@ from .adapter import (
     require_client,
 )
 from .http import classify, probe, proxy_environment
-from .keys import rename_reason, renamed, swanlab_key
+from .keys import rename_reason, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
 from .swanlab_media import histogram_chart, sample_items, trajectory_items
 from .swanlab_view import project_logdir, readable_config, require_swanboard
@@ -143,6 +143,7 @@ class SwanlabAdapter(Adapter):
         self._problem: str | None = None        # why this session's rows are not confirmed
         self._notes: list[str] = []
         self._values = 0            # values handed to SwanLab in this session
+        self._plan: tuple | None = None  # (run, scratch key state) of a --dry-run: see prepare()
 
     # ------------------------------------------------------------------ plumbing
     def destination(self) -> str:
@@ -357,11 +358,29 @@ class SwanlabAdapter(Adapter):
         return rows
 
     # ------------------------------------------------------------------ records
+    def prepare(self, run, cursor) -> None:
+        """Before a run's rows are planned: a scratch copy of the key state SwanLab's rules read
+        (``key_max``, ``media_keys`` in ``cursor.remote``), which :meth:`unsupported` plays the
+        batches of a ``--dry-run`` through, as :meth:`send` does on the cursor's own."""
+        import copy
+
+        state = {k: copy.deepcopy(cursor.remote.get(k)) for k in ("key_max", "media_keys") if k in cursor.remote}
+        self._plan = (run, state)
+
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
+        state = self._cursor.remote
         if kind == "metrics":
-            return self._send_metrics(rows)
+            result, points = self._plan_metrics(rows, state, self._info, sending=True)
+            try:
+                for (s, t), data in points.items():
+                    self._log(data, s, t)
+            except Exception as exc:
+                raise self._wrap(exc, "log") from exc
+            return result
         if kind in ("samples", "histograms", "spans"):
-            return self._send_media(kind, rows)
+            result, groups = self._plan_media(kind, rows, state, self._info, sending=True)
+            self._log_media(kind, groups)
+            return result
         if kind == "artifacts":
             return self._send_artifacts(rows)
         result = SendResult()
@@ -373,15 +392,17 @@ class SwanlabAdapter(Adapter):
         confirmed): SwanLab's rules apply, then what the target holds is not logged again."""
         return (row["writer"], row["seq"]) in self._doubt.get(kind, ())
 
-    def _admit(self, key: str, step: int, doubt: bool, seen: set, result: SendResult, n: int = 1,
+    def _admit(self, state: dict, key: str, step: int, doubt: bool, seen: set, result: SendResult, n: int = 1,
                media: bool = False) -> bool:
-        """Whether a value for (key, step) is to be logged now. Rejections are counted in
-        ``result``; a value the target already holds is neither logged nor counted."""
+        """Whether a value for (key, step) is to be logged now, by SwanLab's rules and the key
+        state (``state``: the cursor's ``remote``, or a dry run's scratch copy, updated here).
+        Rejections are counted in ``result``; a value the target already holds is neither
+        logged nor counted."""
         if not 0 <= step <= MAX_STEP:
             result.skip(SKIP_STEP, n)
             return False
-        key_max = self._cursor.remote.setdefault("key_max", {})
-        media_keys = self._cursor.remote.setdefault("media_keys", [])
+        key_max = state.setdefault("key_max", {})
+        media_keys = state.setdefault("media_keys", [])
         if key in key_max and (key in media_keys) != media:
             result.skip(SKIP_TYPE, n)  # SwanLab would drop it without a word
             return False
@@ -401,7 +422,10 @@ class SwanlabAdapter(Adapter):
                 return False
         return True
 
-    def _send_metrics(self, rows) -> SendResult:
+    def _plan_metrics(self, rows, state: dict, run, *, sending: bool):
+        """What one batch of metrics becomes: ``(result, points)``, the skips counted and the
+        values to log per (step, timestamp in microseconds), in replay order. The one decision
+        for :meth:`send` and for ``--dry-run`` (``sending=False``: nothing is in doubt)."""
         result = SendResult()
         keys = rows.column("key").to_pylist()
         values = rows.column("value").to_pylist()
@@ -409,10 +433,11 @@ class SwanlabAdapter(Adapter):
         ts = rows.column("ts").cast("int64").to_pylist()  # microseconds
         writers = rows.column("writer").to_pylist()
         seqs = rows.column("seq").to_pylist()
-        doubt = [(w, q) in self._doubt.get("metrics", ()) for w, q in zip(writers, seqs)]
+        doubtful = self._doubt.get("metrics", ()) if sending else ()
+        doubt = [(w, q) in doubtful for w, q in zip(writers, seqs)]
         order = sorted(range(rows.num_rows), key=lambda i: (steps[i], i))
         seen: set = set()
-        pending: dict[tuple[int, int], dict] = {}  # (step, ts_us) -> {key: value}, in replay order
+        points: dict[tuple[int, int], dict] = {}  # (step, ts_us) -> {key: value}, in replay order
         for i in order:
             if values[i] is None:
                 result.skip(SKIP_NULL)
@@ -423,24 +448,18 @@ class SwanlabAdapter(Adapter):
             if not sk:
                 result.skip(SKIP_KEY)
                 continue
-            if not self._admit(sk, steps[i], doubt[i], seen, result):
+            if not self._admit(state, sk, steps[i], doubt[i], seen, result):
                 continue
-            pending.setdefault((steps[i], ts[i]), {})[sk] = values[i]
-        try:
-            for (s, t), data in pending.items():
-                self._log(data, s, t)
-        except Exception as exc:
-            raise self._wrap(exc, "log") from exc
-        return result
+            points.setdefault((steps[i], ts[i]), {})[sk] = values[i]
+        return result, points
 
-    def _send_media(self, kind: str, rows) -> SendResult:
-        """Samples, histograms and trajectories: one media value per (key, step)."""
-        import swanlab
-
+    def _plan_media(self, kind: str, rows, state: dict, run, *, sending: bool):
+        """Samples, histograms and trajectories: one media value per (key, step). ``(result,
+        groups)``: the skips and deferred rows, and the admitted ``(key, step, rows)`` groups."""
         result = SendResult()
         data = rows.to_pylist()
         if kind == "spans":
-            groups, deferred = self._trajectory_groups(data, result)
+            groups, deferred = self._trajectory_groups(data, result, live=run is not None and run.status == "running")
             result.defer(deferred)
         else:
             groups = {}
@@ -450,16 +469,26 @@ class SwanlabAdapter(Adapter):
                 gid = (int(r["step"]), swanlab_key(key), i if kind == "histograms" else 0)
                 groups.setdefault(gid, []).append(r)
         seen: set = set()
+        admitted = []
+        for gid in sorted(groups, key=lambda g: g[0]):
+            group = groups[gid]
+            step, key = gid[0], gid[1]
+            if not key:
+                result.skip(SKIP_KEY, len(group))
+                continue
+            doubt = sending and self._doubtful(kind, group[0])
+            if self._admit(state, key, step, doubt, seen, result, len(group), media=True):
+                admitted.append((key, step, group))
+        if kind == "histograms" and self.mode == "local" and data:
+            result.skipped[HIST_LOCAL] = 0
+        return result, admitted
+
+    def _log_media(self, kind: str, groups: list) -> None:
+        import swanlab
+
         try:
-            for gid in sorted(groups, key=lambda g: g[0]):
-                group = groups[gid]
-                step, key = gid[0], gid[1]
-                if not key:
-                    result.skip(SKIP_KEY, len(group))
-                    continue
+            for key, step, group in groups:
                 first = group[0]
-                if not self._admit(key, step, self._doubtful(kind, first), seen, result, len(group), media=True):
-                    continue
                 if kind == "samples":
                     value = [swanlab.Text(text, caption=caption) for caption, text in sample_items(group)]
                 elif kind == "histograms":
@@ -471,14 +500,10 @@ class SwanlabAdapter(Adapter):
             raise
         except Exception as exc:
             raise self._wrap(exc, f"log {kind}") from exc
-        if kind == "histograms" and self.mode == "local" and data:
-            result.skipped[HIST_LOCAL] = 0
-        return result
 
-    def _trajectory_groups(self, data: list[dict], result: SendResult):
+    def _trajectory_groups(self, data: list[dict], result: SendResult, *, live: bool):
         """Spans grouped by step; a step whose trajectories are still running in a live run is
         deferred whole (SwanLab takes one value per step, so it must be complete when sent)."""
-        live = self._info is not None and self._info.status == "running"
         by_step: dict[int, list[int]] = {}
         for i, r in enumerate(data):
             if r.get("step") is None:
@@ -549,33 +574,22 @@ class SwanlabAdapter(Adapter):
         return count_points(logdir, experiment_id(run.project, run.run_id))
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:
-        """What ``send`` will report for ``rows``, without sending (``--dry-run``). Values that
-        depend on what SwanLab already holds (second and late values) show up only when sent."""
-        out: dict[str, int] = {}
-        if not rows.num_rows:
-            return out
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        def count(mask) -> int:
-            return int(pc.sum(pc.fill_null(mask, False).cast("int64")).as_py() or 0)
-
+        """What :meth:`send` will report for this batch, without sending (``--dry-run``): the
+        same plan, played on the scratch key state :meth:`prepare` copied from the cursor. The
+        engine hands a dry run's batches in the sync's order, so second and late values for a
+        (key, step) are predicted too."""
+        run, state = self._plan if self._plan is not None else (None, {})
         if kind == "metrics":
-            if rows.column("value").null_count:
-                out[SKIP_NULL] = rows.column("value").null_count
-            keys = pc.unique(rows.column("key")).to_pylist()
-            empty = [k for k in keys if not swanlab_key(k)]
-            if empty:
-                out[SKIP_KEY] = count(pc.is_in(rows.column("key"), value_set=pa.array(empty, pa.string())))
-            for k, sk in renamed("swanlab", keys).items():
-                out[rename_reason("SwanLab", k, sk)] = 0
-        if kind in ("metrics", "samples", "histograms", "spans"):
-            steps = rows.column("step")
-            bad = count(pc.or_(pc.less(steps, 0), pc.greater(steps, MAX_STEP)))
-            if bad:
-                out[SKIP_STEP] = bad
-        if kind == "histograms" and self.mode == "local":
-            out[HIST_LOCAL] = 0
-        if kind == "spans" and rows.column("step").null_count:
-            out[SKIP_NO_STEP] = rows.column("step").null_count
-        return out
+            result, _points = self._plan_metrics(rows, state, run, sending=False)
+        elif kind in ("samples", "histograms", "spans"):
+            result, _groups = self._plan_media(kind, rows, state, run, sending=False)
+        elif kind == "artifacts":
+            result = SendResult()
+            run_dir = Path(run.paths.dir) if run is not None else None
+            for r in rows.to_pylist():
+                if run_dir is not None and not (run_dir / r["path"]).is_file():
+                    result.skip(SKIP_MISSING)
+        else:
+            result = SendResult()
+            result.skip(f"swanlab cannot hold {kind}", rows.num_rows)
+        return dict(result.skipped)

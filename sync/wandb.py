@@ -175,6 +175,7 @@ class WandbAdapter(Adapter):
         self._reader = None                # LogReader of its transaction log
         self._markers: set[str] = set()
         self._last_step = -1
+        self._planned_last = -1  # what a --dry-run judges late points by (prepare)
         self._info = None
         self._staged: dict[str, tuple] = {}  # batch id -> logged, awaiting the barrier (a retry only waits)
         self._open_notes: list[str] = []
@@ -543,10 +544,27 @@ class WandbAdapter(Adapter):
                     metrics += 1
         return {"metrics": metrics, "histograms": histograms, "samples": samples}
 
+    def prepare(self, run, cursor) -> None:
+        """Before a run's rows are planned: the last step the cursor says wandb committed, by
+        which :meth:`unsupported` judges late points as :meth:`send` does (online, a resumed
+        run may hold more steps than the cursor knows: only the sync asks)."""
+        self._planned_last = int(cursor.remote.get("last_step", -1))
+
     def unsupported(self, kind: str, rows) -> dict[str, int]:
+        """What :meth:`send` will report for ``rows``, without sending (``--dry-run``)."""
         out: dict[str, int] = {}
         if not rows.num_rows:
             return out
+        if kind in self.merge_steps and self._planned_last >= 0:
+            import pyarrow.compute as pc
+
+            late = pc.less_equal(rows.column("step"), self._planned_last)
+            n_late = int(pc.sum(pc.fill_null(late, False).cast("int64")).as_py() or 0)
+            if n_late:
+                out[LATE] = n_late
+                rows = rows.filter(pc.invert(pc.fill_null(late, False)))
+                if not rows.num_rows:
+                    return out
         if kind == "metrics":
             nulls = rows.column("value").null_count
             if nulls:
