@@ -19,11 +19,13 @@ defaults of the optional ones):
 ``check_online()``
     Raise :class:`~trackstore.errors.TargetUnreachableError` when the target cannot be reached
     (used by ``--if-online``; :func:`trackstore.sync.http.probe`). Cheap; no side effects.
-``prepare(run, cursor)``
+``prepare(run, cursor, metric_keys)``
     Optional. Called for each run before any of its rows is planned or sent, in a sync and in
     a ``--dry-run`` alike, so that both compute the same things (MLflow: the run's metric key
     names, which depend on every key of the run and on the names ``cursor.remote`` already
-    gave). It must not contact the target nor change ``cursor``.
+    gave). ``metric_keys`` is every metric key of the run, read by the engine, for a target
+    that declares :attr:`Adapter.wants_metric_keys` (None otherwise): adapters never read the
+    store. It must not contact the target nor change ``cursor``.
 ``open_run(run, cursor)``
     Find the remote run by a *deterministic* identity derived from the trackstore run id (a
     marker stored on the remote run where the target allows: MLflow's tag
@@ -215,7 +217,7 @@ class Target(Protocol):
 
     def destination(self) -> str: ...
     def check_online(self) -> None: ...
-    def prepare(self, run, cursor) -> None: ...
+    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None: ...
     def open_run(self, run, cursor) -> str: ...
     def sync_metadata(self, run, cursor) -> list[str]: ...
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult: ...
@@ -255,6 +257,10 @@ class Adapter:
     #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
     #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
     reconcile_before_retry: ClassVar[bool] = True
+    #: True for a target whose names depend on every metric key of the run (MLflow: two keys
+    #: that sanitize alike get distinct names): the engine reads them and hands them to
+    #: :meth:`prepare`
+    wants_metric_keys: ClassVar[bool] = False
 
     def __init__(self, options: TargetOptions):
         self.options = options
@@ -292,7 +298,7 @@ class Adapter:
             return {f"{self.name} cannot hold {kind}": rows.num_rows} if rows.num_rows else {}
         return {}
 
-    def prepare(self, run, cursor) -> None:
+    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None:
         pass
 
     def close_run(self, cursor) -> None:

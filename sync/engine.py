@@ -244,7 +244,7 @@ class Engine:
         if cursor is None:
             return res
         self._recover(cursor, res)  # in memory only: a dry run saves nothing
-        self.adapter.prepare(info, cursor)
+        self.adapter.prepare(info, cursor, self._metric_keys(info))
         tables, unreadable = self.pending_tables(info, cursor)
         for kind, table in tables.items():
             res.pending[kind] = table.num_rows
@@ -282,7 +282,7 @@ class Engine:
             return res
         try:
             self._recover(cursor, res)
-            self.adapter.prepare(info, cursor)
+            self.adapter.prepare(info, cursor, self._metric_keys(info))
             tables, unreadable = self.pending_tables(info, cursor)
             res.pending = {k: t.num_rows for k, t in tables.items()}
             res.write_errors = gaps.write_errors(info.meta, info.writers)
@@ -365,6 +365,19 @@ class Engine:
         return res
 
     # ------------------------------------------------------------------ internals
+    def _metric_keys(self, info: RunInfo) -> list[str] | None:
+        """Every metric key of the run, for a target that names keys by all of them (a damaged
+        part is left out here: the run stops on it before anything is sent)."""
+        if not self.adapter.wants_metric_keys:
+            return None
+        import warnings
+
+        from trackstore.read.points import run_keys
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return run_keys(info.paths)
+
     def _recover(self, cursor: Cursor, res: RunResult) -> None:
         """A session that never confirmed its rows (a ``confirms_on_close`` target; the sync
         died or the target could not confirm): the cursor goes back to what it was when the

@@ -155,20 +155,12 @@ def mlflow_names(keys: Iterable[str], known: dict[str, str] | None = None) -> di
     return out
 
 
-def mlflow_run_names(keys: Iterable[str], known: dict[str, str] | None, paths=None) -> dict[str, str]:
-    """:func:`mlflow_names` over ``keys`` and every metric key of the run at ``paths`` (its
-    ``RunPaths``; a damaged part is left out here: the sync engine stops on it anyway), so the
-    names do not depend on which keys a batch holds."""
-    every = set(keys)
-    if paths is not None:
-        import warnings
-
-        from trackstore.read.points import run_keys
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            every.update(run_keys(paths))
-    return mlflow_names(every, known)
+def mlflow_run_names(keys: Iterable[str], known: dict[str, str] | None,
+                     run_keys: Iterable[str] | None = None) -> dict[str, str]:
+    """:func:`mlflow_names` over ``keys`` and every metric key of the run (``run_keys``, which
+    the engine reads: :meth:`trackstore.sync.adapter.Adapter.prepare`), so the names do not
+    depend on which keys a batch holds."""
+    return mlflow_names(set(keys) | set(run_keys or ()), known)
 
 
 # ---------------------------------------------------------------------------------- SwanLab

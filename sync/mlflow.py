@@ -88,6 +88,7 @@ class MlflowAdapter(Adapter):
     kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
     batch_sizes = {"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20}
     group_columns = {"spans": "trace_id"}
+    wants_metric_keys = True  # two keys that sanitize alike get distinct names: decided over all of them
     whole_trajectories = True
 
     def __init__(self, options: TargetOptions):
@@ -101,7 +102,7 @@ class MlflowAdapter(Adapter):
         self._client = None
         self._experiments: dict[str, str] = {}
         self._run_dir = Path(".")
-        self._run_paths = None  # the run being synced (keys.mlflow_run_names reads its metric keys)
+        self._run_keys: list[str] = []  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
         # (run id, mlflow key) -> points MLflow holds, read by reconcile and kept current by
@@ -326,17 +327,17 @@ class MlflowAdapter(Adapter):
         return notes
 
     # ------------------------------------------------------------------ records
-    def prepare(self, run, cursor) -> None:
+    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None:
         # what the key names depend on (every metric key of the run, the names already given),
         # the same for send() and for --dry-run's unsupported(), which sees neither
-        self._run_paths = run.paths
+        self._run_keys = list(metric_keys or ())
         self._known_keys = dict(cursor.remote.get("key_map") or {})
 
     def _key_names(self, cursor, keys) -> dict[str, str]:
         """The cursor's ``key_map``, extended (and kept in the cursor) when ``keys`` holds a new key."""
         mapping = cursor.remote.setdefault("key_map", {})
         if not mapping.keys() >= set(keys):
-            mapping.update(mlflow_run_names(keys, mapping, self._run_paths))
+            mapping.update(mlflow_run_names(keys, mapping, self._run_keys))
         return mapping
 
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
@@ -486,7 +487,7 @@ class MlflowAdapter(Adapter):
             if infs:
                 out["infinite values are stored by MLflow as +/-1.8e308 (kept, lossy)"] = infs
             keys = pc.unique(rows.column("key")).to_pylist()
-            names = mlflow_run_names(keys, self._known_keys, self._run_paths)
+            names = mlflow_run_names(keys, self._known_keys, self._run_keys)
             for k, mk in renamed("mlflow", keys, names).items():
                 out[rename_reason("MLflow", k, mk)] = 0
         return out
