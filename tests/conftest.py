@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401  (shared fixtures)
+from tests.sync_harness import HARNESSES
 
 REPO = Path(__file__).resolve().parent.parent
 SCRUB_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_")
@@ -67,3 +68,13 @@ def pytest_collection_modifyitems(config, items):
         if lost:
             raise pytest.UsageError(f"--dist loadgroup is not in effect with pytest {pytest.__version__} (e.g. "
                                     f"{lost[0]} has no @group): install the pytest pyproject.toml's test extra names")
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+def harness(request, tmp_path, monkeypatch):
+    """One test per sync target (tests/sync_harness.py): the target's harness, its environment
+    set for the test. A module may narrow or widen the targets with a fixture of its own."""
+    h = HARNESSES[request.param](tmp_path, monkeypatch)
+    for k, v in h.env().items():
+        monkeypatch.setenv(k, v)
+    return h

@@ -298,3 +298,4 @@ def _nest_media(item: dict) -> dict:
 
 
 HARNESSES["wandb"] = WandbHarness
+

@@ -9,22 +9,10 @@ import random
 import signal
 import time
 
-import pytest
-
 import trackstore
 from tests.helpers import run_cli, spawn_cli
-from tests.sync_harness import HARNESSES
 
 SYNC_CHILD = "import sys\nfrom trackstore.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
-
-
-@pytest.fixture(params=sorted(HARNESSES))
-def harness(request, tmp_path, monkeypatch):
-    cls = HARNESSES[request.param]
-    h = cls(tmp_path, monkeypatch)
-    for k, v in h.env().items():
-        monkeypatch.setenv(k, v)
-    return h
 
 
 def _log(root, steps, keys=3, start=0, run=None, finish=True):

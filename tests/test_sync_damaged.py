@@ -19,7 +19,6 @@ import pytest
 
 import trackstore
 from tests.helpers import mlflow_sqlite_uri, run_cli
-from tests.sync_harness import HARNESSES
 
 pytest.importorskip("mlflow")
 
@@ -282,14 +281,6 @@ def test_rows_the_writer_could_not_write_are_reported(root, mlflow_target):
 
 
 # ---------------------------------------------------------------------------- every target
-@pytest.fixture(params=sorted(HARNESSES))
-def harness(request, tmp_path, monkeypatch):
-    h = HARNESSES[request.param](tmp_path, monkeypatch)
-    for k, v in h.env().items():
-        monkeypatch.setenv(k, v)
-    return h
-
-
 def test_every_target_truncated_part_then_doctor(harness, root):
     run = log_parts(root, 3)
     victim = parts_of(run)[1]

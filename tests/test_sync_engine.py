@@ -141,38 +141,6 @@ def test_a_dead_proxy_is_named_without_its_secret():
     assert "through the proxy" in text and "127.0.0.1" in text and "s3cr3t" not in text
 
 
-def test_dry_run_predicts_the_skips_of_the_sync(root):
-    """--dry-run then the real sync to MLflow (embedded sqlite), on a store of edge cases: the
-    skips per reason are the same (rootless trajectories, null values were missing before)."""
-    import json
-
-    import pytest
-
-    pytest.importorskip("mlflow")
-    from tests.helpers import run_cli
-    from tests.query_fixtures import part
-
-    run = trackstore.init("p", name="edges", root=root)
-    run.log({"x": 1.0, "n": None}, step=0)
-    run.log({"x": 2.0}, step=1)
-    run.log({"x": 0.5}, step=0)  # late point
-    run.finish()
-    part(root, "p", run.id, "spans", [
-        {"trace_id": "t1", "span_id": "r", "name": "rollout", "kind": "agent", "step": 1, "start_ns": 0,
-         "end_ns": 9, "status": "ok"},
-        {"trace_id": "t2", "span_id": "c", "parent_span_id": "gone", "name": "rootless", "kind": "llm", "step": 1,
-         "start_ns": 5, "end_ns": 6, "status": "error"},
-    ], writer="w9")
-    reports = []
-    for extra in (["--dry-run"], []):
-        res = run_cli("sync", "--to", "mlflow", "--format", "json", *extra, root=root)
-        assert res.returncode == 0, res.stdout + res.stderr
-        [r] = json.loads(res.stdout)["runs"]
-        reports.append({k: v for k, v in r["skipped_by_reason"].items() if v})
-    assert reports[0] == reports[1]
-    assert any("root span" in k for k in reports[0]), reports[0]
-
-
 def test_a_wandb_cursor_of_the_carry_era_reads_its_carried_rows_as_acknowledged():
     """Before step-merged batches, wandb kept rows another kind's batch had delivered in
     ``remote["carried"]``: they are acknowledged (their skips counted once), and the keys go."""
