@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import run_cli
@@ -144,3 +146,32 @@ def test_an_unchanged_store_opens_without_listing_its_part_folders(root, monkeyp
     kind_folders = [p for p in listed if os.path.basename(p) in ("metrics", "samples", "spans", "histograms", "_manifest")]
     assert kind_folders == []
     assert con.execute("SELECT count(*) FROM metrics").fetchone() == (30,)  # the views still read every part
+
+
+def test_a_part_merged_away_while_the_views_are_made_does_not_fail_connect(root, monkeypatch):
+    """A rolling merge may swap a live run's parts away between connect()'s scan and the making
+    of its views: the views are bound on a file of their own, never on a part of the store, and
+    then read what is there."""
+    import pyarrow.parquet as pq
+
+    from trackstore.read import views
+
+    make_run(root, "p", "a", steps=5)
+    make_run(root, "p", "b", steps=5)
+    real_scan = views.scan_parts
+    gone = []
+
+    def scan_then_merge_away(*args, **kwargs):
+        found = real_scan(*args, **kwargs)
+        first = min(found.files["metrics"])  # the part an earlier version bound the views on
+        gone.append(pq.read_metadata(first).num_rows)
+        os.rename(first, os.path.join(os.path.dirname(first), ".merged-away.tmp"))
+        return found
+
+    monkeypatch.setattr(views, "scan_parts", scan_then_merge_away)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SkippedFileWarning)  # a part merged away is not damage
+        con = connect(root)
+    assert con.execute("SELECT count(*) FROM metrics").fetchone() == (20 - gone[0],)

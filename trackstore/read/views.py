@@ -20,7 +20,7 @@ The promises this module keeps:
   :mod:`trackstore.store.schema`, even when no file of that kind exists yet.
 * Live runs are visible: a view globs ``*.parquet`` at every query, so each part a writer has
   flushed (renamed into place) is seen by the next query. The globs are held in DuckDB
-  variables and the views made while bound to one file, so opening a connection expands no
+  variables and the views made while bound to an empty file of their own, so opening a connection expands no
   glob: only a query that reads a kind lists its files. Temp files (``.name.xxxx.tmp``) never
   match, and ``_trash``/``_quarantine``/``_sync`` are outside the globbed tree.
 * A damaged part file (truncated, garbage, missing footer) never turns every query into an
@@ -284,6 +284,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
             raise CorruptFileError(path, problem)
         warn_skipped(path, problem, stacklevel=3)
     con = duckdb.connect(":memory:")
+    binding = tempfile.TemporaryDirectory(prefix="trackstore-bind-")  # see _binding_file
     try:
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET parquet_metadata_cache = true")
@@ -296,7 +297,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
             union = len(parts.schemas[kind]) != 1 or any(
                 {c for c, _t in sch} < set(_schema.SCHEMAS[kind].names) for sch in parts.schemas[kind])
             try:
-                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only, union)
+                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only, union, binding.name)
             except duckdb.Error as exc:
                 # sound framing but an unreadable footer: find the file, then skip it or fail
                 culprits = find_unreadable(good[kind])
@@ -311,7 +312,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                 con.execute(f"DROP TABLE IF EXISTS _empty_{kind}")
                 con.execute("DELETE FROM _trackstore_views WHERE kind = $kind", {"kind": kind})
                 sound = [f for f in good[kind] if f not in culprits]
-                _create_kind_view(con, root_path, kind, sound, True, only, True)
+                _create_kind_view(con, root_path, kind, sound, True, only, True, binding.name)
         _create_sync_state_view(con, root_path if sync_state else None)
         source = json.dumps(sorted(only)) if only is not None else None
         con.execute("CREATE TABLE _trackstore_source AS SELECT $root AS root, $only::VARCHAR AS only_runs",
@@ -323,6 +324,8 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     except Exception:
         con.close()
         raise
+    finally:
+        binding.cleanup()  # the views no longer refer to it (_bind_sources)
     return con
 
 
@@ -384,8 +387,10 @@ def _raw_view_sql(kind: str, sources: list[str], union: bool) -> str:
     The view reads its list from a variable, not from a literal, because DuckDB binds a view
     (and every view made on it) when it is created: with the globs in place, creating the
     views of a store of 10,000 runs expanded each glob over every run folder five times.
-    :func:`connect` makes the views while the variable holds one file, then puts the globs in:
-    a query binds them again, so only the questions that read parts list them.
+    :func:`connect` makes the views while the variable holds an empty file of the kind's columns
+    (:func:`_binding_file`, never a part of the store, which a merge may swap away meanwhile),
+    then puts the globs in: a query binds them again, so only the questions that read parts
+    list them.
 
     ``union=False`` (every file has the current columns, the common case) reads the files
     directly by their column names, the cheapest plan DuckDB has for a query of one run (a
@@ -411,7 +416,7 @@ def _raw_view_sql(kind: str, sources: list[str], union: bool) -> str:
 
 
 def _bind_sources(con) -> None:
-    """Put each record view's files or globs in its variable (the views were made on one file)."""
+    """Put each record view's files or globs in its variable (the views were made on an empty file)."""
     for kind, sources in con.execute("SELECT kind, sources FROM _trackstore_views").fetchall():
         _set_sources(con, kind, json.loads(sources))
 
@@ -422,8 +427,22 @@ def _use_union_by_name(con) -> None:
         con.execute(_raw_view_sql(kind, json.loads(sources), True))
 
 
+def _binding_file(folder: str, kind: str) -> str:
+    """An empty part of ``kind`` with every column, in a hive-style path of a private folder:
+    what the views are bound on while they are made (:func:`_raw_view_sql`). Not a part of the
+    store, which a merge may swap away meanwhile; :func:`connect` removes it once the views
+    read their real sources."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(folder) / f"{PROJECT_PREFIX}_" / f"{RUN_PREFIX}_" / kind / f"empty{PART_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_batches([], schema=_schema.SCHEMAS[kind]), path)
+    return str(path)
+
+
 def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: bool,
-                      only: set[tuple[str, str]] | None, union: bool) -> None:
+                      only: set[tuple[str, str]] | None, union: bool, binding: str) -> None:
     """``<kind>`` view: globs (live) when every file is sound, else the explicit list of sound files.
 
     ``union`` (several schemas among the files) reads with ``union_by_name``; otherwise files
@@ -445,10 +464,10 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
     else:
         sources = globs  # re-globbed at every query: parts flushed later are seen
     con.execute("INSERT INTO _trackstore_views VALUES ($kind, $sources)", {"kind": kind, "sources": json.dumps(sources)})
-    # bound on one sound file (or none) while the views are made, no glob expanded; connect()
-    # then puts the sources in (_bind_sources). The general form over files of several
-    # schemas binds on every file, as its queries do.
-    _set_sources(con, kind, sources if union and files else [min(files)] if files else [])
+    # bound on an empty file of the kind's columns (or nothing) while the views are made, no
+    # glob expanded; connect() then puts the sources in (_bind_sources). The general form over
+    # files of several schemas binds on every file, as its queries do.
+    _set_sources(con, kind, sources if union and files else [_binding_file(binding, kind)] if files else [])
     con.execute(_raw_view_sql(kind, sources, union))
     if kind == "spans":
         # A span may have an 'unfinished' checkpoint row and a final row: keep the final one
