@@ -257,3 +257,51 @@ def test_a_cached_curve_follows_new_parts_and_compaction(tmp_path, monkeypatch):
     compact(root, [info.paths])
     s = store.series([info], "k")["series"][0]
     assert (s["n"], s["y"]) == (2, [1.0, 7.0])
+
+
+def test_an_unchanged_runs_table_is_answered_304(server, store):
+    """The page polls /api/runs every few seconds: an unchanged store answers 304 Not Modified
+    (no body), and the table it answered is the one made from scratch."""
+    from trackstore.ui.data import Store
+
+    root, _ids, _tmp = store
+    status, headers, body = server.request("/api/runs")
+    assert status == 200 and headers["etag"].startswith('"') and headers["cache-control"] == "no-store"
+    assert json.loads(body) == {"runs": json.loads(json.dumps(Store(root).run_rows()))}
+    status, again, nothing = server.request("/api/runs", {"If-None-Match": headers["etag"]})
+    assert (status, nothing, again["etag"]) == (304, b"", headers["etag"])
+    assert server.request("/api/runs", {"If-None-Match": '"something else"'})[0] == 200
+
+
+def test_the_runs_table_makes_again_only_the_rows_of_runs_that_changed(tmp_path, monkeypatch):
+    """Each row is kept with what it was made from (run.json's fingerprint, status, end, last
+    step): a poll of an unchanged store makes no row, a changed run.json makes that row again,
+    and the answer always equals the table made from scratch."""
+    import trackstore
+    from trackstore.store import index
+    from trackstore.store.meta import write_run_json
+    from trackstore.ui import data
+
+    monkeypatch.setattr(index, "RACY_S", -1.0)  # every fingerprint is old enough to keep
+    monkeypatch.setattr(data, "LIST_TTL_S", 0.0)
+    root = tmp_path / "store"
+    ids = []
+    for name in ("a", "b", "c"):
+        with trackstore.init(project="p", name=name, config={"lr": 0.1}, root=root) as run:
+            run.log({"x": 1.0}, step=0)
+            ids.append(run.run_id)
+    made = []
+    real = data._run_row
+    monkeypatch.setattr(data, "_run_row", lambda r: made.append(r.run_id) or real(r))
+    s = data.Store(root)
+    etag, body = s.runs_payload()
+    assert sorted(made) == sorted(ids)
+    made.clear()
+    assert s.runs_payload() == (etag, body) and made == []
+    paths = trackstore.read.catalog.resolve_run(ids[1], root).paths
+    meta = json.loads(paths.run_file.read_text())
+    write_run_json(paths, {**meta, "name": "renamed"})
+    etag2, body2 = s.runs_payload()
+    assert made == [ids[1]] and etag2 != etag
+    assert json.loads(body2) == {"runs": json.loads(json.dumps(data.Store(root).run_rows()))}
+    assert [r["name"] for r in json.loads(body2)["runs"]] == ["a", "renamed", "c"]

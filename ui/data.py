@@ -21,6 +21,11 @@ The promises it keeps:
   mtime, listed again at each call (a part a writer has renamed into place is seen at once); a
   settled folder by its own inode and mtime (parts are immutable and a compaction swaps the
   whole folder). A listing a compaction swapped away is taken again.
+* **The runs table costs what changed.** Each run's row is kept with what it was made from
+  (its run.json's fingerprint in the catalog, its effective status, end and last step) and
+  made again only when that changed (always for a run whose run.json changed in the last
+  seconds); the answer carries an ``ETag`` of its bytes, so a page polling an unchanged store
+  gets ``304 Not Modified`` and neither downloads nor parses the table again.
 * User values reach DuckDB as bound parameters; file lists come from the store's own listing.
 """
 
@@ -57,6 +62,18 @@ def _finite(v: Any) -> Any:
     return v
 
 
+def _run_row(r: RunInfo) -> dict[str, Any]:
+    row = r.row()
+    return clean({
+        "project": r.project, "run_id": r.run_id, "name": r.name, "status": row["status"],
+        "created_at": row["created_at"], "ended_at": row["ended_at"], "updated_at": row["updated_at"],
+        "last_step": row["last_step"], "tags": row["tags"], "host": row["host"], "user": row["user"],
+        "group": row["group"], "notes": row["notes"],
+        "summary": {k: v for k, v in (row["summary"] or {}).items() if isinstance(v, (int, float, str, bool))},
+        "config": flatten(row["config"] or {}),
+    })
+
+
 def clean(value: Any) -> Any:
     """``value`` with every non-finite float replaced (see :func:`_finite`), recursively."""
     if isinstance(value, dict):
@@ -78,6 +95,7 @@ class Store:
         self._cache: OrderedDict[tuple, str] = OrderedDict()  # one run's curve by its part files' fingerprint
         self._cache_bytes = 0
         self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
+        self._rows: dict[tuple[str, str], tuple[tuple, bytes]] = {}  # each run's row (JSON) and what it was made from
 
     @property
     def _duck(self):
@@ -144,18 +162,33 @@ class Store:
 
     def run_rows(self) -> list[dict[str, Any]]:
         """The runs table: one JSON-ready row per run (config flattened with ``/``)."""
-        out = []
-        for r in self.runs():
-            row = r.row()
-            out.append(clean({
-                "project": r.project, "run_id": r.run_id, "name": r.name, "status": row["status"],
-                "created_at": row["created_at"], "ended_at": row["ended_at"], "updated_at": row["updated_at"],
-                "last_step": row["last_step"], "tags": row["tags"], "host": row["host"], "user": row["user"],
-                "group": row["group"], "notes": row["notes"],
-                "summary": {k: v for k, v in (row["summary"] or {}).items() if isinstance(v, (int, float, str, bool))},
-                "config": flatten(row["config"] or {}),
-            }))
-        return out
+        return [_run_row(r) for r in self.runs()]
+
+    def runs_payload(self) -> tuple[str, bytes]:
+        """``(etag, body)``: the runs table as ``{"runs": [...]}`` JSON (the rows of
+        :meth:`run_rows`), each row made again only when what it is made from changed."""
+        import hashlib
+
+        runs = self.runs()
+        kept = self._rows
+        fresh: dict[tuple[str, str], tuple[tuple, bytes]] = {}
+        parts = []
+        for r in runs:
+            key = (r.project, r.run_id)
+            catalog = r.catalog
+            fp = catalog.row_value(r.project, r.run_id, "meta_fp") if catalog is not None else None
+            basis = (fp, r.status, r.ended_at, r.last_step)
+            old = kept.get(key)
+            if fp and old is not None and old[0] == basis:
+                text = old[1]
+            else:
+                text = json.dumps(_run_row(r), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+            if fp:  # a run.json changed in the last seconds has no fingerprint yet: made again next time
+                fresh[key] = (basis, text)
+            parts.append(text)
+        self._rows = fresh
+        body = b'{"runs":[' + b",".join(parts) + b"]}"
+        return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"', body
 
     def run_detail(self, info: RunInfo) -> dict[str, Any]:
         """Everything the run page shows: metadata, config, summary, attempts, writers, record

@@ -220,8 +220,16 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
     def health(params: Params) -> dict[str, Any]:
         return {"ok": True, "root": str(store.root)}
 
-    def runs(params: Params) -> dict[str, Any]:
-        return {"runs": store.run_rows()}
+    async def runs(request: Request) -> Response:
+        """The runs table, with an ETag: a page polling an unchanged store gets 304 and no body."""
+        try:
+            etag, body = await run_in_threadpool(store.runs_payload)
+        except TrackstoreError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        headers = {"ETag": etag}  # the page sends it back as If-None-Match (nothing is cached: no-store)
+        if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
 
     def run(params: Params) -> dict[str, Any]:
         info = _runs(store, params, one=True)[0]
@@ -276,7 +284,7 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
     routes = [
         Route("/", index),
         Route("/api/health", api(health)),
-        Route("/api/runs", api(runs)),
+        Route("/api/runs", runs),
         Route("/api/run", api(run)),
         Route("/api/keys", api(keys), methods=["GET", "POST"]),
         Route("/api/series", api(series), methods=["GET", "POST"]),

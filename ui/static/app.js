@@ -92,12 +92,22 @@ const state = {
   filter: { text: "", project: "", status: "", tag: "", config: "" },
   sort: { col: "created_at", asc: false },
   summaryCols: null, configCols: null,
+  runsEtag: null,  // the ETag of the runs table held in runs
   view: null,   // the page's refresh(): called on every poll
 };
 function saveSelection() { localStorage.setItem("ts.selected", JSON.stringify([...state.selected])); }
 async function loadRuns() {
-  const d = await api("runs");
+  // the table we hold is named by its ETag: the server answers 304 while it is unchanged, so a
+  // poll of an unchanged store of thousands of runs downloads and parses nothing again
+  const r = await fetch("/api/runs", { credentials: "same-origin",
+                                       headers: state.runsEtag ? { "If-None-Match": state.runsEtag } : {} });
+  if (r.status === 304) return state.runs;
+  const etag = r.headers.get("ETag");
+  let d;
+  try { d = await r.json(); } catch (e) { d = { error: r.status + " " + r.statusText }; }
+  if (!r.ok) throw new Error(d.error || (r.status + " " + r.statusText));
   state.runs = d.runs;
+  state.runsEtag = etag;
   state.byRef = new Map(d.runs.map(r => [ref(r), r]));
   for (const s of [...state.selected]) if (!state.byRef.has(s)) state.selected.delete(s);
   return d.runs;
