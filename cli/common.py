@@ -523,8 +523,24 @@ def one_line(text: str, limit: int = 200) -> str:
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
-    """``1 run``, ``2 runs``, ``0 runs``; ``many`` for irregular words (``plural(n, "entry", "entries")``)."""
-    return f"{n} {word if n == 1 else (many or word + 's')}"
+    """``1 run``, ``2 runs``, ``10,000 runs``; ``many`` for irregular words (``plural(n, "entry", "entries")``)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def say_where(head: str, where: str, tail: str = "") -> None:
+    """Print ``head where tail`` (``where``: a destination, a URI or path that must not be cut)
+    as one line; on a terminal too narrow for it, ``head tail:`` and then ``where`` on a line
+    of its own, indented, so the terminal does not break the URI. Pipes and logs get one line."""
+    import shutil
+
+    from rich.cells import cell_len
+
+    line = f"{head} {where}{tail}"
+    if sys.stdout.isatty() and cell_len(line) > shutil.get_terminal_size().columns:
+        print(visible(f"{head}{tail}:"))
+        print(visible(f"  {where}"))
+    else:
+        print(visible(line))
 
 
 class Steps:

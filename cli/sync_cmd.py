@@ -32,6 +32,7 @@ from .common import (
     emit,
     one_line,
     plural,
+    say_where,
     store_run_ids,
     visible,
 )
@@ -485,8 +486,8 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
             emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
                  run_ids=ids(), labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
         if current or not plan:
-            print(visible(f"dry run: {plural(current, 'run')} already up to date at {report.target} "
-                          f"{report.destination}" + (" (nothing to sync)" if not plan else "")))
+            say_where(f"dry run: {plural(current, 'run')} already up to date at {report.target}", report.destination,
+                      " (nothing to sync)" if not plan else "")
         _print_lost(report.runs)
         return rows
     if seen is not None:  # a later pass of --watch: what changed since the last one, if anything
@@ -499,11 +500,11 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
             _print_lost(changed)
         return rows
     if not rows:
-        print(visible(f"nothing to sync to {report.target} {report.destination}"))
+        say_where(f"nothing to sync to {report.target}", report.destination)
         return rows
     changed = [r for r in report.runs if not r.up_to_date or not r.ok]
     if not changed:
-        print(visible(f"{plural(len(rows), 'run')} already up to date at {report.target} {report.destination}"))
+        say_where(f"{plural(len(rows), 'run')} already up to date at {report.target}", report.destination)
         return rows
     emit([r.row() for r in changed], Format.table, title=f"synced to {report.target} {report.destination}",
          wide=wide, run_ids=ids(), labels=SUMMARY_LABELS, drop_order=SUMMARY_DROP)
@@ -583,7 +584,7 @@ def status(
         emit(shown, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
              drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
     for (target, destination), n in current.items():
-        print(visible(f"{n:,} run{'' if n == 1 else 's'} up to date at {target} {destination} (--all lists them)"))
+        say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
 
 
 def _up_to_date(row: dict) -> bool:

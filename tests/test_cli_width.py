@@ -245,3 +245,26 @@ def test_dry_run_plan_fits_80_columns(tmp_path):
         r.finish()
     code, out = cli_in_pty("sync", "--to", "mlflow", "--dry-run", "--root", root, columns=80)
     assert code == 0 and "Traceback" not in out and "dry run: would sync to mlflow" in out, out
+
+
+def test_up_to_date_lines_fit_80_columns(tmp_path):
+    """The one-line answers that name a destination (status's "up to date", a dry run or a sync
+    with nothing to do) put a URI too long for the terminal on a line of its own, whole, instead
+    of letting the terminal break it; a pipe still gets one line."""
+    import trackstore
+
+    root = tmp_path / "a-store-kept-in-a-rather-deeply-nested-folder-of-experiments" / "store"
+    r = trackstore.init("proj", name="r0", root=root)
+    r.log({"loss": 1.0}, step=0)
+    r.finish()
+    assert run_cli("sync", "--to", "mlflow", root=root).returncode == 0
+    uri = f"sqlite:///{root}/_mlflow/mlflow.db"
+    assert len(uri) > 80
+    for args in (["status"], ["sync", "--to", "mlflow", "--dry-run"], ["sync", "--to", "mlflow"]):
+        code, out = cli_in_pty(*args, "--root", root, columns=80)
+        lines = [ANSI.sub("", line) for line in out.splitlines() if ANSI.sub("", line).strip()]
+        assert code == 0 and f"  {uri}" in lines, out
+        assert all(len(line) <= 80 for line in lines if line.strip() != uri), out
+        assert any("1 run" in line and "up to date at mlflow" in line for line in lines), out
+    piped = run_cli("status", root=root).stdout
+    assert f"1 run up to date at mlflow {uri} (--all lists them)" in piped
