@@ -526,3 +526,39 @@ def test_cli_exit_6_while_the_maintenance_lock_is_held(root):
         assert run_cli("gc", "--older-than", "0d", "--dry-run", root=root).returncode == 0
     out = run_cli("gc", "--older-than", "0d", "--yes", root=root)
     assert out.returncode == 0 and not p.dir.exists()
+
+
+def test_plan_takes_row_ids_from_the_catalog_only_for_the_very_files_it_recorded(root, monkeypatch):
+    """gc's verdict needs every stored row's id. A run whose part files are the ones the catalog
+    recorded (name, size, mtime: the facts deletion checks again) is judged from the catalog's
+    row ids, no part read; a part rewritten in place with rows no destination has (its folder
+    unchanged, so the catalog's listing still looks valid) is read from the file, and kept."""
+    import pyarrow as pa
+
+    from trackstore.store import index
+    from trackstore.store.parts import write_part
+
+    monkeypatch.setattr(index, "RACY_S", -1.0)  # every fingerprint is old enough to keep
+    synced = synced_run(root)
+    G.plan(root, G.Policy(older_than_s=30 * DAY))  # the catalog learns the run's parts
+    read = []
+    real = G.stored_row_ids
+    monkeypatch.setattr(G, "stored_row_ids", lambda paths: read.append(paths.run_id) or real(paths))
+    plan = G.plan(root, G.Policy(older_than_s=30 * DAY))
+    assert [c.run_id for c in plan.delete] == [synced.run_id] and read == []
+
+    part = sorted(synced.kind_dir("metrics").glob("*.parquet"))[0]
+    folder_before = index.fingerprint(synced.kind_dir("metrics"))
+    rows = [{"step": 99, "key": "loss", "value": 1.0, "ts": 1, "writer": "w-new", "seq": i, "last_of_key": False}
+            for i in range(3)]
+    from trackstore.store.schema import SCHEMAS, with_metadata
+
+    tmp = root.parent / "rewritten.parquet"  # made outside the folder: only the part's bytes change there
+    write_part(tmp, pa.Table.from_pylist(rows, schema=with_metadata(SCHEMAS["metrics"], "metrics")), "metrics")
+    with open(part, "wb") as out:  # in place: the folder's own fingerprint does not change
+        out.write(tmp.read_bytes())
+    tmp.unlink()
+    assert index.fingerprint(synced.kind_dir("metrics")) == folder_before  # the catalog's listing looks valid
+    plan = G.plan(root, G.Policy(older_than_s=30 * DAY))
+    assert plan.delete == [] and read == [synced.run_id]
+    assert "rows pending" in plan.keep[0].reason

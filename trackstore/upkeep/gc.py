@@ -72,9 +72,18 @@ from ..store.layout import (
     SYNC_DIR,
     TRASH_DIR,
     RunPaths,
+    is_part_name,
     resolve_root,
 )
-from ..store.ledger import TERMINAL, Cursor, is_fully_synced, pending_counts, read_row_ids, scan_cursors
+from ..store.ledger import (
+    TERMINAL,
+    Cursor,
+    is_fully_synced,
+    pending_counts,
+    read_row_ids,
+    scan_cursors,
+    summarize_cursor,
+)
 from ..store.parts import find_unreadable
 
 CHANGED = "changed since the plan"
@@ -177,11 +186,16 @@ def end_time(info: RunInfo) -> float:
         return time.time()
 
 
-def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
+def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | None = None) -> str | None:
     """None when sync state allows deleting the run, else why it must be kept.
 
     Damage comes first: an unreadable cursor or part file hides how much is still unsynced,
     so no policy short of ``force`` may treat it as absent.
+
+    The cursors are always read from their files. The rows stored are the row ids of the run's
+    parts: from the store's catalog when its records of the parts (name, size, mtime) are
+    exactly the part files of ``seen`` (the run's :func:`fingerprint`, which deletion checks
+    again), else read from the files.
     """
     if policy.force:
         return None
@@ -192,10 +206,19 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
         if policy.include_unsynced and not policy.require_synced_to:
             return _damage_verdict(root, damaged_parts(info.paths))
         return "never synced (sync it first, or pass --include-unsynced)"
-    ids, damaged = stored_row_ids(info.paths)
-    if damaged:
-        return _damage_verdict(root, damaged)
-    complete = {id(c): is_fully_synced(info.paths, c, info.status, ids=ids) for c in cursors}
+    records = _kept_records(info, seen)
+    if records is not None:  # the catalog's row ids of exactly these files: none is read again
+        damaged = [info.paths.kind_dir(k) / p.name for k, recs in records.items() for p in recs if p.damaged]
+        if damaged:
+            return _damage_verdict(root, damaged)
+        pending = {id(c): summarize_cursor(c, records)["pending"] for c in cursors}
+        complete = {id(c): _complete(c, info.status, pending[id(c)]) for c in cursors}
+    else:
+        ids, damaged = stored_row_ids(info.paths)
+        if damaged:
+            return _damage_verdict(root, damaged)
+        pending = {id(c): pending_counts(info.paths, c, ids=ids) for c in cursors}
+        complete = {id(c): is_fully_synced(info.paths, c, info.status, ids=ids) for c in cursors}
     if policy.require_synced_to:
         missing = [t for t in policy.require_synced_to if not any(c.target == t and complete[id(c)] for c in cursors)]
         if missing:
@@ -203,9 +226,35 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy) -> str | None:
         return None
     for c in cursors:
         if not complete[id(c)]:
-            return (f"not fully synced to {c.target} {c.destination}: {_behind(info, c, ids)} "
+            return (f"not fully synced to {c.target} {c.destination}: {_behind(info, c, pending[id(c)])} "
                     "(use --force to delete anyway)")
     return None
+
+
+def _complete(c: Cursor, status: str, pending: dict[str, int]) -> bool:
+    """:func:`trackstore.store.ledger.is_fully_synced` from the pending counts."""
+    return (not c.in_doubt and c.session is None and status in TERMINAL and c.synced_status == status
+            and not any(pending.values()))
+
+
+def _kept_records(info: RunInfo, seen: frozenset | None) -> dict | None:
+    """The catalog's part records of the run (:meth:`trackstore.store.index.Catalog.parts`) when
+    they name exactly the part files ``seen`` holds, with their sizes and mtimes; else None."""
+    catalog = info.catalog
+    if catalog is None or seen is None:
+        return None
+    records, stable = catalog.parts(info.project, info.run_id)
+    if not stable:
+        return None
+    on_disk: dict[str, tuple[int, int]] = {rel: (size, mtime) for rel, _ino, size, mtime in seen}
+    base = info.paths.dir
+    for kind in KINDS:
+        folder = os.path.relpath(info.paths.kind_dir(kind), base)
+        files = {rel.rsplit(os.sep, 1)[1]: facts for rel, facts in on_disk.items()
+                 if os.path.dirname(rel) == folder and is_part_name(rel.rsplit(os.sep, 1)[1])}
+        if files != {p.name: (p.size, p.mtime_ns) for p in records.get(kind, ())}:
+            return None
+    return records
 
 
 def stored_row_ids(paths: RunPaths) -> tuple[dict, list[Path]]:
@@ -248,10 +297,10 @@ def _listing(root: Path, files: list[Path]) -> str:
     return first + (f" and {len(files) - 1} more" if len(files) > 1 else "")
 
 
-def _behind(info: RunInfo, c: Cursor, ids: dict | None = None) -> str:
+def _behind(info: RunInfo, c: Cursor, counts: dict[str, int]) -> str:
     if c.in_doubt:
         return "a batch is in doubt"
-    pending = {k: n for k, n in pending_counts(info.paths, c, ids=ids).items() if n}
+    pending = {k: n for k, n in counts.items() if n}
     if pending:
         return ", ".join(f"{n} {k} rows pending" for k, n in pending.items())
     return f"final status {info.status!r} not pushed yet"
@@ -347,7 +396,8 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
             # Fingerprint first, then confirm what was listed and read the sync state: whatever
             # changes after this point shows at the re-check before deletion.
             c.fingerprint = fingerprint(root, info.paths)
-            verdict = CHANGED_WHILE_PLANNING if _changed_while_planning(info) else sync_verdict(root, info, policy)
+            verdict = (CHANGED_WHILE_PLANNING if _changed_while_planning(info)
+                       else sync_verdict(root, info, policy, c.fingerprint))
             if verdict:
                 c.reason = verdict
             else:
