@@ -265,6 +265,7 @@ def measure(n: int, repeat: int, skip: list[str] = ()) -> list[tuple]:
         ("sync --to mlflow --dry-run (nothing pending)", [*ts, "sync", "--to", "mlflow", "--dry-run", "--root", r], None),
         ("sync --dry-run after 10 runs got rows", [*ts, "sync", "--to", "mlflow", "--dry-run", "--root", r], "add"),
         ("gc --older-than 500d --dry-run (no run old enough)", [*ts, "gc", "--older-than", "500d", "--dry-run", "--root", r], None),
+        ("gc --older-than 1d --dry-run (every run eligible)", [*ts, "gc", "--older-than", "1d", "--dry-run", "--root", r], None),
         ("connect()", [py, "-c", f"import trackstore; trackstore.connect({r!r}).close()"], None),
         ("mlflow search_runs (process)", [py, "-c", mlflow_search, uri, exp], None),
         ("mlflow get_run (process)", [py, "-c", mlflow_get, uri, exp], None),
