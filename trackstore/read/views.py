@@ -20,9 +20,10 @@ The promises this module keeps:
   :mod:`trackstore.store.schema`, even when no file of that kind exists yet.
 * Live runs are visible: a view globs ``*.parquet`` at every query, so each part a writer has
   flushed (renamed into place) is seen by the next query. The globs are held in DuckDB
-  variables and the views made while bound to an empty file of their own, so opening a connection expands no
-  glob: only a query that reads a kind lists its files. Temp files (``.name.xxxx.tmp``) never
-  match, and ``_trash``/``_quarantine``/``_sync`` are outside the globbed tree.
+  variables and the views made while bound to an empty file of their own, so opening a
+  connection expands no glob: only a query that reads a kind lists its files. Temp files
+  (``.name.xxxx.tmp``) never match, and ``_trash``/``_quarantine``/``_sync`` are outside the
+  globbed tree.
 * A damaged part file (truncated, garbage, missing footer) never turns every query into an
   obscure error. :func:`connect` checks each part's Parquet framing and footer once (cached by
   path, size and mtime) and by default skips a bad file with a warning naming it
