@@ -175,3 +175,22 @@ def test_a_part_merged_away_while_the_views_are_made_does_not_fail_connect(root,
         warnings.simplefilter("error", SkippedFileWarning)  # a part merged away is not damage
         con = connect(root)
     assert con.execute("SELECT count(*) FROM metrics").fetchone() == (20 - gone[0],)
+
+
+def test_connect_without_a_writable_temp_folder_still_answers(root, monkeypatch):
+    """The views' binding file lives in a temp folder; with none writable, connect() binds the
+    views on their sources instead (slower to open on a big store, the same answers)."""
+    import tempfile
+
+    from trackstore.read import views
+
+    make_run(root, "p", "a", steps=5)
+
+    def no_temp(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(views.tempfile, "TemporaryDirectory", no_temp)
+    assert tempfile.TemporaryDirectory is no_temp
+    con = connect(root)
+    assert con.execute("SELECT count(*) FROM metrics").fetchone() == (10,)
+    assert con.execute("SELECT count(*) FROM latest").fetchone() == (2,)

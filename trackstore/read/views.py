@@ -285,7 +285,10 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
             raise CorruptFileError(path, problem)
         warn_skipped(path, problem, stacklevel=3)
     con = duckdb.connect(":memory:")
-    binding = tempfile.TemporaryDirectory(prefix="trackstore-bind-")  # see _binding_file
+    try:
+        binding: tempfile.TemporaryDirectory | None = tempfile.TemporaryDirectory(prefix="trackstore-bind-")
+    except OSError:  # no writable temp folder: the views are bound on their sources (slower to open)
+        binding = None
     try:
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET parquet_metadata_cache = true")
@@ -298,7 +301,8 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
             union = len(parts.schemas[kind]) != 1 or any(
                 {c for c, _t in sch} < set(_schema.SCHEMAS[kind].names) for sch in parts.schemas[kind])
             try:
-                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only, union, binding.name)
+                _create_kind_view(con, root_path, kind, good[kind], kind in bad_kinds, only, union,
+                                  binding.name if binding else None)
             except duckdb.Error as exc:
                 # sound framing but an unreadable footer: find the file, then skip it or fail
                 culprits = find_unreadable(good[kind])
@@ -313,7 +317,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                 con.execute(f"DROP TABLE IF EXISTS _empty_{kind}")
                 con.execute("DELETE FROM _trackstore_views WHERE kind = $kind", {"kind": kind})
                 sound = [f for f in good[kind] if f not in culprits]
-                _create_kind_view(con, root_path, kind, sound, True, only, True, binding.name)
+                _create_kind_view(con, root_path, kind, sound, True, only, True, binding.name if binding else None)
         _create_sync_state_view(con, root_path if sync_state else None)
         source = json.dumps(sorted(only)) if only is not None else None
         con.execute("CREATE TABLE _trackstore_source AS SELECT $root AS root, $only::VARCHAR AS only_runs",
@@ -326,7 +330,8 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
         con.close()
         raise
     finally:
-        binding.cleanup()  # the views no longer refer to it (_bind_sources)
+        if binding is not None:
+            binding.cleanup()  # the views no longer refer to it (_bind_sources)
     return con
 
 
@@ -428,22 +433,27 @@ def _use_union_by_name(con) -> None:
         con.execute(_raw_view_sql(kind, json.loads(sources), True))
 
 
-def _binding_file(folder: str, kind: str) -> str:
+def _binding_file(folder: str | None, kind: str) -> str | None:
     """An empty part of ``kind`` with every column, in a hive-style path of a private folder:
     what the views are bound on while they are made (:func:`_raw_view_sql`). Not a part of the
     store, which a merge may swap away meanwhile; :func:`connect` removes it once the views
-    read their real sources."""
+    read their real sources. None when it cannot be written (no temp folder, a full disk)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if folder is None:
+        return None
     path = Path(folder) / f"{PROJECT_PREFIX}_" / f"{RUN_PREFIX}_" / kind / f"empty{PART_SUFFIX}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_batches([], schema=_schema.SCHEMAS[kind]), path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_batches([], schema=_schema.SCHEMAS[kind]), path)
+    except OSError:
+        return None
     return str(path)
 
 
 def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: bool,
-                      only: set[tuple[str, str]] | None, union: bool, binding: str) -> None:
+                      only: set[tuple[str, str]] | None, union: bool, binding: str | None) -> None:
     """``<kind>`` view: globs (live) when every file is sound, else the explicit list of sound files.
 
     ``union`` (several schemas among the files) reads with ``union_by_name``; otherwise files
@@ -468,7 +478,8 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
     # bound on an empty file of the kind's columns (or nothing) while the views are made, no
     # glob expanded; connect() then puts the sources in (_bind_sources). The general form over
     # files of several schemas binds on every file, as its queries do.
-    _set_sources(con, kind, sources if union and files else [_binding_file(binding, kind)] if files else [])
+    bound_on = _binding_file(binding, kind) if files and not union else None
+    _set_sources(con, kind, [bound_on] if bound_on else sources if files else [])
     con.execute(_raw_view_sql(kind, sources, union))
     if kind == "spans":
         # A span may have an 'unfinished' checkpoint row and a final row: keep the final one
