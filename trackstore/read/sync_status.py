@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..store.index import Catalog, PartsSummary, open_catalog
+from ..store.index import PartsSummary, QuietRun, open_catalog
 from ..store.layout import resolve_root
 from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files
-from .catalog import RunInfo, list_runs
+from .catalog import RunInfo, from_catalog, lost_rows
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
                   "bytes", "synced_status", "last_sync_at", "last_error", "unreadable_parts", "write_errors")
@@ -27,49 +27,64 @@ NEVER_SYNCED = "(never synced)"  # the destination of a run's row when no readab
 
 def status_rows(root: str | os.PathLike | None = None, *, target: str | None = None) -> list[dict[str, Any]]:
     """The rows of ``trackstore status`` (columns :data:`STATUS_COLUMNS`), for every destination
-    or only those of ``target``."""
+    or only those of ``target``.
+
+    A run that did not change and has ended is answered from its catalog row alone
+    (:meth:`~trackstore.store.index.Catalog.quiet_run`: a few ``stat`` calls); the others as
+    :func:`~trackstore.read.catalog.list_runs` finds them."""
     root_path = resolve_root(root)
-    infos = {(r.project, r.run_id): r for r in list_runs(root_path)}
-    catalogs: dict[int, Catalog] = {}
-    catalog_of: dict[tuple[str, str], Catalog] = {}
-    for key, r in infos.items():
-        catalog_of[key] = r.catalog or catalogs.setdefault(0, open_catalog(root_path))
-        catalogs.setdefault(id(catalog_of[key]), catalog_of[key])
-    for catalog in catalogs.values():
-        catalog.prefetch_cursors()
-    parts_of: dict[tuple[str, str], PartsSummary] = {}
-
-    def parts(info: RunInfo) -> PartsSummary:
-        key = (info.project, info.run_id)
-        if key not in parts_of:
-            parts_of[key] = catalog_of[key].parts_summary(info.project, info.run_id)
-        return parts_of[key]
-
-    def row(info: RunInfo, summary: dict | None, target: str, destination: str) -> dict[str, Any]:
-        found = parts(info)
-        pending = summary["pending"] if summary is not None else found.rows
-        catalog = catalog_of[(info.project, info.run_id)]
-        meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
-        return {"target": target, "destination": destination, "project": info.project, "run_id": info.run_id,
-                "status": info.status, "pending_metrics": pending.get("metrics", 0),
-                "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
-                "bytes": catalog.run_bytes(info.project, info.run_id, meta_fp, found.fp),
-                "synced_status": summary["synced_status"] if summary else None,
-                "last_sync_at": summary["last_sync_at"] if summary else None,
-                "last_error": summary["last_error"] if summary else None,
-                "unreadable_parts": found.damaged,
-                "write_errors": info.write_errors()}
-
+    catalog = open_catalog(root_path)
     rows = []
-    seen = set()
     try:
+        catalog.prefetch()
+        catalog.prefetch_cursors()
+        found: dict[tuple[str, str], RunInfo | QuietRun] = {}
+        for key in catalog.run_keys():
+            quiet = catalog.quiet_run(*key)
+            if quiet is not None:
+                found[key] = quiet
+                continue
+            info = from_catalog(catalog, *key, False)  # warns about a run.json it cannot use, as list_runs does
+            if info is not None:
+                found[key] = info
+        order = sorted(found, key=lambda k: (_created(found[k]) or "", k[1]))
+        parts_of: dict[tuple[str, str], PartsSummary] = {}
+
+        def parts(key: tuple[str, str]) -> PartsSummary:
+            run = found[key]
+            if isinstance(run, QuietRun):
+                return run.parts
+            if key not in parts_of:
+                parts_of[key] = catalog.parts_summary(*key)
+            return parts_of[key]
+
+        def row(key: tuple[str, str], summary: dict | None, target: str, destination: str) -> dict[str, Any]:
+            run = found[key]
+            got = parts(key)
+            pending = summary["pending"] if summary is not None else got.rows
+            if isinstance(run, QuietRun):
+                status, size = run.status, run.bytes
+                lost = lost_rows(run.write_errors, run.writers_lost)
+            else:
+                status, lost = run.status, run.write_errors()
+                size = catalog.run_bytes(*key, catalog.row_value(*key, "meta_fp"), got.fp)
+            return {"target": target, "destination": destination, "project": key[0], "run_id": key[1],
+                    "status": status, "pending_metrics": pending.get("metrics", 0),
+                    "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                    "bytes": size,
+                    "synced_status": summary["synced_status"] if summary else None,
+                    "last_sync_at": summary["last_sync_at"] if summary else None,
+                    "last_error": summary["last_error"] if summary else None,
+                    "unreadable_parts": got.damaged,
+                    "write_errors": lost}
+
+        seen = set()
         for path in cursor_files(root_path):
             key = (path.parent.name.partition("=")[2], path.name.partition("=")[2].removesuffix(".json"))
-            info = infos.get(key)
-            if info is None:
+            if key not in found:
                 continue
             try:
-                summary = cached_cursor_summary(catalog_of[key], path, key[0], key[1], parts(info))
+                summary = cached_cursor_summary(catalog, path, key[0], key[1], parts(key))
             except CURSOR_ERRORS:  # vanished (archived meanwhile) or unreadable: says nothing
                 continue
             if target is not None and summary["target"] != target:
@@ -77,11 +92,14 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             if (summary["project"], summary["run_id"]) != key:
                 continue  # a cursor file in another run's place: not this run's
             seen.add(key)
-            rows.append(row(info, summary, summary["target"], summary["destination"]))
-        for key, info in infos.items():
+            rows.append(row(key, summary, summary["target"], summary["destination"]))
+        for key in order:
             if key not in seen:
-                rows.append(row(info, None, target or "-", NEVER_SYNCED))
+                rows.append(row(key, None, target or "-", NEVER_SYNCED))
     finally:
-        for catalog in catalogs.values():
-            catalog.save()
+        catalog.save()
     return rows
+
+
+def _created(run: RunInfo | QuietRun) -> str | None:
+    return run.created_at

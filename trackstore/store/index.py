@@ -232,6 +232,22 @@ class PartsSummary:
     records: dict[str, list[PartRecord]] | None
 
 
+@dataclass(frozen=True)
+class QuietRun:
+    """A run that did not change since the catalog's row of it was made, and has ended
+    (:meth:`Catalog.quiet_run`): what ``status`` shows of it, from that row alone."""
+
+    status: str  # as recorded: final, so also the effective status
+    created_at: str | None
+    parts: PartsSummary
+    bytes: int
+    write_errors: str | None  # what run.json recorded
+    writers_lost: list[dict]  # the writer files that recorded write_errors
+
+
+_FINAL = ("finished", "failed", "crashed")
+
+
 # ---------------------------------------------------------------------------- the catalog
 class RunEntry:
     """One run as the catalog has it (validated by ``run.json``'s fingerprint when handed out).
@@ -568,6 +584,34 @@ class Catalog:
             self._update((row["project"], row["run_id"]), dir_fp=dir_fp,
                          kind_fps="|".join([*fps[:-1], "+" if has_artifacts else "-"]))
         return True
+
+    def quiet_run(self, project: str, run_id: str) -> QuietRun | None:
+        """The run as its row has it when its ``run.json``, its folder, its kind folders and its
+        ``_writers`` folder all keep the fingerprints stored with the row, the row holds no
+        problem of run.json and its recorded status is final; else None (ask :meth:`entry`,
+        :meth:`parts_summary` and the others). Costs those ``stat`` calls and no object per
+        field: what ``status`` uses for the runs that did not change, nearly all of a store."""
+        key = (project, run_id)
+        row = self._fresh.get(key) or self._stored(key)
+        if row is None or row.get("status") not in _FINAL or row.get("unreadable") \
+                or row.get("problems") not in (None, "", "[]") or "writers_lost" not in row:
+            return None
+        run_dir = f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}"
+        meta_fp = row.get("meta_fp")
+        if not _same(meta_fp, fingerprint(f"{run_dir}{_SEP}{RUN_FILE}", self._now)):
+            return None
+        if not self._kinds_unchanged(row, run_dir):
+            return None
+        writers_fp = self._writers_fp(key)
+        if not _same(row.get("writers_fp"), writers_fp):
+            return None
+        parts_fp = row["parts_fp"]
+        if row.get("bytes") is None or row.get("bytes_fp") != f"{meta_fp}|{writers_fp}|{parts_fp}":
+            return None
+        lost = row["writers_lost"]
+        return QuietRun(row["status"], row.get("created_at"),
+                        PartsSummary(parts_fp, dict(zip(KINDS, _counts(row["kind_rows"]))), int(row["damaged"]), None),
+                        int(row["bytes"]), row.get("write_errors"), json.loads(lost) if lost else [])
 
     def parts_summary(self, project: str, run_id: str) -> PartsSummary:
         """What ``status`` and the no-change check need of a run's parts (their digest, readable
@@ -948,5 +992,6 @@ def is_catalog_path(name: str) -> bool:
     return name == CATALOG_DIR
 
 
-__all__ = ["CATALOG_DIR", "CATALOG_FILE", "CATALOG_VERSION", "RACY_S", "Catalog", "PartRecord", "PartsSummary", "RunEntry",
+__all__ = ["CATALOG_DIR", "CATALOG_FILE", "CATALOG_VERSION", "RACY_S", "Catalog", "PartRecord", "PartsSummary", "QuietRun",
+           "RunEntry",
            "catalog_path", "fingerprint", "open_catalog", "parts_digest", "read_part_record", "RUN_FILE"]
