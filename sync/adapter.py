@@ -23,9 +23,11 @@ defaults of the optional ones):
     Optional. Called for each run before any of its rows is planned or sent, in a sync and in
     a ``--dry-run`` alike, so that both compute the same things (MLflow: the run's metric key
     names, which depend on every key of the run and on the names ``cursor.remote`` already
-    gave). ``metric_keys`` is every metric key of the run, read by the engine, for a target
-    that declares :attr:`Adapter.wants_metric_keys` (None otherwise): adapters never read the
-    store. It must not contact the target nor change ``cursor``.
+    gave). ``metric_keys`` gives every metric key of the run when called (:data:`MetricKeys`:
+    the engine reads them from the store at the first call, so a run whose batches need no
+    new name costs no read), for a target that declares :attr:`Adapter.wants_metric_keys`
+    (None otherwise): adapters never read the store. It must not contact the target nor
+    change ``cursor``.
 ``open_run(run, cursor)``
     Find the remote run by a *deterministic* identity derived from the trackstore run id (a
     marker stored on the remote run where the target allows: MLflow's tag
@@ -91,10 +93,13 @@ that no adapter module imports a store reader, the ledger's writers or an engine
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 from trackstore.errors import TrackstoreError, UsageError
 from trackstore.store.ledger import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
+
+#: every metric key of the run being synced, read by the engine at the first call (``prepare``)
+MetricKeys = Callable[[], list[str]]
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -217,7 +222,7 @@ class Target(Protocol):
 
     def destination(self) -> str: ...
     def check_online(self) -> None: ...
-    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None: ...
+    def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None: ...
     def open_run(self, run, cursor) -> str: ...
     def sync_metadata(self, run, cursor) -> list[str]: ...
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult: ...
@@ -298,7 +303,7 @@ class Adapter:
             return {f"{self.name} cannot hold {kind}": rows.num_rows} if rows.num_rows else {}
         return {}
 
-    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None:
+    def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:
         pass
 
     def close_run(self, cursor) -> None:

@@ -27,6 +27,7 @@ changes anything a writer owns: syncing a live run from a login node is safe.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import random
 import time
@@ -49,6 +50,7 @@ from .adapter import (
     OPENED_REPLACED,
     STEPS,
     Adapter,
+    MetricKeys,
     PermanentError,
     RetryableError,
     SendResult,
@@ -365,18 +367,24 @@ class Engine:
         return res
 
     # ------------------------------------------------------------------ internals
-    def _metric_keys(self, info: RunInfo) -> list[str] | None:
-        """Every metric key of the run, for a target that names keys by all of them (a damaged
-        part is left out here: the run stops on it before anything is sent)."""
+    def _metric_keys(self, info: RunInfo) -> MetricKeys | None:
+        """Every metric key of the run, read at the first call, for a target that names keys by
+        all of them (a damaged part is left out here: the run stops on it before anything is
+        sent)."""
         if not self.adapter.wants_metric_keys:
             return None
-        import warnings
 
-        from trackstore.read.points import run_keys
+        @functools.cache
+        def metric_keys() -> list[str]:
+            import warnings
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return run_keys(info.paths)
+            from trackstore.read.points import run_keys
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return run_keys(info.paths)
+
+        return metric_keys
 
     def _recover(self, cursor: Cursor, res: RunResult) -> None:
         """A session that never confirmed its rows (a ``confirms_on_close`` target; the sync

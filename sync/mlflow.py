@@ -55,6 +55,7 @@ from .adapter import (
     OPENED_FOUND,
     OPENED_REPLACED,
     Adapter,
+    MetricKeys,
     PermanentError,
     RetryableError,
     SendResult,
@@ -102,7 +103,7 @@ class MlflowAdapter(Adapter):
         self._client = None
         self._experiments: dict[str, str] = {}
         self._run_dir = Path(".")
-        self._run_keys: list[str] = []  # every metric key of the run being synced (prepare)
+        self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
         # (run id, mlflow key) -> points MLflow holds, read by reconcile and kept current by
@@ -327,17 +328,17 @@ class MlflowAdapter(Adapter):
         return notes
 
     # ------------------------------------------------------------------ records
-    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None:
+    def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:
         # what the key names depend on (every metric key of the run, the names already given),
         # the same for send() and for --dry-run's unsupported(), which sees neither
-        self._run_keys = list(metric_keys or ())
+        self._run_keys = metric_keys
         self._known_keys = dict(cursor.remote.get("key_map") or {})
 
     def _key_names(self, cursor, keys) -> dict[str, str]:
         """The cursor's ``key_map``, extended (and kept in the cursor) when ``keys`` holds a new key."""
         mapping = cursor.remote.setdefault("key_map", {})
         if not mapping.keys() >= set(keys):
-            mapping.update(mlflow_run_names(keys, mapping, self._run_keys))
+            mapping.update(mlflow_run_names(keys, mapping, self._run_keys() if self._run_keys else None))
         return mapping
 
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
@@ -487,7 +488,7 @@ class MlflowAdapter(Adapter):
             if infs:
                 out["infinite values are stored by MLflow as +/-1.8e308 (kept, lossy)"] = infs
             keys = pc.unique(rows.column("key")).to_pylist()
-            names = mlflow_run_names(keys, self._known_keys, self._run_keys)
+            names = mlflow_run_names(keys, self._known_keys, self._run_keys() if self._run_keys else None)
             for k, mk in renamed("mlflow", keys, names).items():
                 out[rename_reason("MLflow", k, mk)] = 0
         return out

@@ -69,6 +69,7 @@ from .adapter import (
     OPENED_CREATED,
     OPENED_FOUND,
     Adapter,
+    MetricKeys,
     PermanentError,
     RetryableError,
     SendResult,
@@ -358,7 +359,7 @@ class SwanlabAdapter(Adapter):
         return rows
 
     # ------------------------------------------------------------------ records
-    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None:
+    def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:
         """Before a run's rows are planned: a scratch copy of the key state SwanLab's rules read
         (``key_max``, ``media_keys`` in ``cursor.remote``), which :meth:`unsupported` plays the
         batches of a ``--dry-run`` through, as :meth:`send` does on the cursor's own."""

@@ -74,6 +74,7 @@ from .adapter import (
     OPENED_FOUND,
     STEPS,
     Adapter,
+    MetricKeys,
     PermanentError,
     RetryableError,
     SendResult,
@@ -544,7 +545,7 @@ class WandbAdapter(Adapter):
                     metrics += 1
         return {"metrics": metrics, "histograms": histograms, "samples": samples}
 
-    def prepare(self, run, cursor, metric_keys: list[str] | None = None) -> None:
+    def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:
         """Before a run's rows are planned: the last step the cursor says wandb committed, by
         which :meth:`unsupported` judges late points as :meth:`send` does (online, a resumed
         run may hold more steps than the cursor knows: only the sync asks)."""
