@@ -47,7 +47,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             info = from_catalog(catalog, *key, False)  # warns about a run.json it cannot use, as list_runs does
             if info is not None:
                 found[key] = info
-        order = sorted(found, key=lambda k: (_created(found[k]) or "", k[1]))
+        order = sorted(found, key=lambda k: (found[k].created_at or "", k[1]))  # a listing's order
         parts_of: dict[tuple[str, str], PartsSummary] = {}
 
         def parts(key: tuple[str, str]) -> PartsSummary:
@@ -99,7 +99,3 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
     finally:
         catalog.save()
     return rows
-
-
-def _created(run: RunInfo | QuietRun) -> str | None:
-    return run.created_at
