@@ -148,16 +148,19 @@ def listed_runs(root, *, project=None, status=None, tag=None, since=None, sort="
     from the store's catalog without DuckDB. ``sort`` was checked by :func:`runs_query`.
     ``light``: only the columns a listing shows, filters and sorts by (no config, summary,
     notes, error): the rest of each run.json is not even parsed."""
-    from trackstore.read.catalog import list_runs
+    from trackstore.read.catalog import list_runs, listed_rows
 
     from .sql_cmd import report_skipped_files
 
     with report_skipped_files():
-        infos = list_runs(root, project=project or None, unreadable=True)
-    if not light and len(infos) > 1:
-        for catalog in {id(i.catalog): i.catalog for i in infos if i.catalog is not None}.values():
-            catalog.prefetch_meta()  # every run.json's fields in one query, not one per run
-    rows = [info.view_row(light=light) for info in infos]
+        if light:
+            rows = listed_rows(root, project=project or None, unreadable=True)
+        else:
+            infos = list_runs(root, project=project or None, unreadable=True)
+            if len(infos) > 1:
+                for catalog in {id(i.catalog): i.catalog for i in infos if i.catalog is not None}.values():
+                    catalog.prefetch_meta()  # every run.json's fields in one query, not one per run
+            rows = [info.view_row() for info in infos]
     after = parse_since(since) if since else None
     rows = [r for r in rows if (not project or r["project"] == project) and (not status or r["status"] in status)
             and all(t in r["tags"] for t in tag or []) and (after is None or (r["created_at"] and r["created_at"] >= after))]

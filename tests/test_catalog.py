@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.read.catalog import list_runs, load_run, resolve_run, resolve_runs
+from trackstore.read.catalog import list_runs, listed_rows, load_run, resolve_run, resolve_runs
 from trackstore.read.overview import run_overview
 from trackstore.read.sync_status import status_rows
 from trackstore.store import index
@@ -171,12 +171,20 @@ def check_views_against_full_scan(root: Path) -> None:
         con.close()
 
 
+def listed(root: Path) -> list[dict]:
+    """The listing's rows (runs that did not change come from the catalog's rows without a run
+    object), in a full listing's order."""
+    order = {(r.project, r.run_id): i for i, r in enumerate(full_runs(root))}
+    return sorted(listed_rows(root, unreadable=True), key=lambda r: order.get((r["project"], r["run_id"]), -1))
+
+
 def check_against_full_scan(root: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_views_against_full_scan(root)
         assert described(list_runs(root, unreadable=True)) == described(full_runs(root))
         assert [i.run_id for i in list_runs(root)] == [i.run_id for i in full_runs(root) if not i.unreadable]
+        assert listed(root) == [r.view_row(light=True) for r in full_runs(root)]
         assert status_rows(root) == full_status(root)
         assert sync_state_rows(root) == full_sync_state(root)
         readable = [r for r in full_runs(root) if not r.unreadable]
@@ -388,7 +396,7 @@ def store(root, monkeypatch):
 def answers(root: Path) -> tuple:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return (described(list_runs(root, unreadable=True)), status_rows(root),
+        return (described(list_runs(root, unreadable=True)), listed(root), status_rows(root),
                 unchanged_since_ack(root, TARGET, DEST, list_runs(root)))
 
 
@@ -404,7 +412,8 @@ def catalog_is_sound(root: Path) -> bool:
                                     "wrong fingerprints"])
 def test_a_damaged_catalog_is_rebuilt_with_the_same_answers(store, damage):
     first = answers(store)
-    assert first == (described(full_runs(store)), full_status(store), full_unchanged(store))
+    assert first == (described(full_runs(store)), [r.view_row(light=True) for r in full_runs(store)],
+                     full_status(store), full_unchanged(store))
     path = index.catalog_path(store)
     assert catalog_is_sound(store)
     if damage == "garbage":
@@ -495,12 +504,13 @@ def test_references_resolve_without_a_listing_and_in_one_scan(root):
 REFRESHER = r"""
 import sys, time, warnings
 warnings.simplefilter("ignore")
-from trackstore.read.catalog import list_runs
+from trackstore.read.catalog import list_runs, listed_rows
 from trackstore.read.sync_status import status_rows
 root, until = sys.argv[1], float(sys.argv[2])
 n = 0
 while time.time() < until:
     runs = list_runs(root, unreadable=True)
+    listed_rows(root, unreadable=True)
     ids = [r.run_id for r in runs]
     assert len(ids) == len(set(ids)), ids
     for r in runs:
@@ -542,7 +552,8 @@ def test_two_refreshers_race_a_writer(root):
         assert int(out) > 0
     time.sleep(index.RACY_S + 0.1)  # every file is now old enough to be cached
     for _ in range(2):  # once deriving what changed, once from the catalog
-        assert answers(root)[:2] == (described(full_runs(root)), full_status(root))
+        assert answers(root)[:3] == (described(full_runs(root)), [r.view_row(light=True) for r in full_runs(root)],
+                                     full_status(root))
 
 
 def test_connect_reuses_part_checks_and_still_skips_a_damaged_part(store, monkeypatch):

@@ -214,24 +214,8 @@ class RunInfo:
         ``last_step``/``exit_code`` as int64 or None, tags as text, other values as text or None
         (``config`` and ``summary`` stay dicts; the view holds them as JSON text). ``light``:
         the columns of :meth:`list_row` only."""
-        INT64_MIN, INT64_MAX = _meta.INT64_MIN, _meta.INT64_MAX
         if light:
-            row = self.list_row()
-            row["created_at"] = parse_time(row["created_at"])
-            row["ended_at"] = parse_time(row["ended_at"])
-            row["updated_at"] = parse_time(row["updated_at"])
-            tags = row["tags"]
-            if tags and not all(type(t) is str for t in tags):
-                row["tags"] = [t if isinstance(t, str) else str(t) for t in tags]
-            for name in ("last_step", "exit_code"):
-                v = row[name]
-                if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX):
-                    row[name] = None
-            for name in ("project", "run_id", "name", "status", "host", "user", "group", "job_type"):
-                v = row[name]
-                if v is not None and type(v) is not str:
-                    row[name] = str(v)
-            return row
+            return typed_list_row(self.list_row())
         from ..store.meta import INT64_MAX, INT64_MIN
 
         out = {}
@@ -248,6 +232,27 @@ class RunInfo:
                 v = str(v)
             out[name] = v
         return out
+
+
+def typed_list_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`RunInfo.list_row` with the types of the ``runs`` SQL view (see
+    :meth:`RunInfo.view_row`), converted in place."""
+    INT64_MIN, INT64_MAX = _meta.INT64_MIN, _meta.INT64_MAX
+    row["created_at"] = parse_time(row["created_at"])
+    row["ended_at"] = parse_time(row["ended_at"])
+    row["updated_at"] = parse_time(row["updated_at"])
+    tags = row["tags"]
+    if tags and not all(type(t) is str for t in tags):
+        row["tags"] = [t if isinstance(t, str) else str(t) for t in tags]
+    for name in ("last_step", "exit_code"):
+        v = row[name]
+        if v is not None and (type(v) is not int or not INT64_MIN <= v <= INT64_MAX):  # bool is not int here
+            row[name] = None
+    for name in ("project", "run_id", "name", "status", "host", "user", "group", "job_type"):
+        v = row[name]
+        if v is not None and type(v) is not str:
+            row[name] = str(v)
+    return row
 
 
 @dataclass
@@ -375,11 +380,14 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
     catalog = open_catalog(root_path)
     out = []
     try:
-        catalog.prefetch(project)
-        for proj, run_id in catalog.run_keys(project):
-            info = from_catalog(catalog, proj, run_id, unreadable)
-            if info is None:
-                continue
+        for key, row in catalog.listed(project):
+            if row is not None:  # run.json did not change and the run ended: the catalog's row as it is
+                entry = catalog.listed_entry(key, row)
+                info = RunInfo(RunPaths(root_path, *key), None, entry.light["status"], entry=entry)
+            else:
+                info = from_catalog(catalog, *key, unreadable)
+                if info is None:
+                    continue
             if wanted and info.status not in wanted:
                 continue
             out.append(info)
@@ -387,6 +395,29 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
         catalog.save()
     out.sort(key=lambda r: (r.created_at or "", r.run_id))
     return out
+
+
+def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = None,
+                unreadable: bool = False) -> list[dict[str, Any]]:
+    """:meth:`RunInfo.view_row` (``light=True``) of every run :func:`list_runs` gives, in the order
+    of their folders (sort them as needed): what a listing shows, filters and sorts by. A run that did not change and has ended
+    costs one ``stat`` and no run object (a listing of thousands of runs)."""
+    from ..store.index import open_catalog
+
+    root_path = resolve_root(root)
+    catalog = open_catalog(root_path)
+    rows = []
+    try:
+        for key, row in catalog.listed(project):
+            if row is not None:
+                rows.append(typed_list_row(catalog.listed_row(key, row)))
+                continue
+            info = from_catalog(catalog, *key, unreadable)
+            if info is not None:
+                rows.append(info.view_row(light=True))
+    finally:
+        catalog.save()
+    return rows
 
 
 class _Resolver:

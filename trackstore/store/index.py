@@ -313,7 +313,9 @@ class Catalog:
         self.root = Path(root)
         self.path = catalog_path(self.root)
         self._db: Any = None  # the file, opened read-only and immutable (sqlite3.Connection)
-        self._rows: dict[tuple[str, str], dict | None] = {}  # what the file holds (listing columns), as read
+        # what the file holds (listing columns), as read: a tuple in the order of _RUN_COLUMNS
+        # until a caller asks for the row (then a dict; see _stored)
+        self._rows: dict[tuple[str, str], dict | tuple | None] = {}
         self._cursors: dict[str, tuple | None] = {}  # cursor rows of the file (without the path), as read
         self._all = False  # every row of the file read (prefetch): a run not in _rows has none
         self._all_cursors = False
@@ -376,8 +378,9 @@ class Catalog:
             self._all = self._db is not None
         else:
             found = self._query(f"SELECT {cols} FROM runs WHERE project = ?", (project,))
+        rows = self._rows
         for r in found:
-            self._rows[(r[0], r[1])] = dict(zip(_RUN_COLUMNS, r))
+            rows[(r[0], r[1])] = r
 
     def prefetch_meta(self) -> None:
         """Read every run's kept ``run.json`` fields (JSON text) in one query, for :meth:`heavy`."""
@@ -392,7 +395,10 @@ class Catalog:
 
     def _stored(self, key: tuple[str, str]) -> dict | None:
         if key in self._rows:
-            return self._rows[key]
+            row = self._rows[key]
+            if type(row) is tuple:
+                row = self._rows[key] = dict(zip(_RUN_COLUMNS, row))
+            return row
         if self._all or self._db is None:
             return None
         found = self._query(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs WHERE project = ? AND run_id = ?", key)
@@ -483,6 +489,53 @@ class Catalog:
         self._update(key, meta_fp=current, unreadable=int(doc.unreadable), problems=_dumps(doc.problems),
                      meta=text, **_light_columns(light))
         return RunEntry(self, project, run_id, light, doc.meta, None, doc.unreadable, doc.problems)
+
+    def listed(self, project: str | None = None) -> list[tuple[tuple[str, str], tuple | None]]:
+        """Every run folder (of ``project``), sorted, with the row the file holds for it when that
+        row answers a listing as it is: ``run.json`` keeps the fingerprint stored with the row,
+        the file was read whole (nothing unreadable), and the recorded status is ``finished`` or
+        ``failed`` (a running run's status depends on its writers, a crashed run's last step
+        and end on its parts). The row is a tuple in the order of :data:`LISTED_COLUMNS`; None:
+        ask :meth:`entry`. What :meth:`entry` checks, in one loop of one ``stat`` per run (the
+        listing of a store of thousands of runs that did not change)."""
+        self.prefetch(project)
+        rows, fresh, stat = self._rows, self._fresh, os.stat
+        limit = self._now - RACY_S
+        prefix = self._prefix
+        out: list[tuple[tuple[str, str], tuple | None]] = []
+        for key in self.run_keys(project):
+            row = rows.get(key)
+            if type(row) is not tuple or key in fresh or row[_I_STATUS] not in _LISTED_FINAL or row[_I_UNREADABLE] \
+                    or row[_I_PROBLEMS] not in (None, "", "[]"):
+                out.append((key, None))
+                continue
+            try:
+                st = stat(f"{prefix}{key[0]}{_SEP}{RUN_PREFIX}{key[1]}{_SEP}{RUN_FILE}")
+            except OSError:
+                out.append((key, None))
+                continue
+            if st.st_mtime > limit or st.st_ctime > limit or row[_I_META_FP] != \
+                    f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}":
+                out.append((key, None))
+                continue
+            out.append((key, row))
+        return out
+
+    @staticmethod
+    def listed_row(key: tuple[str, str], row: tuple) -> dict[str, Any]:
+        """What :meth:`trackstore.read.catalog.RunInfo.list_row` gives for a row :meth:`listed`
+        handed out, made from the tuple directly (no entry, no run object)."""
+        (_p, _r, _fp, _u, _pr, name, status, created_at, ended_at, updated_at, last_step, host, user, tags, grp,
+         job_type, exit_code) = row[:17]
+        return {"project": key[0], "run_id": key[1], "name": name or key[1], "status": status,
+                "created_at": created_at, "ended_at": ended_at, "updated_at": updated_at or created_at,
+                "last_step": last_step, "host": host, "user": user,
+                "tags": list(_tags(tags)) if tags is not None else [], "group": grp, "job_type": job_type,
+                "exit_code": exit_code}
+
+    def listed_entry(self, key: tuple[str, str], row: tuple) -> RunEntry:
+        """The :class:`RunEntry` of a row :meth:`listed` handed out (what :meth:`entry` gives)."""
+        return RunEntry(self, key[0], key[1], _light_of_tuple(row), None, None, False, [])
 
     def writers(self, project: str, run_id: str) -> list[dict]:
         """The run's writer files (``_writers/*.json``), checked against the folder."""
@@ -830,9 +883,10 @@ class Catalog:
                                f"VALUES ({', '.join('?' for _ in details)})")
                 if fresh_file:
                     # a new file keeps what this process knows that is still valid, from the old rows
-                    keep = {k: r for k, r in self._rows.items() if r is not None and k not in self._fresh}
+                    keep = {k: self._stored(k) for k, r in list(self._rows.items())
+                            if r is not None and k not in self._fresh}
                     for key, r in keep.items():
-                        db.execute(put_run, [r.get(c) for c in _RUN_COLUMNS])
+                        db.execute(put_run, [r.get(c) for c in _RUN_COLUMNS])  # type: ignore[union-attr]
                         db.execute(put_details, [*key, *(self.heavy(key, c) for c in _HEAVY)])
                 db.executemany(put_run, [[row.get(c) for c in _RUN_COLUMNS] for row in self._fresh.values()])
                 db.executemany(put_details, [[row.get(c) for c in details] for row in self._fresh.values()])
@@ -916,6 +970,23 @@ def _light_columns(light: dict) -> dict:
 def _tags(text: str) -> tuple:
     """A stored tag list (runs of a store share a few: parsed once each)."""
     return tuple(json.loads(text))
+
+
+#: the columns of a row :meth:`Catalog.listed` hands out, in order
+LISTED_COLUMNS = _RUN_COLUMNS
+_I = {c: i for i, c in enumerate(_RUN_COLUMNS)}
+_I_STATUS, _I_UNREADABLE, _I_PROBLEMS, _I_META_FP = _I["status"], _I["unreadable"], _I["problems"], _I["meta_fp"]
+_LISTED_FINAL = ("finished", "failed")
+
+
+def _light_of_tuple(row: tuple) -> dict:
+    """:func:`_light_of_row` of a row as the file holds it (a tuple in :data:`_RUN_COLUMNS` order)."""
+    (_p, _r, _fp, _u, _pr, name, status, created_at, ended_at, updated_at, last_step, host, user, tags, grp,
+     job_type, exit_code, heartbeat_at, pid, write_errors) = row[:20]
+    return {"name": name, "status": status, "created_at": created_at, "ended_at": ended_at,
+            "updated_at": updated_at, "last_step": last_step, "host": host, "user": user,
+            "tags": list(_tags(tags)) if tags is not None else None, "group": grp, "job_type": job_type,
+            "exit_code": exit_code, "heartbeat_at": heartbeat_at, "pid": pid, "write_errors": write_errors}
 
 
 def _light_of_row(row: dict) -> dict:
