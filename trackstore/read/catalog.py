@@ -381,13 +381,14 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
     out = []
     try:
         for key, row in catalog.listed(project):
+            info: RunInfo | None
             if row is not None:  # run.json did not change and the run ended: the catalog's row as it is
                 entry = catalog.listed_entry(key, row)
                 info = RunInfo(RunPaths(root_path, *key), None, entry.light["status"], entry=entry)
             else:
                 info = from_catalog(catalog, *key, unreadable)
-                if info is None:
-                    continue
+            if info is None:
+                continue
             if wanted and info.status not in wanted:
                 continue
             out.append(info)

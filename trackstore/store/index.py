@@ -396,7 +396,7 @@ class Catalog:
     def _stored(self, key: tuple[str, str]) -> dict | None:
         if key in self._rows:
             row = self._rows[key]
-            if type(row) is tuple:
+            if isinstance(row, tuple):
                 row = self._rows[key] = dict(zip(_RUN_COLUMNS, row))
             return row
         if self._all or self._db is None:
