@@ -119,11 +119,19 @@ class Candidate:
     """One run and gc's decision about it."""
 
     info: RunInfo
-    bytes: int
     ended_ts: float
     delete: bool = False
     reason: str = ""
     fingerprint: frozenset | None = None  # of the runs selected for deletion, taken before deciding
+    _bytes: int | None = field(default=None, repr=False)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the run's folder, counted when first asked (a plan that keeps a run shows
+        them only when asked to list it)."""
+        if self._bytes is None:
+            self._bytes = run_bytes(self.info)
+        return self._bytes
 
     @property
     def project(self) -> str:
@@ -143,8 +151,11 @@ class Candidate:
 @dataclass
 class Plan:
     runs: list[Candidate] = field(default_factory=list)
-    store_bytes: int = 0
     created_at: float = field(default_factory=time.time)
+
+    @property
+    def store_bytes(self) -> int:
+        return sum(c.bytes for c in self.runs)
 
     @property
     def delete(self) -> list[Candidate]:
@@ -372,8 +383,7 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
             for info in sorted(infos, key=lambda r: (r.created_at or "", r.run_id), reverse=True)[:policy.keep_last]:
                 protected.add((proj, info.run_id))
     for info in runs:
-        c = Candidate(info, run_bytes(info), end_time(info))
-        result.store_bytes += c.bytes
+        c = Candidate(info, end_time(info))
         # the reasons that need no more than the listing first; a run's writer and claim files
         # are read only for a run that could otherwise be deleted
         if policy.project is not None and info.project != policy.project:
@@ -404,7 +414,6 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
                 c.delete = True
                 c.reason = "eligible"
         result.runs.append(c)
-    save_catalogs(runs)
     if policy.max_size is not None:
         total = result.store_bytes
         for c in sorted(result.delete, key=lambda c: (c.ended_ts, c.run_id)):
@@ -413,6 +422,9 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
                 c.reason = "store within --max-size"
             else:
                 total -= c.bytes
+    for c in result.delete:
+        c.bytes  # noqa: B018 - counted now, with the plan: what deletion frees and reports
+    save_catalogs(runs)
     return result
 
 
