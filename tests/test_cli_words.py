@@ -94,3 +94,30 @@ def test_quickstart_after_two_demos(tmp_path):
         out = subprocess.run([sys.executable, "-m", "trackstore.cli.main", *argv[1:]], cwd=tmp_path,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, (command, out.stderr)
+
+
+def test_a_dry_run_with_rows_pending_imports_no_pandas(tmp_path):
+    """pyarrow imports pandas (0.2-0.3 s) when a compute function or ``pa.scalar`` is handed a
+    Python value, and for ``Table.from_pylist``/``Schema.empty_table``: the dry run of a run
+    whose rows are partly acknowledged (the acknowledged-rows filter) and whose other kinds are
+    empty must not."""
+    import trackstore
+    from trackstore.store.ledger import Cursor, save_cursor
+    from trackstore.store.ranges import RangeSet
+
+    root = tmp_path / "runs"
+    run = trackstore.init("p", root=root)
+    for s in range(10):
+        run.log({"a": float(s), "b": 1.0}, step=s)
+    run.finish()
+    writer = next(run.paths.writers_dir.glob("*.json")).stem
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    save_cursor(root, Cursor("mlflow", uri, "p", run.run_id, acked={"metrics": RangeSet({writer: [[0, 5], [8, 9]]})},
+                             remote={"run_id": "0" * 32, "experiment_id": "1"}))
+    code = ("import sys, io, contextlib\nfrom trackstore.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as f:\n"
+            f"    try: main(['sync', '--to', 'mlflow', '--uri', {uri!r}, '--dry-run', '-f', 'json', '--root', {str(root)!r}])\n"
+            "    except SystemExit: pass\n"
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "False", out.stdout

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso, parse_time
-from ..store.index import column_max
+from ..store.index import column_max, column_max_time
 from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
 
@@ -279,8 +279,8 @@ def data_extent(paths: RunPaths) -> DataExtent:
         for part in paths.parts(kind):
             try:
                 md = pq.read_metadata(part)
-                ts = column_max(md, "ts")
-                found.last_ts = _larger(found.last_ts, ts.timestamp() if ts is not None else os.stat(part).st_mtime)
+                ts = column_max_time(md, "ts")
+                found.last_ts = _larger(found.last_ts, ts if ts is not None else os.stat(part).st_mtime)
                 if kind == "metrics":
                     found.last_step = _larger(found.last_step, column_max(md, "step"))
             except (OSError, ValueError):  # pyarrow's errors derive from these

@@ -317,11 +317,12 @@ def read_row_ids(paths: RunPaths, kind: str):
     the rows read are not known to be complete.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from .parts import read_columns
 
     def ids(part: Path):
         try:
-            return pq.read_table(part, columns=["writer", "seq"])
+            return read_columns(part, ["writer", "seq"])
         except FileNotFoundError:
             raise  # a swap: relist reads the folder again
         except Exception:

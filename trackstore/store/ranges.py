@@ -70,12 +70,19 @@ class RangeSet:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from .arrays import to_numpy
+
         writer = table.column("writer").combine_chunks()
         if pa.types.is_dictionary(writer.type):
             writer = writer.cast(pa.string())
         encoded = pc.dictionary_encode(writer)
-        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False))
-        seqs = np.asarray(table.column("seq").combine_chunks().to_numpy(zero_copy_only=False), dtype=np.int64)
+        indices, seq = encoded.indices, table.column("seq").combine_chunks()
+        if indices.null_count or seq.null_count or not pa.types.is_int64(seq.type):  # never in a part
+            codes = np.asarray(indices.to_numpy(zero_copy_only=False))
+            seqs = np.asarray(seq.to_numpy(zero_copy_only=False), dtype=np.int64)
+        else:  # from the buffers: Array.to_numpy imports pandas (arrays.py)
+            codes = to_numpy(indices, np.dtype(f"int{indices.type.bit_width}"))
+            seqs = to_numpy(seq, np.int64)
         for i, w in enumerate(encoded.dictionary.to_pylist()):
             ordered = seqs[codes == i] if len(encoded.dictionary) > 1 else seqs
             if not len(ordered):
@@ -165,21 +172,30 @@ class RangeSet:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from .arrays import column, constant_bools
+
         n = table.num_rows
         if not self._ranges or n == 0:
-            return pa.array([False] * n, pa.bool_())
+            return constant_bools(False, n)
         writer = table.column("writer")
         seq = table.column("seq")
+        # the bounds as pyarrow scalars made from arrays: a Python value given to a compute
+        # function (or pa.scalar) makes pyarrow import pandas, 0.2-0.3 s of a sync (arrays.py)
+        names = column(list(self._ranges), pa.string())
+        bounds = column([b for rs in self._ranges.values() for r in rs for b in r], pa.int64())
         result = None
-        for w, rs in self._ranges.items():
-            is_w = pc.equal(writer, pa.scalar(w, pa.string()))
+        at = 0
+        for i, rs in enumerate(self._ranges.values()):
+            is_w = pc.equal(writer, names[i])
             in_any = None
-            for lo, hi in rs:
+            for _ in rs:
+                lo, hi = bounds[at], bounds[at + 1]
+                at += 2
                 cond = pc.and_(pc.greater_equal(seq, lo), pc.less_equal(seq, hi))
                 in_any = cond if in_any is None else pc.or_(in_any, cond)
             part = pc.and_(is_w, in_any)
             result = part if result is None else pc.or_(result, part)
-        return pc.fill_null(result, False)
+        return pc.fill_null(result, constant_bools(False, 1)[0])
 
     def to_json(self) -> dict[str, list[list[int]]]:
         return {w: [list(r) for r in rs] for w, rs in self._ranges.items()}
