@@ -212,6 +212,43 @@ def add_rows(root: Path, k: int) -> list[Path]:
     return [Path(x) for x in json.loads(p.stdout)]
 
 
+STAT_FLOOR = """
+import os, sys, time
+from pathlib import Path
+from trackstore.store.index import run_folders
+from trackstore.store.layout import KINDS, RunPaths
+root = Path(sys.argv[1])
+keys = run_folders(root)
+paths = []
+for project, run_id in keys:  # what the catalog's contract has status check of an unchanged run
+    p = RunPaths(root, project, run_id)
+    paths += [str(p.run_file), str(p.dir), str(p.writers_dir)]
+    paths += [str(p.kind_dir(k)) for k in KINDS if p.kind_dir(k).is_dir()]
+best = None
+for _ in range(5):
+    t = time.perf_counter()
+    for x in paths:
+        os.stat(x)
+    took = time.perf_counter() - t
+    best = took if best is None else min(best, took)
+t = time.perf_counter()
+run_folders(root)
+scan = time.perf_counter() - t
+print(len(keys), len(paths), best, scan)
+"""
+
+
+def stat_floor(root: Path) -> tuple[int, int, float, float]:
+    """``(runs, paths, seconds, scan seconds)``: the ``stat`` of every file and folder the
+    catalog's contract makes ``status`` check for a run that did not change (run.json, the
+    run folder, ``_writers``, each kind folder), in a bare loop (best of 5, warm), and the
+    directory scan that finds the runs."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run([sys.executable, "-c", STAT_FLOOR, str(root)], capture_output=True, text=True, env=env,
+                         check=True).stdout.split()
+    return int(out[0]), int(out[1]), float(out[2]), float(out[3])
+
+
 def compile_packages() -> None:
     """Write the bytecode of trackstore's packages (what `pip install` does for a normal install)."""
     import compileall
@@ -292,6 +329,10 @@ def measure(n: int, repeat: int, skip: list[str] = ()) -> list[tuple]:
         out.append((name, warm, cold, first, cpu))
         print(f"  {n:>6} runs  {name:<50} warm {warm:7.3f} s (cpu {cpu:6.3f})  cold {cold:7.3f} s   "
               f"first {first:7.3f} s", flush=True)
+    runs_n, paths_n, floor, scan = stat_floor(root)
+    out.append(("stat floor (bare loop, in process)", floor + scan, None, None, None))
+    print(f"  {n:>6} runs  stat floor: {paths_n:,} stat calls {floor:.3f} s + scan {scan:.3f} s "
+          f"({(floor + scan) / runs_n * 1e6:.1f} us a run)", flush=True)
     p = subprocess.run([py, "-c", mlflow_search_inproc, uri, exp], capture_output=True, text=True, env=env, check=True)
     inproc = float(p.stdout.strip().splitlines()[-1])
     out.append(("mlflow search_runs (in process, after import)", inproc, None, None, None))
@@ -327,6 +368,27 @@ def main() -> None:
             a, b = results[args.sizes[0]][i][1], results[args.sizes[-1]][i][1]
             ratio = f" {b / a:.2f}x |" if a else " |"
         print(f"| {name} | " + " | ".join(cells) + " |" + ratio)
+    if len(args.sizes) > 1:
+        small, big = args.sizes[0], args.sizes[-1]
+        print(f"\nwhat each command costs per run, and what '{big:,} runs at most 2x {small:,}' allows (from the warm medians "
+              f"above: per run = (t{big} - t{small}) / {big - small}; fixed = t{small} - {small} x per run; "
+              f"2x needs per run <= fixed / {big - 2 * small})")
+        floor = {n: dict((r[0], r[1]) for r in results[n]).get("stat floor (bare loop, in process)") for n in args.sizes}
+        if floor[small] is not None and floor[big] is not None:
+            per = (floor[big] - floor[small]) / (big - small)
+            print(f"  the stat floor (status's checks of an unchanged run, bare loop): {per * 1e6:.1f} us a run")
+        print("| command | per run (us) | fixed (s) | per run allowed for 2x (us) |")
+        print("|---|---|---|---|")
+        for i, name in enumerate(names):
+            if name.startswith(("python", "trackstore --help", "mlflow", "stat floor")) or "in process" in name:
+                continue
+            if any(len(results[n]) <= i or results[n][i][0] != name for n in (small, big)):
+                continue
+            a, b = results[small][i][1], results[big][i][1]
+            per = (b - a) / (big - small)
+            fixed = a - small * per
+            allowed = fixed / (big - 2 * small)
+            print(f"| {name} | {per * 1e6:.1f} | {fixed:.3f} | {allowed * 1e6:.1f} |")
     print("\nfirst command on a store without a catalog file (it builds it):")
     for n in args.sizes:
         first = {r[0]: r[3] for r in results[n]}

@@ -124,6 +124,19 @@ def fingerprint(path: str | os.PathLike, now: float | None = None) -> str | None
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
+def _fp(path: str, limit: float) -> str | None:
+    """:func:`fingerprint` with its racy limit (``now - RACY_S``) computed by the caller once."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "-"
+    except OSError:
+        return None
+    if st.st_mtime > limit or st.st_ctime > limit:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
 def _same(stored: str | None, current: str | None) -> bool:
     """A stored fingerprint still holds: both known, neither racy, and equal."""
     return bool(stored) and bool(current) and stored == current
@@ -349,6 +362,8 @@ class Catalog:
         self._fresh_cursors: dict[str, tuple] = {}
         self._folder_fps: dict[str, str | None] = {}  # cursor folders stat-ed by this process
         self._writers_now: dict[tuple[str, str], str | None] = {}  # _writers folders stat-ed by this process
+        self._meta_now: dict[tuple[str, str], str] = {}  # run.json fingerprints listed() found as stored
+        self._quiet: dict[tuple[str, str], tuple | None] = {}  # quiet(): the answer per run, once per command
         self._overviews: dict[tuple[str, str], tuple[str, str]] = {}  # fresh run overviews to write (put_overview)
         self._part_checks: dict[str, tuple] | None = None  # fresh part checks to write (see put_part_checks)
         self._part_checks_all = False
@@ -543,6 +558,7 @@ class Catalog:
                     f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}":
                 out.append((key, None))
                 continue
+            self._meta_now[key] = row[_I_META_FP]
             out.append((key, row))
         return out
 
@@ -663,39 +679,66 @@ class Catalog:
                          kind_fps="|".join([*fps[:-1], "+" if has_artifacts else "-"]))
         return True
 
-    def quiet_run(self, project: str, run_id: str) -> QuietRun | None:
-        """The run as its row has it when its ``run.json``, its folder, its kind folders and its
-        ``_writers`` folder all keep the fingerprints stored with the row, the row holds no
-        problem of run.json and its recorded status is final; else None (ask :meth:`entry`,
-        :meth:`parts_summary` and the others). Costs those ``stat`` calls and no object per
-        field: what ``status`` uses for the runs that did not change, nearly all of a store."""
+    def quiet(self, project: str, run_id: str) -> tuple | None:
+        """The run's row as the file holds it (a tuple in :data:`LISTED_COLUMNS` order) when
+        nothing of the run changed since the row was made: its ``run.json``, its folder, its
+        kind folders and its ``_writers`` folder keep the fingerprints stored with the row, the
+        row holds no problem of run.json, its recorded status is final, and its parts digest and
+        bytes were derived from exactly these. Else None (ask :meth:`entry`,
+        :meth:`parts_summary` and the others). One loop of ``stat`` calls and string
+        comparisons, no object per field: what ``status``, ``sync_state`` and the no-change
+        check of a sync cost for a run that did not change, nearly all of a store. A kind folder
+        that did not exist still does not while the run folder keeps its fingerprint (see
+        :meth:`_kinds_unchanged`)."""
         key = (project, run_id)
-        row = self._fresh.get(key) or self._stored(key)
-        if row is None or row.get("status") not in _FINAL or row.get("unreadable") \
-                or row.get("problems") not in (None, "", "[]") or "writers_lost" not in row:
+        if key in self._quiet:
+            return self._quiet[key]
+        self._quiet[key] = None
+        row = self._rows.get(key)
+        if type(row) is not tuple or key in self._fresh or row[_I_STATUS] not in _FINAL or row[_I_UNREADABLE] \
+                or row[_I_PROBLEMS] not in (None, "", "[]") or not row[_I_KIND_FPS] or not row[_I_PARTS_FP] \
+                or row[_I_BYTES] is None or not row[_I_DIR_FP]:
             return None
+        limit = self._now - RACY_S
         run_dir = f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}"
-        meta_fp = row.get("meta_fp")
-        if not _same(meta_fp, fingerprint(f"{run_dir}{_SEP}{RUN_FILE}", self._now)):
+        meta_fp = self._meta_now.get(key) or _fp(f"{run_dir}{_SEP}{RUN_FILE}", limit)
+        if meta_fp != row[_I_META_FP] or _fp(run_dir, limit) != row[_I_DIR_FP]:
             return None
-        if not self._kinds_unchanged(row, run_dir):
+        fps = row[_I_KIND_FPS].split("|")
+        for i, kind in enumerate(KINDS):
+            old = fps[i]
+            if old == "-" and (kind != "artifacts" or fps[-1] == "-"):
+                continue  # did not exist, and its parent folder did not change
+            if not old or _fp(f"{run_dir}{_SEP}{_KIND_DIRS[kind]}", limit) != old:
+                return None
+        writers_fp = self._writers_now.get(key) or _fp(f"{run_dir}{_SEP}{WRITERS_DIR}", limit)
+        self._writers_now[key] = writers_fp
+        if writers_fp != row[_I_WRITERS_FP] or row[_I_BYTES_FP] != f"{meta_fp}|{writers_fp}|{row[_I_PARTS_FP]}":
             return None
-        writers_fp = self._writers_fp(key)
-        if not _same(row.get("writers_fp"), writers_fp):
+        self._quiet[key] = row
+        return row
+
+    def quiet_run(self, project: str, run_id: str) -> QuietRun | None:
+        """:meth:`quiet` as what ``status`` shows of the run."""
+        row = self.quiet(project, run_id)
+        if row is None:
             return None
-        parts_fp = row["parts_fp"]
-        if row.get("bytes") is None or row.get("bytes_fp") != f"{meta_fp}|{writers_fp}|{parts_fp}":
-            return None
-        lost = row["writers_lost"]
-        return QuietRun(row["status"], row.get("created_at"),
-                        PartsSummary(parts_fp, dict(zip(KINDS, _counts(row["kind_rows"]))), int(row["damaged"]), None),
-                        int(row["bytes"]), row.get("write_errors"), json.loads(lost) if lost else [])
+        lost = row[_I_WRITERS_LOST]
+        return QuietRun(row[_I_STATUS], row[_I_CREATED_AT], self._quiet_parts(row), int(row[_I_BYTES]),
+                        row[_I_WRITE_ERRORS], json.loads(lost) if lost else [])
+
+    @staticmethod
+    def _quiet_parts(row: tuple) -> PartsSummary:
+        return PartsSummary(row[_I_PARTS_FP], dict(zip(KINDS, _counts(row[_I_KIND_ROWS]))), int(row[_I_DAMAGED]), None)
 
     def parts_summary(self, project: str, run_id: str) -> PartsSummary:
         """What ``status`` and the no-change check need of a run's parts (their digest, readable
         rows per kind, damaged parts), from ``stat`` calls only while no kind folder changed;
         else from :meth:`parts`."""
         key = (project, run_id)
+        quiet = self.quiet(project, run_id)
+        if quiet is not None:
+            return self._quiet_parts(quiet)
         row = self._row(key)
         if row is not None and self._kinds_unchanged(row, self._run_dir(project, run_id)):
             return PartsSummary(row["parts_fp"], dict(zip(KINDS, _counts(row["kind_rows"]))),
@@ -1001,6 +1044,9 @@ def _tags(text: str) -> tuple:
 LISTED_COLUMNS = _RUN_COLUMNS
 _I = {c: i for i, c in enumerate(_RUN_COLUMNS)}
 _I_STATUS, _I_UNREADABLE, _I_PROBLEMS, _I_META_FP = _I["status"], _I["unreadable"], _I["problems"], _I["meta_fp"]
+_I_KIND_FPS, _I_PARTS_FP, _I_BYTES, _I_BYTES_FP = _I["kind_fps"], _I["parts_fp"], _I["bytes"], _I["bytes_fp"]
+_I_DIR_FP, _I_WRITERS_FP, _I_WRITERS_LOST, _I_KIND_ROWS = _I["dir_fp"], _I["writers_fp"], _I["writers_lost"], _I["kind_rows"]
+_I_DAMAGED, _I_CREATED_AT, _I_WRITE_ERRORS = _I["damaged"], _I["created_at"], _I["write_errors"]
 _LISTED_FINAL = ("finished", "failed")
 
 
