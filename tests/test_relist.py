@@ -62,15 +62,15 @@ def test_a_folder_that_never_settles_is_each_callers_call(root, monkeypatch):
     assert each_part(paths, "metrics", lambda p: read_rows(p, "metrics"), lambda p, e: None)  # settled: rows
 
     # read_row_ids (what gc and status count): the part is not known to be read, so it is unreadable
-    import pyarrow.parquet as pq
+    from trackstore.store import parts as parts_module
 
-    real = pq.read_table
+    real = parts_module.read_columns
 
     def flaky(p, *a, **k):
         if Path(p) == victim:
             raise FileNotFoundError(p)
         return real(p, *a, **k)
 
-    monkeypatch.setattr(pq, "read_table", flaky)
+    monkeypatch.setattr(parts_module, "read_columns", flaky)
     ids, damaged = read_row_ids(paths, "metrics")
     assert damaged == [victim] and sorted(ids.column("seq").to_pylist()) == [0, 2]
