@@ -609,6 +609,10 @@ class Catalog:
         ``write_errors`` only): one ``stat`` of the ``_writers`` folder while it is unchanged,
         no JSON read when none did."""
         key = (project, run_id)
+        quiet = self._quiet.get(key)
+        if quiet is not None:  # its _writers folder was checked by quiet() in this command
+            text = quiet[_I_WRITERS_LOST]
+            return json.loads(text) if text else []
         row = self._row(key)
         current = self._writers_fp(key)
         if row is not None and "writers_lost" in row and _same(row.get("writers_fp"), current):
