@@ -17,6 +17,12 @@ outside; "warm" is the median of ``--repeat`` runs after one untimed run; "cold"
 after every file of the store (catalog included) was evicted from the page cache with
 ``posix_fadvise(DONTNEED)`` (folders stay cached by the kernel). The first untimed run of each
 size also shows what a first command costs without a catalog (it builds it).
+
+With two sizes it also prints, per command, its cost per run and its fixed cost (from the two
+warm medians), what "the larger size at most 2x the smaller" allows per run (fixed /
+(large - 2 x small)), and the **stat floor**: the ``stat`` calls the catalog's contract makes
+``status`` take for a run that did not change (run.json, the run folder, ``_writers``, each
+kind folder), in a bare loop in one process (best of 5), with the scan that finds the runs.
 """
 
 from __future__ import annotations
