@@ -88,7 +88,7 @@ def gc(
         emit(rows, fmt, columns=["action", *COLUMNS])
     kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")
     if kept:
-        con.print("kept: " + ", ".join(f"{n} {why}" for why, n in sorted(kept.items())))
+        con.print("kept: " + ", ".join(f"{n:,} {why}" for why, n in sorted(kept.items())), highlight=False)
     if not plan.delete:
         con.print("nothing to delete")
         if not dry_run:
@@ -96,7 +96,8 @@ def gc(
             _compact(root_path, plan, policy, compact, con)
         return
     if dry_run:
-        con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes} bytes); nothing deleted")
+        con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes:,} bytes); nothing deleted",
+                  highlight=False)
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -110,7 +111,8 @@ def gc(
         result = G.execute(root_path, plan, on_deleted=lambda c: step(c.run_id))
     for c in result.skipped:
         con.print(literal(f"kept {c.project}/{c.run_id}: {c.reason}"), style="yellow")
-    con.print(f"deleted {plural(len(result.deleted), 'run')}, freed {format_bytes(result.freed_bytes)} ({result.freed_bytes} bytes)")
+    con.print(f"deleted {plural(len(result.deleted), 'run')}, freed {format_bytes(result.freed_bytes)} "
+              f"({result.freed_bytes:,} bytes)", highlight=False)
     _compact(root_path, plan, policy, compact, con)
 
 

@@ -483,7 +483,7 @@ def test_cli_max_size_deletes_oldest_first(root):
     out = run_cli("gc", "--max-size", str(limit - 1), "--yes", root=root)  # one byte short: two go
     assert out.returncode == 0, out.stderr
     assert ids(root) == {runs[2].run_id}
-    assert f"({size[runs[0].run_id] + size[runs[1].run_id]} bytes)" in out.stdout
+    assert f"({size[runs[0].run_id] + size[runs[1].run_id]:,} bytes)" in out.stdout
     bad = run_cli("gc", "--max-size", "lots", root=root)
     assert bad.returncode == 2 and "invalid size" in bad.stderr
 
