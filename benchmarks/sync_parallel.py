@@ -4,7 +4,8 @@
     python benchmarks/sync_parallel.py --runs 16 --points 2000   # a quick look
     python benchmarks/sync_parallel.py --processes           # also: N separate sync processes
 
-A local ``mlflow server`` (sqlite backend, as ``tests/servers.py`` starts it) is reached through
+A local ``mlflow server`` (sqlite backend, ``tests/servers.py``'s server with MLflow's default of
+4 worker processes; ``--server-workers 1`` is how the tests start it) is reached through
 ``tests/proxy.py``'s proxy, which holds every request 50 ms (``--latency``) before forwarding it:
 a link with that round-trip time. Each ``--jobs`` level syncs its own store of ``--runs`` runs
 (``--points`` points each: 20 keys x points/20 steps) into its own experiment, through the
@@ -148,6 +149,8 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.05, help="seconds the proxy holds each request")
     ap.add_argument("--jobs", default="1,2,4,8")
     ap.add_argument("--processes", action="store_true", help="also N separate sync processes (N = the largest --jobs)")
+    ap.add_argument("--server-workers", type=int, default=4, help="worker processes of the mlflow server "
+                    "(default 4, `mlflow server`'s own default; the tests start it with 1)")
     ap.add_argument("--direct", action="store_true", help="also --jobs 1 and the largest --jobs straight to the "
                     "server, no proxy: what the link costs, and what the server itself allows")
     args = ap.parse_args()
@@ -159,7 +162,7 @@ def main() -> None:
     from tests.servers import MlflowServer
 
     tmp = Path(tempfile.mkdtemp(prefix="ts-bench-parallel-"))
-    server = MlflowServer(tmp / "server")
+    server = MlflowServer(tmp / "server", extra_args=["--workers", str(args.server_workers)])
     try:
         t0 = time.perf_counter()
         contenders = [(f"--jobs {j}", j, "threads") for j in levels]
@@ -195,6 +198,7 @@ def main() -> None:
         print(f"\nsync --jobs N to a local mlflow server through a proxy adding {args.latency * 1000:.0f} ms per "
               f"request: {args.runs} runs x {args.points:,} points, {os.cpu_count()} cores, load average "
               + "/".join(f"{x:.1f}" for x in os.getloadavg()))
+        print(f"server: {args.server_workers} worker process{'es' if args.server_workers != 1 else ''}, sqlite backend")
         print(f"round trip of a small request: {direct * 1000:.1f} ms direct, {slow * 1000:.1f} ms through the proxy")
         print(f"{'contender':20} {'seconds':>8} {'runs/s':>8} {'points/s':>10} {'vs --jobs 1':>12}  exactly once")
         for label, dt, rps, pps, problem in rows:

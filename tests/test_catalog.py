@@ -487,6 +487,22 @@ def test_a_fingerprint_younger_than_racy_s_is_not_trusted(root):
     assert index.fingerprint(info.paths.dir / "nothing") == "-"
 
 
+def test_a_row_kept_while_its_run_was_racy_is_never_trusted(root):
+    """A run changed within RACY_S of a command is kept with empty fingerprints; while it keeps
+    changing that fast, the fingerprints taken now are empty too: equal, but never a reason to
+    trust the row (the listing, status and the no-change check read the files again)."""
+    op_create(root, "p", 2, "finished")
+    info = list_runs(root)[0]  # the catalog now holds the run with meta_fp "" (it was just written)
+    assert listed_rows(root)[0]["name"] == info.name
+    meta = json.loads(info.paths.run_file.read_text())
+    meta["name"] = "renamed in place"
+    info.paths.run_file.write_text(json.dumps(meta))  # in place, within RACY_S: racy again
+    assert index.fingerprint(info.paths.run_file) == ""
+    assert listed_rows(root)[0]["name"] == "renamed in place"
+    assert list_runs(root)[0].name == "renamed in place"
+    assert status_rows(root) == full_status(root)
+
+
 def test_references_resolve_without_a_listing_and_in_one_scan(root):
     for i in range(5):
         op_create(root, "p" if i < 3 else "q", i, "finished")

@@ -112,19 +112,10 @@ def catalog_path(root: Path) -> Path:
 def fingerprint(path: str | os.PathLike, now: float | None = None) -> str | None:
     """``stat`` fingerprint of a file or folder: ``"-"`` when it does not exist, ``""`` when it
     changed too recently to be trusted later (:data:`RACY_S`), None when it cannot be stat-ed."""
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return "-"
-    except OSError:
-        return None
-    limit = (time.time() if now is None else now) - RACY_S
-    if st.st_mtime > limit or st.st_ctime > limit:
-        return ""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return _fp(path, (time.time() if now is None else now) - RACY_S)
 
 
-def _fp(path: str, limit: float) -> str | None:
+def _fp(path: str | os.PathLike, limit: float) -> str | None:
     """:func:`fingerprint` with its racy limit (``now - RACY_S``) computed by the caller once."""
     try:
         st = os.stat(path)
@@ -539,24 +530,18 @@ class Catalog:
         ask :meth:`entry`. What :meth:`entry` checks, in one loop of one ``stat`` per run (the
         listing of a store of thousands of runs that did not change)."""
         self.prefetch(project)
-        rows, fresh, stat = self._rows, self._fresh, os.stat
+        rows, fresh = self._rows, self._fresh
         limit = self._now - RACY_S
         prefix = self._prefix
         out: list[tuple[tuple[str, str], tuple | None]] = []
         for key in self.run_keys(project):
             row = rows.get(key)
             if type(row) is not tuple or key in fresh or row[_I_STATUS] not in _LISTED_FINAL or row[_I_UNREADABLE] \
-                    or row[_I_PROBLEMS] not in (None, "", "[]"):
+                    or row[_I_PROBLEMS] not in (None, "", "[]") or not row[_I_META_FP] or row[_I_META_FP] == "-":
                 out.append((key, None))
                 continue
-            try:
-                st = stat(f"{prefix}{key[0]}{_SEP}{RUN_PREFIX}{key[1]}{_SEP}{RUN_FILE}")
-            except OSError:
-                out.append((key, None))
-                continue
-            if st.st_mtime > limit or st.st_ctime > limit or row[_I_META_FP] != \
-                    f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}":
-                out.append((key, None))
+            if _fp(f"{prefix}{key[0]}{_SEP}{RUN_PREFIX}{key[1]}{_SEP}{RUN_FILE}", limit) != row[_I_META_FP]:
+                out.append((key, None))  # changed, gone, racy ("") or not stat-able (None)
                 continue
             self._meta_now[key] = row[_I_META_FP]
             out.append((key, row))
@@ -701,8 +686,8 @@ class Catalog:
         row = self._rows.get(key)
         if type(row) is not tuple or key in self._fresh or row[_I_STATUS] not in _FINAL or row[_I_UNREADABLE] \
                 or row[_I_PROBLEMS] not in (None, "", "[]") or not row[_I_KIND_FPS] or not row[_I_PARTS_FP] \
-                or row[_I_BYTES] is None or not row[_I_DIR_FP]:
-            return None
+                or row[_I_BYTES] is None or not row[_I_DIR_FP] or not row[_I_META_FP] or not row[_I_WRITERS_FP]:
+            return None  # (a stored fingerprint "" was racy when taken: never trusted, see _same)
         limit = self._now - RACY_S
         run_dir = f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}"
         meta_fp = self._meta_now.get(key) or _fp(f"{run_dir}{_SEP}{RUN_FILE}", limit)

@@ -135,7 +135,7 @@ def read_columns(path, columns: Sequence[str]):
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as pf:
-        return pf.read(columns=list(columns), use_threads=False)
+        return pf.read(columns=list(columns), use_threads=pf.metadata.num_rows > _THREADED_ROWS)
 
 
 def read_part(path, kind: str, columns: Sequence[str] | None = None):
