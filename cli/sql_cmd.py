@@ -94,13 +94,15 @@ def sql(
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
     sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
-    from trackstore.read.guard import mentions_sync_state
+    from trackstore.read.guard import mentions_runs, mentions_sync_state
     from trackstore.read.views import run_sql
 
     if query == "-":
         query = sys.stdin.read()
     values = parse_params(params)
-    with open_store(root, strict=strict, sync_state=mentions_sync_state(query)) as con:
+    # the runs and sync_state views are filled only for a query that names them (the others
+    # need no listing of the store: a query on one run's metrics stays cheap in a big store)
+    with open_store(root, strict=strict, sync_state=mentions_sync_state(query), runs_view=mentions_runs(query)) as con:
         table = run_sql(con, query, values)
     print_table(table, fmt, output=output, limit=limit)
 

@@ -109,3 +109,27 @@ def test_empty_store_views_answer(root):
     res = run_cli("sql", "SELECT count(*) AS n FROM samples", "-f", "json", root=root)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == [{"n": 0}]
+
+
+def test_the_runs_view_is_filled_only_for_a_query_that_names_it(store):
+    """`trackstore sql` lists the store's runs only for a query that mentions `runs` (in any
+    form: a name, a string, a comment); the others get the same answers without the listing."""
+    import trackstore
+
+    con = trackstore.connect(store, runs_view=False)
+    full = trackstore.connect(store)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)  # its columns, no rows
+        assert con.execute("DESCRIBE runs").fetchall() == full.execute("DESCRIBE runs").fetchall()
+        for q in ("SELECT count(*), sum(value) FROM metrics", "SELECT * FROM latest ORDER BY 1, 2, 3"):
+            assert con.execute(q).fetchall() == full.execute(q).fetchall()
+    finally:
+        con.close()
+        full.close()
+    full_count = json.loads(run_cli("sql", "SELECT count(*) AS n FROM runs", "-f", "json", root=store).stdout)[0]["n"]
+    assert full_count > 0
+    for q in ("SELECT count(*) AS n FROM main.runs", "SELECT count(*) AS n FROM RUNS",
+              "SELECT count(*) AS n FROM query_table('runs')", "SELECT count(*) AS n FROM \"runs\""):
+        out = run_cli("sql", q, "-f", "json", root=store)
+        assert out.returncode == 0, (q, out.stderr)
+        assert json.loads(out.stdout)[0]["n"] == full_count, q

@@ -89,6 +89,12 @@ def mentions_sync_state(sql: str) -> bool:
     return "sync_state" in sql.lower()
 
 
+def mentions_runs(sql: str) -> bool:
+    """Whether a query can reference the ``runs`` view (so it must be filled): any mention of
+    the word, in a name, a string or a comment, counts (no other view reads it)."""
+    return "runs" in sql.lower()
+
+
 def clean_error(exc: BaseException) -> str:
     """A DuckDB error's message, trimmed for people (no blank lines)."""
     return str(exc).strip().replace("\n\n", "\n")

@@ -257,7 +257,8 @@ def _outside_store(path: str, real_root: str) -> str | None:
 
 # ---------------------------------------------------------------------- connecting
 def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on_corrupt: str = "warn",
-            sync_state: bool = True, runs: Iterable[Any] | None = None) -> duckdb.DuckDBPyConnection:
+            sync_state: bool = True, runs: Iterable[Any] | None = None,
+            runs_view: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views over every run of the store at ``root``.
 
     ``runs`` (RunInfo objects or ``(project, run_id)`` pairs) limits every view to those runs,
@@ -268,7 +269,9 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     :class:`~trackstore.errors.CorruptFileError` for the first one). With ``read_only=True``
     the connection can read only files under the root and cannot change its configuration
     (no ATTACH or COPY outside it, no INSTALL or LOAD). ``sync_state=False`` leaves the
-    ``sync_state`` view empty, which saves reading every part's ``(writer, seq)`` columns.
+    ``sync_state`` view empty, which saves reading every part's ``(writer, seq)`` columns;
+    ``runs_view=False`` leaves the ``runs`` view empty (its columns, no rows), which saves
+    listing every run (what ``trackstore sql`` does for a query that never names it).
     A root that is not a store (missing, not a folder, other files only) raises
     :class:`~trackstore.errors.UsageError` naming it (:func:`trackstore.store.layout.check_store_root`).
     """
@@ -293,7 +296,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
         con.execute("SET preserve_insertion_order = false")
         con.execute("SET parquet_metadata_cache = true")
         con.execute("SET enable_progress_bar = false")  # it would land in csv/json output
-        _create_runs_view(con, root_path, only)
+        _create_runs_view(con, root_path, only, runs_view)
         con.execute("CREATE TABLE _trackstore_views (kind VARCHAR, sources VARCHAR)")
         bad_kinds = {_kind_of(p) for p in bad}
         for kind in RECORD_KINDS:
@@ -504,17 +507,21 @@ def _ts(value: str | None):
         return None
 
 
-def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None) -> pa.Table:
+def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]] | None = None, *,
+               fill: bool = True) -> pa.Table:
     """The ``runs`` view's rows as a pyarrow Table: the columns listings use, and ``_meta``, the
     usable fields of each run.json as JSON text (kept so by the catalog: not parsed here), from
-    which the view takes ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``."""
+    which the view takes ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``.
+    ``fill=False``: the same columns and no row (nothing is listed)."""
     import pyarrow as pa
 
     from .catalog import from_catalog, list_runs
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
-    if only is None:
+    if not fill:
+        infos = []
+    elif only is None:
         infos = list_runs(root, unreadable=True)
     else:  # only these runs: each resolved through the catalog, none listed
         from ..store.index import open_catalog
@@ -551,8 +558,8 @@ _RUNS_VIEW = (
     "FROM _runs_data")
 
 
-def _create_runs_view(con, root: Path, only: set[tuple[str, str]] | None) -> None:
-    _register(con, "_runs_data", runs_table(root, only))
+def _create_runs_view(con, root: Path, only: set[tuple[str, str]] | None, fill: bool = True) -> None:
+    _register(con, "_runs_data", runs_table(root, only, fill=fill))
     con.execute(f"CREATE VIEW runs AS {_RUNS_VIEW}")
 
 
