@@ -17,7 +17,7 @@ import typer.core
 
 PANELS = {
     "Selection": ("project", "status", "tag", "since", "where", "params", "sort", "all_runs", "finished_only",
-                  "older_than", "max_size", "keep_last", "require_synced_to", "include_unsynced", "keys"),
+                  "older_than", "max_size", "keep_last", "require_synced_to", "include_unsynced", "keys", "run_refs"),
     "Target": ("to", "uri", "entity", "remote_project", "host", "mode", "logdir", "proxy"),
     "Output": ("fmt", "output", "wide", "limit"),
     "Store": ("root",),
@@ -27,7 +27,7 @@ NAMED = {"seconds": "SECONDS", "timeout": "SECONDS", "watch": "SECONDS", "fmt": 
          "root": "DIR", "output": "FILE", "png": "FILE", "older_than": "AGE", "since": "AGE|DATE",
          "max_size": "SIZE", "split": "SIZE", "uri": "URI", "proxy": "URL", "host": "URL", "logdir": "DIR",
          "where": "SQL", "sort": "COLUMN", "key": "KEY", "keys": "KEY", "to": "TARGET",
-         "require_synced_to": "TARGETS", "target_mb": "MB"}
+         "require_synced_to": "TARGETS", "target_mb": "MB", "run_refs": "RUN"}
 
 
 def metavar(param: Any) -> str | None:

@@ -199,8 +199,8 @@ def _next_steps(con, info, root, counts: dict, chosen: list[str]) -> None:
         commands.append(["trackstore", "trace", run_ref, *root_flag])
     if chosen:
         commands.append(["trackstore", "plot", run_ref, "-k", shlex.quote(chosen[0]), *root_flag])
-    # run ids are [A-Za-z0-9._-]: safe inside the quotes
-    commands.append(["trackstore", "sql", f"\"SELECT * FROM metrics WHERE run_id = '{info.run_id}'\"", *root_flag])
+    # --run: the views hold this run alone, as fast in a store of 10,000 runs as of one
+    commands.append(["trackstore", "sql", "-r", run_ref, "\"SELECT * FROM metrics\"", *root_flag])
     con.print("more:")
     for words in commands:
         for line in _shell_lines(words, con.width - 2):

@@ -91,6 +91,9 @@ def sql(
                                        help="Rows shown in the table view (the total is printed); 0 = all. "
                                             "Other formats always get every row.")] = 50,
     strict: StrictOpt = False,
+    run_refs: Annotated[Optional[List[str]], typer.Option(
+        "--run", "-r", help="Only this run: its id, a unique prefix or project/name (repeatable). Every view "
+                            "then holds these runs alone, which costs the same in a store of any size.")] = None,
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
     sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
@@ -100,9 +103,15 @@ def sql(
     if query == "-":
         query = sys.stdin.read()
     values = parse_params(params)
+    only = None
+    if run_refs:
+        from trackstore.read.catalog import resolve_runs
+
+        only = resolve_runs(run_refs, root, unreadable=True)
     # the runs and sync_state views are filled only for a query that names them (the others
     # need no listing of the store: a query on one run's metrics stays cheap in a big store)
-    with open_store(root, strict=strict, sync_state=mentions_sync_state(query), runs_view=mentions_runs(query)) as con:
+    with open_store(root, strict=strict, sync_state=mentions_sync_state(query), runs_view=mentions_runs(query),
+                    runs=only) as con:
         table = run_sql(con, query, values)
     print_table(table, fmt, output=output, limit=limit)
 

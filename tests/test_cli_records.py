@@ -5,6 +5,7 @@ a tool call, a reward), with a run that has neither for the errors; and ``show``
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -165,6 +166,16 @@ def test_show_summarises_the_demo_run(demo):
                      f"trackstore plot {info.run_id} -k critic/score/mean", "trackstore sql"):
         assert expected in text, expected
     assert "actor/layer_00/grad_norm" not in text  # a chosen few keys, not all of them
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("trackstore sql"))
+    suggested = lines[at].strip()
+    while suggested.endswith("\\"):  # continued on the next line (a backslash, as a shell reads it)
+        at += 1
+        suggested = suggested[:-1] + lines[at].strip()
+    assert suggested.startswith(f'trackstore sql -r {info.run_id} "SELECT * FROM metrics"'), suggested
+    argv = shlex.split(suggested)[1:]
+    argv = argv[:argv.index("--root")] if "--root" in argv else argv
+    pasted = _ok(run_cli(*argv, "-f", "json", root=root))  # as pasted: this run's points
+    assert {r["run_id"] for r in json.loads(pasted)} == {info.run_id}
     every = _ok(run_cli("show", info.run_id, "--all-keys", root=root))
     assert "actor/layer_00/grad_norm" in every and "metrics (12 of" not in every
     data = json.loads(_ok(run_cli("show", info.run_id, "-f", "json", root=root)))[0]

@@ -272,3 +272,37 @@ def test_latest_breaks_same_microsecond_ties_by_log_order(root):
     con = connect(root)
     assert con.execute("SELECT step, value FROM latest WHERE key = 'k'").fetchall() == [(7, 3.0)]
     assert con.execute("SELECT first, last FROM metric_summary WHERE key = 'k'").fetchall() == [(1.0, 3.0)]
+
+
+def test_views_limited_to_some_runs_hold_only_their_sync_state(tmp_path):
+    """``connect(runs=...)`` limits every view to those runs, sync_state included (it listed
+    every run's cursors before)."""
+    import trackstore
+    from trackstore.store.ledger import Cursor, save_cursor
+    from trackstore.store.ranges import RangeSet
+
+    root = tmp_path / "runs"
+    ids = []
+    for i in range(3):
+        run = trackstore.init("p" if i < 2 else "q", root=root)
+        run.log({"a": float(i)}, step=0)
+        run.finish()
+        writer = next(run.paths.writers_dir.glob("*.json")).stem
+        for dest in ("sqlite:///one.db", "sqlite:///two.db"):
+            save_cursor(root, Cursor("mlflow", dest, run.project, run.run_id, acked={"metrics": RangeSet({writer: [[0, 0]]})},
+                                     remote={"run_id": f"r{i}"}))
+        ids.append((run.project, run.run_id))
+    full = trackstore.connect(root)
+    try:
+        for some in ([ids[0]], [ids[0], ids[2]]):
+            con = trackstore.connect(root, runs=some)
+            try:
+                q = "SELECT * FROM sync_state ORDER BY ALL"
+                got = con.execute(q).fetchall()
+                assert got and {(r[2], r[3]) for r in got} == set(some)
+                want = [r for r in full.execute(q).fetchall() if (r[2], r[3]) in set(some)]
+                assert got == want
+            finally:
+                con.close()
+    finally:
+        full.close()

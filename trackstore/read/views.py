@@ -321,7 +321,7 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
                 con.execute("DELETE FROM _trackstore_views WHERE kind = $kind", {"kind": kind})
                 sound = [f for f in good[kind] if f not in culprits]
                 _create_kind_view(con, root_path, kind, sound, True, only, True, binding.name if binding else None)
-        _create_sync_state_view(con, root_path if sync_state else None)
+        _create_sync_state_view(con, root_path if sync_state else None, only)
         source = json.dumps(sorted(only)) if only is not None else None
         con.execute("CREATE TABLE _trackstore_source AS SELECT $root AS root, $only::VARCHAR AS only_runs",
                     {"root": str(root_path), "only": source})
@@ -563,16 +563,17 @@ def _create_runs_view(con, root: Path, only: set[tuple[str, str]] | None, fill: 
     con.execute(f"CREATE VIEW runs AS {_RUNS_VIEW}")
 
 
-def _create_sync_state_view(con, root: Path | None) -> None:
+def _create_sync_state_view(con, root: Path | None, only: set[tuple[str, str]] | None = None) -> None:
     """``sync_state``: one row per (destination, run, kind), from one entry per cursor (the
-    kinds' counts as lists, unnested by DuckDB: five times fewer Python objects)."""
+    kinds' counts as lists, unnested by DuckDB: five times fewer Python objects); of the runs
+    in ``only`` when given."""
     import pyarrow as pa
 
     cursors: list[dict] = []
     if root is not None:
         from ..store.ledger import sync_state_cursors
 
-        cursors = sync_state_cursors(root)
+        cursors = sync_state_cursors(root, only)
     types = {"string": pa.string(), "int64": pa.int64(), "ts": _schema.TS_TYPE}
     arrays = {}
     counts = {"acked_rows": "acked", "pending_rows": "pending", "skipped_rows": "skipped"}

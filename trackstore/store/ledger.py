@@ -486,10 +486,11 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
     return out
 
 
-def sync_state_cursors(root: Path) -> list[dict]:
-    """Every readable cursor of the store, summarized (:func:`summarize_cursor`: target,
-    destination, project, run_id, acked/pending/skipped per kind, ...): the data behind the
-    ``sync_state`` SQL view, one entry per (destination, run).
+def sync_state_cursors(root: Path, only: set[tuple[str, str]] | None = None) -> list[dict]:
+    """Every readable cursor of the store (of the runs in ``only``, ``(project, run_id)``
+    pairs, when given), summarized (:func:`summarize_cursor`: target, destination, project,
+    run_id, acked/pending/skipped per kind, ...): the data behind the ``sync_state`` SQL view,
+    one entry per (destination, run).
 
     Pending rows are counted against the run's parts through the catalog
     (:func:`cached_cursor_summary`): nothing is read of a run whose parts and cursor did not
@@ -498,13 +499,20 @@ def sync_state_cursors(root: Path) -> list[dict]:
 
     root = Path(root)
     catalog = open_catalog(root)
-    catalog.prefetch()
-    catalog.prefetch_cursors()
-    present = set(catalog.run_keys())
+    if only is None:
+        catalog.prefetch()
+        catalog.prefetch_cursors()
+        present = set(catalog.run_keys())
+        files: Iterable[Path] = cursor_files(root)
+    else:  # straight to these runs' cursor files: the store is not listed
+        present = {k for k in only if catalog.has_run_dir(*k)}
+        files = [p for k in sorted(only) for p in cursor_files(root, project=k[0], run_id=k[1])]
     out = []
     try:
-        for path in cursor_files(root):
+        for path in files:
             key = (path.parent.name.partition("=")[2], path.name.partition("=")[2].removesuffix(".json"))
+            if only is not None and key not in only:
+                continue
             try:
                 if key in present:
                     c = cached_cursor_summary(catalog, path, key[0], key[1], catalog.parts_summary(*key))
