@@ -206,11 +206,18 @@ def column_max(md, column: str):
         idx = md.schema.names.index(column)
     except ValueError:
         return None
+    return _stats_max(md, idx, raw=False)
+
+
+def _stats_max(md, idx: int, *, raw: bool):
+    """The largest ``max`` statistic of column ``idx`` over the row groups (``raw``: as stored,
+    ``max_raw``); None without statistics."""
     best = None
     for rg in range(md.num_row_groups):
         st = md.row_group(rg).column(idx).statistics
         if st is not None and st.has_min_max:
-            best = st.max if best is None else max(best, st.max)
+            value = st.max_raw if raw else st.max
+            best = value if best is None else max(best, value)
     return best
 
 
@@ -229,11 +236,7 @@ def column_max_time(md, column: str) -> float | None:
     per_s = _TIME_UNITS.get(logical.get("timeUnit"))
     if logical.get("Type") != "Timestamp" or not logical.get("isAdjustedToUTC") or per_s is None:
         return None
-    best = None
-    for rg in range(md.num_row_groups):
-        st = md.row_group(rg).column(idx).statistics
-        if st is not None and st.has_min_max:
-            best = st.max_raw if best is None else max(best, st.max_raw)
+    best = _stats_max(md, idx, raw=True)
     return None if best is None else best / per_s
 
 
