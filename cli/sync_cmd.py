@@ -91,7 +91,7 @@ class _CronProgress:
             print(visible(f"sync {result.project}/{result.run_id}: {one_line(result.error or '')}{count}"),
                   file=self.out, flush=True)
             return
-        sent = ", ".join(f"{k} {v}" for k, v in result.sent.items() if v) or "nothing new"
+        sent = ", ".join(f"{k} {v:,}" for k, v in result.sent.items() if v) or "nothing new"
         state = "ok" if result.ok else f"FAILED: {one_line(result.error or '')}"
         print(visible(f"sync {result.project}/{result.run_id}: {state} ({sent}; "
                       f"{plural(result.retries, 'retry', 'retries')}){count}"), file=self.out, flush=True)
