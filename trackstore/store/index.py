@@ -728,7 +728,7 @@ class Catalog:
         rows per kind, damaged parts), from ``stat`` calls only while no kind folder changed;
         else from :meth:`parts`."""
         key = (project, run_id)
-        quiet = self.quiet(project, run_id)
+        quiet = self._quiet.get(key)  # checked already in this command (quiet() takes two more stat calls)
         if quiet is not None:
             return self._quiet_parts(quiet)
         row = self._row(key)

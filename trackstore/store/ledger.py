@@ -468,6 +468,9 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
         if id(catalog) not in catalogs:
             catalogs[id(catalog)] = catalog
             catalog.prefetch_cursors()
+        # an unchanged ended run in one loop of stat calls (its writers' losses, reported for an
+        # up-to-date run, come with it); else its parts alone
+        catalog.quiet(info.project, info.run_id)
         parts = catalog.parts_summary(info.project, info.run_id)
         if not parts.fp or parts.damaged:
             continue
