@@ -305,3 +305,30 @@ def test_the_runs_table_makes_again_only_the_rows_of_runs_that_changed(tmp_path,
     assert made == [ids[1]] and etag2 != etag
     assert json.loads(body2) == {"runs": json.loads(json.dumps(data.Store(root).run_rows()))}
     assert [r["name"] for r in json.loads(body2)["runs"]] == ["a", "renamed", "c"]
+
+
+def test_a_run_page_shows_its_own_sync_state_alone(tmp_path, monkeypatch):
+    """The run page's sync section holds the run's own cursors, read alone (not the sync state
+    of every run of the store, filtered)."""
+    import trackstore
+    from trackstore.store import ledger
+    from trackstore.store.ledger import Cursor, save_cursor
+    from trackstore.store.ranges import RangeSet
+    from trackstore.ui import data
+
+    root = tmp_path / "store"
+    runs = []
+    for name in ("a", "b"):
+        with trackstore.init(project="p", name=name, root=root) as run:
+            run.log({"x": 1.0}, step=0)
+        runs.append(run)
+        writer = next(run.paths.writers_dir.glob("*.json")).stem
+        save_cursor(root, Cursor("mlflow", f"sqlite:///{name}.db", "p", run.run_id,
+                                 acked={"metrics": RangeSet({writer: [[0, 0]]})}, remote={"run_id": name}))
+    asked = []
+    real = ledger.sync_state_cursors
+    monkeypatch.setattr(ledger, "sync_state_cursors", lambda root, only=None: asked.append(only) or real(root, only))
+    detail = data.Store(root).run_detail(trackstore.read.catalog.resolve_run(runs[0].run_id, root))
+    assert asked == [{("p", runs[0].run_id)}]
+    assert {(s["run_id"], s["destination"]) for s in detail["sync"]} == {(runs[0].run_id, "sqlite:///a.db")}
+    assert {s["kind"]: s["acked_rows"] for s in detail["sync"]}["metrics"] == 1

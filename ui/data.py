@@ -206,7 +206,8 @@ class Store:
                                 {"p": info.project, "r": info.run_id}).column("key").to_pylist()
         finally:
             con.close()
-        sync = [s for s in sync_state_rows(self.root) if s["project"] == info.project and s["run_id"] == info.run_id]
+        sync = [s for s in sync_state_rows(self.root, {(info.project, info.run_id)})  # this run's cursors alone
+                if s["project"] == info.project and s["run_id"] == info.run_id]
         row = info.row()
         return clean(json.loads(json.dumps({
             **row,

@@ -534,11 +534,11 @@ def sync_state_cursors(root: Path, only: set[tuple[str, str]] | None = None) -> 
     return out
 
 
-def sync_state_rows(root: Path) -> list[dict]:
+def sync_state_rows(root: Path, only: set[tuple[str, str]] | None = None) -> list[dict]:
     """One row per (destination, run, kind): the rows of the ``sync_state`` SQL view
-    (:func:`sync_state_cursors`, one row per record kind)."""
+    (:func:`sync_state_cursors`, one row per record kind), of the runs in ``only`` when given."""
     return [{"target": c["target"], "destination": c["destination"], "project": c["project"], "run_id": c["run_id"],
              "kind": kind, "acked_rows": c["acked"].get(kind, 0), "pending_rows": c["pending"].get(kind, 0),
              "skipped_rows": c["skipped"].get(kind, 0), "remote_id": c["remote_id"],
              "synced_status": c["synced_status"], "last_sync_at": c["last_sync_at"], "last_error": c["last_error"]}
-            for c in sync_state_cursors(root) for kind in KINDS]
+            for c in sync_state_cursors(root, only) for kind in KINDS]
