@@ -151,7 +151,7 @@ def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
         from trackstore.store.clock import parse_iso
 
         cutoff = time.time() - opts.since_s
-        runs = [r for r in runs if (parse_iso(r.meta.get("created_at")) or 0) >= cutoff]
+        runs = [r for r in runs if (parse_iso(r.created_at) or 0) >= cutoff]  # the listing's field: no run.json parsed
     return runs
 
 
