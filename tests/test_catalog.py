@@ -146,7 +146,7 @@ def check_views_against_full_scan(root: Path) -> None:
     run.json text, cursor summaries), hold what a full read of the files gives."""
     import pyarrow.parquet as pq
 
-    from trackstore.read.views import connect
+    from trackstore.read.views import connect, quote_ident
 
     full = {(i.project, i.run_id): i for i in full_runs(root)}
     con = connect(root)
@@ -155,6 +155,11 @@ def check_views_against_full_scan(root: Path) -> None:
                 for p, r, status, config, summary, notes in
                 con.execute("SELECT project, run_id, status, config, summary, notes FROM runs").fetchall()}
         assert runs == {k: (i.status, i.row()["config"], i.row()["summary"], i.row()["notes"]) for k, i in full.items()}
+        light = ("project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step", "host",
+                 "user", "tags", "group", "job_type", "exit_code")
+        got = con.execute(f"SELECT {', '.join(quote_ident(c) for c in light)} FROM runs ORDER BY project, run_id").fetchall()
+        assert [dict(zip(light, r)) for r in got] == \
+            [i.view_row(light=True) for _k, i in sorted(full.items(), key=lambda kv: kv[0])]
         state = sorted(con.execute("SELECT target, destination, project, run_id, kind, acked_rows, pending_rows, "
                                    "skipped_rows, remote_id, synced_status, last_error FROM sync_state").fetchall())
         assert state == sorted(tuple(r[c] for c in ("target", "destination", "project", "run_id", "kind", "acked_rows",

@@ -399,26 +399,41 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
 
 
 def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = None,
-                unreadable: bool = False) -> list[dict[str, Any]]:
-    """:meth:`RunInfo.view_row` (``light=True``) of every run :func:`list_runs` gives, in the order
-    of their folders (sort them as needed): what a listing shows, filters and sorts by. A run that did not change and has ended
-    costs one ``stat`` and no run object (a listing of thousands of runs)."""
+                unreadable: bool = False, meta: bool = False) -> list[dict[str, Any]]:
+    """:meth:`RunInfo.view_row` (``light=True``) of every run :func:`list_runs` gives, in its
+    order: what a listing shows, filters and sorts by. ``meta``: each row also holds ``_meta``,
+    :meth:`RunInfo.meta_json` (the run.json fields the catalog keeps, as JSON text). A run that
+    did not change and has ended costs one ``stat`` and no run object (a listing of thousands
+    of runs)."""
     from ..store.index import open_catalog
 
     root_path = resolve_root(root)
     catalog = open_catalog(root_path)
-    rows = []
+    found: list[tuple[tuple[str, str], dict[str, Any]]] = []
     try:
-        for key, row in catalog.listed(project):
+        listed = catalog.listed(project)
+        if meta and len(listed) > 1:
+            catalog.prefetch_meta()  # every run.json's fields in one query, not one per run
+        for key, row in listed:
             if row is not None:
-                rows.append(typed_list_row(catalog.listed_row(key, row)))
-                continue
-            info = from_catalog(catalog, *key, unreadable)
-            if info is not None:
-                rows.append(info.view_row(light=True))
+                got = catalog.listed_row(key, row)
+                order = (got["created_at"] or "", key[1])
+                got = typed_list_row(got)
+                if meta:
+                    got["_meta"] = catalog.heavy(key, "meta") or "{}"
+            else:
+                info = from_catalog(catalog, *key, unreadable)
+                if info is None:
+                    continue
+                order = (info.created_at or "", key[1])
+                got = info.view_row(light=True)
+                if meta:
+                    got["_meta"] = info.meta_json()
+            found.append((order, got))
     finally:
         catalog.save()
-    return rows
+    found.sort(key=lambda f: f[0])
+    return [got for _order, got in found]
 
 
 class _Resolver:

@@ -513,16 +513,15 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     usable fields of each run.json as JSON text (kept so by the catalog: not parsed here), from
     which the view takes ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``.
     ``fill=False``: the same columns and no row (nothing is listed)."""
-    import pyarrow as pa
 
-    from .catalog import from_catalog, list_runs
+    from .catalog import from_catalog, listed_rows
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
     if not fill:
         infos = []
-    elif only is None:
-        infos = list_runs(root, unreadable=True)
+    elif only is None:  # the listing's rows, made from the catalog's rows of runs that did not change
+        return _runs_arrow(listed_rows(root, unreadable=True, meta=True))
     else:  # only these runs: each resolved through the catalog, none listed
         from ..store.index import open_catalog
 
@@ -535,7 +534,14 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     if len(infos) > 1:
         for catalog in {id(i.catalog): i.catalog for i in infos if i.catalog is not None}.values():
             catalog.prefetch_meta()  # one query, not one per run
-    rows = [info.view_row(light=True) for info in infos]
+    rows = [{**info.view_row(light=True), "_meta": info.meta_json()} for info in infos]
+    return _runs_arrow(rows)
+
+
+def _runs_arrow(rows: list[dict]) -> pa.Table:
+    """:func:`runs_table`'s Table from its rows (``view_row(light=True)`` and ``_meta``)."""
+    import pyarrow as pa
+
     ts = _schema.TS_TYPE
     fields = [
         ("project", pa.string()), ("run_id", pa.string()), ("name", pa.string()), ("status", pa.string()),
@@ -544,7 +550,7 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
         ("group", pa.string()), ("job_type", pa.string()), ("exit_code", pa.int64()),
     ]
     cols = {name: column([r[name] for r in rows], typ) for name, typ in fields}  # pa.array would import pandas
-    cols["_meta"] = column([info.meta_json() for info in infos], pa.string())
+    cols["_meta"] = column([r["_meta"] for r in rows], pa.string())
     return pa.table(cols)
 
 
