@@ -160,12 +160,7 @@ class RunInfo:
         """:meth:`row` without ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``:
         what a listing filters, sorts and shows, without parsing the rest of run.json."""
         if self._meta is None and self._entry is not None and self.status != "crashed":
-            light = self._entry.light  # the common case, without a call per field
-            return {"project": self.project, "run_id": self.run_id, "name": light["name"] or self.run_id,
-                    "status": self.status, "created_at": light["created_at"], "ended_at": light["ended_at"],
-                    "updated_at": light["updated_at"] or light["created_at"], "last_step": light["last_step"],
-                    "host": light["host"], "user": light["user"], "tags": list(light["tags"] or []),
-                    "group": light["group"], "job_type": light["job_type"], "exit_code": light["exit_code"]}
+            return _list_row(self.project, self.run_id, self.status, self._entry.light)  # the common case
         get = self._light
         return {
             "project": self.project,
@@ -232,6 +227,16 @@ class RunInfo:
                 v = str(v)
             out[name] = v
         return out
+
+
+def _list_row(project: str, run_id: str, status: str, light: dict[str, Any]) -> dict[str, Any]:
+    """:meth:`RunInfo.list_row` from the recorded fields (:attr:`~trackstore.store.index.RunEntry.light`)
+    of a run whose status is ``status`` and is not crashed (nothing is derived from its data)."""
+    return {"project": project, "run_id": run_id, "name": light["name"] or run_id,
+            "status": status, "created_at": light["created_at"], "ended_at": light["ended_at"],
+            "updated_at": light["updated_at"] or light["created_at"], "last_step": light["last_step"],
+            "host": light["host"], "user": light["user"], "tags": list(light["tags"] or []),
+            "group": light["group"], "job_type": light["job_type"], "exit_code": light["exit_code"]}
 
 
 def typed_list_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -415,8 +420,9 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
         if meta and len(listed) > 1:
             catalog.prefetch_meta()  # every run.json's fields in one query, not one per run
         for key, row in listed:
-            if row is not None:
-                got = catalog.listed_row(key, row)
+            if row is not None:  # run.json did not change and the run ended: the catalog's row as it is
+                light = catalog.listed_entry(key, row).light
+                got = _list_row(*key, light["status"], light)
                 order = (got["created_at"] or "", key[1])
                 got = typed_list_row(got)
                 if meta:

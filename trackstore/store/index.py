@@ -550,18 +550,6 @@ class Catalog:
             out.append((key, row))
         return out
 
-    @staticmethod
-    def listed_row(key: tuple[str, str], row: tuple) -> dict[str, Any]:
-        """What :meth:`trackstore.read.catalog.RunInfo.list_row` gives for a row :meth:`listed`
-        handed out, made from the tuple directly (no entry, no run object)."""
-        (_p, _r, _fp, _u, _pr, name, status, created_at, ended_at, updated_at, last_step, host, user, tags, grp,
-         job_type, exit_code) = row[:17]
-        return {"project": key[0], "run_id": key[1], "name": name or key[1], "status": status,
-                "created_at": created_at, "ended_at": ended_at, "updated_at": updated_at or created_at,
-                "last_step": last_step, "host": host, "user": user,
-                "tags": list(_tags(tags)) if tags is not None else [], "group": grp, "job_type": job_type,
-                "exit_code": exit_code}
-
     def listed_entry(self, key: tuple[str, str], row: tuple) -> RunEntry:
         """The :class:`RunEntry` of a row :meth:`listed` handed out (what :meth:`entry` gives)."""
         return RunEntry(self, key[0], key[1], _light_of_tuple(row), None, None, False, [])
@@ -1040,12 +1028,14 @@ _I_KIND_FPS, _I_PARTS_FP, _I_BYTES, _I_BYTES_FP = _I["kind_fps"], _I["parts_fp"]
 _I_DIR_FP, _I_WRITERS_FP, _I_WRITERS_LOST, _I_KIND_ROWS = _I["dir_fp"], _I["writers_fp"], _I["writers_lost"], _I["kind_rows"]
 _I_DAMAGED, _I_CREATED_AT, _I_WRITE_ERRORS = _I["damaged"], _I["created_at"], _I["write_errors"]
 _LISTED_FINAL = ("finished", "failed")
+_LIGHT_END = _I["write_errors"] + 1  # the columns up to write_errors are the listing's fields
 
 
 def _light_of_tuple(row: tuple) -> dict:
-    """:func:`_light_of_row` of a row as the file holds it (a tuple in :data:`_RUN_COLUMNS` order)."""
+    """The fields listings use (:attr:`RunEntry.light`) of a row as the file holds it (a tuple
+    in :data:`_RUN_COLUMNS` order)."""
     (_p, _r, _fp, _u, _pr, name, status, created_at, ended_at, updated_at, last_step, host, user, tags, grp,
-     job_type, exit_code, heartbeat_at, pid, write_errors) = row[:20]
+     job_type, exit_code, heartbeat_at, pid, write_errors) = row[:_LIGHT_END]
     return {"name": name, "status": status, "created_at": created_at, "ended_at": ended_at,
             "updated_at": updated_at, "last_step": last_step, "host": host, "user": user,
             "tags": list(_tags(tags)) if tags is not None else None, "group": grp, "job_type": job_type,
@@ -1053,12 +1043,8 @@ def _light_of_tuple(row: tuple) -> dict:
 
 
 def _light_of_row(row: dict) -> dict:
-    return {"name": row["name"], "status": row["status"], "created_at": row["created_at"],
-            "ended_at": row["ended_at"], "updated_at": row["updated_at"], "last_step": row["last_step"],
-            "host": row["host"], "user": row["user"],
-            "tags": list(_tags(row["tags"])) if row["tags"] is not None else None, "group": row["grp"],
-            "job_type": row["job_type"], "exit_code": row["exit_code"], "heartbeat_at": row["heartbeat_at"],
-            "pid": row["pid"], "write_errors": row["write_errors"]}
+    """:func:`_light_of_tuple` of a row held as a dict."""
+    return _light_of_tuple(tuple(row[c] for c in _RUN_COLUMNS[:_LIGHT_END]))
 
 
 def _list_parts(kdir: Path, kind: str, known: dict[tuple, PartRecord]) -> list[PartRecord]:
