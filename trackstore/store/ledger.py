@@ -372,11 +372,16 @@ def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
 
     Rows of damaged parts are not counted (see :func:`read_row_ids`).
     """
-    if cursor.in_doubt or cursor.session is not None:
+    if not fully_synced(cursor, run_status, {}):  # the cursor alone says no: nothing to count
         return False
-    if run_status not in TERMINAL or cursor.synced_status != run_status:
-        return False
-    return not any(pending_counts(paths, cursor, ids=ids).values())
+    return fully_synced(cursor, run_status, pending_counts(paths, cursor, ids=ids))
+
+
+def fully_synced(cursor: Cursor, run_status: str, pending: Mapping[str, int]) -> bool:
+    """:func:`is_fully_synced` from the run's pending rows per kind (:func:`pending_counts`, or
+    a :func:`summarize_cursor` made from the catalog's part records)."""
+    return (not cursor.in_doubt and cursor.session is None and run_status in TERMINAL
+            and cursor.synced_status == run_status and not any(pending.values()))
 
 
 # ---------------------------------------------------------------------------- from the catalog

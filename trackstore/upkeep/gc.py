@@ -78,7 +78,7 @@ from ..store.layout import (
 from ..store.ledger import (
     TERMINAL,
     Cursor,
-    is_fully_synced,
+    fully_synced,
     pending_counts,
     read_row_ids,
     scan_cursors,
@@ -223,13 +223,12 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
         if damaged:
             return _damage_verdict(root, damaged)
         pending = {id(c): summarize_cursor(c, records)["pending"] for c in cursors}
-        complete = {id(c): _complete(c, info.status, pending[id(c)]) for c in cursors}
     else:
         ids, damaged = stored_row_ids(info.paths)
         if damaged:
             return _damage_verdict(root, damaged)
         pending = {id(c): pending_counts(info.paths, c, ids=ids) for c in cursors}
-        complete = {id(c): is_fully_synced(info.paths, c, info.status, ids=ids) for c in cursors}
+    complete = {id(c): fully_synced(c, info.status, pending[id(c)]) for c in cursors}
     if policy.require_synced_to:
         missing = [t for t in policy.require_synced_to if not any(c.target == t and complete[id(c)] for c in cursors)]
         if missing:
@@ -240,12 +239,6 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
             return (f"not fully synced to {c.target} {c.destination}: {_behind(info, c, pending[id(c)])} "
                     "(use --force to delete anyway)")
     return None
-
-
-def _complete(c: Cursor, status: str, pending: dict[str, int]) -> bool:
-    """:func:`trackstore.store.ledger.is_fully_synced` from the pending counts."""
-    return (not c.in_doubt and c.session is None and status in TERMINAL and c.synced_status == status
-            and not any(pending.values()))
 
 
 def _kept_records(info: RunInfo, seen: frozenset | None) -> dict | None:
