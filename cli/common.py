@@ -18,10 +18,9 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Annotated, Any, Iterable, Optional, Sequence
 
 import typer
-from typing_extensions import Annotated
 
 _ROOT_HELP = "Store root (default: $TRACKSTORE_DIR, else ./tsruns)."
 

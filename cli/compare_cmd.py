@@ -6,10 +6,9 @@ every key); metric rows give, per key, the last logged value and the min/max ove
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, OutputOpt, RootOpt, cell, console, emit, literal
 from .sql_cmd import StrictOpt, open_store

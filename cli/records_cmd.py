@@ -13,10 +13,9 @@ import json
 import math
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import RootOpt, choices, console, literal, visible
 

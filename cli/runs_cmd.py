@@ -6,10 +6,9 @@ import json
 import re
 import time
 from datetime import datetime, timezone
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from trackstore.store.meta import STATUSES
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import shlex
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from .common import Format, FormatOpt, RootOpt, cell, console, emit, literal
 
