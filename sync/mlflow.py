@@ -60,9 +60,12 @@ from .adapter import (
     RetryableError,
     SendResult,
     TargetOptions,
+    require_client,
 )
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_key, mlflow_run_names, rename_reason, renamed
+
+MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
 
 RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
@@ -94,6 +97,7 @@ class MlflowAdapter(Adapter):
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
+        require_client("mlflow", MIN_MLFLOW, "MLflow")
         uri = options.uri or os.environ.get("MLFLOW_TRACKING_URI")
         self._embedded = uri is None
         if uri is None:

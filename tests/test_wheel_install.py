@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import zipfile
@@ -31,6 +30,9 @@ def sh(*cmd, **kw):
 
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory):
+    """The wheel installed by pip into a fresh venv with its declared dependencies and nothing
+    else, as ``pip install trackstore`` does on a new machine: a module importing a package the
+    wheel does not declare fails here (the dev venv has every extra, so it cannot tell)."""
     tmp = tmp_path_factory.mktemp("wheel")
     # Build from a copy, so the shared working tree gets no build/ or egg-info debris.
     src = tmp / "src"
@@ -52,12 +54,12 @@ def wheel_venv(tmp_path_factory):
     sh(sys.executable, "-m", "venv", "--without-pip", venv)  # ensurepip costs ~6 s of CPU; this venv's pip is ours
     vpy = venv / "bin" / "python"
     vsite = Path(sh(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
-    # Dependencies (pyarrow, duckdb, typer, rich) come from the dev venv: a plain path entry,
-    # whose own .pth files (the editable install of this repo) are NOT processed.
-    deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    (vsite / "zz_trackstore_test_deps.pth").write_text("\n".join(deps) + "\n")
-    sh(sys.executable, "-m", "pip", "--python", vpy, "install", "--no-deps", "--no-index", "-q", wheel)
-    return {"wheel": wheel, "python": vpy, "bin": venv / "bin", "site": vsite}
+    # The declared dependencies, resolved by pip from the package index (its cache makes the
+    # second time fast), nothing from the dev venv.
+    sh(sys.executable, "-m", "pip", "--python", vpy, "install", "-q", "--disable-pip-version-check", wheel)
+    installed = sh(sys.executable, "-m", "pip", "--python", vpy, "list", "--format", "json").stdout
+    return {"wheel": wheel, "python": vpy, "bin": venv / "bin", "site": vsite,
+            "installed": {p["name"].lower() for p in json.loads(installed)}}
 
 
 def clean_env(tmp_path):
@@ -110,3 +112,53 @@ def test_installed_wheel_runs(wheel_venv, tmp_path):
     assert (row["project"], row["run_id"], row["name"], row["status"], row["last_step"]) == (
         "wheel", run_id, "tiny", "finished", 4)
     assert row["summary"]["loss"] == pytest.approx(0.2)
+
+
+EXTRAS_PACKAGES = ("mlflow", "wandb", "swanlab", "matplotlib", "starlette", "uvicorn")
+
+
+def test_core_install_runs_every_reading_command(wheel_venv, tmp_path):
+    """With the declared dependencies only (no extra), the first ten minutes work: the demo run,
+    then runs, show, samples, trace, plot (in the terminal) and sql, without a traceback."""
+    assert not set(EXTRAS_PACKAGES) & wheel_venv["installed"], "the core install must not bring an extra in"
+    env = clean_env(tmp_path)
+    env["COLUMNS"] = "80"
+    ts = wheel_venv["bin"] / "trackstore"
+    store = tmp_path / "store"
+    out = sh(ts, "demo", "--root", store, "--steps", "20", cwd=tmp_path, env=env)
+    assert "wrote" in out.stdout
+    ref = "demo-grpo/qwen2.5-0.5b-grpo-gsm8k"
+    runs = json.loads(sh(ts, "runs", "--root", store, "--format", "json", cwd=tmp_path, env=env).stdout)
+    assert [(r["project"], r["status"]) for r in runs] == [("demo-grpo", "finished")]
+    assert "critic/score/mean" in sh(ts, "show", ref, "--root", store, cwd=tmp_path, env=env).stdout
+    assert "What is" in sh(ts, "samples", ref, "--root", store, cwd=tmp_path, env=env).stdout
+    assert "calculator" in sh(ts, "trace", ref, "--root", store, cwd=tmp_path, env=env).stdout
+    chart = sh(ts, "plot", ref, "-k", "critic/score/mean", "--root", store, cwd=tmp_path, env=env).stdout
+    assert "critic/score/mean" in chart and "step" in chart
+    rows = json.loads(sh(ts, "sql", "SELECT count(DISTINCT step) AS n FROM metrics", "--root", store,
+                         "--format", "json", cwd=tmp_path, env=env).stdout)
+    assert rows == [{"n": 20}]
+
+
+@pytest.mark.parametrize("argv, install", [
+    (["plot", "demo-grpo/qwen2.5-0.5b-grpo-gsm8k", "-k", "critic/score/mean", "--png", "out.png"],
+     "pip install 'trackstore[plot]'"),
+    (["ui", "--port", "0"], "pip install 'trackstore[ui]'"),
+    (["sync", "--to", "mlflow"], "pip install 'trackstore[mlflow]'"),
+    (["sync", "--to", "wandb"], "pip install 'trackstore[wandb]'"),
+    (["sync", "--to", "swanlab"], "pip install 'trackstore[swanlab]'"),
+])
+def test_core_install_names_the_extra_a_feature_needs(wheel_venv, tmp_path, argv, install):
+    """An optional feature without its extra ends in one line that names the install command
+    (exit 2, a usage error), never in a ModuleNotFoundError traceback."""
+    env = clean_env(tmp_path)
+    ts = wheel_venv["bin"] / "trackstore"
+    store = tmp_path / "store"
+    sh(ts, "demo", "--root", store, "--steps", "3", cwd=tmp_path, env=env)
+    out = subprocess.run([str(ts), *argv, "--root", str(store)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env=env)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert install in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and "ModuleNotFoundError" not in out.stderr
+    assert len([line for line in out.stderr.splitlines() if line.strip()]) == 1, out.stderr
+    assert not (tmp_path / "out.png").exists()
