@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
-import time
 from datetime import datetime, timezone
 from typing import Annotated, List, Optional
 
@@ -37,7 +35,7 @@ def runs(
         typer.Option("--status", "-s", help="Only runs with this status (running, finished, failed, crashed); repeatable."),
     ] = None,
     tag: Annotated[Optional[List[str]], typer.Option("--tag", "-t", help="Only runs carrying this tag; repeatable (all must match).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this age (30m, 12h, 7d, 2w) or since this date (2026-11-30).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this age (90min, 12h, 7d, 2w) or since this date (2026-11-30).")] = None,
     where: Annotated[Optional[str], typer.Option("--where", "-w", help="SQL condition over the runs view, e.g. \"config->>'lr' = $lr\" (values via --param).")] = None,
     params: ParamOpt = None,
     sort: Annotated[str, typer.Option("--sort", help="Column of the runs view to sort by; prefix '-' for descending (e.g. -updated_at).")] = "created_at",
@@ -78,25 +76,16 @@ def runs(
         emit(rows, fmt, columns=list(RUN_COLUMNS), output=output)
 
 
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 RUN_SORT_COLUMNS = ("project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
                     "host", "user", "group", "job_type", "exit_code")
 
 
 def parse_since(value: str, now: float | None = None) -> datetime:
-    """``7d`` / ``12h`` / ``30m`` / ``2w`` ago, or an ISO date/time, as an aware UTC datetime."""
-    from trackstore.errors import UsageError
+    """``7d`` / ``12h`` / ``90min`` / ``2w`` ago, or an ISO date/time, as an aware UTC datetime
+    (the one duration vocabulary: trackstore.store.units)."""
+    from trackstore.store.units import parse_since as since_ts
 
-    m = _SINCE.match(value)
-    if m:
-        seconds = float(m.group(1)) * _UNIT_S[m.group(2).lower()]
-        return datetime.fromtimestamp((time.time() if now is None else now) - seconds, tz=timezone.utc)
-    try:
-        dt = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise UsageError(f"--since expects an age like 7d, 12h, 30m, 2w or a date like 2026-11-30, got {value!r}") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(since_ts(value, "--since", now), tz=timezone.utc)
 
 
 def runs_query(*, project=None, status=None, tag=None, since=None, where=None, params=None, sort="created_at",

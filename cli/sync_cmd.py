@@ -223,7 +223,7 @@ def sync(
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this local project.")] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Also re-check runs that look up to date "
                                            "(re-pushes metadata and final status).")] = False,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this duration (7d, 12h).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this duration: 7d, 12h, 90min, 2w.")] = None,
     finished_only: Annotated[bool, typer.Option("--finished-only", help="Skip runs that are still running.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Send nothing; list what would be sent and what the "
                                           "target cannot hold.")] = False,
@@ -266,7 +266,7 @@ def sync(
         raise UsageError(f"--jobs {jobs}: the number of runs synced at once must be 1 or more")
     mode = _check_mode(to, mode)
     root_path = resolve_root(root)
-    opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since) if since else None,
+    opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since, "--since") if since else None,
                        finished_only=finished_only, include_synced=all_runs, dry_run=dry_run,
                        max_retries=max_retries, batch_size=batch_size, verify=verify)
     options = TargetOptions(uri=uri or host, project=remote_project, entity=entity, mode=mode, logdir=logdir,
