@@ -36,7 +36,7 @@ def runs(
     ] = None,
     tag: Annotated[Optional[List[str]], typer.Option("--tag", "-t", help="Only runs carrying this tag; repeatable (all must match).")] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this age (90min, 12h, 7d, 2w) or since this date (2026-11-30).")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", "-w", help="SQL condition over the runs view, e.g. \"config->>'lr' = $lr\" (values via --param).")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", "-w", help="SQL condition over the runs view, e.g. \"(config->>'lr')::DOUBLE < $lr\" (values via --param; ->> gives text, so cast to compare numbers).")] = None,
     params: ParamOpt = None,
     sort: Annotated[str, typer.Option("--sort", help="Column of the runs view to sort by; prefix '-' for descending (e.g. -updated_at).")] = "created_at",
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most this many runs (0 = all).")] = 0,
@@ -47,7 +47,7 @@ def runs(
     """List runs with their status (a run whose writer died is shown as crashed), filtered and sorted."""
     from trackstore.read.catalog import RUN_COLUMNS
 
-    from .sql_cmd import open_store, parse_params
+    from .sql_cmd import hint_text_numbers, open_store, parse_params
 
     if where is None:  # no SQL to run: the same rows, without starting DuckDB and pyarrow (~0.3 s)
         check_sort(sort)
@@ -61,6 +61,7 @@ def runs(
                                  where=where, params=parse_params(params), sort=sort, limit=limit)
         with open_store(root, sync_state=False) as con:
             table = run_sql(con, sql, values)
+        hint_text_numbers(where, values, table.num_rows)
         rows = to_pylist(table)
     for r in rows:
         for col in ("config", "summary"):
