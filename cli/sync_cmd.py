@@ -578,11 +578,10 @@ def status(
             where = (r["target"], r["destination"])
             current[where] = current.get(where, 0) + 1
             continue
-        r["bytes"] = format_bytes(r["bytes"])
-        shown.append(r)
+        shown.append(_status_cells(r, format_bytes))
     if shown or not current:
-        emit(shown, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
-             drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
+        emit(shown, fmt, columns=STATUS_TABLE, title="sync status", wide=wide, run_ids=store_run_ids(root_path),
+             labels=STATUS_LABELS, drop_order=STATUS_DROP)
     for (target, destination), n in current.items():
         say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
 
@@ -594,6 +593,20 @@ def _up_to_date(row: dict) -> bool:
             and row["synced_status"] == row["status"])
 
 
-STATUS_LABELS = {"pending_metrics": "metrics", "pending_other": "other", "synced_status": "synced",
+def _status_cells(row: dict, format_bytes) -> dict:
+    """A status row as the table shows it: the rows still to send, of every kind, under a header
+    that says pending (``pending 0`` is "nothing left to send", not "nothing synced"; json and
+    csv keep ``pending_metrics`` and ``pending_other``), and no cell for
+    zero unreadable parts or lost rows, so that at 80 columns those columns go before what was
+    synced and when."""
+    return {**row, "pending": row["pending_metrics"] + row["pending_other"], "bytes": format_bytes(row["bytes"]),
+            "unreadable_parts": row["unreadable_parts"] or None, "write_errors": row["write_errors"] or None}
+
+
+# the table: json/csv carry every column of status_rows; the table reads pending per kind
+STATUS_TABLE = ["target", "destination", "project", "run_id", "status", "pending", "synced_status", "last_sync_at", "bytes", "last_error", "unreadable_parts", "write_errors"]
+STATUS_LABELS = {"synced_status": "synced",
                  "last_sync_at": "last sync", "last_error": "error", "unreadable_parts": "unreadable",
                  "write_errors": "lost rows", "destination": "where"}
+# hidden first at 80 columns: what is zero or can be read elsewhere, never "synced" and "last sync" early
+STATUS_DROP = ["bytes", "project", "unreadable_parts", "target", "destination", "last_sync_at", "synced_status"]
