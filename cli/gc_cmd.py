@@ -84,7 +84,7 @@ def gc(
                        f"{format_bytes(plan.freed_bytes)}",
                  wide=wide, run_ids=store_run_ids(root_path), labels={"ended_at": "ended", "age_days": "days"},
                  drop_order=["ended_at", "project", "status", "name"],
-                 wrap=["name"])  # a long name folds: runs named alike differ at the end of the name
+                 middle=["name"])  # runs named alike differ at the end of the name: keep it
     else:
         emit(rows, fmt, columns=["action", *COLUMNS])
     kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")
