@@ -1,7 +1,8 @@
 """``trackstore sync --to TARGET`` and ``trackstore status``.
 
 Exit codes (docs/sync.md; cron reads them): 0 everything selected is synced (or, with
-``--if-online``, the target is unreachable), 2 usage error, 6 some runs were skipped because
+``--if-online``, the target is unreachable), 2 usage error, 130 interrupted (Ctrl-C: the runs
+left with rows pending are named; the same command resumes), 6 some runs were skipped because
 another sync was sending them to the same destination (and nothing failed), 7 the target is
 unreachable, 8 some runs failed (a permanent error, or part files it cannot read) while others
 synced; ``--dry-run`` exits 8 when the sync would. ``--jobs N`` changes none of this: the
@@ -51,7 +52,8 @@ class _CronProgress:
     ends, retries as they happen. Several runs at once (``--jobs``): every line names its run,
     and the end lines count the runs done (``[3/64]``)."""
 
-    def __init__(self, quiet: bool = False, opening: str | None = None):
+    def __init__(self, quiet: bool = False, opening: str | None = None, started: dict | None = None):
+        self.started = {} if started is None else started  # "project/run_id" -> (project, run_id), as runs start
         self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
         self.out = sys.stderr if quiet else sys.stdout
         self.opening = opening  # "mlflow at URI": said once, before the first run opens it
@@ -63,6 +65,7 @@ class _CronProgress:
         self.runs, self.jobs = runs, jobs
 
     def run_started(self, run, total):
+        self.started[f"{run.project}/{run.run_id}"] = (run.project, run.run_id)
         if not self.quiet:
             if self.opening:
                 print(visible(f"sync: opening {self.opening}"), file=self.out, flush=True)
@@ -82,6 +85,9 @@ class _CronProgress:
 
     def run_ended(self, result):
         self.ended += 1
+        if interrupting():
+            print(visible(f"sync {result.project}/{result.run_id}: interrupted"), file=self.out, flush=True)
+            return
         if self.quiet and result.ok:
             return
         if result.up_to_date and result.ok:
@@ -107,7 +113,7 @@ class _RichProgress:
     run's bar stays, as a log of the pass. While a run's first request opens the target (a first
     MLflow sync creates its database, ~10 s), a line says so."""
 
-    def __init__(self, opening: str | None = None):
+    def __init__(self, opening: str | None = None, started: dict | None = None):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -121,6 +127,7 @@ class _RichProgress:
                             TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                             console=console(stderr=True), transient=False)
         self.tasks: dict = {}  # "project/run_id" -> (task id, started, rows done)
+        self.started = {} if started is None else started  # "project/run_id" -> (project, run_id), as runs start
         self.last = ""  # the run started last (plain ``advanced`` events)
         self.jobs = 1
         self.overall = None
@@ -144,6 +151,7 @@ class _RichProgress:
 
     def run_started(self, run, total):
         key = f"{run.project}/{run.run_id}"
+        self.started[key] = (run.project, run.run_id)
         task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
         self.tasks[key] = (task, time.monotonic(), 0)
         self.last = key
@@ -189,6 +197,9 @@ class _RichProgress:
             task = entry[0]
             if self.jobs > 1:
                 self.bar.remove_task(task)  # the display shows the runs in flight
+            elif interrupting():  # Ctrl-C: the bar stays where the run stopped
+                self.bar.update(task, rate="[yellow]interrupted[/yellow]")
+                return
             elif result.ok:
                 self.bar.update(task, completed=self.bar.tasks[self._index(task)].total)
             else:
@@ -207,6 +218,12 @@ class _RichProgress:
         from rich.text import Text
 
         self.bar.console.print(Text(one_line(text, 500), style="yellow"), no_wrap=True, overflow="ellipsis")
+
+
+def interrupting() -> bool:
+    """True while a Ctrl-C (KeyboardInterrupt) unwinds the sync: the engine still reports the run
+    it stopped as ended, and it must not look done."""
+    return isinstance(sys.exc_info()[1], KeyboardInterrupt)
 
 
 def escape(text: str) -> str:
@@ -274,9 +291,14 @@ def sync(
     # --proxy travels in TargetOptions: each adapter hands it to its client (sync/http.py, Proxies)
     interactive = sys.stderr.isatty() and fmt is Format.table
     stop = _WatchStop() if watch is not None else None
+    started: dict = {}
     try:
         report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
-                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide, jobs=jobs)
+                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide, jobs=jobs,
+                            started=started)
+    except KeyboardInterrupt:
+        _say_interrupted(root_path, to, started)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if stop is not None:
             stop.restore()
@@ -352,7 +374,7 @@ class _WatchStop:
 
 
 def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False,
-               jobs=None):
+               jobs=None, started=None):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
     from trackstore.sync import sync as do_sync
 
@@ -365,11 +387,11 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             opening = f"{to} at {where}" if where and first else None  # later passes have it open already
             if reachable:
                 if interactive:
-                    with _RichProgress(opening) as progress:
+                    with _RichProgress(opening, started) as progress:
                         report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait, jobs=jobs)
                 else:
                     report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json,
-                                     opening=opening), wait_lock=wait, jobs=jobs)
+                                     opening=opening, started=started), wait_lock=wait, jobs=jobs)
                 first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
             if stop.sleep(watch):
@@ -418,6 +440,34 @@ def _in_pass(stop):
         yield
     finally:
         stop.in_pass = False
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM under --watch) during a sync, as a shell reports SIGINT
+
+
+def _say_interrupted(root_path, to: str, started: dict) -> None:
+    """On stderr, after Ctrl-C: each run this sync began that still has rows to send, with how
+    many (read back from its cursors, so a batch left in doubt counts as pending), and how to
+    resume. Never a traceback."""
+    from trackstore.read.sync_status import status_rows
+
+    pending: dict[tuple[str, str], int] = {}
+    try:
+        for r in status_rows(root_path, target=to):
+            key = (r["project"], r["run_id"])
+            if key in started.values():
+                n = (r["pending_metrics"] or 0) + (r["pending_other"] or 0)
+                pending[key] = max(pending.get(key, 0), n)
+    except Exception as exc:  # noqa: BLE001 - the message must still come out
+        echo_err(f"interrupted ({one_line(str(exc))} while counting what is left); "
+                 "run the same command to resume")
+        return
+    left = [(k, n) for k, n in pending.items() if n]
+    for (project, run_id), n in left:
+        echo_err(visible(f"interrupted: {plural(n, 'row')} pending for {project}/{run_id}; "
+                         "run the same command to resume"))
+    if not left:
+        echo_err("interrupted: run the same command to resume")
 
 
 def _say_held(report) -> None:
