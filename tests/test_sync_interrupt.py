@@ -36,7 +36,10 @@ def test_ctrl_c_during_sync_says_interrupted_and_the_same_command_resumes(tmp_pa
     _store(root)
     uri = mlflow_sqlite_uri(tmp_path)
     env = {**os.environ, "COLUMNS": "80"}
-    proc = subprocess.Popen(_sync(root, uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # a shell starts background jobs (make test) with SIGINT ignored: give the child the default,
+    # which Python turns into KeyboardInterrupt as on a terminal
+    proc = subprocess.Popen(_sync(root, uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = proc.stdout.readline()  # "sync: opening ..." then a line when the first run starts
     deadline = time.monotonic() + 120
     while "rows pending" not in first and time.monotonic() < deadline:
