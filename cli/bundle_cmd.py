@@ -16,28 +16,12 @@ import typer
 from .common import Format, FormatOpt, RootOpt, Steps, console, emit, literal, plural, store_run_ids
 
 
-def _since_ts(since: str) -> float:
-    import time
-
-    from trackstore.errors import UsageError
-    from trackstore.store.clock import parse_iso
-    from trackstore.store.units import parse_duration
-
-    try:
-        return time.time() - parse_duration(since)
-    except UsageError:
-        ts = parse_iso(since)
-        if ts is None:
-            raise UsageError(f"invalid --since {since!r}: use a duration (7d, 12h) or a date (2026-12-01)") from None
-        return ts
-
-
 def export(
     runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to export (id, id prefix or project/name).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle file to write (split volumes get .000, .001, ...).")] = ...,
     root: RootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Export every run of this project.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only runs updated within this duration (7d) or since this date.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs updated within this duration (7d, 12h, 90min, 2w) or since this date (2026-11-30).")] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Export every run in the store.")] = False,
     compress: Annotated[bool, typer.Option("--compress", help="Compress the bundle with zstd.")] = False,
     gzip: Annotated[bool, typer.Option("--gzip", help="Compress with gzip instead (readable by any tar).")] = False,
@@ -50,7 +34,7 @@ def export(
     from trackstore.read.catalog import list_runs, resolve_runs
     from trackstore.store.clock import parse_iso
     from trackstore.store.layout import resolve_root
-    from trackstore.store.units import format_bytes, parse_size
+    from trackstore.store.units import format_bytes, parse_since, parse_size
     from trackstore.upkeep import bundle
 
     root_path = resolve_root(root)
@@ -64,7 +48,7 @@ def export(
         elif project:
             infos = [i for i in infos if i.project == project]
         if since:
-            t = _since_ts(since)
+            t = parse_since(since, "--since")
             infos = [i for i in infos if (parse_iso(i.meta.get("updated_at") or i.meta.get("created_at")) or 0) >= t]
     if receipt:
         if split:

@@ -32,7 +32,7 @@ COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes
 
 def gc(
     root: RootOpt = None,
-    older_than: Annotated[Optional[str], typer.Option("--older-than", help="Only runs that ended longer ago than this: 30d, 12h, 0d (any age).")] = None,
+    older_than: Annotated[Optional[str], typer.Option("--older-than", help="Only runs that ended longer ago than this: a number and a unit, s, min, h, d or w (30d, 12h, 90min, 2w; 0d: any age). A number without a unit, m (minutes or months?), months and years are refused.")] = None,
     max_size: Annotated[Optional[str], typer.Option("--max-size", help="Delete oldest eligible runs until the store holds at most this much (e.g. 200G).")] = None,
     keep_last: Annotated[Optional[int], typer.Option("--keep-last", help="Always keep the N newest runs of each project.")] = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this project.")] = None,
@@ -62,7 +62,7 @@ def gc(
     targets = tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip())
     check_targets(targets, root, "--require-synced-to")
     policy = G.Policy(
-        older_than_s=parse_duration(older_than) if older_than is not None else None,
+        older_than_s=parse_duration(older_than, "--older-than") if older_than is not None else None,
         max_size=parse_size(max_size) if max_size is not None else None,
         keep_last=keep_last,
         project=project,
@@ -83,7 +83,8 @@ def gc(
                  title=f"{'would delete' if dry_run else 'to delete'}: {plural(len(plan.delete), 'run')}, "
                        f"{format_bytes(plan.freed_bytes)}",
                  wide=wide, run_ids=store_run_ids(root_path), labels={"ended_at": "ended", "age_days": "days"},
-                 drop_order=["ended_at", "project", "status", "name"])
+                 drop_order=["ended_at", "project", "status", "name"],
+                 middle=["name"])  # runs named alike differ at the end of the name: keep it
     else:
         emit(rows, fmt, columns=["action", *COLUMNS])
     kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")

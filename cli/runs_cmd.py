@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
-import time
 from datetime import datetime, timezone
 from typing import Annotated, List, Optional
 
@@ -37,8 +35,8 @@ def runs(
         typer.Option("--status", "-s", help="Only runs with this status (running, finished, failed, crashed); repeatable."),
     ] = None,
     tag: Annotated[Optional[List[str]], typer.Option("--tag", "-t", help="Only runs carrying this tag; repeatable (all must match).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this age (30m, 12h, 7d, 2w) or since this date (2026-11-30).")] = None,
-    where: Annotated[Optional[str], typer.Option("--where", "-w", help="SQL condition over the runs view, e.g. \"config->>'lr' = $lr\" (values via --param).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this age (90min, 12h, 7d, 2w) or since this date (2026-11-30).")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", "-w", help="SQL condition over the runs view, e.g. \"(config->>'lr')::DOUBLE < $lr\" (values via --param; ->> gives text, so cast to compare numbers).")] = None,
     params: ParamOpt = None,
     sort: Annotated[str, typer.Option("--sort", help="Column of the runs view to sort by; prefix '-' for descending (e.g. -updated_at).")] = "created_at",
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most this many runs (0 = all).")] = 0,
@@ -49,7 +47,7 @@ def runs(
     """List runs with their status (a run whose writer died is shown as crashed), filtered and sorted."""
     from trackstore.read.catalog import RUN_COLUMNS
 
-    from .sql_cmd import open_store, parse_params
+    from .sql_cmd import hint_text_numbers, open_store, parse_params
 
     if where is None:  # no SQL to run: the same rows, without starting DuckDB and pyarrow (~0.3 s)
         check_sort(sort)
@@ -63,6 +61,7 @@ def runs(
                                  where=where, params=parse_params(params), sort=sort, limit=limit)
         with open_store(root, sync_state=False) as con:
             table = run_sql(con, sql, values)
+        hint_text_numbers(where, values, table.num_rows)
         rows = to_pylist(table)
     for r in rows:
         for col in ("config", "summary"):
@@ -78,25 +77,16 @@ def runs(
         emit(rows, fmt, columns=list(RUN_COLUMNS), output=output)
 
 
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 RUN_SORT_COLUMNS = ("project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
                     "host", "user", "group", "job_type", "exit_code")
 
 
 def parse_since(value: str, now: float | None = None) -> datetime:
-    """``7d`` / ``12h`` / ``30m`` / ``2w`` ago, or an ISO date/time, as an aware UTC datetime."""
-    from trackstore.errors import UsageError
+    """``7d`` / ``12h`` / ``90min`` / ``2w`` ago, or an ISO date/time, as an aware UTC datetime
+    (the one duration vocabulary: trackstore.store.units)."""
+    from trackstore.store.units import parse_since as since_ts
 
-    m = _SINCE.match(value)
-    if m:
-        seconds = float(m.group(1)) * _UNIT_S[m.group(2).lower()]
-        return datetime.fromtimestamp((time.time() if now is None else now) - seconds, tz=timezone.utc)
-    try:
-        dt = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise UsageError(f"--since expects an age like 7d, 12h, 30m, 2w or a date like 2026-11-30, got {value!r}") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(since_ts(value, "--since", now), tz=timezone.utc)
 
 
 def runs_query(*, project=None, status=None, tag=None, since=None, where=None, params=None, sort="created_at",

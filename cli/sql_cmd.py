@@ -20,8 +20,9 @@ from .common import Format, FormatOpt, OutputOpt, RootOpt, emit, visible_lines
 ParamOpt = Annotated[
     Optional[List[str]],
     typer.Option("--param", "-P", metavar="NAME=VALUE",
-                 help="Bind a value to $NAME in the query (repeatable). Values are text; DuckDB casts "
-                      "them where a number is compared. Never paste values into the SQL itself."),
+                 help="Bind a value to $NAME in the query (repeatable). Values are bound as text, never pasted "
+                      "into the SQL: DuckDB casts one where it meets a number column (step > $s), but ->> gives "
+                      "text, so compare a config number as a number: (config->>'lr')::DOUBLE = $lr."),
 ]
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Fail on a damaged part file instead of skipping it with a warning.")
@@ -41,6 +42,28 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
             raise UsageError(f"--param expects NAME=VALUE with NAME a plain identifier, got {item!r}")
         out[name] = value
     return out
+
+
+def hint_text_numbers(sql: str, values: dict, rows: int) -> None:
+    """When a query that compares ``->>`` text found nothing and a ``--param`` is a number, say on
+    stderr how to compare numbers: ``'1e-06' = '1e-6'`` is false as text (a silent wrong answer)."""
+    if rows or "->>" not in sql:
+        return
+    numbers = [name for name, value in values.items() if not name.startswith("_") and _is_number(value)
+               and f"${name}" in sql]
+    if numbers:
+        from .common import echo_err
+
+        echo_err(f"note: ${numbers[0]} is bound as text and ->> gives text, where 1e-6 and 0.000001 differ; "
+                 f"to compare numbers write (config->>'key')::DOUBLE = ${numbers[0]}")
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 @contextmanager
@@ -113,6 +136,7 @@ def sql(
     with open_store(root, strict=strict, sync_state=mentions_sync_state(query), runs_view=mentions_runs(query),
                     runs=only) as con:
         table = run_sql(con, query, values)
+    hint_text_numbers(query, values, table.num_rows)
     print_table(table, fmt, output=output, limit=limit)
 
 

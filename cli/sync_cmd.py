@@ -1,7 +1,8 @@
 """``trackstore sync --to TARGET`` and ``trackstore status``.
 
 Exit codes (docs/sync.md; cron reads them): 0 everything selected is synced (or, with
-``--if-online``, the target is unreachable), 2 usage error, 6 some runs were skipped because
+``--if-online``, the target is unreachable), 2 usage error, 130 interrupted (Ctrl-C: the runs
+left with rows pending are named; the same command resumes), 6 some runs were skipped because
 another sync was sending them to the same destination (and nothing failed), 7 the target is
 unreachable, 8 some runs failed (a permanent error, or part files it cannot read) while others
 synced; ``--dry-run`` exits 8 when the sync would. ``--jobs N`` changes none of this: the
@@ -51,7 +52,8 @@ class _CronProgress:
     ends, retries as they happen. Several runs at once (``--jobs``): every line names its run,
     and the end lines count the runs done (``[3/64]``)."""
 
-    def __init__(self, quiet: bool = False, opening: str | None = None):
+    def __init__(self, quiet: bool = False, opening: str | None = None, started: dict | None = None):
+        self.started = {} if started is None else started  # "project/run_id" -> (project, run_id), as runs start
         self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
         self.out = sys.stderr if quiet else sys.stdout
         self.opening = opening  # "mlflow at URI": said once, before the first run opens it
@@ -63,6 +65,7 @@ class _CronProgress:
         self.runs, self.jobs = runs, jobs
 
     def run_started(self, run, total):
+        self.started[f"{run.project}/{run.run_id}"] = (run.project, run.run_id)
         if not self.quiet:
             if self.opening:
                 print(visible(f"sync: opening {self.opening}"), file=self.out, flush=True)
@@ -82,6 +85,9 @@ class _CronProgress:
 
     def run_ended(self, result):
         self.ended += 1
+        if interrupting():
+            print(visible(f"sync {result.project}/{result.run_id}: interrupted"), file=self.out, flush=True)
+            return
         if self.quiet and result.ok:
             return
         if result.up_to_date and result.ok:
@@ -107,7 +113,7 @@ class _RichProgress:
     run's bar stays, as a log of the pass. While a run's first request opens the target (a first
     MLflow sync creates its database, ~10 s), a line says so."""
 
-    def __init__(self, opening: str | None = None):
+    def __init__(self, opening: str | None = None, started: dict | None = None):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -121,6 +127,7 @@ class _RichProgress:
                             TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                             console=console(stderr=True), transient=False)
         self.tasks: dict = {}  # "project/run_id" -> (task id, started, rows done)
+        self.started = {} if started is None else started  # "project/run_id" -> (project, run_id), as runs start
         self.last = ""  # the run started last (plain ``advanced`` events)
         self.jobs = 1
         self.overall = None
@@ -144,6 +151,7 @@ class _RichProgress:
 
     def run_started(self, run, total):
         key = f"{run.project}/{run.run_id}"
+        self.started[key] = (run.project, run.run_id)
         task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
         self.tasks[key] = (task, time.monotonic(), 0)
         self.last = key
@@ -189,6 +197,9 @@ class _RichProgress:
             task = entry[0]
             if self.jobs > 1:
                 self.bar.remove_task(task)  # the display shows the runs in flight
+            elif interrupting():  # Ctrl-C: the bar stays where the run stopped
+                self.bar.update(task, rate="[yellow]interrupted[/yellow]")
+                return
             elif result.ok:
                 self.bar.update(task, completed=self.bar.tasks[self._index(task)].total)
             else:
@@ -209,6 +220,12 @@ class _RichProgress:
         self.bar.console.print(Text(one_line(text, 500), style="yellow"), no_wrap=True, overflow="ellipsis")
 
 
+def interrupting() -> bool:
+    """True while a Ctrl-C (KeyboardInterrupt) unwinds the sync: the engine still reports the run
+    it stopped as ended, and it must not look done."""
+    return isinstance(sys.exc_info()[1], KeyboardInterrupt)
+
+
 def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
@@ -223,7 +240,7 @@ def sync(
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this local project.")] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Also re-check runs that look up to date "
                                            "(re-pushes metadata and final status).")] = False,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this duration (7d, 12h).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only runs created within this duration: 7d, 12h, 90min, 2w.")] = None,
     finished_only: Annotated[bool, typer.Option("--finished-only", help="Skip runs that are still running.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Send nothing; list what would be sent and what the "
                                           "target cannot hold.")] = False,
@@ -266,7 +283,7 @@ def sync(
         raise UsageError(f"--jobs {jobs}: the number of runs synced at once must be 1 or more")
     mode = _check_mode(to, mode)
     root_path = resolve_root(root)
-    opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since) if since else None,
+    opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since, "--since") if since else None,
                        finished_only=finished_only, include_synced=all_runs, dry_run=dry_run,
                        max_retries=max_retries, batch_size=batch_size, verify=verify)
     options = TargetOptions(uri=uri or host, project=remote_project, entity=entity, mode=mode, logdir=logdir,
@@ -274,9 +291,14 @@ def sync(
     # --proxy travels in TargetOptions: each adapter hands it to its client (sync/http.py, Proxies)
     interactive = sys.stderr.isatty() and fmt is Format.table
     stop = _WatchStop() if watch is not None else None
+    started: dict = {}
     try:
         report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
-                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide, jobs=jobs)
+                            if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide, jobs=jobs,
+                            started=started)
+    except KeyboardInterrupt:
+        _say_interrupted(root_path, to, started)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if stop is not None:
             stop.restore()
@@ -352,7 +374,7 @@ class _WatchStop:
 
 
 def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False,
-               jobs=None):
+               jobs=None, started=None):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
     from trackstore.sync import sync as do_sync
 
@@ -365,11 +387,11 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             opening = f"{to} at {where}" if where and first else None  # later passes have it open already
             if reachable:
                 if interactive:
-                    with _RichProgress(opening) as progress:
+                    with _RichProgress(opening, started) as progress:
                         report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait, jobs=jobs)
                 else:
                     report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json,
-                                     opening=opening), wait_lock=wait, jobs=jobs)
+                                     opening=opening, started=started), wait_lock=wait, jobs=jobs)
                 first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
             if stop.sleep(watch):
@@ -418,6 +440,34 @@ def _in_pass(stop):
         yield
     finally:
         stop.in_pass = False
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM under --watch) during a sync, as a shell reports SIGINT
+
+
+def _say_interrupted(root_path, to: str, started: dict) -> None:
+    """On stderr, after Ctrl-C: each run this sync began that still has rows to send, with how
+    many (read back from its cursors, so a batch left in doubt counts as pending), and how to
+    resume. Never a traceback."""
+    from trackstore.read.sync_status import status_rows
+
+    pending: dict[tuple[str, str], int] = {}
+    try:
+        for r in status_rows(root_path, target=to):
+            key = (r["project"], r["run_id"])
+            if key in started.values():
+                n = (r["pending_metrics"] or 0) + (r["pending_other"] or 0)
+                pending[key] = max(pending.get(key, 0), n)
+    except Exception as exc:  # noqa: BLE001 - the message must still come out
+        echo_err(f"interrupted ({one_line(str(exc))} while counting what is left); "
+                 "run the same command to resume")
+        return
+    left = [(k, n) for k, n in pending.items() if n]
+    for (project, run_id), n in left:
+        echo_err(visible(f"interrupted: {plural(n, 'row')} pending for {project}/{run_id}; "
+                         "run the same command to resume"))
+    if not left:
+        echo_err("interrupted: run the same command to resume")
 
 
 def _say_held(report) -> None:
@@ -578,11 +628,10 @@ def status(
             where = (r["target"], r["destination"])
             current[where] = current.get(where, 0) + 1
             continue
-        r["bytes"] = format_bytes(r["bytes"])
-        shown.append(r)
+        shown.append(_status_cells(r, format_bytes))
     if shown or not current:
-        emit(shown, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
-             drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
+        emit(shown, fmt, columns=STATUS_TABLE, title="sync status", wide=wide, run_ids=store_run_ids(root_path),
+             labels=STATUS_LABELS, drop_order=STATUS_DROP)
     for (target, destination), n in current.items():
         say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
 
@@ -594,6 +643,20 @@ def _up_to_date(row: dict) -> bool:
             and row["synced_status"] == row["status"])
 
 
-STATUS_LABELS = {"pending_metrics": "metrics", "pending_other": "other", "synced_status": "synced",
+def _status_cells(row: dict, format_bytes) -> dict:
+    """A status row as the table shows it: the rows still to send, of every kind, under a header
+    that says pending (``pending 0`` is "nothing left to send", not "nothing synced"; json and
+    csv keep ``pending_metrics`` and ``pending_other``), and no cell for
+    zero unreadable parts or lost rows, so that at 80 columns those columns go before what was
+    synced and when."""
+    return {**row, "pending": row["pending_metrics"] + row["pending_other"], "bytes": format_bytes(row["bytes"]),
+            "unreadable_parts": row["unreadable_parts"] or None, "write_errors": row["write_errors"] or None}
+
+
+# the table: json/csv carry every column of status_rows; the table reads pending per kind
+STATUS_TABLE = ["target", "destination", "project", "run_id", "status", "pending", "synced_status", "last_sync_at", "bytes", "last_error", "unreadable_parts", "write_errors"]
+STATUS_LABELS = {"synced_status": "synced",
                  "last_sync_at": "last sync", "last_error": "error", "unreadable_parts": "unreadable",
                  "write_errors": "lost rows", "destination": "where"}
+# hidden first at 80 columns: what is zero or can be read elsewhere, never "synced" and "last sync" early
+STATUS_DROP = ["bytes", "project", "unreadable_parts", "target", "destination", "last_sync_at", "synced_status"]

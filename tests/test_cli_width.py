@@ -157,7 +157,8 @@ def test_status_fits(demo_store, failing_store, width):
         assert len(rows) == 2
         check_ids(header, rows, root)
         pending = json.loads(at(width, "status", "--format", "json", root=root).stdout)
-        assert sorted(row[header.index("metrics")] for row in rows) == sorted(str(p["pending_metrics"]) for p in pending)
+        assert sorted(row[header.index("pending")].replace(",", "") for row in rows) == sorted(
+            str(p["pending_metrics"] + p["pending_other"]) for p in pending)
     # the failing store: each error is one line in the table, and in full (once) below it
     assert "error" in header
     assert all(row[header.index("error")].endswith("…") for row in rows)
