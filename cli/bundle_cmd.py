@@ -13,11 +13,23 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, Steps, console, emit, literal, plural, store_run_ids
+from .common import (
+    RUN_REF,
+    Format,
+    FormatOpt,
+    RootOpt,
+    Steps,
+    check_project,
+    console,
+    emit,
+    literal,
+    plural,
+    store_run_ids,
+)
 
 
 def export(
-    runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to export (id, id prefix or project/name).")] = None,
+    runs: Annotated[Optional[List[str]], typer.Argument(help=f"Runs to export ({RUN_REF}).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle file to write (split volumes get .000, .001, ...).")] = ...,
     root: RootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Export every run of this project.")] = None,
@@ -40,6 +52,8 @@ def export(
     root_path = resolve_root(root)
     if compress and gzip:
         raise UsageError("choose one of --compress (zstd) and --gzip")
+    if project is not None:
+        check_project(root_path, project)
     comp = "zstd" if compress else "gzip" if gzip else None
     infos = resolve_runs(runs, root_path) if runs else []
     if project or since or all_runs:

@@ -52,6 +52,10 @@ NewRootOpt = Annotated[
 ]
 
 
+# what every RUN argument accepts (trackstore.read.catalog.resolve_run)
+RUN_REF = "its id, its handle (the short id listings show), a unique id prefix, or project/name"
+
+
 def choices(name: str, values: Iterable[str]) -> type[Enum]:
     """A str Enum for an option that takes a fixed set: typer then refuses any other value
     (exit 2) listing the valid ones, and ``--help`` shows them."""
@@ -251,42 +255,29 @@ def echo_err(msg: str) -> None:
 #
 # A table row is one line: every cell is no_wrap. What cannot be made narrower (run ids,
 # numbers, times, short words such as a status) keeps its full width; free text (names, paths,
-# errors) is cut with an ellipsis down to a minimum width. When even that does not fit, run ids
-# are shortened to their shortest unique prefix (as git does: every run reference accepts it),
+# errors) is cut with an ellipsis down to a minimum width. A column that names what its row is
+# about (a run's name, a metric key: :data:`NAME_FLOORS`) is cut in its middle, where names of
+# one sweep or one family are alike (``qwen2.5-0.5b-g…-lr1e-6-seed1``,
+# ``actor/lay…/grad_norm``), not below its floor, and hidden last. When even that does not fit,
+# run ids are shortened to their handles (:func:`short_ids`: every run reference accepts them),
 # and then whole columns are hidden (empty ones first, then the command's ``drop_order``, then
 # from the right), with a note saying which. Error texts cut short are printed in full below.
 
-MIN_ID = 8  # a shortened run id keeps at least this many characters (git keeps 7)
 MIN_TEXT = 10  # free text is never cut narrower than this
 MIN_ERROR = 24  # nor an error text (the rest of it is printed below the table)
+NAME_FLOORS = {"name": 24, "key": 40}  # nor these (fewer characters: their whole text)
 ERROR_COLUMNS = frozenset({"error", "last_error", "result", "write_errors", "problem"})
 # the table's frame: one border at each edge and between columns, one space of padding each side
 _EDGE, _PER_COLUMN = 1, 3
 
 
-def unique_prefixes(ids: Iterable[str], universe: Iterable[str] = ()) -> dict[str, str]:
-    """The shortest prefix of each id (at least :data:`MIN_ID` characters) that no other run id
-    of ``universe`` (and ``ids``) starts with: what `trackstore show` and every run reference
-    resolve to that one run. An id that is a prefix of another stays whole."""
-    import bisect
+def short_ids(ids: Iterable[str], universe: Iterable[str] = ()) -> dict[str, str]:
+    """The short form of each run id a listing shows, unique among ``universe`` (every run id of
+    the store): its handle (:func:`trackstore.read.refs.handles`), the random end of a generated
+    id (``k3j9x2ab``), which `trackstore show` and every run reference accept."""
+    from trackstore.read.refs import handles
 
-    ids = list(ids)
-    others = sorted(set(universe) | set(ids))
-    out = {}
-    for rid in ids:
-        # the other id sharing the longest prefix with rid is a neighbour of rid in sorted order
-        at = bisect.bisect_left(others, rid)
-        neighbours = [others[k] for k in (at - 1, at, at + 1) if 0 <= k < len(others) and others[k] != rid]
-        length = min(MIN_ID, len(rid))
-        for other in neighbours:
-            common = 0
-            for a, b in zip(rid, other):
-                if a != b:
-                    break
-                common += 1
-            length = max(length, common + 1)
-        out[rid] = rid[:length] if length < len(rid) else rid
-    return out
+    return handles(ids, universe)
 
 
 def store_run_ids(root: Path | None) -> set[str]:
@@ -299,6 +290,24 @@ def store_run_ids(root: Path | None) -> set[str]:
         return {run_id for _project, run_id in run_folders(resolve_root(root))}
     except Exception:  # an unusable root was refused before any table is drawn
         return set()
+
+
+def check_project(root: Path, project: str, most: int = 10) -> None:
+    """Refuse a project that has no run in the store (exit 3), listing the projects there are,
+    the closest to ``project`` first (:func:`trackstore.read.refs.closest`)."""
+    from trackstore.errors import RunNotFoundError
+    from trackstore.read.refs import closest
+    from trackstore.store.index import run_folders
+
+    projects = {p for p, _run_id in run_folders(root)}
+    if project in projects:
+        return
+    if not projects:
+        raise RunNotFoundError(f"no project {project!r} in {root}: the store has no runs")
+    ranked = closest(project, sorted(projects), everything=True)
+    more = f" (and {len(ranked) - most} more)" if len(ranked) > most else ""
+    raise RunNotFoundError(f"no project {project!r} in {root}; its projects, closest first: "
+                           f"{', '.join(ranked[:most])}{more}")
 
 
 def short_time(value: Any) -> str:
@@ -345,7 +354,8 @@ class _Column:
     def minimum(self) -> int:
         """The narrowest this column may be: free text can be cut, nothing else."""
         if self.kind == "text":
-            floor = MIN_ERROR if self.name in ERROR_COLUMNS and not self.wraps else MIN_TEXT
+            floor = MIN_ERROR if self.name in ERROR_COLUMNS and not self.wraps else \
+                NAME_FLOORS.get(self.name, MIN_TEXT)
             return min(self.natural, max(floor, len(self.label)))
         return self.natural
 
@@ -409,16 +419,17 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
             cols.remove(c)
             hidden.append(c)
     ids = next((c for c in cols if c.kind == "id"), None)
-    if not wide and ids is not None and run_ids is not None and natural(cols) > width:  # 2. unique prefixes
-        short = unique_prefixes([v for v in ids.values if isinstance(v, str)], run_ids)
+    if not wide and ids is not None and run_ids is not None and natural(cols) > width:  # 2. handles
+        short = short_ids([v for v in ids.values if isinstance(v, str)], run_ids)
         ids.cells = [visible(short.get(v, cell(v))) if isinstance(v, str) else visible(cell(v)) for v in ids.values]
         ids._natural = None
     if not wide:  # 3. free text cut to its minimum (below), and columns hidden until that fits
         errors = [c for c in cols if c.name in ERROR_COLUMNS]
+        names = [c for c in cols if c.name in NAME_FLOORS]
         order = [c for name in drop_order for c in cols if c.name == name]
-        order += [c for c in reversed(cols) if c.kind == "text" and c not in order + errors]
-        order += [c for c in reversed(cols) if c.kind != "id" and c not in order + errors]
-        order += [c for c in errors if c not in order]
+        order += [c for c in reversed(cols) if c.kind == "text" and c not in order + errors + names]
+        order += [c for c in reversed(cols) if c.kind != "id" and c not in order + errors + names]
+        order += [c for c in errors + names if c not in order]
         order = list(dict.fromkeys(order))  # a name listed twice in drop_order names one column
         while total(cols) > width and len(cols) > 1 and order:
             gone = order.pop(0)
@@ -441,6 +452,10 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
             c.cells = [_cut_middle(t, widths[c.name]) for t in c.cells]
     if wide:
         con.width = max(width, _EDGE + sum(w + _PER_COLUMN for w in widths.values()))
+    else:
+        for c in cols:
+            if c.name in NAME_FLOORS and c.kind == "text":
+                c.cells = [_cut_middle(t, widths[c.name]) for t in c.cells]
     if not any(c.name in wrap and c.kind == "text" for c in cols) and (con.color_system is None or len(rows) > 200):
         _print_lines(con, title, cols, widths)  # the same table as rich draws, without its per-cell cost
     else:
@@ -542,6 +557,22 @@ def one_line(text: str, limit: int = 200) -> str:
     """``text`` as one visible line of at most ``limit`` characters (an ellipsis marks a cut)."""
     flat = visible(" ".join(str(text).split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def ranges_text(values: Iterable[int], most: int = 12) -> str:
+    """Integers as ascending runs of consecutive values: ``0..7, 9, 12..15``. Past ``most`` runs,
+    the first and last few, with how many are left out between them."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    texts = [str(a) if a == b else f"{a}..{b}" for a, b in runs]
+    if len(texts) > most:
+        half = most // 2
+        texts = [*texts[:half], f"... ({len(texts) - 2 * half} more) ...", *texts[-half:]]
+    return ", ".join(texts)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

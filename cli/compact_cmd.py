@@ -6,13 +6,13 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, plural, store_run_ids
+from .common import RUN_REF, Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, plural, store_run_ids
 
 COLUMNS = ["project", "run_id", "kind", "files_before", "files_after", "rows", "bytes_before", "bytes_after", "note"]
 
 
 def compact(
-    runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to compact (id, id prefix or project/name). Default: every run.")] = None,
+    runs: Annotated[Optional[List[str]], typer.Argument(help=f"Runs to compact ({RUN_REF}). Default: every run.")] = None,
     root: RootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this project.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show which files would be merged; change nothing.")] = False,

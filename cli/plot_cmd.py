@@ -15,14 +15,14 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, RootOpt, choices, emit, plural, visible
+from .common import RUN_REF, Format, RootOpt, choices, emit, plural, visible
 from .sql_cmd import StrictOpt, report_skipped_files
 
 XAxis = choices("XAxis", ("step", "time"))
 
 
 def plot(
-    runs: Annotated[List[str], typer.Argument(help="Runs to plot: full id, unique id prefix, or project/name.")],
+    runs: Annotated[List[str], typer.Argument(help=f"Runs to plot: {RUN_REF}.")],
     key: Annotated[List[str], typer.Option("--key", "-k", help="Metric key to plot (repeatable; globs like 'actor/*' allowed). One chart per key.")],
     root: RootOpt = None,
     smooth: Annotated[Optional[int], typer.Option("--smooth", "-s", min=1, help="Trailing moving average over N logged points.")] = None,
@@ -47,9 +47,7 @@ def plot(
         data = curves(infos, key, points=points, smooth=smooth, x=x, on_corrupt=on_corrupt)
         if data.num_rows == 0:
             known = sorted({k for r in infos for k in run_keys(r.paths, on_corrupt=on_corrupt)})
-            shown = ", ".join(known[:30]) + (f" (and {len(known) - 30} more)" if len(known) > 30 else "")
-            hint = f"; keys in these runs: {shown}" if known else "; these runs have no metrics yet"
-            raise UsageError(f"no finite points for --key {' '.join(key)}{hint}")
+            raise UsageError(f"no finite points for --key {' '.join(key)}{_keys_hint(key, known)}")
     if fmt is not None:
         emit(data.to_pylist(), fmt, columns=data.column_names, arrow_table=data)
         return
@@ -61,6 +59,26 @@ def plot(
         sys.stderr.write(f"wrote {png}\n")
     else:
         _terminal(series, xlabel, smooth, width, height)
+
+
+def _keys_hint(asked: list[str], known: list[str], most: int = 6) -> str:
+    """What follows "no finite points for --key ...": the keys closest to those that name no key
+    of the runs (:func:`trackstore.read.refs.closest`), else the first keys there are; or that
+    the keys named hold no finite value."""
+    import fnmatch
+
+    from trackstore.read.refs import closest
+
+    if not known:
+        return "; these runs have no metrics yet"
+    missing = [k for k in asked if not fnmatch.filter(known, k)]
+    if not missing:
+        return " (every value logged under it is NaN or infinite)"
+    near = list(dict.fromkeys(c for k in missing for c in closest(k, known, n=most)))[:most]
+    if near:
+        return f"; did you mean: {', '.join(near)}? (these runs have {plural(len(known), 'key')})"
+    more = f" (and {len(known) - 30} more)" if len(known) > 30 else ""
+    return f"; keys in these runs: {', '.join(known[:30])}{more}"
 
 
 def _unique(infos):

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from .common import RootOpt, choices, console, literal, visible
+from .common import RUN_REF, RootOpt, choices, console, literal, ranges_text, visible
 
 RecordFormat = choices("RecordFormat", ("table", "json", "jsonl"))
 FoldOpt = Annotated[bool, typer.Option("--full", help="Show long texts whole instead of their first lines.")]
@@ -30,7 +30,7 @@ FOLD_CHARS = 600  # ...and this many characters
 
 
 def samples(
-    run: Annotated[str, typer.Argument(help="Run id, unique id prefix, or project/name.")],
+    run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
     root: RootOpt = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Only samples of this step (default: every step, newest first).")] = None,
     split: Annotated[Optional[str], typer.Option("--split", help="Only samples of this split (val, train, ...).")] = None,
@@ -78,7 +78,7 @@ def samples(
 
 
 def trace(
-    run: Annotated[str, typer.Argument(help="Run id, unique id prefix, or project/name.")],
+    run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
     root: RootOpt = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Trajectories of this step (default: the last step that has any).")] = None,
     sample_index: Annotated[Optional[int], typer.Option("--sample-index", "-i", help="Only the trajectories of this sample (prompt) index.")] = None,
@@ -91,7 +91,7 @@ def trace(
     tool call with its arguments and result, reward) with its timing, children indented.
     Exit 3 when the run has no spans, 2 when --step names a step without any."""
     from trackstore.errors import RunNotFoundError, UsageError
-    from trackstore.read.browse import find_trajectories, kind_steps
+    from trackstore.read.browse import find_trajectories, kind_steps, trace_sample_indices
     from trackstore.read.catalog import resolve_run
 
     from .sql_cmd import open_store
@@ -109,9 +109,12 @@ def trace(
         elif steps:
             step = steps[-1]
         roots, total = find_trajectories(con, info, step=step, sample_index=sample_index, limit=limit)
+        indices = trace_sample_indices(con, info, step) if not total and sample_index is not None else []
     if not total and sample_index is not None:
-        raise UsageError(f"--sample-index {sample_index}: no trajectory of {info.project}/{info.run_id} at step {step} "
-                         "has it")
+        at = f" at step {step}" if step is not None else ""
+        there = f"sample indices{at}: {ranges_text(indices)}" if indices else f"none{at} has a sample index"
+        raise UsageError(f"--sample-index {sample_index}: no trajectory of {info.project}/{info.run_id}{at} has it; "
+                         f"{there}")
     fmt_value = getattr(fmt, "value", fmt)
     if fmt_value != "table":
         _dump([_jsonable(n.to_dict()) for n in roots], fmt_value)

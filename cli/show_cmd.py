@@ -16,7 +16,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, cell, console, emit, literal
+from .common import RUN_REF, Format, FormatOpt, RootOpt, cell, console, emit, literal, short_ids, store_run_ids
 
 TOP_KEYS = 12  # metric keys shown without --all-keys
 CONFIG_KEYS = 25  # config keys shown without --all-keys
@@ -63,7 +63,7 @@ def top_keys(keys: list[str], n: int = TOP_KEYS) -> list[str]:
 
 def show(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="Run id, unique id prefix, or project/name.")],
+    run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
     root: RootOpt = None,
     keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Only these metric keys in the overview (repeatable; globs like 'actor/*').")] = None,
     all_keys: Annotated[bool, typer.Option("--all-keys", "-a", help="List every metric key and every config key, not a chosen few.")] = False,
@@ -97,6 +97,7 @@ def show(
     meta = Table(show_header=False, title=literal(f"{info.project}/{info.run_id}"), title_justify="left")
     meta.add_column(style="bold", no_wrap=True)
     meta.add_column(overflow="fold")
+    meta.add_row("handle", literal(short_ids([info.run_id], store_run_ids(root))[info.run_id]))
     for key in ("name", "status", "created_at", "ended_at", "last_step", "host", "user", "tags", "notes",
                 "group", "job_type", "exit_code", "error", "write_errors"):
         value = row.get(key)

@@ -15,7 +15,7 @@ from typing import Annotated, Iterator, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, OutputOpt, RootOpt, emit, visible_lines
+from .common import RUN_REF, Format, FormatOpt, OutputOpt, RootOpt, emit, store_run_ids, visible_lines
 
 ParamOpt = Annotated[
     Optional[List[str]],
@@ -115,7 +115,7 @@ def sql(
                                             "Other formats always get every row.")] = 50,
     strict: StrictOpt = False,
     run_refs: Annotated[Optional[List[str]], typer.Option(
-        "--run", "-r", help="Only this run: its id, a unique prefix or project/name (repeatable). Every view "
+        "--run", "-r", help=f"Only this run: {RUN_REF} (repeatable). Every view "
                             "then holds these runs alone, which costs the same in a store of any size.")] = None,
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
@@ -137,15 +137,39 @@ def sql(
                     runs=only) as con:
         table = run_sql(con, query, values)
     hint_text_numbers(query, values, table.num_rows)
-    print_table(table, fmt, output=output, limit=limit)
+    one_run = only is not None and len({(r.project, r.run_id) for r in only}) == 1
+    print_table(table, fmt, output=output, limit=limit, root=root, one_run=one_run)
 
 
-def print_table(table, fmt: Format, *, output=None, limit: int = 0, title: str | None = None) -> None:
-    """Render a pyarrow Table through :func:`cli.common.emit` (table view limited to ``limit`` rows)."""
+RUN_COLUMNS = ("project", "run_id")  # which run a row is of: the same in every row of `sql -r RUN`
+
+
+def bookkeeping_columns() -> tuple[str, ...]:
+    """The columns a person reads last in a result too wide for the terminal: each row's
+    identity in its run (``writer``, ``seq``) and the time it was logged (``ts``)."""
+    from trackstore.store.schema import ROW_ID_COLUMNS  # pyarrow: not at import (--help stays fast)
+
+    return (*ROW_ID_COLUMNS, "ts")
+
+
+def print_table(table, fmt: Format, *, output=None, limit: int = 0, title: str | None = None, root=None,
+                one_run: bool = False) -> None:
+    """Render a pyarrow Table through :func:`cli.common.emit` (table view limited to ``limit`` rows).
+
+    A table too wide for the terminal keeps the columns that tell rows apart (``key``, ``step``,
+    ``value``...): it hides first ``project`` and ``run_id`` when every row has the same ones
+    because the query was given one run (``one_run``: ``sql -r RUN``), then the bookkeeping
+    columns (:func:`bookkeeping_columns`); a note names what it hid. Run ids it shows are
+    shortened to handles, unique among the run ids of the store at ``root``."""
     total = table.num_rows
     shown = table.slice(0, limit) if fmt is Format.table and limit and total > limit else table
     from trackstore.store.arrays import to_pylist
 
     rows = to_pylist(shown)
+    if fmt is not Format.table:
+        emit(rows, fmt, columns=table.column_names, output=output, arrow_table=table)
+        return
+    same = [c for c in RUN_COLUMNS if c in table.column_names] if one_run else []
     emit(rows, fmt, columns=table.column_names, output=output, total=total, arrow_table=table, title=title,
-         hint="--format csv or json shows all")
+         run_ids=store_run_ids(root) if "run_id" in table.column_names else None,
+         drop_order=[*same, *bookkeeping_columns()], hint="--format csv or json shows all")

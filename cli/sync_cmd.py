@@ -22,6 +22,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from .common import (
+    RUN_REF,
     Format,
     FormatOpt,
     RootOpt,
@@ -234,7 +235,7 @@ def escape(text: str) -> str:
 
 def sync(
     to: TargetOpt,
-    runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to sync (id, prefix or project/name). "
+    runs: Annotated[Optional[List[str]], typer.Argument(help=f"Runs to sync ({RUN_REF}). "
                                                         "Default: every run with pending data.")] = None,
     root: RootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this local project.")] = None,

@@ -4,7 +4,7 @@ The tables of `runs`, `status`, `gc --dry-run` and the sync summary are rendered
 width (COLUMNS, as a pipe or cron sees it, and once through a pseudo-terminal) on the demo
 store (`demo` run twice) and on a store whose sync target fails with a long multi-line error.
 Each must keep every line within the width, print one line per table row, show run ids whole
-or as a unique prefix that `trackstore show` accepts, and numbers whole.
+or as a handle that `trackstore show` accepts, and numbers whole.
 """
 
 from __future__ import annotations
@@ -110,13 +110,15 @@ def summary(text: str) -> str:
 
 
 def check_ids(header: list[str], rows: list[list[str]], root) -> list[str]:
-    """Every run id cell is a whole id or a prefix of exactly one run id of the store."""
-    ids = [r.run_id for r in list_runs(root)]
+    """Every run id cell is a whole id or the handle of exactly one run id of the store."""
+    from trackstore.read.refs import IdIndex
+
+    index = IdIndex(r.run_id for r in list_runs(root))
     col = header.index("run_id")
     shown = [row[col] for row in rows]
     for value in shown:
         assert "…" not in value
-        assert sum(i.startswith(value) for i in ids) == 1, (value, ids)
+        assert len(index.matching(value)) == 1, (value, index.ids)
     return shown
 
 
@@ -130,10 +132,10 @@ def test_runs_fits(demo_store, width):
     shown = check_ids(header, rows, demo_store)
     assert [row[header.index("step")] for row in rows] == ["20", "20"]
     assert out.stdout.splitlines()[0].strip() == "2 runs"
-    # the prefix is a run reference `show` accepts
+    # the handle is a run reference `show` accepts
     res = run_cli("show", shown[0], "--format", "json", root=demo_store)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)[0]["run_id"].startswith(shown[0])
+    assert json.loads(res.stdout)[0]["run_id"].endswith(shown[0])
 
 
 def test_runs_full_ids_in_json_and_wide(demo_store):

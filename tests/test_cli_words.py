@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import run_cli
 from trackstore.cli.commands import COMMANDS
-from trackstore.cli.common import plural, unique_prefixes
+from trackstore.cli.common import plural
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -23,14 +23,6 @@ def test_plural():
     assert [plural(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert plural(1, "finding") == "1 finding" and plural(1, "metric key") == "1 metric key"
     assert plural(3, "retry", "retries") == "3 retries" and plural(1, "retry", "retries") == "1 retry"
-
-
-def test_unique_prefixes():
-    ids = ["20261204-062115546-e01ueed1", "20261204-062116884-f9ad6lwv", "20261130-101010000-aaaaaaaa"]
-    short = unique_prefixes(ids)
-    assert short == {ids[0]: "20261204-062115", ids[1]: "20261204-062116", ids[2]: "20261130"}
-    assert unique_prefixes(["abc"], ["abcdef"]) == {"abc": "abc"}  # a prefix of another id stays whole
-    assert unique_prefixes(["run-1"]) == {"run-1": "run-1"}  # short ids stay whole
 
 
 def test_one_run_and_csv_line_endings(root):

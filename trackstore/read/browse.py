@@ -4,7 +4,8 @@
   run holds (``show`` prints them beside the metric counts).
 * :func:`find_samples`: validation generations filtered by step, split, text and score, decoded
   back to what was logged (:func:`trackstore.records.samples.decode_row`).
-* :func:`find_trajectories`: span trees, one per trace, children in start order.
+* :func:`find_trajectories`: span trees, one per trace, children in start order;
+  :func:`trace_sample_indices`: the sample indices they can be picked by.
 
 Every function takes a connection from :func:`trackstore.read.views.connect` (ideally limited
 to the run with ``runs=[info]``) and binds every user value as a parameter. They live here, not
@@ -61,6 +62,19 @@ def kind_steps(con, run: RunInfo, kind: str) -> list[int]:
     table = run_sql(con, f"SELECT DISTINCT step FROM {kind} WHERE {_ONE_RUN} AND step IS NOT NULL ORDER BY step",
                     _params(run))
     return table.column("step").to_pylist()
+
+
+def trace_sample_indices(con, run: RunInfo, step: int | None) -> list[int]:
+    """The distinct sample indices of the run's trajectories at ``step`` (every step when None),
+    ascending: what ``trace --sample-index`` can pick."""
+    p = _params(run)
+    cond = _ONE_RUN
+    if step is not None:
+        p["step"] = step
+        cond += " AND step = $step"
+    table = run_sql(con, f"SELECT DISTINCT sample_index FROM spans WHERE {cond} AND sample_index IS NOT NULL "
+                         "ORDER BY sample_index", p)
+    return table.column("sample_index").to_pylist()
 
 
 def find_samples(con, run: RunInfo, *, step: int | None = None, split: str | None = None, grep: str | None = None,

@@ -1,8 +1,10 @@
 """Finding runs in a store: listing them with their effective status, and resolving references.
 
-A run reference (what users type after ``trackstore show``) is a full run id, a unique prefix
-of one, or ``project/name`` (``project/run_id`` works too). Ambiguity is an error that lists
-the candidates, never a guess.
+A run reference (what users type after ``trackstore show``) is a full run id, its handle (the
+short form listings show: :mod:`trackstore.read.refs`), a unique prefix of an id, or
+``project/name`` (``project/run_id`` and ``project/handle`` work too). Ambiguity is an error
+that lists the candidates, never a guess; a reference that names nothing is an error that
+suggests the closest runs.
 
 What a run shows is what can be read, honestly:
 
@@ -448,13 +450,16 @@ class _Resolver:
 
     def __init__(self, root: str | os.PathLike | None, unreadable: bool):
         from ..store.index import open_catalog
+        from .refs import IdIndex
 
         self.root = root
         self.unreadable = unreadable
         self.catalog = open_catalog(resolve_root(root))
         self.keys = self.catalog.run_keys()
-        self.by_id = sorted((rid, proj) for proj, rid in self.keys)
-        self.ids = [rid for rid, _ in self.by_id]
+        self.projects: dict[str, list[str]] = {}  # run id -> its projects (one, unless copied)
+        for proj, rid in sorted(self.keys):
+            self.projects.setdefault(rid, []).append(proj)
+        self.index = IdIndex(self.projects)
         self.infos: dict[tuple[str, str], RunInfo | None] = {}
 
     def info(self, key: tuple[str, str]) -> RunInfo | None:
@@ -465,20 +470,13 @@ class _Resolver:
     def _load(self, keys: Iterable[tuple[str, str]]) -> list[RunInfo]:
         return [i for i in (self.info(k) for k in keys) if i is not None]
 
-    def _prefixed(self, prefix: str, project: str | None = None) -> list[tuple[str, str]]:
-        import bisect
-
-        out = []
-        for i in range(bisect.bisect_left(self.ids, prefix), len(self.ids)):
-            rid, proj = self.by_id[i]
-            if not rid.startswith(prefix):
-                break
-            if project is None or proj == project:
-                out.append((proj, rid))
-        return out
+    def _matching(self, ref: str, project: str | None = None) -> list[tuple[str, str]]:
+        """The runs whose id ``ref`` is, starts or is the handle of (in ``project`` if given)."""
+        return [(proj, rid) for rid in self.index.matching(ref) for proj in self.projects[rid]
+                if project is None or proj == project]
 
     def resolve(self, ref: str) -> RunInfo:
-        exact = self._load(self._prefixed(ref) if ref else [])
+        exact = self._load(self._matching(ref))
         exact = [r for r in exact if r.run_id == ref]
         if len(exact) == 1:
             return exact[0]
@@ -488,25 +486,47 @@ class _Resolver:
             in_project = self._load(k for k in self.keys if k[0] == proj)
             candidates = [r for r in in_project if r.name == rest or r.run_id == rest]
             if not candidates:
-                candidates = [r for r in in_project if r.run_id.startswith(rest)]
+                candidates = self._load(self._matching(rest, proj))
         if not candidates:
-            candidates = self._load(self._prefixed(ref))
+            candidates = self._load(self._matching(ref))
         if not candidates:
             candidates = [r for r in self._load(self.keys) if r.name == ref]
         candidates.sort(key=lambda r: (r.created_at or "", r.run_id))  # the order of a listing
         if len(candidates) == 1:
             return candidates[0]
         if not candidates:
-            raise RunNotFoundError(
-                f"no run matches {ref!r} in {resolve_root(self.root)} (try `trackstore runs` to list them)"
-            )
-        listing = "\n".join(f"  {r.project}/{r.run_id}  {r.name}  {r.status}" for r in candidates[:20])
+            near = self._nearest(ref)
+            hint = f"; did you mean:\n{self._listing(near)}\n(`trackstore runs` lists every run)" if near else \
+                " (`trackstore runs` lists them)"
+            raise RunNotFoundError(f"no run matches {ref!r} in {resolve_root(self.root)}{hint}")
         more = f"\n  ... and {len(candidates) - 20} more" if len(candidates) > 20 else ""
-        raise AmbiguousRunError(f"{ref!r} matches {len(candidates)} runs; use a longer id:\n{listing}{more}")
+        raise AmbiguousRunError(f"{ref!r} matches {len(candidates)} runs; use a handle below, or a longer id:\n"
+                                f"{self._listing(candidates[:20])}{more}")
+
+    def _listing(self, runs: list[RunInfo]) -> str:
+        """One line per run: its handle, project/name and status."""
+        return "\n".join(f"  {self.index.handle(r.run_id)}  {r.project}/{r.name}  {r.status}" for r in runs)
+
+    def _nearest(self, ref: str, n: int = 5) -> list[RunInfo]:
+        """The runs whose id, handle, name or project/name is closest to ``ref`` (at most ``n``)."""
+        from .refs import closest
+
+        runs = self._load(self.keys)
+        by_text: dict[str, list[RunInfo]] = {}
+        for r in runs:
+            for text in (r.run_id, self.index.handle(r.run_id), r.name, f"{r.project}/{r.name}"):
+                by_text.setdefault(text, []).append(r)
+        out: dict[tuple[str, str], RunInfo] = {}
+        for text in closest(ref, by_text):
+            for r in by_text[text]:
+                out.setdefault((r.project, r.run_id), r)
+            if len(out) >= n:
+                break
+        return list(out.values())[:n]
 
 
 def resolve_run(ref: str, root: str | Path | None = None, *, unreadable: bool = False) -> RunInfo:
-    """Find exactly one run by id, unique id prefix, or ``project/name`` / ``project/run_id``.
+    """Find exactly one run by id, handle, unique id prefix, or ``project/name`` / ``project/run_id``.
 
     ``unreadable=True`` also finds runs whose run.json cannot be parsed (see :func:`list_runs`).
     Costs a directory scan and the run.json ``stat`` of the candidates, not a listing of the store.

@@ -247,6 +247,11 @@ def _buckets(names: dict[str, list], xs: list, vs: list, points: int) -> pa.Tabl
 
 
 def run_label(run: RunInfo, runs: Sequence[RunInfo]) -> str:
-    """A short label for legends: the run name, made unique with an id prefix when needed."""
+    """A short label for legends: the run name, made unique with the run's handle when needed
+    (:func:`trackstore.read.refs.handles`, among ``runs``)."""
+    from .refs import handles
+
     same = [r for r in runs if r.name == run.name]
-    return run.name if len(same) == 1 else f"{run.name} ({run.run_id[-8:]})"
+    if len(same) == 1:
+        return run.name
+    return f"{run.name} ({handles([run.run_id], [r.run_id for r in runs])[run.run_id]})"

@@ -130,11 +130,16 @@ def check_store_root(path: Path, source: str) -> Path:
     return path
 
 
+RUN_ID_RANDOM_CHARS = 8  # the random end of a generated run id
+# what new_run_id makes (matched by trackstore.read.refs, whose handle of such a run is its random end)
+GENERATED_RUN_ID = re.compile(rf"^\d{{8}}-\d{{9}}-[{_ID_ALPHABET}]{{{RUN_ID_RANDOM_CHARS}}}$")
+
+
 def new_run_id(now: float | None = None) -> str:
     """A run id sortable by creation time (ms) and unique across hosts: ``20261202-175630123-k3j9x2ab``."""
     now = time.time() if now is None else now
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}"
-    suffix = "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+    suffix = "".join(secrets.choice(_ID_ALPHABET) for _ in range(RUN_ID_RANDOM_CHARS))
     return f"{stamp}-{suffix}"
 
 

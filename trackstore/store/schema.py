@@ -31,6 +31,7 @@ _COMMON = [
     pa.field("writer", pa.string(), nullable=False),
     pa.field("seq", pa.int64(), nullable=False),
 ]
+ROW_ID_COLUMNS = tuple(f.name for f in _COMMON)  # ("writer", "seq"): a row's identity for ever
 
 METRICS = pa.schema(
     [
