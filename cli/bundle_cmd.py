@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import Format, FormatOpt, RootOpt, Steps, console, emit, literal, plural, store_run_ids
+from .common import Format, FormatOpt, NewRootOpt, RootOpt, Steps, console, emit, literal, plural, store_run_ids
 
 
 def _since_ts(since: str) -> float:
@@ -89,7 +89,7 @@ def export(
 
 def import_(
     bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE", help="Bundle file (or the first split volume, or the name before .000).")],
-    root: RootOpt = None,
+    root: NewRootOpt = None,
     receipt: Annotated[bool, typer.Option("--receipt", help="Insist that BUNDLE is a receipt (sync cursors) and merge it.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -97,7 +97,7 @@ def import_(
 
     Nothing becomes visible before every checksum is verified; unsafe entries (absolute
     paths, '..', links, devices) and conflicting content are refused with nothing imported.
-    Importing the same bundle again changes nothing.
+    Importing the same bundle again changes nothing. A root that does not exist is created.
     """
     from trackstore.upkeep import bundle
 
