@@ -17,6 +17,7 @@ from .common import (
     RUN_REF,
     Format,
     FormatOpt,
+    NewRootOpt,
     RootOpt,
     Steps,
     check_project,
@@ -87,7 +88,7 @@ def export(
 
 def import_(
     bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE", help="Bundle file (or the first split volume, or the name before .000).")],
-    root: RootOpt = None,
+    root: NewRootOpt = None,
     receipt: Annotated[bool, typer.Option("--receipt", help="Insist that BUNDLE is a receipt (sync cursors) and merge it.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -95,7 +96,7 @@ def import_(
 
     Nothing becomes visible before every checksum is verified; unsafe entries (absolute
     paths, '..', links, devices) and conflicting content are refused with nothing imported.
-    Importing the same bundle again changes nothing.
+    Importing the same bundle again changes nothing. A root that does not exist is created.
     """
     from trackstore.upkeep import bundle
 

@@ -1,8 +1,8 @@
 """What every command shares: the ``--root`` option, output formats, and error reporting.
 
 ``RootOpt`` resolves and checks the store root once for every command that reads or
-maintains a store (:func:`existing_root`); only ``demo`` and ``run``, which write new runs,
-take ``NewRootOpt`` and may create it.
+maintains a store (:func:`existing_root`); only ``demo``, ``run`` and ``import``, which write
+runs, take ``NewRootOpt`` (:func:`new_root`) and may create it.
 
 Output goes through :func:`emit` only: a rich table for people, ``csv``/``json``/``jsonl``/
 ``parquet`` for programs. ``json`` is always an array of objects whose field names are the
@@ -25,18 +25,38 @@ import typer
 _ROOT_HELP = "Store root (default: $TRACKSTORE_DIR, else ./tsruns)."
 
 
+def _root_source(ctx: typer.Context, param: typer.CallbackParam) -> str:
+    """Where ``--root``'s value came from, as an error names it."""
+    from trackstore.store.layout import DEFAULT_ROOT, ENV_ROOT
+
+    origin = getattr(ctx.get_parameter_source(param.name), "name", "")
+    return {"COMMANDLINE": "--root", "ENVIRONMENT": f"${ENV_ROOT}"}.get(
+        origin, f"the default ./{DEFAULT_ROOT}, used when neither --root nor ${ENV_ROOT} is set")
+
+
 def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
-    """The one root check of the CLI: the resolved ``--root``, which must be a store.
+    """The one root check of the CLI's readers: the resolved ``--root``, which must be a store.
 
     A missing path, a file, or a folder holding only other files is a usage error (exit 2)
     naming the path and where it came from (``--root``, ``$TRACKSTORE_DIR`` or the default),
-    so a mistyped root never reads as an empty store nor gets ``_locks/`` created in it.
+    so a mistyped root never reads as an empty store nor gets ``_locks/`` created in it; for a
+    missing one it names the stores nearby and the ``--root`` that reads one.
     """
-    from trackstore.store.layout import ENV_ROOT, resolve_root
+    from trackstore.store.layout import resolve_root
 
-    origin = getattr(ctx.get_parameter_source(param.name), "name", "")
-    source = {"COMMANDLINE": "--root", "ENVIRONMENT": f"${ENV_ROOT}"}.get(origin)
-    return resolve_root(value, must_exist=True, source=source)
+    return resolve_root(value, must_exist=True, source=_root_source(ctx, param), option="--root")
+
+
+def new_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
+    """The root of a command that writes runs (``demo``, ``run``, ``import``): created by the
+    first run written when it does not exist, as ``trackstore.init`` does; a path that exists
+    must be a store (a file, or a folder of other things, is refused as readers refuse it)."""
+    from trackstore.store.layout import check_store_root, resolve_root
+
+    path = resolve_root(value)
+    if path.exists() or path.is_symlink():
+        check_store_root(path, _root_source(ctx, param), option="--root")
+    return path
 
 
 RootOpt = Annotated[
@@ -44,11 +64,11 @@ RootOpt = Annotated[
     typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist.",
                  show_default=False, callback=existing_root),
 ]
-# demo and run write runs: the first run written creates the root
+# demo, run and import write runs: the first run written creates the root
 NewRootOpt = Annotated[
     Optional[Path],
     typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " Created by the first run written.",
-                 show_default=False),
+                 show_default=False, callback=new_root),
 ]
 
 

@@ -18,16 +18,20 @@ edit by hand. Every command accepts `--root DIR` (default `$TRACKSTORE_DIR`, els
 ## The store root
 
 The root is `--root DIR`, else `$TRACKSTORE_DIR`, else `./tsruns` in the current directory.
-Every command but `demo` and `run` (which write new runs, so their first run may create it)
-needs a store there, and refuses with exit code 2, naming the path and where it came from,
-when the path
+Every command but `demo`, `run` and `import` (which write runs, so they create a root that
+does not exist, as `trackstore.init` does) needs a store there, and refuses with exit code 2,
+naming the path and where it came from, when the path
 
 - does not exist (a mistyped `--root` in a cron job fails every time instead of
-  "succeeding" on an empty store),
+  "succeeding" on an empty store); the message then names the stores nearby (folders of the
+  working directory and of the path's parent holding a `project=*` folder or one of
+  trackstore's own `_*` folders) and the `--root` or `export TRACKSTORE_DIR=...` that reads
+  the first, e.g. `Stores nearby: demo-store; use --root demo-store or export
+  TRACKSTORE_DIR=/home/me/trackstore/demo-store`,
 - is not a folder, or
 - is a folder holding other things only: a store is an empty folder (hidden entries aside)
   or one with a `project=*` folder or one of trackstore's own `_*` folders (`_sync`,
-  `_locks`, ...). `import` into a new store therefore needs `mkdir` first.
+  `_locks`, ...). The writing commands refuse such a path too.
 
 Commands that only read change nothing in the store but its catalog (`_catalog/`, a cache
 of the run folders that they refresh: [format.md](format.md) section 11): `runs`, `show`, `sql`, `plot`,

@@ -8,6 +8,7 @@ it is read-only even for root and disappears with the process.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def tree(root: Path) -> dict[str, tuple]:
 
 
 # ------------------------------------------------------------------ 1. the root must exist
-EVERY_COMMAND = {  # every command but demo and run, as a cron job or a user would call it
+EVERY_COMMAND = {  # every reader, as a cron job or a user would call it (demo, run and import write runs)
     "runs": ["runs"],
     "show": ["show", RUN_A],
     "sql": ["sql", "SELECT 1"],
@@ -66,7 +67,6 @@ EVERY_COMMAND = {  # every command but demo and run, as a cron job or a user wou
     "gc --dry-run": ["gc", "--older-than", "0d", "--dry-run"],
     "compact": ["compact"],
     "export": ["export", "--all", "-o", "{tmp}/out.tar"],
-    "import": ["import", "{tmp}/in.tar"],
     "doctor": ["doctor"],
     "doctor --fix": ["doctor", "--fix"],
     "ui": ["ui", "--port", "0"],
@@ -106,6 +106,68 @@ def test_missing_default_root_is_named(tmp_path):
     assert list(cwd.iterdir()) == []
 
 
+def _cli_in(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real CLI run from the folder ``cwd`` (a user in that folder)."""
+    cmd = [sys.executable, "-m", "trackstore.cli.main", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def folder_with_stores(tmp_path) -> Path:
+    """A working folder holding the demo's store, a store with only trackstore's own folders, an
+    empty folder and a source folder: the two stores are worth suggesting, the others are not."""
+    cwd = tmp_path / "work"
+    _log_run(cwd / "demo-store", RUN_A, steps=2)
+    (cwd / "tsruns-old" / "_locks").mkdir(parents=True)
+    (cwd / "empty").mkdir()
+    (cwd / "src" / "pkg").mkdir(parents=True)
+    (cwd / ".hidden" / "project=x").mkdir(parents=True)
+    return cwd
+
+
+def test_missing_default_root_names_the_stores_nearby(folder_with_stores):
+    cwd = folder_with_stores
+    out = _cli_in(cwd, "runs")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert f"store root {cwd / 'tsruns'} does not exist (from the default ./tsruns" in out.stderr
+    assert "Stores nearby: demo-store, tsruns-old;" in out.stderr, out.stderr  # runs first, then the closest name
+    # the other folders are not stores; the first named is the one to use, both ways
+    assert "empty" not in out.stderr and "src" not in out.stderr and "hidden" not in out.stderr
+    assert f"use --root demo-store or export TRACKSTORE_DIR={cwd / 'demo-store'}" in out.stderr
+    after = _cli_in(cwd, "runs", "-f", "csv", "--root", "demo-store")  # the advice works as given
+    assert after.returncode == 0 and RUN_A in after.stdout, after.stderr
+    after = _cli_in(cwd, "runs", "-f", "csv", env={"TRACKSTORE_DIR": str(cwd / "demo-store")})
+    assert after.returncode == 0 and RUN_A in after.stdout, after.stderr
+
+
+def test_mistyped_root_suggests_the_closest_store_first(folder_with_stores):
+    cwd = folder_with_stores
+    out = _cli_in(cwd, "show", RUN_A, "--root", "demo-stor")
+    assert out.returncode == 2, out.stderr
+    assert f"store root {cwd / 'demo-stor'} does not exist (from --root). Stores nearby: demo-store, tsruns-old;" \
+        in out.stderr, out.stderr
+    # a root given inside another folder: its parent is searched too, and shown as a path from here
+    elsewhere = cwd / "src"
+    out = _cli_in(elsewhere, "runs", "--root", str(cwd / "tsrun"))
+    assert out.returncode == 2, out.stderr
+    assert f"Stores nearby: {cwd / 'demo-store'}, {cwd / 'tsruns-old'}; use --root {cwd / 'demo-store'} " in out.stderr
+
+
+def test_missing_root_without_stores_nearby_says_how_to_make_one(tmp_path):
+    cwd = tmp_path / "bare"
+    cwd.mkdir()
+    out = _cli_in(cwd, "runs", "--root", "typo")
+    assert out.returncode == 2, out.stderr
+    assert "Stores nearby" not in out.stderr and "an empty folder is a valid new store" in out.stderr
+
+
+def test_library_names_the_stores_nearby_with_its_own_argument(folder_with_stores, monkeypatch):
+    monkeypatch.chdir(folder_with_stores)
+    with pytest.raises(UsageError, match=r"Stores nearby: demo-store, tsruns-old; use root='demo-store' or export "):
+        trackstore.connect()
+
+
 def test_root_that_is_a_file_or_another_folder_is_refused(tmp_path, store):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a store")
@@ -137,6 +199,36 @@ def test_demo_and_run_still_create_the_root(tmp_path):
     out = run_cli("run", "--root", str(other), "--", sys.executable, "-c", script)
     assert out.returncode == 0, out.stderr
     assert [i.project for i in list_runs(other)] == ["w"]
+
+
+def test_import_creates_a_missing_root(store, tmp_path):
+    assert run_cli("export", "--all", "-o", str(tmp_path / "runs.tar"), root=store).returncode == 0
+    new = tmp_path / "other-side" / "tsruns"
+    out = run_cli("import", str(tmp_path / "runs.tar"), root=new)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert sorted(i.run_id for i in list_runs(new)) == [RUN_A, RUN_B]
+    out = run_cli("import", str(tmp_path / "runs.tar"), env={"TRACKSTORE_DIR": str(tmp_path / "from-env")})
+    assert out.returncode == 0, out.stderr
+    assert len(list_runs(tmp_path / "from-env")) == 2
+    out = run_cli("runs", root=tmp_path / "still-missing")  # a reader still refuses
+    assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+@pytest.mark.parametrize("command", ["import", "demo"])
+def test_writing_command_refuses_a_root_that_is_not_a_store(command, store, tmp_path):
+    assert run_cli("export", "--all", "-o", str(tmp_path / "runs.tar"), root=store).returncode == 0
+    args = ["import", str(tmp_path / "runs.tar")] if command == "import" else ["demo", "--steps", "2"]
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a store")
+    out = run_cli(*args, root=a_file)
+    assert out.returncode == 2 and f"store root {a_file} is not a directory (from --root)" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    home_like = tmp_path / "home-like"
+    (home_like / "src").mkdir(parents=True)
+    before = tree(home_like)
+    out = run_cli(*args, root=home_like)
+    assert out.returncode == 2 and "is not a trackstore store" in out.stderr, out.stderr
+    assert tree(home_like) == before
 
 
 def test_library_connect_refuses_a_missing_root(tmp_path):

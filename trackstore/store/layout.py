@@ -24,11 +24,12 @@ glob. A kind folder may be swapped for a new one by a merge at any moment: :func
 the one policy for listing and reading one that stays consistent across such a swap.
 
 The root is ``root=`` / ``--root``, else ``$TRACKSTORE_DIR``, else ``./tsruns`` in the
-current working directory (like ``wandb/`` or ``mlruns/``). Writing a run creates it; reading
-(``resolve_root(..., must_exist=True)``: ``connect()`` and every CLI command but ``demo`` and
-``run``) requires a store there, so a mistyped path is an error, never an empty store: a folder
-is a store when it is empty (hidden entries aside) or holds a ``project=*`` folder or one of
-trackstore's own ``_*`` folders (``_sync``, ``_locks``, ...).
+current working directory (like ``wandb/`` or ``mlruns/``). Writing runs creates it; reading
+(``resolve_root(..., must_exist=True)``: ``connect()`` and every CLI command but ``demo``,
+``run`` and ``import``) requires a store there, so a mistyped path is an error, never an empty
+store: a folder is a store when it is empty (hidden entries aside) or holds a ``project=*``
+folder or one of trackstore's own ``_*`` folders (``_sync``, ``_locks``, ...). The error for a
+missing root names the stores nearby (:func:`nearby_stores`).
 """
 
 from __future__ import annotations
@@ -81,12 +82,12 @@ _ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def resolve_root(root: str | os.PathLike | None = None, *, must_exist: bool = False,
-                 source: str | None = None) -> Path:
+                 source: str | None = None, option: str = "root=") -> Path:
     """The store root: explicit argument, then ``$TRACKSTORE_DIR``, then ``./tsruns``.
 
     With ``must_exist`` the root must be a store (:func:`check_store_root`); ``source`` names
     where the path came from in the error (``--root``; by default ``root=``, the variable or
-    the default).
+    the default) and ``option`` how a caller names another root (``--root`` for the CLI).
     """
     origin = "root="
     if root is None or root == "":
@@ -95,7 +96,7 @@ def resolve_root(root: str | os.PathLike | None = None, *, must_exist: bool = Fa
         root, origin = (env, f"${ENV_ROOT}") if env else (DEFAULT_ROOT, default)
     path = Path(root).expanduser().absolute()
     if must_exist:
-        check_store_root(path, source or origin)
+        check_store_root(path, source or origin, option=option)
     return path
 
 
@@ -121,13 +122,91 @@ def store_root_problem(path: Path) -> str | None:
     return None  # empty: a new store
 
 
-def check_store_root(path: Path, source: str) -> Path:
-    """``path`` if it is a store; else a UsageError naming the path and where it came from."""
+# the folders a store holds besides its projects: one of them (or a project=* folder) in a folder
+# is evidence enough to suggest it as a store (an empty folder is a valid store, but no evidence)
+STORE_MARKERS = frozenset({SYNC_DIR, LOCKS_DIR, TRASH_DIR, QUARANTINE_DIR, IMPORT_DIR})
+NEARBY_LIMIT = 5  # stores named in a missing root's error
+_NEARBY_SCAN = 1000  # folders looked into, at most, in each place searched
+
+
+def _store_evidence(path: Path) -> int:
+    """How surely the folder ``path`` is a store: 2 it holds a ``project=*`` folder, 1 only some of
+    :data:`STORE_MARKERS`, 0 neither (an empty folder is a valid store, but no evidence of one)."""
+    found = 0
+    try:
+        with os.scandir(path) as entries:
+            for e in entries:
+                if e.name.startswith(PROJECT_PREFIX):
+                    return 2
+                if e.name in STORE_MARKERS:
+                    found = 1
+    except OSError:
+        return 0
+    return found
+
+
+def nearby_stores(path: Path, cwd: Path | None = None) -> list[Path]:
+    """The stores near a root that is not one: the working directory and ``path``'s parent, and
+    the folders directly in them, that show a store's own entries; those holding runs first,
+    then the names closest to ``path``'s (``tsrun`` suggests ``tsruns``), then alphabetical."""
+    import difflib
+
+    cwd = Path.cwd() if cwd is None else cwd
+    found: dict[Path, int] = {}
+    for place in dict.fromkeys([cwd, path.parent]):
+        candidates = [place]
+        try:
+            with os.scandir(place) as entries:
+                for e in entries:
+                    if len(candidates) > _NEARBY_SCAN:
+                        break
+                    if not e.name.startswith(".") and e.is_dir(follow_symlinks=False):
+                        candidates.append(Path(e.path))
+        except OSError:
+            continue
+        for c in candidates:
+            c = Path(os.path.normpath(c))  # as a person would write it: no "sub/.."
+            if c != path and c not in found:
+                found[c] = _store_evidence(c)
+    stores = [c for c, evidence in found.items() if evidence]
+    return sorted(stores, key=lambda c: (-found[c], -difflib.SequenceMatcher(None, path.name, c.name).ratio(), str(c)))
+
+
+def _shown(store: Path, cwd: Path) -> str:
+    """``store`` relative to ``cwd`` when inside it (``.`` for ``cwd`` itself), else absolute."""
+    try:
+        return str(store.relative_to(cwd)) or "."
+    except ValueError:
+        return str(store)
+
+
+def root_choice(store: Path, option: str, cwd: Path | None = None) -> str:
+    """How to name ``store`` as the root: ``--root demo-store or export TRACKSTORE_DIR=/abs/demo-store``
+    (relative to the working directory where it is inside it; quoted for a shell)."""
+    import shlex
+
+    shown = _shown(store, Path.cwd() if cwd is None else cwd)
+    value = f" {shlex.quote(shown)}" if option.startswith("-") else repr(shown)
+    return f"{option}{value} or export {ENV_ROOT}={shlex.quote(str(store))}"
+
+
+def check_store_root(path: Path, source: str, *, option: str = "root=") -> Path:
+    """``path`` if it is a store; else a UsageError (one line) naming the path, where it came from
+    and, when it does not exist, the stores nearby (:func:`nearby_stores`) and how to use one
+    (``option``: ``root=`` for the library, ``--root`` for the CLI)."""
     problem = store_root_problem(path)
-    if problem is not None:
-        raise UsageError(f"store root {path} {problem} (from {source}). Check the path; an empty folder is a "
-                         f"valid new store, and logging a run (trackstore.init, trackstore demo) creates one")
-    return path
+    if problem is None:
+        return path
+    stores = nearby_stores(path) if problem == "does not exist" else []
+    if stores:
+        cwd = Path.cwd()
+        names = [_shown(s, cwd) for s in stores[:NEARBY_LIMIT]]
+        more = f" and {len(stores) - NEARBY_LIMIT} more" if len(stores) > NEARBY_LIMIT else ""
+        advice = f"Stores nearby: {', '.join(names)}{more}; use {root_choice(stores[0], option, cwd)}"
+    else:
+        advice = ("Check the path; an empty folder is a valid new store, and writing runs (trackstore.init, "
+                  "trackstore demo, trackstore import) creates one")
+    raise UsageError(f"store root {path} {problem} (from {source}). {advice}")
 
 
 RUN_ID_RANDOM_CHARS = 8  # the random end of a generated run id
