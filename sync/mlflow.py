@@ -6,7 +6,8 @@ the demo and air-gapped users need no server.
 
 Mapping (docs/sync.md has the full table):
 
-* project -> experiment (created if missing; a deleted one is a permanent error).
+* project -> experiment (created if missing, once per destination; a deleted one is a permanent
+  error); runs are looked up in every live experiment of the name.
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
@@ -30,8 +31,8 @@ UI does not list ``mlflow.``-prefixed tags on the run page, so they stay out of 
 
 Exactly once for metrics: every ``log_batch`` carries the tag ``mlflow.trackstore.batch.metrics`` =
 the batch id, stored by the server after the batch's metrics in the same request. An in-doubt
-batch whose id is the run's tag is complete; otherwise the metric history of the batch's keys
-is read back and only absent points are resent.
+batch whose id is the run's tag is complete; otherwise each key's points at the batch's steps
+are read back (:meth:`MlflowAdapter.reconcile`) and only absent points are resent.
 """
 
 from __future__ import annotations
