@@ -92,10 +92,12 @@ that no adapter module imports a store reader, the ledger's writers or an engine
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Iterator, Protocol, runtime_checkable
 
-from trackstore.errors import TrackstoreError, UsageError
+from trackstore.errors import LockHeldError, TrackstoreError, UsageError
 from trackstore.store.ledger import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
 
 #: every metric key of the run being synced, read by the engine at the first call (``prepare``)
@@ -311,3 +313,41 @@ class Adapter:
 
     def close(self) -> None:
         pass
+
+    @contextmanager
+    def exclusive(self, what: str) -> Iterator[None]:
+        """Work on ``what`` at this destination alone: one worker of this process at a time and,
+        when the store is known (``options.store_root``), one process syncing this store at a
+        time (the store lock :func:`~trackstore.store.locks.sync_object_lock_name`, which names
+        no runs, so gc is not held up). For a remote object several runs share that must be
+        created once per destination (an MLflow experiment): look it up, and only under this
+        look again and create it. Waits up to :data:`EXCLUSIVE_WAIT_S`, then raises
+        :class:`RetryableError`."""
+        from trackstore.store import locks
+
+        key = f"{self.name}\0{self.destination()}\0{what}"
+        with _EXCLUSIVE_GUARD:
+            local = _EXCLUSIVE.setdefault(key, threading.Lock())
+        if not local.acquire(timeout=EXCLUSIVE_WAIT_S):
+            raise RetryableError(f"waited {EXCLUSIVE_WAIT_S:.0f} s for another worker creating {what}")
+        try:
+            if self.options.store_root is None:
+                yield
+                return
+            name = locks.sync_object_lock_name(self.name, self.destination(), what)
+            try:
+                held = locks.acquire(self.options.store_root, name, wait=True, timeout=EXCLUSIVE_WAIT_S,
+                                     info={"runs": [], "destination": self.destination(), "target": self.name,
+                                           "object": what})
+            except LockHeldError as exc:
+                raise RetryableError(f"another sync is creating {what}: {exc}") from None
+            with held:
+                yield
+        finally:
+            local.release()
+
+
+#: how long :meth:`Adapter.exclusive` waits for another worker or sync creating the same object
+EXCLUSIVE_WAIT_S = 60.0
+_EXCLUSIVE: dict[str, threading.Lock] = {}  # one per (target, destination, object), for this process's workers
+_EXCLUSIVE_GUARD = threading.Lock()

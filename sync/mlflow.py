@@ -6,7 +6,8 @@ the demo and air-gapped users need no server.
 
 Mapping (docs/sync.md has the full table):
 
-* project -> experiment (created if missing; a deleted one is a permanent error).
+* project -> experiment (created if missing, once per destination; a deleted one is a permanent
+  error); runs are looked up in every live experiment of the name.
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
@@ -30,8 +31,8 @@ UI does not list ``mlflow.``-prefixed tags on the run page, so they stay out of 
 
 Exactly once for metrics: every ``log_batch`` carries the tag ``mlflow.trackstore.batch.metrics`` =
 the batch id, stored by the server after the batch's metrics in the same request. An in-doubt
-batch whose id is the run's tag is complete; otherwise the metric history of the batch's keys
-is read back and only absent points are resent.
+batch whose id is the run's tag is complete; otherwise each key's points at the batch's steps
+are read back (:meth:`MlflowAdapter.reconcile`) and only absent points are resent.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import json
 import math
 import os
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +107,16 @@ class MlflowAdapter(Adapter):
             uri = f"sqlite:///{base / 'mlflow.db'}"
         self.uri = uri
         self._client = None
-        self._experiments: dict[str, str] = {}
+        self._experiments: dict[str, list[str]] = {}  # project -> live experiment ids, oldest first
         self._run_dir = Path(".")
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
-        # (run id, mlflow key) -> points MLflow holds, read by reconcile and kept current by
-        # sends that were acknowledged; dropped when a send's outcome is unknown
-        self._history: dict[tuple[str, str], set] = {}
+        # (run id, mlflow key) -> the points MLflow holds in a range of steps, read by reconcile
+        # and kept current by sends that were acknowledged; a send whose outcome is unknown drops
+        # the ranges of its keys only (its own points are the uncertain ones)
+        self._held: dict[tuple[str, str], _Held] = {}
+        self._ranged = self.uri.startswith(("http://", "https://"))  # the server answers for a step range
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -205,33 +209,83 @@ class MlflowAdapter(Adapter):
               proxy=self.options.proxy)
 
     # ------------------------------------------------------------------ runs
-    def _experiment_id(self, project: str) -> str:
+    def _experiment_ids(self, project: str) -> list[str]:
+        """The live experiments named ``project``, the one new runs go to first (the oldest).
+
+        A server whose store does not enforce unique names (MLflow's file store) can hold several
+        copies of a name when two clients created it at once. So the experiment is created once
+        per destination: looked up, and only under :meth:`~.adapter.Adapter.exclusive` looked up
+        again and created; and looked up once more after creating, for a sync of another store
+        that created it at the same moment: every sync then agrees on the oldest copy, and an
+        empty copy this sync made is retired (:meth:`_retire_copy`). Runs are looked up in every
+        copy (:meth:`open_run`), so one that went to another copy is found, never made twice.
+        """
         if project in self._experiments:
             return self._experiments[project]
-        exp = self.call("get experiment", self.client.get_experiment_by_name, project)
-        if exp is None:
-            kwargs = {}
-            if is_local_uri(self.uri):
-                art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
-                if not self._embedded and self.uri.startswith("sqlite:"):
-                    art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
-                kwargs["artifact_location"] = art.absolute().as_uri()
-            try:
-                exp_id = self.client.create_experiment(project, **kwargs)
-            except Exception as exc:
-                if "RESOURCE_ALREADY_EXISTS" in str(exc) or "already exists" in str(exc):
-                    exp = self.call("get experiment", self.client.get_experiment_by_name, project)
-                    if exp is None:  # exists but deleted: names stay reserved
-                        raise PermanentError(self._deleted_msg(project)) from None
-                    exp_id = exp.experiment_id
-                else:
-                    raise self._wrap(exc, f"create experiment {project!r}") from exc
+        ids = self._find_experiments(project)
+        if not ids:
+            with self.exclusive(f"experiment {project}"):
+                ids = self._find_experiments(project)
+                if not ids:
+                    created = self._create_experiment(project)
+                    ids = self._find_experiments(project)
+                    if not ids:
+                        raise RetryableError(f"MLflow experiment {project!r} at {self.destination()} was created "
+                                             "but is not listed yet")
+                    if created is not None and created != ids[0] and self._retire_copy(project, created):
+                        ids.remove(created)
+        self._experiments[project] = ids
+        return ids
+
+    def _find_experiments(self, project: str) -> list[str]:
+        """Ids of the live experiments named ``project``, oldest first (creation time, then id);
+        a :class:`PermanentError` when the name is held only by deleted ones (names stay reserved)."""
+        from mlflow.entities import ViewType
+
+        quote = next((q for q in ("'", '"') if q not in project), None)
+        if quote is None:  # a name MLflow's filter syntax cannot spell: its own look-up (one copy)
+            exp = self.call("get experiment", self.client.get_experiment_by_name, project)
+            found = [exp] if exp is not None else []
         else:
-            if exp.lifecycle_stage == "deleted":
-                raise PermanentError(self._deleted_msg(project))
-            exp_id = exp.experiment_id
-        self._experiments[project] = exp_id
-        return exp_id
+            found = self.call("search experiments", self.client.search_experiments, view_type=ViewType.ALL,
+                              filter_string=f"name = {quote}{project}{quote}", max_results=1000)
+        found = [e for e in found if e.name == project]
+        live = sorted((e for e in found if e.lifecycle_stage != "deleted"),
+                      key=lambda e: (e.creation_time or 0, len(str(e.experiment_id)), str(e.experiment_id)))
+        if found and not live:
+            raise PermanentError(self._deleted_msg(project))
+        return [e.experiment_id for e in live]
+
+    def _create_experiment(self, project: str) -> str | None:
+        """Create the experiment ``project``; its id, or None when the server says it exists."""
+        kwargs = {}
+        if is_local_uri(self.uri):
+            art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
+            if not self._embedded and self.uri.startswith("sqlite:"):
+                art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
+            kwargs["artifact_location"] = art.absolute().as_uri()
+        try:
+            return self.client.create_experiment(project, **kwargs)
+        except Exception as exc:
+            if "RESOURCE_ALREADY_EXISTS" in str(exc) or "already exists" in str(exc):
+                return None  # made meanwhile by another client (or deleted: the look-up says which)
+            raise self._wrap(exc, f"create experiment {project!r}") from exc
+
+    def _retire_copy(self, project: str, exp_id: str) -> bool:
+        """Take an empty copy of ``project`` this sync created beside an older one out of the way:
+        renamed, then deleted (renamed first because a deleted experiment keeps its name, and
+        MLflow's file store answers a look-up by name with the newest copy). False, and the copy
+        is kept, when a run is in it already or the server refused: every copy is searched."""
+        from mlflow.entities import ViewType
+
+        try:
+            if self.client.search_runs([exp_id], run_view_type=ViewType.ALL, max_results=1):
+                return False
+            self.client.rename_experiment(exp_id, f"{project} (duplicate {exp_id}, retired by trackstore)")
+            self.client.delete_experiment(exp_id)
+        except Exception:
+            return False
+        return True
 
     def _deleted_msg(self, project: str) -> str:
         return (f"MLflow experiment {project!r} at {self.destination()} is deleted; restore it "
@@ -242,7 +296,7 @@ class MlflowAdapter(Adapter):
 
         self._run_dir = run.paths.dir
         self._run_status = run.status
-        exp_id = self._experiment_id(run.project)
+        exp_ids = self._experiment_ids(run.project)
         remote_id = cursor.remote.get("run_id")
         gone = False
         if remote_id:
@@ -256,9 +310,10 @@ class MlflowAdapter(Adapter):
                 raise PermanentError(f"MLflow run {remote_id} for {run.project}/{run.run_id} was deleted at "
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {remote_id}`)")
             if r is not None:
-                cursor.remote["experiment_id"] = exp_id
+                cursor.remote["experiment_id"] = r.info.experiment_id
                 return OPENED_FOUND
-        found = self.call("search runs", self.client.search_runs, [exp_id],
+        # every experiment of the name: a run made in another copy is found, not made again
+        found = self.call("search runs", self.client.search_runs, exp_ids,
                          filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", run_view_type=ViewType.ALL,
                          max_results=5)
         if found:
@@ -266,14 +321,14 @@ class MlflowAdapter(Adapter):
             if r.info.lifecycle_stage == "deleted":
                 raise PermanentError(f"MLflow run {r.info.run_id} for {run.project}/{run.run_id} was deleted at "
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {r.info.run_id}`)")
-            cursor.remote.update(run_id=r.info.run_id, experiment_id=exp_id)
+            cursor.remote.update(run_id=r.info.run_id, experiment_id=r.info.experiment_id)
             cursor.remote_id = r.info.run_id
             return OPENED_FOUND
         meta = run.meta
         tags = {RUN_TAG: run.run_id, PROJECT_TAG: run.project, "mlflow.runName": run.name}
-        created = self.call("create run", self.client.create_run, exp_id, start_time=_ms(meta.get("created_at")),
+        created = self.call("create run", self.client.create_run, exp_ids[0], start_time=_ms(meta.get("created_at")),
                            tags=tags, run_name=run.name)
-        cursor.remote.update(run_id=created.info.run_id, experiment_id=exp_id)
+        cursor.remote.update(run_id=created.info.run_id, experiment_id=exp_ids[0])
         cursor.remote_id = created.info.run_id
         # a cursor that pointed at a run MLflow no longer has (purged by `mlflow gc`, or a new
         # empty store at the same address): what it acknowledged is not there any more
@@ -383,12 +438,13 @@ class MlflowAdapter(Adapter):
         try:
             self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
         except BaseException:
-            self._history.clear()  # the batch may or may not be there: read it again
+            for m in metrics:  # these points may or may not be there now: read their range again
+                self._held.pop((rid, m.key), None)
             raise
         for m in metrics:
-            known = self._history.get((rid, m.key))
-            if known is not None:
-                known.add((m.step, m.timestamp, _norm(m.value)))
+            known = self._held.get((rid, m.key))
+            if known is not None and known.lo <= m.step <= known.hi:
+                known.points.add((m.step, m.timestamp, _norm(m.value)))
         return result
 
     def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
@@ -412,7 +468,13 @@ class MlflowAdapter(Adapter):
         return result
 
     def reconcile(self, kind: str, rows, cursor, batch_id: str):
-        """Return the rows of an in-doubt batch that MLflow does not hold yet."""
+        """Return the rows of an in-doubt batch that MLflow does not hold yet.
+
+        A batch whose id is the run's batch tag arrived whole (one ``get_run``). Otherwise each
+        key's points are read for the batch's steps only (:meth:`_held_points`), so a reconcile
+        costs about what the batch costs, whatever the length of the run's history; what it
+        read is kept for the retries of this batch.
+        """
         import pyarrow as pa
 
         rid = cursor.remote["run_id"]
@@ -424,19 +486,59 @@ class MlflowAdapter(Adapter):
         if run.data.tags.get(BATCH_TAG.format(kind="metrics")) == batch_id:
             return rows.slice(0, 0)
         keys = rows.column("key").to_pylist()
-        mapping = self._key_names(cursor, keys)
-        have: dict[str, set] = {}
-        for k in set(keys):
-            mk = mapping[k]
-            if (rid, mk) not in self._history:
-                hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
-                self._history[(rid, mk)] = {(m.step, m.timestamp, _norm(m.value)) for m in hist}
-            have[k] = self._history[(rid, mk)]
         steps = rows.column("step").to_pylist()
+        mapping = self._key_names(cursor, keys)
+        spans: dict[str, tuple[int, int]] = {}
+        for k, s in zip(keys, steps):
+            lo, hi = spans.get(k, (s, s))
+            spans[k] = (min(lo, s), max(hi, s))
+        have = {k: self._held_points(rid, mapping[k], lo, hi) for k, (lo, hi) in spans.items()}
         values = rows.column("value").to_pylist()
         ts = rows.column("ts").cast("int64").to_pylist()
         keep = [(s, t // 1000, _norm(v)) not in have[k] for k, v, s, t in zip(keys, values, steps, ts)]
         return rows.filter(pa.array(keep))
+
+    def _held_points(self, rid: str, mk: str, lo: int, hi: int) -> set:
+        """The points ``(step, timestamp, value)`` MLflow holds for key ``mk`` of run ``rid`` at
+        steps ``lo``..``hi``, from what this sync read already when that covers the range."""
+        known = self._held.get((rid, mk))
+        if known is not None and known.lo <= lo and hi <= known.hi:
+            return known.points
+        points = self._ask_range(rid, mk, lo, hi) if self._ranged and _INT32[0] <= lo and hi <= _INT32[1] else None
+        if points is None:  # a local store, or a server that cannot answer for a range: the whole history
+            hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
+            points = {(m.step, m.timestamp, _norm(m.value)) for m in hist if lo <= m.step <= hi}
+        self._held[(rid, mk)] = _Held(lo, hi, points)
+        return points
+
+    def _ask_range(self, rid: str, mk: str, lo: int, hi: int) -> set | None:
+        """The points of ``mk`` at steps ``lo``..``hi`` from the server's ``get-history-bulk-interval``
+        endpoint (the one MLflow's UI draws charts from; int32 steps); None when the answer may
+        be incomplete (it samples at :data:`RANGE_LIMIT` points) or the server does not offer it
+        (then it is not asked again)."""
+        from mlflow.utils.credentials import get_default_host_creds
+        from mlflow.utils.rest_utils import http_request
+
+        params = {"run_ids": [rid], "metric_key": mk, "start_step": lo, "end_step": hi, "max_results": RANGE_LIMIT}
+        try:
+            resp = http_request(get_default_host_creds(self.uri), RANGE_ENDPOINT, "GET", params=params)
+        except Exception as exc:
+            raise self._wrap(exc, "read metric range") from exc
+        if resp.status_code in (400, 404, 405, 501):  # no such endpoint (an older or another server)
+            self._ranged = False
+            return None
+        if resp.status_code != 200:
+            from .http import RETRYABLE_STATUS
+
+            error = RetryableError if resp.status_code in RETRYABLE_STATUS else PermanentError
+            raise error(redact_text(f"read metric range: HTTP {resp.status_code}: {resp.text[:200]}"))
+        try:
+            metrics = resp.json().get("metrics") or []
+            points = {(int(m.get("step", 0)), int(m.get("timestamp", 0)), _norm(float(m.get("value", 0.0))))
+                      for m in metrics if m.get("run_id", rid) == rid}
+        except (ValueError, TypeError, AttributeError) as exc:  # cut mid-answer, or not MLflow's JSON
+            raise RetryableError(f"read metric range: unreadable answer ({exc})") from None
+        return None if len(metrics) >= RANGE_LIMIT else points
 
     def finish_run(self, run, cursor, status: str) -> None:
         """Summary tags and the end status, each sent only if MLflow does not hold it already.
@@ -496,6 +598,21 @@ class MlflowAdapter(Adapter):
             for k, mk in renamed("mlflow", keys, names).items():
                 out[rename_reason("MLflow", k, mk)] = 0
         return out
+
+
+#: MLflow's endpoint for a key's points in a range of steps (served beside the REST API for its UI)
+RANGE_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval"
+RANGE_LIMIT = 2500  # the most points it returns per run; an answer that long may be sampled
+_INT32 = (-2 ** 31, 2 ** 31 - 1)  # its step bounds are int32
+
+
+@dataclass
+class _Held:
+    """The points MLflow held at steps ``lo``..``hi`` of one key, as last read (plus acknowledged sends)."""
+
+    lo: int
+    hi: int
+    points: set
 
 
 def _norm(v):

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401  (shared fixtures)
+from tests.servers import (  # noqa: F401  (shared fixtures)
+    mlflow_experiment_name,
+    mlflow_file_server,
+    mlflow_proxy,
+    mlflow_server,
+)
 from tests.sync_harness import HARNESSES
 
 REPO = Path(__file__).resolve().parent.parent

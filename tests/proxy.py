@@ -16,6 +16,9 @@ explicit parameters or a seeded RNG, so a failing test fails the same way every 
   ``probability``, after a byte count drawn from ``[0, max_bytes]``; decisions come from
   ``random.Random(seed)`` in accept order. ``direction`` may be a tuple such as
   ``("up", "down")``: each cut then picks one, mixing cuts before and after delivery.
+- ``link_cuts(min_bytes, max_bytes, seed)``: a link that breaks every ``randint(min, max)``
+  bytes of traffic over every connection and both directions; each cut is drawn ``"up"`` (the
+  request is cut while sent) or ``"down"`` (the next answer is cut: the server processed it).
 - ``refuse(seconds=None)``: new connections are accepted and reset at once (``mode="close"``:
   closed with FIN instead), for ``seconds`` or until ``reset()``.
 - ``delay(seconds)``: every forwarded chunk waits ``seconds`` first (a slow link); applies to
@@ -70,6 +73,35 @@ class _Cut:
     direction: Direction
 
 
+class _Link:
+    """The state of :meth:`FaultyProxy.link_cuts` (called under the proxy's lock)."""
+
+    def __init__(self, rng: random.Random, lo: int, hi: int, directions: tuple[str, ...]) -> None:
+        self.rng, self.lo, self.hi, self.directions = rng, lo, hi, directions
+        self._draw()
+
+    def _draw(self) -> None:
+        self.budget = self.rng.randint(self.lo, self.hi)
+        self.direction = self.directions[self.rng.randrange(len(self.directions))]
+        self.pending = False  # budget spent: the next chunk in `direction` is cut
+
+    def take(self, direction: str, n: int) -> int:
+        if self.pending:
+            if direction != self.direction:
+                return n
+            allowed = 0
+        elif n < self.budget:
+            self.budget -= n
+            return n
+        elif direction != self.direction:
+            self.pending = True
+            return n
+        else:
+            allowed = self.budget
+        self._draw()
+        return allowed
+
+
 def _rst_close(sock: socket.socket) -> None:
     """Close with SO_LINGER 0, so the peer gets a TCP RST instead of an orderly FIN."""
     try:
@@ -116,7 +148,8 @@ class _Connection:
                         except OSError:
                             pass
                         continue
-                    budget = self._budget(direction)
+                    budget = self._budget(direction) if self.proxy._link is None else \
+                        self.proxy._link_take(direction, len(data))
                     allowed = data if len(data) <= budget else data[:max(0, int(budget))]
                     if self.proxy._delay_s and self.stop.wait(self.proxy._delay_s):
                         return
@@ -162,6 +195,7 @@ class FaultyProxy:
         self._refuse_until = 0.0
         self._refuse_mode = "reset"
         self._policy = None  # callable(connection_index) -> _Cut | None
+        self._link: _Link | None = None  # link_cuts(): a byte budget over every connection
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -254,6 +288,28 @@ class FaultyProxy:
 
         self._arm(policy)
 
+    def link_cuts(self, min_bytes: int, max_bytes: int, seed: int,
+                  direction: tuple[Direction, ...] = ("up", "down")) -> None:
+        """A link that breaks every ``randint(min_bytes, max_bytes)`` bytes of traffic, counted over
+        both directions and every connection; reproducible by ``seed``. Each cut draws its
+        direction from ``direction``: ``"up"`` cuts the request being sent (the server never
+        gets it whole), ``"down"`` waits for the next bytes of an answer and cuts there (the
+        server got and processed the request; the client never learns it)."""
+        if not 0 < min_bytes <= max_bytes:
+            raise ValueError("need 0 < min_bytes <= max_bytes")
+        rng = random.Random(seed)
+        with self._lock:
+            self._link = _Link(rng, min_bytes, max_bytes, direction)
+        self.drop_connections()
+
+    def _link_take(self, direction: str, n: int) -> int:
+        """How many of ``n`` bytes in ``direction`` pass before the link's next cut (``n``: none)."""
+        with self._lock:
+            link = self._link
+            if link is None:
+                return n
+            return link.take(direction, n)
+
     def refuse(self, seconds: float | None = None, mode: Literal["reset", "close"] = "reset") -> None:
         """Reset (or close) every new connection at once, for ``seconds`` or until ``reset()``."""
         if mode not in ("reset", "close"):
@@ -279,6 +335,7 @@ class FaultyProxy:
         """Back to transparent for new connections; counters and live connections are kept."""
         with self._lock:
             self._policy = None
+            self._link = None
             self._refuse_until = 0.0
             self._delay_s = 0.0
             self._latency_s = 0.0

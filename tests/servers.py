@@ -11,7 +11,7 @@ back on the same port and the same store. A new sqlite store starts as a copy of
 migrated once (tests.helpers.mlflow_template_db), not by MLflow's migrations each time.
 
 Wire into ``tests/conftest.py`` with
-``from tests.servers import mlflow_experiment_name, mlflow_proxy, mlflow_server  # noqa: F401``.
+``from tests.servers import mlflow_experiment_name, mlflow_file_server, mlflow_proxy, mlflow_server  # noqa: F401``.
 """
 
 from __future__ import annotations
@@ -203,6 +203,21 @@ def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
     """A running MLflow tracking server for the whole session (``.url``, ``.stop()``, ``.start()``)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     atexit.register(server.kill)  # belt and braces: no orphan even if teardown is skipped
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        atexit.unregister(server.kill)
+
+
+@pytest.fixture(scope="session")
+def mlflow_file_server(tmp_path_factory) -> Iterator[MlflowServer]:
+    """A running MLflow server over MLflow's *file* store for the whole session: no primary key
+    absorbs a point sent twice and no unique index absorbs an experiment created twice, so
+    duplicates show. Modules using it share one xdist group (``mlflow_file_server``)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-file"), backend="file")
+    atexit.register(server.kill)
     server.start()
     try:
         yield server

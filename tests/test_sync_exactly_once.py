@@ -17,25 +17,19 @@ import pytest
 import trackstore
 from tests.helpers import run_cli
 from tests.proxy import FaultyProxy
-from tests.servers import MlflowServer, unique_experiment_name
+from tests.servers import unique_experiment_name
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-# its tests share a server/store (session-scoped: a module fixture is set up again whenever another
-# module's test ran in between on that worker): `make test` (--dist loadgroup) keeps them on one
-# worker, so it is set up once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_sync_exactly_once")
+# the file-store server (tests/servers.py) is session-scoped: `make test` (--dist loadgroup) keeps
+# every module using it on one worker, so it is started once
+pytestmark = pytest.mark.xdist_group("mlflow_file_server")
 
 
-@pytest.fixture(scope="session")
-def file_server(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow-file"), backend="file")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def file_server(mlflow_file_server):
+    return mlflow_file_server
 
 
 def _log(root, project, steps, keys=3, start=0, run=None):

@@ -44,8 +44,9 @@ A store that cannot be written (a read-only mount or snapshot, no permission) ma
 path, never a traceback: commands that change the store cannot run there.
 
 Lock names are short path-safe strings (``[A-Za-z0-9._-]``, at most 120 characters). The
-names in use: ``sync-<target>-...`` (the sync engine: one per run and destination, and one
-declaration per sync, see below; a sync lock should declare its runs, best at once with
+names in use: ``sync-<target>-...`` (the sync engine: one per run and destination, one per
+remote object a sync creates for several runs (:func:`sync_object_lock_name`, held for a
+moment and naming no runs), and one declaration per sync, see below; a sync lock should declare its runs, best at once with
 ``acquire(..., info={"runs": [...]})``, because gc treats a live sync lock that names no runs
 as "every run is in use") and ``maintenance`` (gc, compaction, import,
 ``doctor --fix`` and runs merging their own files: at most one of them changes the store at a
@@ -190,6 +191,12 @@ def sync_target_lock_name(target: str) -> str:
 def sync_run_lock_name(target: str, destination: str, project: str, run_id: str) -> str:
     """The lock held while one run is synced to one destination (see the module docstring)."""
     return f"{sync_target_lock_name(target)}-run-{_digest(target, destination, project, run_id)[:24]}"
+
+
+def sync_object_lock_name(target: str, destination: str, what: str) -> str:
+    """The lock held while a sync creates a remote object every run of a project shares (an
+    MLflow experiment): one creator per (destination, object) in a store, so it is made once."""
+    return f"{sync_target_lock_name(target)}-object-{_digest(target, destination, what)[:24]}"
 
 
 def sync_session_lock_name(target: str) -> str:
@@ -731,5 +738,6 @@ def release_claim(path: Path) -> None:
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
            "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
            "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",
-           "dead_claims", "sync_target_lock_name", "sync_run_lock_name", "sync_session_lock_name", "declare",
+           "dead_claims", "sync_target_lock_name", "sync_run_lock_name", "sync_object_lock_name",
+           "sync_session_lock_name", "declare",
            "remove_stale_declarations"]
