@@ -465,7 +465,8 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
                                           "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
                                           "write_errors": r.write_errors, "verified": r.verified,
-                                          "verify_ok": r.verify_ok} for r in report.runs]}
+                                          "verify_ok": r.verify_ok, "upload": r.upload} for r in report.runs],
+               "upload": _upload_commands(report.runs)}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return rows
 
@@ -498,6 +499,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                  f"{report.target} {report.destination}", wide=wide, run_ids=ids(), labels=SUMMARY_LABELS,
                  drop_order=SUMMARY_DROP)
             _print_lost(changed)
+            _print_uploads(changed)
         return rows
     if not rows:
         say_where(f"nothing to sync to {report.target}", report.destination)
@@ -521,7 +523,27 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
         print(visible(f"note: {n}"))
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
+    _print_uploads(report.runs)
     return rows
+
+
+def _upload_commands(runs) -> list[str]:
+    """The distinct commands that upload what a staging target wrote on this machine."""
+    return list(dict.fromkeys(r.upload for r in runs if r.upload))
+
+
+def _print_uploads(runs, limit: int = 10) -> None:
+    """Once, at the end of a summary: what a staging target (wandb offline, SwanLab offline or
+    local) wrote has not left this machine, and the commands that upload it. Never folded, so
+    that each line can be pasted."""
+    commands = _upload_commands(runs)
+    if not commands:
+        return
+    print("staged on this machine, not uploaded yet; to upload, run:")
+    for command in commands[:limit]:
+        print(visible(f"  {command}"))
+    if len(commands) > limit:
+        print(f"  ... and {len(commands) - limit} more (see --format json)")
 
 
 def _folder():
@@ -571,20 +593,27 @@ def status(
         return
     from trackstore.store.units import format_bytes
 
-    current: dict[tuple[str, str], int] = {}
+    current: dict[tuple[str, str, bool], int] = {}
     shown = []
     for r in rows:
         if not all_rows and r["destination"] != NEVER_SYNCED and _up_to_date(r):
-            where = (r["target"], r["destination"])
+            where = (r["target"], r["destination"], r["staged"])
             current[where] = current.get(where, 0) + 1
             continue
         r["bytes"] = format_bytes(r["bytes"])
+        staged = r.pop("staged")
+        if staged:  # a staging folder on this machine holds it: not synced until uploaded
+            r["synced_status"] = f"{r['synced_status'] or '-'} (staged)"
         shown.append(r)
     if shown or not current:
         emit(shown, fmt, title="sync status", wide=wide, run_ids=store_run_ids(root_path), labels=STATUS_LABELS,
              drop_order=["synced_status", "bytes", "last_sync_at", "project", "unreadable_parts", "destination"])
-    for (target, destination), n in current.items():
-        say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
+    for (target, destination, staged), n in current.items():
+        if staged:
+            say_where(f"{plural(n, 'run')} staged at {target}, not uploaded:", destination,
+                      " (the sync printed the upload command; --all lists them)")
+        else:
+            say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
 
 
 def _up_to_date(row: dict) -> bool:
