@@ -580,7 +580,8 @@ def status(
     The table lists the runs with something to sync or to look at (pending rows, an error,
     unreadable parts, rows the writer lost, a status the destination does not have yet, never
     synced) and counts the runs already up to date in one line per destination; --all lists
-    them too. Exit 0."""
+    them too. A destination staged on this machine (wandb offline, SwanLab offline or local)
+    is shown as staged, not up to date: nothing of it was uploaded by the sync. Exit 0."""
     from trackstore.read.sync_status import NEVER_SYNCED, status_rows
     from trackstore.store.layout import resolve_root
 
