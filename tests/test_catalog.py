@@ -88,7 +88,7 @@ def full_status(root: Path) -> list[dict]:
                 "bytes": tree_bytes(info.paths.dir), "synced_status": cursor.synced_status if cursor else None,
                 "last_sync_at": cursor.last_sync_at if cursor else None,
                 "last_error": cursor.last_error if cursor else None, "unreadable_parts": bad,
-                "write_errors": info.write_errors()}
+                "write_errors": info.write_errors(), "staged": bool(cursor and cursor.staged)}
 
     rows, seen = [], set()
     for c in iter_cursors(root):
