@@ -39,6 +39,7 @@ def gc(
     status: Annotated[Optional[List[str]], typer.Option("--status", "-s", help="Only runs with this status: finished, failed, crashed (repeatable). Default: all three.")] = None,
     require_synced_to: Annotated[Optional[str], typer.Option("--require-synced-to", help="Comma-separated targets (e.g. wandb,mlflow) each of which must hold the run fully; replaces the default 'every destination it was synced to'.")] = None,
     include_unsynced: Annotated[bool, typer.Option("--include-unsynced", help="Also delete runs never synced anywhere.")] = False,
+    count_staged: Annotated[bool, typer.Option("--count-staged", help="Count destinations staged on this machine (wandb offline, SwanLab offline or local folders, not uploaded yet) as synced. Without it they never are, and a run only staged is kept.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Ignore sync state entirely, also unreadable cursors and damaged part files that otherwise keep a run until `trackstore doctor --fix` (live runs and runs being synced are still kept).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be deleted and how many bytes; delete nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for cron).")] = False,
@@ -69,6 +70,7 @@ def gc(
         statuses=tuple(status) if status else G.TERMINAL,
         require_synced_to=targets,
         include_unsynced=include_unsynced,
+        count_staged=count_staged,
         force=force,
     )
     root_path = resolve_root(root)

@@ -516,7 +516,8 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
                                           "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
                                           "write_errors": r.write_errors, "verified": r.verified,
-                                          "verify_ok": r.verify_ok} for r in report.runs]}
+                                          "verify_ok": r.verify_ok, "upload": r.upload} for r in report.runs],
+               "upload": _upload_commands(report.runs)}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return rows
 
@@ -549,6 +550,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                  f"{report.target} {report.destination}", wide=wide, run_ids=ids(), labels=SUMMARY_LABELS,
                  drop_order=SUMMARY_DROP)
             _print_lost(changed)
+            _print_uploads(changed)
         return rows
     if not rows:
         say_where(f"nothing to sync to {report.target}", report.destination)
@@ -572,7 +574,27 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
         print(visible(f"note: {n}"))
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
+    _print_uploads(report.runs)
     return rows
+
+
+def _upload_commands(runs) -> list[str]:
+    """The distinct commands that upload what a staging target wrote on this machine."""
+    return list(dict.fromkeys(r.upload for r in runs if r.upload))
+
+
+def _print_uploads(runs, limit: int = 10) -> None:
+    """Once, at the end of a summary: what a staging target (wandb offline, SwanLab offline or
+    local) wrote has not left this machine, and the commands that upload it. Never folded, so
+    that each line can be pasted."""
+    commands = _upload_commands(runs)
+    if not commands:
+        return
+    print("staged on this machine, not uploaded yet; to upload, run:")
+    for command in commands[:limit]:
+        print(visible(f"  {command}"))
+    if len(commands) > limit:
+        print(f"  ... and {len(commands) - limit} more (see --format json)")
 
 
 def _folder():
@@ -609,7 +631,8 @@ def status(
     The table lists the runs with something to sync or to look at (pending rows, an error,
     unreadable parts, rows the writer lost, a status the destination does not have yet, never
     synced) and counts the runs already up to date in one line per destination; --all lists
-    them too. Exit 0."""
+    them too. A destination staged on this machine (wandb offline, SwanLab offline or local)
+    is shown as staged, not up to date: nothing of it was uploaded by the sync. Exit 0."""
     from trackstore.read.sync_status import NEVER_SYNCED, status_rows
     from trackstore.store.layout import resolve_root
 
@@ -622,19 +645,26 @@ def status(
         return
     from trackstore.store.units import format_bytes
 
-    current: dict[tuple[str, str], int] = {}
+    current: dict[tuple[str, str, bool], int] = {}
     shown = []
     for r in rows:
         if not all_rows and r["destination"] != NEVER_SYNCED and _up_to_date(r):
-            where = (r["target"], r["destination"])
+            where = (r["target"], r["destination"], r["staged"])
             current[where] = current.get(where, 0) + 1
             continue
-        shown.append(_status_cells(r, format_bytes))
+        cells = _status_cells(r, format_bytes)
+        if cells.pop("staged", False):  # a staging folder on this machine holds it: not synced until uploaded
+            cells["synced_status"] = f"{cells['synced_status'] or '-'} (staged)"
+        shown.append(cells)
     if shown or not current:
         emit(shown, fmt, columns=STATUS_TABLE, title="sync status", wide=wide, run_ids=store_run_ids(root_path),
              labels=STATUS_LABELS, drop_order=STATUS_DROP)
-    for (target, destination), n in current.items():
-        say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
+    for (target, destination, staged), n in current.items():
+        if staged:
+            say_where(f"{plural(n, 'run')} staged at {target}, not uploaded:", destination,
+                      " (the sync printed the upload command; --all lists them)")
+        else:
+            say_where(f"{plural(n, 'run')} up to date at {target}", destination, " (--all lists them)")
 
 
 def _up_to_date(row: dict) -> bool:
@@ -650,7 +680,9 @@ def _status_cells(row: dict, format_bytes) -> dict:
     csv keep ``pending_metrics`` and ``pending_other``), and no cell for
     zero unreadable parts or lost rows, so that at 80 columns those columns go before what was
     synced and when."""
-    return {**row, "pending": row["pending_metrics"] + row["pending_other"], "bytes": format_bytes(row["bytes"]),
+    known = row["pending_metrics"] is not None and row["pending_other"] is not None  # None: an unreadable cursor
+    return {**row, "pending": row["pending_metrics"] + row["pending_other"] if known else None,
+            "bytes": format_bytes(row["bytes"]),
             "unreadable_parts": row["unreadable_parts"] or None, "write_errors": row["write_errors"] or None}
 
 

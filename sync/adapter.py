@@ -76,14 +76,29 @@ defaults of the optional ones):
     order, after :meth:`prepare`: a target whose rules depend on earlier batches or on the
     cursor keeps a scratch copy of that state in ``prepare`` and plays each batch through it
     (SwanLab, wandb), so the dry run lists every skip the sync will report.
+``upload_command(cursor)``
+    Optional, for a target with :attr:`Adapter.staging`. The shell command that uploads what
+    this process staged for the run of ``cursor`` (wandb: ``wandb sync DIR``), or None. Called
+    by the engine after the run's sync completed; the CLI prints each distinct command once,
+    at the end of its summary. No side effects.
 ``close()``
     Optional. Release clients and background threads. Called once, at the end.
 
-Seven methods are required; five have defaults. Class attributes declare what the engine
+Seven methods are required; six have defaults. Class attributes declare what the engine
 must do for the target: :attr:`Adapter.kinds`, :attr:`~Adapter.batch_sizes`,
 :attr:`~Adapter.group_columns`, :attr:`~Adapter.merge_steps`,
 :attr:`~Adapter.confirms_on_close`, :attr:`~Adapter.whole_trajectories`,
 :attr:`~Adapter.reconcile_before_retry`.
+
+:attr:`Adapter.staging` says whether the destination is a *staging area* rather than the
+platform: a folder on this machine that the client's offline or local mode fills for a later
+upload (wandb offline, SwanLab offline and local). The engine records the run's cursor as
+``staged`` there (:attr:`trackstore.store.ledger.Cursor.staged`): ``status`` and the
+``sync_state`` view show it as staged, and ``gc`` does not count it as synced unless told to
+(``--count-staged``). A staging destination must have a destination string of its own (its
+mode and folder in it), so that syncing the same run to the platform later keeps a separate
+cursor. A store the user reads in place (MLflow's file or sqlite store) is not staging: it is
+the destination the user chose.
 
 Adapters import their SDK lazily (inside methods or ``__init__``), never at module import,
 so ``trackstore sync --help`` and the core stay fast. ``tests/test_import_graph.py`` checks
@@ -222,6 +237,8 @@ class Target(Protocol):
 
     name: str
 
+    @property
+    def staging(self) -> bool: ...
     def destination(self) -> str: ...
     def check_online(self) -> None: ...
     def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None: ...
@@ -232,6 +249,7 @@ class Target(Protocol):
     def finish_run(self, run, cursor, status: str) -> None: ...
     def close_run(self, cursor) -> None: ...
     def verify(self, run, cursor) -> dict[str, int]: ...
+    def upload_command(self, cursor) -> str | None: ...
     def unsupported(self, kind: str, rows) -> dict[str, int]: ...
     def close(self) -> None: ...
 
@@ -278,6 +296,15 @@ class Adapter:
 
     def destination(self) -> str:
         raise NotImplementedError
+
+    @property
+    def staging(self) -> bool:
+        """True when :meth:`destination` is a staging area on this machine (an offline or local
+        client folder that a later upload sends on), not the platform: see the module docstring."""
+        return False
+
+    def upload_command(self, cursor) -> str | None:
+        return None
 
     def check_online(self) -> None:
         raise NotImplementedError

@@ -98,6 +98,7 @@ class RunResult:
     verified: dict[str, int] | None = None
     verify_ok: bool | None = None
     up_to_date: bool = False
+    upload: str | None = None             # a staging target: the command that uploads what this sync staged
 
     @property
     def ok(self) -> bool:
@@ -232,13 +233,15 @@ class Engine:
         could send its rows twice. The other runs go on.
         """
         try:
-            return load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
+            cursor = load_cursor(self.root, self.target, self.destination, info.project, info.run_id)
         except CURSOR_ERRORS as exc:
             path = cursor_path(self.root, self.target, self.destination, info.project, info.run_id)
             res.error = redact_text(f"the sync state of this run for this destination is unreadable ({path}: "
                                     f"{exc}); the run is not synced until it is repaired (see `trackstore doctor`)")
             res.error_kind = "damaged"
             return None
+        cursor.staged = self.adapter.staging  # what it acknowledges has not left this machine
+        return cursor
 
     def dry_run_one(self, info: RunInfo) -> RunResult:
         res = RunResult(info.project, info.run_id, info.name, info.status)
@@ -339,6 +342,7 @@ class Engine:
                 res.verify_ok = self._verify_ok(info, cursor, res.verified)
             self._call(res, lambda: self.adapter.close_run(cursor))
             self._confirm(cursor)
+            res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
             cursor.last_sync_at = iso(time.time())
             cursor.last_error = None
             cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))

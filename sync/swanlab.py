@@ -145,6 +145,7 @@ class SwanlabAdapter(Adapter):
         self._notes: list[str] = []
         self._values = 0            # values handed to SwanLab in this session
         self._plan: tuple | None = None  # (run, scratch key state) of a --dry-run: see prepare()
+        self._folders: dict[str, list[str]] = {}  # experiment id -> session folders this process wrote
 
     # ------------------------------------------------------------------ plumbing
     def destination(self) -> str:
@@ -153,6 +154,23 @@ class SwanlabAdapter(Adapter):
         else:
             where = f"{self.mode}:{self.logdir}"
         return f"{where}/{self.options.entity}" if self.options.entity else where
+
+    @property
+    def staging(self) -> bool:
+        """offline and local write SwanLab's run folders on this machine, for ``swanlab sync``."""
+        return self.mode != "online"
+
+    def upload_command(self, cursor) -> str | None:
+        """``swanlab sync --id EXP FOLDER`` for each session folder this process wrote for the
+        run (SwanLab's sync makes a new experiment unless given its id, and takes one folder per
+        ``--id``)."""
+        import shlex
+
+        exp = cursor.remote.get("id")
+        if not self.staging or not exp:
+            return None
+        folders = self._folders.get(exp) or []
+        return " && ".join(f"swanlab sync --id {shlex.quote(exp)} {shlex.quote(f)}" for f in folders) or None
 
     def check_online(self) -> None:
         if self.mode != "online":
@@ -215,6 +233,8 @@ class SwanlabAdapter(Adapter):
             self._run = None
             raise self._wrap(exc, "init") from exc
         self._cursor, self._info = cursor, run
+        if self.staging:
+            self._folders.setdefault(exp, []).append(str(Path(self._run.dir)))
         cursor.remote_id = exp
         cursor.remote.update(id=exp, project=project, mode=self.mode)
         self._doubt = {}

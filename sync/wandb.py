@@ -188,6 +188,18 @@ class WandbAdapter(Adapter):
             return f"offline:{self.root_dir / 'wandb'} {where}"
         return f"{redact_url(self.base_url)}/{where}"
 
+    @property
+    def staging(self) -> bool:
+        """Offline, the run folders are written for ``wandb sync`` to upload later."""
+        return self.mode == "offline"
+
+    def upload_command(self, cursor) -> str | None:
+        """``wandb sync <dir>/wandb``: wandb's sync uploads every offline run folder there that it
+        has not uploaded yet (it marks the ones it did), the folders of one run in order."""
+        import shlex
+
+        return f"wandb sync {shlex.quote(str(self.root_dir / 'wandb'))}" if self.staging else None
+
     def check_online(self) -> None:
         if self.mode == "offline":
             return

@@ -88,7 +88,7 @@ def full_status(root: Path) -> list[dict]:
                 "bytes": tree_bytes(info.paths.dir), "synced_status": cursor.synced_status if cursor else None,
                 "last_sync_at": cursor.last_sync_at if cursor else None,
                 "last_error": cursor.last_error if cursor else None, "unreadable_parts": bad,
-                "write_errors": info.write_errors()}
+                "write_errors": info.write_errors(), "staged": bool(cursor and cursor.staged)}
 
     rows, seen = [], set()
     for c in iter_cursors(root):
@@ -137,7 +137,7 @@ def full_sync_state(root: Path) -> list[dict]:
                          "run_id": c.run_id, "kind": kind, "acked_rows": len(acked) if acked else 0,
                          "pending_rows": pending.get(kind, 0), "skipped_rows": c.skipped.get(kind, 0),
                          "remote_id": c.remote_id, "synced_status": c.synced_status,
-                         "last_sync_at": c.last_sync_at, "last_error": c.last_error})
+                         "last_sync_at": c.last_sync_at, "last_error": c.last_error, "staged": c.staged})
     return rows
 
 

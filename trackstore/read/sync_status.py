@@ -3,7 +3,9 @@
 One row per (destination, run) that has a readable cursor, then one row per run that has none
 (``(never synced)``): pending rows per kind, the run folder's bytes, the status the destination
 holds, the last sync and its error, how many part files cannot be read, and what the writers
-could not write. The answer is the one a full read gives (each readable part's rows minus
+could not write, and whether the destination is a staging area (``staged``: a wandb offline or
+SwanLab offline/local folder on this machine, whose rows have not been uploaded by this
+sync; see :attr:`trackstore.store.ledger.Cursor.staged`). The answer is the one a full read gives (each readable part's rows minus
 those the cursor acknowledges; damaged parts not counted, but counted as ``unreadable_parts``),
 but it costs what changed: the catalog (:mod:`trackstore.store.index`) keeps each part's row
 ids and each cursor's pending counts, valid while the files keep their ``stat`` fingerprints.
@@ -21,7 +23,8 @@ from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files
 from .catalog import RunInfo, from_catalog, lost_rows
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
-                  "bytes", "synced_status", "last_sync_at", "last_error", "unreadable_parts", "write_errors")
+                  "bytes", "synced_status", "last_sync_at", "last_error", "unreadable_parts", "write_errors",
+                  "staged")
 NEVER_SYNCED = "(never synced)"  # the destination of a run's row when no readable cursor names one
 
 
@@ -76,7 +79,8 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
                     "last_sync_at": summary["last_sync_at"] if summary else None,
                     "last_error": summary["last_error"] if summary else None,
                     "unreadable_parts": got.damaged,
-                    "write_errors": lost}
+                    "write_errors": lost,
+                    "staged": bool(summary and summary["staged"])}
 
         seen = set()
         for path in cursor_files(root_path):

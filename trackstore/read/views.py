@@ -94,6 +94,7 @@ SYNC_STATE_COLUMNS = (
     ("target", "string"), ("destination", "string"), ("project", "string"), ("run_id", "string"),
     ("kind", "string"), ("acked_rows", "int64"), ("pending_rows", "int64"), ("skipped_rows", "int64"),
     ("remote_id", "string"), ("synced_status", "string"), ("last_sync_at", "ts"), ("last_error", "string"),
+    ("staged", "bool"),
 )
 
 class SkippedFileWarning(UserWarning):
@@ -580,7 +581,7 @@ def _create_sync_state_view(con, root: Path | None, only: set[tuple[str, str]] |
         from ..store.ledger import sync_state_cursors
 
         cursors = sync_state_cursors(root, only)
-    types = {"string": pa.string(), "int64": pa.int64(), "ts": _schema.TS_TYPE}
+    types = {"string": pa.string(), "int64": pa.int64(), "ts": _schema.TS_TYPE, "bool": pa.bool_()}
     arrays = {}
     counts = {"acked_rows": "acked", "pending_rows": "pending", "skipped_rows": "skipped"}
     for name, typ in SYNC_STATE_COLUMNS:

@@ -64,7 +64,7 @@ from .ranges import RangeSet
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 2
+CATALOG_VERSION = 3  # 3: cursors gained `staged`
 _SEP = os.sep
 # each kind's folder inside a run folder (trackstore.store.layout.RunPaths.kind_dir), as text
 _KIND_DIRS = {k: (f"{ARTIFACTS_DIR}{os.sep}{MANIFEST_DIR}" if k == "artifacts" else k) for k in KINDS}
@@ -78,7 +78,7 @@ _RUN_COLUMNS = ("project", "run_id", "meta_fp", "unreadable", "problems", "name"
 _HEAVY = ("meta", "writers", "parts")
 _CURSOR_COLUMNS = ("path", "fp", "dir_fp", "parts_fp", "target", "destination", "project", "run_id", "synced_status",
                    "in_doubt", "remote", "unsettled", "last_sync_at", "last_error", "pending", "acked", "skipped",
-                   "remote_id")
+                   "remote_id", "staged")
 # added within version 2 (a file without them is extended when next written, not rebuilt)
 _OVERVIEWS_TABLE = ("CREATE TABLE IF NOT EXISTS run_overviews (project TEXT NOT NULL, run_id TEXT NOT NULL, "
                     "basis TEXT, overview TEXT, PRIMARY KEY (project, run_id)) WITHOUT ROWID")
@@ -94,8 +94,8 @@ _SCHEMA = (
     "PRIMARY KEY (project, run_id))",
     "CREATE TABLE cursors (path TEXT PRIMARY KEY, fp TEXT, dir_fp TEXT, parts_fp TEXT, target TEXT, "
     "destination TEXT, project TEXT, run_id TEXT, synced_status TEXT, in_doubt INTEGER, remote INTEGER, "
-    "unsettled INTEGER, last_sync_at TEXT, last_error TEXT, pending TEXT, acked TEXT, skipped TEXT, remote_id TEXT) "
-    "WITHOUT ROWID",
+    "unsettled INTEGER, last_sync_at TEXT, last_error TEXT, pending TEXT, acked TEXT, skipped TEXT, remote_id TEXT, "
+    "staged INTEGER) WITHOUT ROWID",
     "CREATE TABLE part_checks (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, problem TEXT, schema TEXT) "
     "WITHOUT ROWID",
     "CREATE TABLE part_schemas (digest TEXT PRIMARY KEY, columns TEXT) WITHOUT ROWID",
@@ -968,13 +968,13 @@ class Catalog:
 def _summary_of(stored: tuple) -> dict:
     """A cursor summary (:func:`trackstore.store.ledger.summarize_cursor`) from its row (no JSON)."""
     (_fp, _dir_fp, parts_fp, target, destination, project, run_id, synced_status, in_doubt, remote, unsettled,
-     last_sync_at, last_error, pending, acked, skipped, remote_id) = stored
+     last_sync_at, last_error, pending, acked, skipped, remote_id, staged) = stored
     return {"target": target, "destination": destination, "project": project, "run_id": run_id,
             "synced_status": synced_status, "in_doubt": bool(in_doubt), "remote": bool(remote),
             "last_sync_at": last_sync_at, "last_error": last_error, "unsettled": bool(unsettled),
             "pending": dict(zip(KINDS, _counts(pending))), "parts_fp": parts_fp,
             "acked": dict(zip(KINDS, _counts(acked))), "skipped": dict(zip(KINDS, _counts(skipped))),
-            "remote_id": remote_id}
+            "remote_id": remote_id, "staged": bool(staged)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -991,7 +991,8 @@ def _cursor_values(summary: dict) -> tuple:
             int(bool(summary["unsettled"])), summary["last_sync_at"], summary["last_error"],
             "|".join(str(int(pending.get(k, 0))) for k in KINDS),
             "|".join(str(int(summary["acked"].get(k, 0))) for k in KINDS),
-            "|".join(str(int(summary["skipped"].get(k, 0))) for k in KINDS), summary["remote_id"])
+            "|".join(str(int(summary["skipped"].get(k, 0))) for k in KINDS), summary["remote_id"],
+            int(bool(summary["staged"])))
 
 
 def _digest(text: str) -> str:

@@ -83,6 +83,10 @@ class Cursor:
     last_error: str | None = None
     last_error_at: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: the destination is a staging area on this machine (an offline or local client folder
+    #: that a later upload sends on): what it acknowledged has not left the machine. The engine
+    #: sets it from ``trackstore.sync.adapter.Adapter.staging``
+    staged: bool = False
 
     @property
     def dest_id(self) -> str:
@@ -142,6 +146,7 @@ class Cursor:
             "last_error": self.last_error,
             "last_error_at": self.last_error_at,
             "notes": self.notes[-50:],
+            "staged": self.staged,
         }
 
     @classmethod
@@ -165,6 +170,7 @@ class Cursor:
             last_error=data.get("last_error"),
             last_error_at=data.get("last_error_at"),
             notes=list(data.get("notes") or []),
+            staged=bool(data["staged"]) if "staged" in data else _legacy_staged(data.get("remote") or {}),
         )
 
 
@@ -214,6 +220,13 @@ def _legacy_remote_id(remote: dict) -> str | None:
     ``run_id``; wandb, SwanLab: ``id``): read once here, written back as ``remote_id``."""
     rid = remote.get("run_id") or remote.get("id")
     return str(rid) if rid else None
+
+
+def _legacy_staged(remote: dict) -> bool:
+    """Cursors written before ``staged`` existed: the wandb and SwanLab adapters keep the
+    client's mode in ``remote["mode"]``, and ``offline``/``local`` wrote a folder for a later
+    upload (read once here, written back as ``staged``)."""
+    return remote.get("mode") in ("offline", "local")
 
 
 def cursor_path(root: Path, target: str, destination: str, project: str, run_id: str) -> Path:
@@ -367,21 +380,24 @@ def pending_counts(paths: RunPaths, cursor: Cursor | None, *, ids: Mapping[str, 
 
 
 def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
-                    ids: Mapping[str, Any] | None = None) -> bool:
-    """True when every stored row is acknowledged and the final status has been pushed.
+                    ids: Mapping[str, Any] | None = None, count_staged: bool = False) -> bool:
+    """True when every stored row is acknowledged and the final status has been pushed, at a
+    destination that is not a staging area (or, with ``count_staged``, at any).
 
     Rows of damaged parts are not counted (see :func:`read_row_ids`).
     """
-    if not fully_synced(cursor, run_status, {}):  # the cursor alone says no: nothing to count
+    if not fully_synced(cursor, run_status, {}, count_staged=count_staged):  # the cursor alone says no
         return False
-    return fully_synced(cursor, run_status, pending_counts(paths, cursor, ids=ids))
+    return fully_synced(cursor, run_status, pending_counts(paths, cursor, ids=ids), count_staged=count_staged)
 
 
-def fully_synced(cursor: Cursor, run_status: str, pending: Mapping[str, int]) -> bool:
+def fully_synced(cursor: Cursor, run_status: str, pending: Mapping[str, int], *, count_staged: bool = False) -> bool:
     """:func:`is_fully_synced` from the run's pending rows per kind (:func:`pending_counts`, or
-    a :func:`summarize_cursor` made from the catalog's part records)."""
-    return (not cursor.in_doubt and cursor.session is None and run_status in TERMINAL
-            and cursor.synced_status == run_status and not any(pending.values()))
+    a :func:`summarize_cursor` made from the catalog's part records). A staged cursor
+    (:attr:`Cursor.staged`: its rows have not left this machine) is never fully synced unless
+    ``count_staged`` says to count it."""
+    return ((count_staged or not cursor.staged) and not cursor.in_doubt and cursor.session is None
+            and run_status in TERMINAL and cursor.synced_status == run_status and not any(pending.values()))
 
 
 # ---------------------------------------------------------------------------- from the catalog
@@ -410,7 +426,8 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
             "remote": bool(cursor.remote_id or cursor.remote), "last_sync_at": cursor.last_sync_at,
             "last_error": cursor.last_error, "unsettled": cursor.session is not None, "pending": pending,
             "acked": {k: len(cursor.acked[k]) if cursor.acked.get(k) else 0 for k in KINDS},
-            "skipped": {k: cursor.skipped.get(k, 0) for k in KINDS}, "remote_id": cursor.remote_id}
+            "skipped": {k: cursor.skipped.get(k, 0) for k in KINDS}, "remote_id": cursor.remote_id,
+            "staged": cursor.staged}
 
 
 def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, parts: Any) -> dict:
@@ -545,5 +562,6 @@ def sync_state_rows(root: Path, only: set[tuple[str, str]] | None = None) -> lis
     return [{"target": c["target"], "destination": c["destination"], "project": c["project"], "run_id": c["run_id"],
              "kind": kind, "acked_rows": c["acked"].get(kind, 0), "pending_rows": c["pending"].get(kind, 0),
              "skipped_rows": c["skipped"].get(kind, 0), "remote_id": c["remote_id"],
-             "synced_status": c["synced_status"], "last_sync_at": c["last_sync_at"], "last_error": c["last_error"]}
+             "synced_status": c["synced_status"], "last_sync_at": c["last_sync_at"], "last_error": c["last_error"],
+             "staged": c["staged"]}
             for c in sync_state_cursors(root, only) for kind in KINDS]

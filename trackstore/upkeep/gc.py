@@ -20,6 +20,13 @@ The promises:
   replaces "every destination" with "at least one fully synced destination of each named
   target". ``include_unsynced`` also allows runs never synced anywhere; ``force`` ignores sync
   state entirely (still never live or locked runs).
+* **Staged is not synced.** A destination that is a staging folder on this machine (wandb
+  offline, SwanLab offline or local: :attr:`trackstore.store.ledger.Cursor.staged`) holds
+  nothing that left the machine, so it never makes a run eligible: it is not among "every
+  destination it was synced to", a run staged and synced nowhere else is kept ("only
+  staged"), and ``require_synced_to`` a staging target is never met. ``count_staged`` counts
+  staged destinations as synced destinations, for a user who uploads them some other way or
+  keeps that folder as the copy.
 * **Damage is never mistaken for "done".** The sync readers skip what they cannot parse, so a
   corrupt cursor would read as "never synced there" and a truncated part as "no rows pending".
   gc therefore keeps (unless ``force``) a run with a cursor file that does not parse, or with
@@ -101,6 +108,7 @@ class Policy:
     statuses: tuple[str, ...] = TERMINAL
     require_synced_to: tuple[str, ...] = ()
     include_unsynced: bool = False
+    count_staged: bool = False
     force: bool = False
 
     def check(self) -> None:
@@ -228,13 +236,21 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
         if damaged:
             return _damage_verdict(root, damaged)
         pending = {id(c): pending_counts(info.paths, c, ids=ids) for c in cursors}
-    complete = {id(c): fully_synced(c, info.status, pending[id(c)]) for c in cursors}
+    complete = {id(c): fully_synced(c, info.status, pending[id(c)], count_staged=policy.count_staged)
+                for c in cursors}
     if policy.require_synced_to:
         missing = [t for t in policy.require_synced_to if not any(c.target == t and complete[id(c)] for c in cursors)]
         if missing:
-            return f"not fully synced to {', '.join(missing)} (required by --require-synced-to)"
+            staged = " (staged only, not uploaded: --count-staged counts it)" if any(
+                c.target in missing and c.staged for c in cursors) and not policy.count_staged else ""
+            return f"not fully synced to {', '.join(missing)}{staged} (required by --require-synced-to)"
         return None
-    for c in cursors:
+    synced_to = cursors if policy.count_staged else [c for c in cursors if not c.staged]
+    if not synced_to:
+        c = cursors[0]
+        return (f"only staged on this machine ({c.target} {c.destination}), not uploaded: upload it and sync "
+                "it to the platform, or pass --count-staged")
+    for c in synced_to:
         if not complete[id(c)]:
             return (f"not fully synced to {c.target} {c.destination}: {_behind(info, c, pending[id(c)])} "
                     "(use --force to delete anyway)")
