@@ -330,3 +330,58 @@ def test_receipt_with_a_malformed_cursor_is_refused_whole(two, tmp_path):
     with pytest.raises(BundleError, match="nothing was imported"):
         B.import_bundle(a, bad)
     assert tree(a) == before
+
+
+def _receipt(tmp_path, run, acked, name="receipt.tar"):
+    """A receipt of one cursor of ``run`` acknowledging ``acked`` (kind -> row-id set)."""
+    cursor = {"version": 1, "target": "mlflow", "destination": "http://127.0.0.1:1", "project": run.project,
+              "run_id": run.run_id, "acked": acked, "synced_status": "finished",
+              "last_sync_at": "2026-12-01T00:00:00+00:00"}
+    data = json.dumps(cursor).encode()
+    rel = f"sync/mlflow-aaaaaaaaaaaa/project={run.project}/run={run.run_id}.json"
+    manifest = {"format": B.FORMAT, "version": B.BUNDLE_VERSION, "kind": "receipt", "files": [listing(rel, data)]}
+    out = tmp_path / name
+    write_bundle(out, manifest, [member(rel, data)])
+    return out, rel
+
+
+def test_receipt_acknowledging_rows_past_int64_is_refused(two, tmp_path):
+    a, _b = two
+    run = make_run(a)
+    bad, rel = _receipt(tmp_path, run, {"metrics": {"vm-1-abc": [[0, 2**70]]}})
+    before = tree(a)
+    with pytest.raises(BundleError) as err:
+        B.import_bundle(a, bad, expect="receipt")
+    msg = str(err.value)
+    assert f"refusing receipt: its cursor {rel} is unreadable: acked.metrics['vm-1-abc']: " in msg
+    assert "1180591620717411303424 is not a row sequence number" in msg and "nothing was imported" in msg
+    assert tree(a) == before
+    cli = run_cli("import", "--receipt", str(bad), root=a)
+    assert cli.returncode == 9 and "is not a row sequence number" in cli.stderr and "Traceback" not in cli.stderr
+    assert run_cli("status", root=a).returncode == 0
+
+
+def test_receipt_whose_union_with_the_local_cursor_overflows_is_refused(two, tmp_path):
+    """Each cursor alone holds at most 2**63-1 rows; their union would hold more."""
+    a, _b = two
+    run = make_run(a)
+    first, _rel = _receipt(tmp_path, run, {"metrics": {"w1": [[0, 2**63 - 2]]}}, "first.tar")
+    assert B.import_bundle(a, first).cursors_merged == 1
+    second, _rel = _receipt(tmp_path, run, {"metrics": {"w2": [[0, 2**63 - 2]]}}, "second.tar")
+    before = tree(a)
+    with pytest.raises(BundleError, match=r"cannot be merged: acked\.metrics \(its number of rows\)"):
+        B.import_bundle(a, second)
+    assert tree(a) == before
+
+
+def test_manifest_row_counts_must_be_counts(two, tmp_path):
+    a, b = two
+    make_run(a)
+
+    def negative_rows(m, _members):
+        m["runs"][0]["rows"] = {"metrics": -3}
+
+    bad = _with_manifest(exported(a, tmp_path), tmp_path / "bad.tar", negative_rows)
+    with pytest.raises(BundleError, match=r"rows\.metrics: -3 is not a count .* nothing was imported"):
+        B.import_bundle(b, bad)
+    assert tree(b) == {}

@@ -67,3 +67,45 @@ def test_difference_matches_set_difference():
         got = a - b
         assert set(got.pairs()) == sa - sb
         assert len(got) == len(sa - sb)
+
+
+# ---------------------------------------------------------------------------- numbers read from files
+import pytest  # noqa: E402
+
+from trackstore.store.ranges import INT64_MAX, RangeValueError, check_count  # noqa: E402
+
+
+@pytest.mark.parametrize("stored, problem", [
+    ({"w": [[0, 2**70]]}, "is not a row sequence number"),
+    ({"w": [[-1, 3]]}, "is not a row sequence number"),
+    ({"w": [[0, 2**63]]}, "is not a row sequence number"),
+    ({"w": [[0, 1.5]]}, "is not a row sequence number"),
+    ({"w": [[False, True]]}, "is not a row sequence number"),
+    ({"w": [["0", "3"]]}, "is not a row sequence number"),
+    ({"w": [[5, 2]]}, "ends before it starts"),
+    ({"w": [[0, 1, 2]]}, "is not a [lo, hi] range"),
+    ({"w": [0, 1]}, "is not a [lo, hi] range"),
+    ({"w": {"0": 1}}, "must map to a list"),
+    ([[0, 1]], "must be an object"),
+    ({"a": [[0, INT64_MAX]], "b": [[0, 0]]}, "(its number of rows)"),  # 2**63 rows: no len() can say it
+])
+def test_a_set_read_from_a_file_must_hold_int64_seqs_in_order(stored, problem):
+    with pytest.raises(RangeValueError) as err:
+        RangeSet.from_json(stored, "acked.metrics")
+    assert problem in str(err.value) and str(err.value).startswith("acked.metrics")
+    assert isinstance(err.value, ValueError)
+
+
+def test_the_largest_sets_the_format_allows_are_read_and_counted():
+    widest = RangeSet.from_json({"w": [[0, INT64_MAX - 1]]})
+    assert len(widest) == INT64_MAX and ("w", INT64_MAX - 1) in widest
+    assert RangeSet.from_json({"w": [[INT64_MAX, INT64_MAX]]}).to_json() == {"w": [[INT64_MAX, INT64_MAX]]}
+    assert RangeSet.from_json({"w": [[5, 9], [0, 3], [2, 6]]}).to_json() == {"w": [[0, 9]]}  # any ranges: their union
+    assert RangeSet.from_json(None) == RangeSet()
+
+
+@pytest.mark.parametrize("value", [-1, 2**63, 1.0, True, "3", None])
+def test_counts_are_int64_from_zero(value):
+    with pytest.raises(RangeValueError, match=r"skipped\.metrics: .* is not a count"):
+        check_count(value, "skipped.metrics")
+    assert check_count(INT64_MAX, "x") == INT64_MAX and check_count(0, "x") == 0

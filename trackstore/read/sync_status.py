@@ -9,7 +9,9 @@ sync; see :attr:`trackstore.store.ledger.Cursor.staged`). The answer is the one 
 those the cursor acknowledges; damaged parts not counted, but counted as ``unreadable_parts``),
 but it costs what changed: the catalog (:mod:`trackstore.store.index`) keeps each part's row
 ids and each cursor's pending counts, valid while the files keep their ``stat`` fingerprints.
-An unreadable cursor file is left out (the run then shows as never synced there).
+A cursor file that cannot be read (or holds a number out of the format's range) gives its
+destination's row with pending counts unknown (None) and the problem as ``last_error``
+(:func:`~trackstore.store.ledger.damaged_cursor_summary`); the other rows are unaffected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from ..store.index import PartsSummary, QuietRun, open_catalog
 from ..store.layout import resolve_root
-from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files
+from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files, damaged_cursor_summary
 from .catalog import RunInfo, from_catalog, lost_rows
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
@@ -65,6 +67,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             run = found[key]
             got = parts(key)
             pending = summary["pending"] if summary is not None else got.rows
+            damaged = summary is not None and summary.get("damaged")
             if isinstance(run, QuietRun):
                 status, size = run.status, run.bytes
                 lost = lost_rows(run.write_errors, run.writers_lost)
@@ -72,8 +75,8 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
                 status, lost = run.status, run.write_errors()
                 size = catalog.run_bytes(*key, catalog.row_value(*key, "meta_fp"), got.fp)
             return {"target": target, "destination": destination, "project": key[0], "run_id": key[1],
-                    "status": status, "pending_metrics": pending.get("metrics", 0),
-                    "pending_other": sum(v for k, v in pending.items() if k != "metrics"),
+                    "status": status, "pending_metrics": None if damaged else pending.get("metrics", 0),
+                    "pending_other": None if damaged else sum(v for k, v in pending.items() if k != "metrics"),
                     "bytes": size,
                     "synced_status": summary["synced_status"] if summary else None,
                     "last_sync_at": summary["last_sync_at"] if summary else None,
@@ -89,8 +92,10 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
                 continue
             try:
                 summary = cached_cursor_summary(catalog, path, key[0], key[1], parts(key))
-            except CURSOR_ERRORS:  # vanished (archived meanwhile) or unreadable: says nothing
+            except FileNotFoundError:  # vanished (archived meanwhile)
                 continue
+            except CURSOR_ERRORS as exc:  # unreadable: that destination's row says so, pending unknown
+                summary = damaged_cursor_summary(path, exc)
             if target is not None and summary["target"] != target:
                 continue
             if (summary["project"], summary["run_id"]) != key:

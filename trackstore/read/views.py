@@ -588,7 +588,8 @@ def _create_sync_state_view(con, root: Path | None, only: set[tuple[str, str]] |
         if name == "kind":
             continue
         if name in counts:
-            arrays[name] = column([[c[counts[name]].get(k, 0) for k in RECORD_KINDS] for c in cursors],
+            arrays[name] = column([[c[counts[name]].get(k, None if c.get("damaged") else 0) for k in RECORD_KINDS]
+                                   for c in cursors],  # a damaged cursor's counts are unknown: NULL
                                   pa.list_(pa.int64()))
             continue
         vals = [c.get(name) for c in cursors]

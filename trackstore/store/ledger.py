@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from .atomic import read_json, write_json_atomic
 from .clock import iso
 from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
-from .ranges import RangeSet
+from .ranges import RangeSet, RangeValueError, check_count
 
 #: the kind of a batch in doubt that holds whole steps of several kinds (a target that takes one
 #: row per step: ``trackstore.sync.adapter.Adapter.merge_steps``); its ``rows`` map kinds to row ids
@@ -151,7 +151,9 @@ class Cursor:
 
     @classmethod
     def from_json(cls, data: dict) -> Cursor:
-        data = _legacy_journal(_legacy_carried(data))
+        """The cursor stored as ``data``, checked first (:func:`check_cursor`: a ValueError names
+        the field that is out of the format's ranges)."""
+        data = _legacy_journal(_legacy_carried(check_cursor(data)))
         return cls(
             target=data["target"],
             destination=data["destination"],
@@ -172,6 +174,61 @@ class Cursor:
             notes=list(data.get("notes") or []),
             staged=bool(data["staged"]) if "staged" in data else _legacy_staged(data.get("remote") or {}),
         )
+
+
+def check_cursor(data: Any) -> dict:
+    """``data`` (a cursor as stored) when its fields have the format's types and its numbers the
+    format's ranges (docs/format.md section 8): row-id sets of int64 seqs with ``lo <= hi``
+    (:meth:`RangeSet.from_json`), skip counts from 0 (:func:`~trackstore.store.ranges.check_count`),
+    in ``acked``, ``recheck``, ``skipped``, the batch ``in_doubt`` and the ``session``. Else a
+    :class:`~trackstore.store.ranges.RangeValueError` (a ValueError) naming the field.
+
+    The one check of a cursor's numbers: every read of a cursor (:meth:`Cursor.from_json`: sync,
+    ``status``, the ``sync_state`` view, gc, doctor) and every receipt import goes through it, so
+    a number no reader can use is refused where it is read."""
+    if not isinstance(data, dict):
+        raise RangeValueError("cursor", f"a cursor is a JSON object, not {type(data).__name__}")
+    for key in ("target", "destination", "project", "run_id"):
+        if not isinstance(data.get(key), str):
+            raise RangeValueError(key, f"{data.get(key)!r} is not a string")
+
+    def sets(value: Any, field: str) -> None:
+        if value is None:
+            return
+        if not isinstance(value, dict):
+            raise RangeValueError(field, f"must be an object of kind -> row-id set, not {type(value).__name__}")
+        for kind, ids in value.items():
+            RangeSet.from_json(ids, f"{field}.{kind}")
+
+    def counts(value: Any, field: str) -> None:
+        if value is None:
+            return
+        if not isinstance(value, dict):
+            raise RangeValueError(field, f"must be an object of kind -> count, not {type(value).__name__}")
+        for kind, n in value.items():
+            check_count(n, f"{field}.{kind}")
+
+    sets(data.get("acked"), "acked")
+    sets(data.get("recheck"), "recheck")
+    counts(data.get("skipped"), "skipped")
+    doubt = data.get("in_doubt")
+    if doubt is not None:
+        if not isinstance(doubt, dict):
+            raise RangeValueError("in_doubt", f"must be an object or null, not {type(doubt).__name__}")
+        if doubt.get("kind") == STEPS:
+            sets(doubt.get("rows"), "in_doubt.rows")
+        else:
+            RangeSet.from_json(doubt.get("rows"), "in_doubt.rows")
+    session = data.get("session")
+    if session is not None:
+        if not isinstance(session, dict):
+            raise RangeValueError("session", f"must be an object or null, not {type(session).__name__}")
+        sets(session.get("acked"), "session.acked")
+        counts(session.get("skipped"), "session.skipped")
+    for key in ("remote", "notes"):
+        if data.get(key) is not None and not isinstance(data[key], dict if key == "remote" else list):
+            raise RangeValueError(key, f"has the wrong type ({type(data[key]).__name__})")
+    return data
 
 
 def _legacy_carried(data: dict) -> dict:
@@ -430,6 +487,28 @@ def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
             "staged": cursor.staged}
 
 
+def damaged_cursor_summary(path: Path | str, error: BaseException) -> dict:
+    """What ``status`` and the ``sync_state`` view say of a cursor file that cannot be read
+    (one of :data:`CURSOR_ERRORS`, a number out of range included): the shape of
+    :func:`summarize_cursor` with ``damaged`` True, the destination from its folder's
+    ``destination.json`` (else the folder's name), the run from the file's path, no counts
+    (unknown: empty ``acked``/``pending``/``skipped``) and the problem as ``last_error``."""
+    path = Path(path)
+    target = destination = path.parent.parent.name
+    try:
+        desc = read_json(path.parent.parent / DESTINATION_FILE)
+        if isinstance(desc.get("target"), str) and isinstance(desc.get("destination"), str):
+            target, destination = desc["target"], desc["destination"]
+    except (OSError, ValueError, AttributeError):
+        target = target.rpartition("-")[0] or target
+    detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+    return {"target": target, "destination": destination, "project": path.parent.name.partition("=")[2],
+            "run_id": path.name.partition("=")[2].removesuffix(".json"), "synced_status": None,
+            "in_doubt": False, "remote": False, "last_sync_at": None, "unsettled": False, "remote_id": None,
+            "last_error": f"sync state unreadable ({detail}); `trackstore doctor --fix` quarantines it",
+            "pending": {}, "acked": {}, "skipped": {}, "damaged": True, "staged": False}
+
+
 def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, parts: Any) -> dict:
     """:func:`summarize_cursor` of the cursor file at ``path``, from the catalog while neither the
     file (its ``stat`` fingerprint, or its folder's) nor the run's parts (``parts``, the run's
@@ -548,8 +627,10 @@ def sync_state_cursors(root: Path, only: set[tuple[str, str]] | None = None) -> 
                     paths = RunPaths(root, cursor.project, cursor.run_id)
                     c = summarize_cursor(cursor, {})
                     c["pending"] = pending_counts(paths, cursor) if paths.dir.exists() else {}
-            except CURSOR_ERRORS:
+            except FileNotFoundError:  # archived or replaced meanwhile
                 continue
+            except CURSOR_ERRORS as exc:  # reported, with unknown counts: one bad file spoils no other row
+                c = damaged_cursor_summary(path, exc)
             out.append(c)
     finally:
         catalog.save()
@@ -560,8 +641,8 @@ def sync_state_rows(root: Path, only: set[tuple[str, str]] | None = None) -> lis
     """One row per (destination, run, kind): the rows of the ``sync_state`` SQL view
     (:func:`sync_state_cursors`, one row per record kind), of the runs in ``only`` when given."""
     return [{"target": c["target"], "destination": c["destination"], "project": c["project"], "run_id": c["run_id"],
-             "kind": kind, "acked_rows": c["acked"].get(kind, 0), "pending_rows": c["pending"].get(kind, 0),
-             "skipped_rows": c["skipped"].get(kind, 0), "remote_id": c["remote_id"],
+             "kind": kind, **{f"{n}_rows": c[n].get(kind, None if c.get("damaged") else 0)
+                              for n in ("acked", "pending", "skipped")}, "remote_id": c["remote_id"],
              "synced_status": c["synced_status"], "last_sync_at": c["last_sync_at"], "last_error": c["last_error"],
-             "staged": c["staged"]}
+             "staged": c.get("staged", False)}
             for c in sync_state_cursors(root, only) for kind in KINDS]

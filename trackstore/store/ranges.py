@@ -5,11 +5,71 @@ Because every row keeps its ``(writer, seq)`` for ever (compaction included), a 
 exact whatever happens to the files, and rows acknowledged out of seq order (replay is in step
 order, which a late-logged evaluation breaks) are still represented exactly. In the usual case
 (one writer, in-order logging) a set is one range per writer: a few bytes of JSON.
+
+The numbers a set (or any count stored beside one) may hold are the format's: a ``seq`` is an
+int64 from 0 (docs/format.md, sections 6 and 8), a count is an int64 from 0. :func:`check_seq`
+and :func:`check_count` are the one place that decides it; :meth:`RangeSet.from_json` applies
+them to every set read from a file (a cursor, a receipt, the catalog), so a crafted or damaged
+number is refused where it is read, not met later as an ``OverflowError`` in a reader.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping
+
+#: the largest ``seq`` (and count) the format allows: an int64 (Parquet's ``seq`` column)
+INT64_MAX = (1 << 63) - 1
+
+
+class RangeValueError(ValueError):
+    """A number or shape read from a file is outside the format's ranges; ``field`` names where."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_seq(value: Any, field: str) -> int:
+    """``value`` as a row's ``seq`` (an int64 from 0), or :class:`RangeValueError` naming ``field``."""
+    if not _is_int(value) or not 0 <= value <= INT64_MAX:
+        raise RangeValueError(field, f"{value!r} is not a row sequence number (an integer from 0 to 2**63-1)")
+    return value
+
+
+def check_count(value: Any, field: str) -> int:
+    """``value`` as a count of rows (an int64 from 0), or :class:`RangeValueError` naming ``field``."""
+    if not _is_int(value) or not 0 <= value <= INT64_MAX:
+        raise RangeValueError(field, f"{value!r} is not a count (an integer from 0 to 2**63-1)")
+    return value
+
+
+def check_ranges(data: Any, field: str) -> dict[str, list[list[int]]]:
+    """A row-id set as stored (``{writer: [[lo, hi], ...]}``) checked against the format: writer
+    ids are strings and each range is two seqs (:func:`check_seq`) with ``lo <= hi``. None reads
+    as the empty set. (:meth:`RangeSet.from_json` also checks the set's size.)"""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise RangeValueError(field, f"a row-id set must be an object of writer -> ranges, not {type(data).__name__}")
+    out: dict[str, list[list[int]]] = {}
+    for writer, ranges in data.items():
+        where = f"{field}[{writer!r}]"
+        if not isinstance(writer, str) or not isinstance(ranges, list):
+            raise RangeValueError(where, "a writer id must map to a list of [lo, hi] ranges")
+        pairs = []
+        for r in ranges:
+            if not isinstance(r, list) or len(r) != 2:
+                raise RangeValueError(where, f"{r!r} is not a [lo, hi] range")
+            lo, hi = check_seq(r[0], where), check_seq(r[1], where)
+            if hi < lo:
+                raise RangeValueError(where, f"range {r!r} ends before it starts")
+            pairs.append([lo, hi])
+        out[writer] = pairs
+    return out
 
 
 class RangeSet:
@@ -133,8 +193,13 @@ class RangeSet:
         writer, seq = item
         return any(lo <= seq <= hi for lo, hi in self._ranges.get(writer, ()))
 
-    def __len__(self) -> int:
+    def count(self) -> int:
+        """The number of rows of the set (``len``, which a set read from a file never exceeds
+        :data:`INT64_MAX` for: :meth:`from_json` refuses a larger one)."""
         return sum(hi - lo + 1 for rs in self._ranges.values() for lo, hi in rs)
+
+    def __len__(self) -> int:
+        return self.count()
 
     def __bool__(self) -> bool:
         return bool(self._ranges)
@@ -201,5 +266,9 @@ class RangeSet:
         return {w: [list(r) for r in rs] for w, rs in self._ranges.items()}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> RangeSet:
-        return cls(data or {})
+    def from_json(cls, data: Any, field: str = "row-id set") -> RangeSet:
+        """The set stored as ``data``, checked (:func:`check_ranges`; a :class:`RangeValueError`,
+        a ValueError, names ``field`` when it is not a valid set)."""
+        out = cls(check_ranges(data, field))
+        check_count(out.count(), f"{field} (its number of rows)")
+        return out

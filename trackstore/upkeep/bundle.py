@@ -45,7 +45,11 @@ What import promises:
 
 Receipts (``kind: "receipt"``) carry ``_sync`` cursors from the connected side back to the
 air-gapped one; importing one merges them (union of acknowledged rows), so gc there knows what
-was uploaded.
+was uploaded. Every cursor of a receipt is read as every reader reads a cursor
+(:func:`trackstore.store.ledger.check_cursor`: field types, row ids int64 from 0, ranges with
+``lo <= hi``, counts from 0), and so is each merged result, before any is written: one bad
+cursor refuses the whole receipt (a :class:`~trackstore.errors.BundleError` naming the file
+and the field, exit code 9). The manifest's row counts are checked the same way.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ from ..store.layout import (
     resolve_root,
 )
 from ..store.names import validate_project, validate_run_id
-from ..store.ranges import RangeSet
+from ..store.ranges import RangeSet, check_count
 
 TOP = "trackstore-bundle"
 MANIFEST = "manifest.json"
@@ -957,6 +961,12 @@ def _run_entries(entries: Any) -> list[dict]:
             raise BundleError(f"refusing bundle: malformed run entry in its manifest: {str(e)[:80]}; "
                               "nothing was imported")
         try:
+            for kind, n in (e.get("rows") or {}).items():
+                check_count(n, f"rows.{kind}")
+        except ValueError as exc:
+            raise BundleError(f"refusing bundle: run entry {e['project']}/{e['run_id']} of its manifest: {exc}; "
+                              "nothing was imported") from exc
+        try:
             validate_project(e["project"])
             validate_run_id(e["run_id"])
         except InvalidNameError as exc:
@@ -971,12 +981,14 @@ def _import_receipt(root: Path, st: Staged) -> ImportResult:
     res = ImportResult("receipt", source_host=st.manifest.get("source_host"))
     cursors = []  # every cursor is read before any is merged: a bad one refuses the whole receipt
     for path in sorted((st.dir / "sync").glob(f"*/{PROJECT_PREFIX}*/{RUN_PREFIX}*.json")):
-        try:
+        rel = path.relative_to(st.dir).as_posix()
+        try:  # the reading every reader does (ledger.check_cursor): types, and numbers in the format's ranges
             incoming = Cursor.from_json(read_json(path))
             validate_project(incoming.project)
             validate_run_id(incoming.run_id)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise BundleError(f"receipt cursor {path.name} is unreadable: {exc!r}; nothing was imported") from exc
+            raise BundleError(f"refusing receipt: its cursor {rel} is unreadable: {_reason(exc)}; "
+                              "nothing was imported") from exc
         cursors.append(incoming)
     changed = []
     for incoming in cursors:
@@ -986,15 +998,23 @@ def _import_receipt(root: Path, st: Staged) -> ImportResult:
         local = load_cursor(root, incoming.target, incoming.destination, incoming.project, incoming.run_id)
         try:
             merged = merge_cursors(local, incoming)
+            Cursor.from_json(merged.to_json())  # the union is read back as every reader will read it
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise BundleError(f"receipt cursor of {incoming.project}/{incoming.run_id} is malformed: {exc!r}; "
-                              "nothing was imported") from exc
+            raise BundleError(f"refusing receipt: its cursor of {incoming.project}/{incoming.run_id} "
+                              f"({incoming.target}) cannot be merged: {_reason(exc)}; nothing was imported") from exc
         if merged.to_json() != local.to_json():
             changed.append(merged)
     for merged in changed:
         save_cursor(root, merged)
         res.cursors_merged += 1
     return res
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as a reason in a message: its text (a KeyError's names the missing field)."""
+    if isinstance(exc, KeyError):
+        return f"missing field {exc}"
+    return str(exc) or type(exc).__name__
 
 
 def merge_cursors(local, incoming):

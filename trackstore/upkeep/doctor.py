@@ -28,7 +28,9 @@ check                    --fix
                          required fields filled from the folder (not while a writer is live)
 ``orphan_cursor``        sync cursor of a run no longer in the store: archived under
                          ``_sync/_gc/`` (where gc keeps cursors of deleted runs)
-``unreadable_cursor``    sync cursor that is not valid JSON: quarantined
+``unreadable_cursor``    sync cursor that cannot be read as every reader reads it (not JSON, a
+                         field of the wrong type, a number out of the format's range:
+                         :func:`trackstore.store.ledger.check_cursor`): quarantined
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
 ``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.store.merge.recover`)
@@ -73,6 +75,7 @@ from ..store.layout import (
     iter_run_dirs,
     resolve_root,
 )
+from ..store.ledger import CURSOR_ERRORS, Cursor
 
 TEMP_AGE_S = 600.0
 
@@ -247,11 +250,13 @@ def _check_sync(root: Path, now: float) -> list[Finding]:
         if not dest.is_dir() or dest.name in (ARCHIVE_DIR,) or dest.name.startswith((".", "_")):
             continue
         for f in sorted(dest.glob(f"{PROJECT_PREFIX}*/{RUN_PREFIX}*.json")):
-            try:
-                data = read_json(f)
-                project, run_id = data["project"], data["run_id"]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                out.append(Finding("unreadable_cursor", f, f"sync cursor is unreadable: {str(exc)[:120]}",
+            try:  # read as every reader reads it: a number out of the format's range is damage too
+                cursor = Cursor.from_json(read_json(f))
+                project, run_id = cursor.project, cursor.run_id
+            except FileNotFoundError:  # archived or replaced meanwhile
+                continue
+            except CURSOR_ERRORS as exc:
+                out.append(Finding("unreadable_cursor", f, f"sync cursor is unreadable: {str(exc)[:160]}",
                                    "run `trackstore doctor --fix` to quarantine it; the next sync finds the "
                                    "remote run by its marker and asks the target what it holds before sending "
                                    "(MLflow; see docs/gc.md for offline wandb/SwanLab)"))
