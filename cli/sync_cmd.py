@@ -516,7 +516,8 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
                                           "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
                                           "write_errors": r.write_errors, "verified": r.verified,
-                                          "verify_ok": r.verify_ok, "upload": r.upload} for r in report.runs],
+                                          "verify_ok": r.verify_ok, "upload": r.upload,
+                                          "plan": r.plan.to_json() if r.plan else None} for r in report.runs],
                "upload": _upload_commands(report.runs)}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return rows
@@ -532,11 +533,12 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                 continue
             plan.append({"project": r.project, "run_id": r.run_id, "status": r.status,
                          **{k: v for k, v in r.pending.items()},
+                         "plan": "; ".join(r.plan.steps(report.target)) if r.plan else "",
                          "cannot hold": "; ".join(f"{reason}: {n}" if n else reason for reason, n in r.skipped.items()),
                          "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
         if plan:
             emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
-                 run_ids=ids(), labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP])
+                 run_ids=ids(), labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP, "plan"])
         if current or not plan:
             say_where(f"dry run: {plural(current, 'run')} already up to date at {report.target}", report.destination,
                       " (nothing to sync)" if not plan else "")

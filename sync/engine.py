@@ -44,7 +44,7 @@ from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cur
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
-from . import gaps
+from . import gaps, plan
 from .adapter import (
     OPENED_FOUND,
     OPENED_REPLACED,
@@ -56,6 +56,7 @@ from .adapter import (
     SendResult,
     StepBatch,
 )
+from .plan import RunPlan
 from .trajectories import NO_ROOT_SPAN, rootless_rows
 
 KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
@@ -99,6 +100,7 @@ class RunResult:
     verify_ok: bool | None = None
     up_to_date: bool = False
     upload: str | None = None             # a staging target: the command that uploads what this sync staged
+    plan: RunPlan | None = None           # what the sync does (did) for the run: what --dry-run prints
 
     @property
     def ok(self) -> bool:
@@ -200,9 +202,11 @@ class Engine:
         return unchanged_since_ack(self.root, self.target, self.destination, runs)
 
     def up_to_date(self, info: RunInfo) -> RunResult:
-        """The result of a run :meth:`unchanged` found: nothing to send, nothing opened."""
+        """The result of a run :meth:`unchanged` found: nothing to send, nothing opened (the plan
+        :meth:`plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
         return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
-                         pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors())
+                         pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors(),
+                         plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE))
 
     def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
         """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
@@ -239,20 +243,47 @@ class Engine:
             res.error = redact_text(f"the sync state of this run for this destination is unreadable ({path}: "
                                     f"{exc}); the run is not synced until it is repaired (see `trackstore doctor`)")
             res.error_kind = "damaged"
+            res.plan = plan.skipped(info.project, info.run_id, info.status, plan.DAMAGED, res.error)
             return None
         cursor.staged = self.adapter.staging  # what it acknowledges has not left this machine
         return cursor
 
+    def plan(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple[RunPlan, dict]:
+        """The plan of one run (:func:`.plan.decide`) and its pending rows per kind, in replay
+        order: what ``--dry-run`` prints and :meth:`sync_one` executes. Reads the store and asks
+        the target nothing; ``cursor`` changes only in memory (a session that never confirmed
+        is rolled back, as the sync does first). Fills ``res``'s pending counts, notes, gaps and
+        the writer's losses, and sets ``res.plan``."""
+        self._recover(cursor, res)
+        self.adapter.prepare(info, cursor, self._metric_keys(info))
+        tables, unreadable = self.pending_tables(info, cursor)
+        res.pending = {k: t.num_rows for k, t in tables.items()}
+        res.write_errors = gaps.write_errors(info.meta, info.writers)
+        blocked = self._check_gaps(res, unreadable, cursor)
+        recheck = sum(cursor.recheck[k].overlap(_ids(t)) for k, t in tables.items()
+                      if t.num_rows and cursor.recheck.get(k))
+        res.plan = plan.decide(info.project, info.run_id, info.status, cursor, res.pending,
+                               held=self._held_back(info, tables), recheck=recheck, blocked=blocked,
+                               everything=self.opts.include_synced or self.opts.verify, verify=self.opts.verify)
+        res.up_to_date = res.plan.up_to_date
+        return res.plan, tables
+
     def dry_run_one(self, info: RunInfo) -> RunResult:
+        """The run's plan, and the skips the target forecasts for its batches: nothing is sent,
+        nothing saved."""
         res = RunResult(info.project, info.run_id, info.name, info.status)
         cursor = self._cursor(info, res)
         if cursor is None:
             return res
-        self._recover(cursor, res)  # in memory only: a dry run saves nothing
-        self.adapter.prepare(info, cursor, self._metric_keys(info))
-        tables, unreadable = self.pending_tables(info, cursor)
+        run_plan, tables = self.plan(info, cursor, res)
+        self._forecast_skips(info, tables, res)
+        if run_plan.skip == plan.DAMAGED:  # what the sync would do: stop this run (and exit 8)
+            res.error, res.error_kind = run_plan.reason, "damaged"
+        return res
+
+    def _forecast_skips(self, info: RunInfo, tables: dict, res: RunResult) -> None:
+        """What the target will report it cannot hold (``Adapter.unsupported``), into ``res.skipped``."""
         for kind, table in tables.items():
-            res.pending[kind] = table.num_rows
             # batch by batch, as the sync sends them (a target's rules may depend on what the
             # earlier batches held: SwanLab's first value per (key, step)); kinds a target takes
             # merged by step are judged whole
@@ -267,86 +298,31 @@ class Engine:
                     predicted[NO_ROOT_SPAN] = predicted.get(NO_ROOT_SPAN, 0) + n
             for reason, n in predicted.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
-        res.write_errors = gaps.write_errors(info.meta, info.writers)
-        blocked = self._check_gaps(res, unreadable, cursor)
-        if blocked:  # what the sync would do: stop this run (and exit 8)
-            res.error, res.error_kind = blocked, "damaged"
-            return res
-        work = cursor.in_doubt or (info.status != cursor.synced_status and info.status in TERMINAL)
-        if cursor.in_doubt:
-            res.notes.append(f"one {cursor.in_doubt.get('kind')} batch is in doubt and will be reconciled first")
-        if info.status != cursor.synced_status and info.status in TERMINAL:
-            res.notes.append(f"final status {info.status!r} will be pushed")
-        res.up_to_date = not any(res.pending.values()) and not work
-        return res
+
+    def _held_back(self, info: RunInfo, tables: dict) -> dict[str, int]:
+        """The pending rows a sync holds back, per kind: a live run's newest step, for a target
+        that takes one row per step (:meth:`_send_steps`)."""
+        merged = [k for k in KIND_ORDER if k in self.adapter.merge_steps and tables[k].num_rows]
+        if info.status != "running" or not merged:
+            return {}
+        import pyarrow.compute as pc
+
+        newest = max(pc.max(tables[k].column("step")).as_py() for k in merged)
+        return {k: pc.sum(pc.equal(tables[k].column("step"), newest).cast("int64")).as_py() or 0 for k in merged}
 
     def sync_one(self, info: RunInfo) -> RunResult:
+        """Execute the run's plan (:meth:`plan`)."""
         res = RunResult(info.project, info.run_id, info.name, info.status)
         cursor = self._cursor(info, res)
         if cursor is None:
             return res
         try:
-            self._recover(cursor, res)
-            self.adapter.prepare(info, cursor, self._metric_keys(info))
-            tables, unreadable = self.pending_tables(info, cursor)
-            res.pending = {k: t.num_rows for k, t in tables.items()}
-            res.write_errors = gaps.write_errors(info.meta, info.writers)
-            self._stop_on_gaps(res, unreadable, cursor)
-            needs_status = info.status != cursor.synced_status and (info.status in TERMINAL or cursor.synced_status)
-            if (not any(res.pending.values()) and not cursor.in_doubt and not needs_status
-                    and cursor.remote_id and not self.opts.include_synced and not self.opts.verify):
-                res.up_to_date = True
+            run_plan, tables = self.plan(info, cursor, res)
+            if run_plan.skip == plan.DAMAGED:
+                raise gaps.GapError(run_plan.reason or "damaged")
+            if run_plan.up_to_date:
                 return res
-            total = sum(res.pending.values())
-            self.progress.run_started(info, total)
-            had_remote = cursor.remote_id is not None
-            opened = self._call(res, lambda: self.adapter.open_run(info, cursor))
-            if opened == OPENED_REPLACED or opened is True:
-                tables, unreadable = self._replay_from_scratch(info, cursor, res)
-                self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
-            if self.adapter.confirms_on_close:
-                cursor.session = {"acked": {k: v.to_json() for k, v in cursor.acked.items()},
-                                  "skipped": dict(cursor.skipped), "remote": copy.deepcopy(cursor.remote)}
-            # a cursor that knew no remote run (new destination spelling, lost or quarantined
-            # cursor) met a run the target already holds: ask before sending anything
-            doubtful = opened == OPENED_FOUND and not had_remote
-            if doubtful and any(t.num_rows for t in tables.values()):
-                res.notes.append(f"the {self.target} run already existed but this cursor knew nothing of it "
-                                 "(a new or renamed destination, or a lost cursor): every batch is reconciled "
-                                 "with what the target holds before it is sent")
-                # the doubt is saved with the remote id: a sync that stops before every batch was
-                # reconciled must not leave a cursor that knows the remote run and so trusts its
-                # (empty) acknowledged rows, which would send the rest again blindly
-                for kind, table in tables.items():
-                    if table.num_rows:
-                        cursor.recheck.setdefault(kind, RangeSet()).update(_ids(table))
-            save_cursor(self.root, cursor)
-            if cursor.in_doubt:
-                self._reconcile(info, cursor, res)
-                # the reconciled rows are acknowledged now: they are no longer pending
-                for kind in KIND_ORDER:
-                    tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
-            res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
-            merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
-            if any(t.num_rows for t in merged.values()):
-                self._send_steps(merged, cursor, res, live=info.status == "running", doubtful=doubtful)
-            for kind in KIND_ORDER:
-                table = tables[kind]
-                if table.num_rows and kind not in merged:
-                    self._send_kind(kind, table, cursor, res, doubtful=doubtful)
-            if needs_status or (self.opts.include_synced and info.status in TERMINAL):
-                self._call(res, lambda: self.adapter.finish_run(info, cursor, info.status))
-                cursor.synced_status = info.status
-            if self.opts.verify:
-                res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
-                res.verify_ok = self._verify_ok(info, cursor, res.verified)
-            self._call(res, lambda: self.adapter.close_run(cursor))
-            self._confirm(cursor)
-            res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
-            cursor.last_sync_at = iso(time.time())
-            cursor.last_error = None
-            cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
-            save_cursor(self.root, cursor)
+            self._execute(run_plan, tables, info, cursor, res)
         except gaps.GapError as exc:
             self._fail(cursor, res, str(exc), "damaged")
         except PermanentError as exc:
@@ -369,6 +345,65 @@ class Engine:
         finally:
             self.progress.run_ended(res)
         return res
+
+    def _execute(self, run_plan: RunPlan, tables: dict, info: RunInfo, cursor: Cursor, res: RunResult) -> None:
+        """Do what ``run_plan`` says, in the protocol's order (the module docstring): open the
+        remote run, reconcile the batch in doubt, push metadata, send the pending rows, push
+        the status, verify, close. Only the target can change it on the way: a remote run the
+        cursor pointed at and that is gone is replaced and the whole run replayed into it, and
+        one found though the cursor knew none has every batch reconciled before it is sent."""
+        total = sum(res.pending.values())
+        self.progress.run_started(info, total)
+        had_remote = run_plan.remote == plan.OPEN
+        opened = self._call(res, lambda: self.adapter.open_run(info, cursor))
+        if opened == OPENED_REPLACED or opened is True:
+            tables, unreadable = self._replay_from_scratch(info, cursor, res)
+            self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
+        if self.adapter.confirms_on_close:
+            cursor.session = {"acked": {k: v.to_json() for k, v in cursor.acked.items()},
+                              "skipped": dict(cursor.skipped), "remote": copy.deepcopy(cursor.remote)}
+        # a cursor that knew no remote run (new destination spelling, lost or quarantined
+        # cursor) met a run the target already holds: ask before sending anything
+        doubtful = opened == OPENED_FOUND and not had_remote
+        if doubtful and any(t.num_rows for t in tables.values()):
+            res.notes.append(f"the {self.target} run already existed but this cursor knew nothing of it "
+                             "(a new or renamed destination, or a lost cursor): every batch is reconciled "
+                             "with what the target holds before it is sent")
+            # the doubt is saved with the remote id: a sync that stops before every batch was
+            # reconciled must not leave a cursor that knows the remote run and so trusts its
+            # (empty) acknowledged rows, which would send the rest again blindly
+            for kind, table in tables.items():
+                if table.num_rows:
+                    cursor.recheck.setdefault(kind, RangeSet()).update(_ids(table))
+        save_cursor(self.root, cursor)
+        if cursor.in_doubt:
+            self._reconcile(info, cursor, res)
+            # the reconciled rows are acknowledged now: they are no longer pending
+            for kind in KIND_ORDER:
+                tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
+        if run_plan.metadata:
+            res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
+        merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
+        if any(t.num_rows for t in merged.values()):
+            self._send_steps(merged, cursor, res, live=info.status == "running", doubtful=doubtful)
+        for kind in KIND_ORDER:
+            table = tables[kind]
+            if table.num_rows and kind not in merged:
+                self._send_kind(kind, table, cursor, res, doubtful=doubtful)
+        status = run_plan.status
+        if status:
+            self._call(res, lambda: self.adapter.finish_run(info, cursor, status))
+            cursor.synced_status = status
+        if run_plan.verify:
+            res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
+            res.verify_ok = self._verify_ok(info, cursor, res.verified)
+        self._call(res, lambda: self.adapter.close_run(cursor))
+        self._confirm(cursor)
+        res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
+        cursor.last_sync_at = iso(time.time())
+        cursor.last_error = None
+        cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
+        save_cursor(self.root, cursor)
 
     # ------------------------------------------------------------------ internals
     def _metric_keys(self, info: RunInfo) -> MetricKeys | None:

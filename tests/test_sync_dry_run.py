@@ -64,3 +64,36 @@ def test_dry_run_reports_the_skips_the_sync_reports(harness, root):
         {"step": 2, "key": "x", "value": 9.0},
     ], writer="w8")
     _dry_then_real(harness, root)
+
+
+def test_a_live_run_with_config_and_no_rows_is_planned_as_the_sync_creates_it(tmp_path, monkeypatch, root):
+    """A run that started, set its config and logged nothing yet: the sync creates the remote
+    run and sends the config, so the dry run must say so, not "up to date"."""
+    from tests.sync_harness import MlflowHarness
+
+    mlflow = MlflowHarness(tmp_path, monkeypatch)
+    run = trackstore.init("p", name="warming-up", root=root, config={"lr": 1e-6, "model": "qwen"})
+    run.flush()
+    try:
+        dry = run_cli("sync", *mlflow.cli_args(), "--dry-run", "--format", "json", root=root)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        [planned] = json.loads(dry.stdout)["runs"]
+        assert planned["status"] == "running" and planned["result"] != "up to date", planned
+        assert planned["plan"]["remote"] == "find or create" and planned["plan"]["metadata"], planned
+        assert mlflow.remote_run_count("p", run.id) == 0  # a dry run creates nothing
+
+        text = run_cli("sync", *mlflow.cli_args(), "--dry-run", root=root)
+        assert "already up to date" not in text.stdout and "create" in text.stdout, text.stdout
+
+        real = run_cli("sync", *mlflow.cli_args(), "--format", "json", root=root)
+        assert real.returncode == 0, real.stdout + real.stderr
+        [done] = json.loads(real.stdout)["runs"]
+        assert done["result"] == "ok", done
+        [remote] = mlflow._runs("p", run.id)
+        assert remote.data.params["lr"] == "1e-06" and remote.data.params["model"] == "qwen", remote.data.params
+
+        # and now it is: the dry run and the sync agree on that too
+        again = json.loads(run_cli("sync", *mlflow.cli_args(), "--dry-run", "--format", "json", root=root).stdout)
+        assert again["runs"][0]["result"] == "up to date", again
+    finally:
+        run.finish()

@@ -45,7 +45,7 @@ class IdIndex:
 
     @staticmethod
     def _starting(items: list[str], prefix: str, most: int | None) -> list[str]:
-        out = []
+        out: list[str] = []
         for i in range(bisect.bisect_left(items, prefix), len(items)):
             if not items[i].startswith(prefix) or (most is not None and len(out) >= most):
                 break

@@ -536,13 +536,30 @@ def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, 
     return summary
 
 
+def status_to_push(run_status: str, synced_status: str | None) -> str | None:
+    """The status a sync must push to the target: the run's, when the target holds another one
+    and the run has ended (or the target holds an end the run left again: a resumed run goes
+    back to ``running``); None when there is none to push."""
+    if run_status == synced_status or not (run_status in TERMINAL or synced_status):
+        return None
+    return run_status
+
+
 def settled(summary: dict, run_status: str) -> bool:
     """Nothing for a sync to do: every stored row acknowledged, no batch in doubt, the remote run
-    known, and the status the target holds is the run's (the rule of the engine's "up to date")."""
+    known, and the status the target holds is the run's. The one rule of "up to date": the
+    engine's plan of a run (``trackstore.sync.plan``) and its no-change check
+    (:func:`unchanged_since_ack`) both ask it."""
     if summary["in_doubt"] or summary["unsettled"] or not summary["remote"] or any(summary["pending"].values()):
         return False
-    synced = summary["synced_status"]
-    return not (run_status != synced and (run_status in TERMINAL or synced))
+    return status_to_push(run_status, summary["synced_status"]) is None
+
+
+def cursor_settled(cursor: Cursor, run_status: str, pending: Mapping[str, int]) -> bool:
+    """:func:`settled` of a cursor in hand and the run's pending rows per kind."""
+    return settled({"in_doubt": bool(cursor.in_doubt), "unsettled": cursor.session is not None,
+                    "remote": bool(cursor.remote_id or cursor.remote), "pending": pending,
+                    "synced_status": cursor.synced_status}, run_status)
 
 
 def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterable[Any]) -> set[tuple[str, str]]:
