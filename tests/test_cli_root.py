@@ -73,8 +73,11 @@ EVERY_COMMAND = {  # every reader, as a cron job or a user would call it (demo, 
 }
 
 
+WRITERS = {"import": ["import", "{tmp}/in.tar"]}  # writes runs: creates a missing root, unlike the readers
+
+
 def _args(name: str, tmp_path: Path) -> list[str]:
-    return [a.replace("{tmp}", str(tmp_path)) for a in EVERY_COMMAND[name]]
+    return [a.replace("{tmp}", str(tmp_path)) for a in {**EVERY_COMMAND, **WRITERS}[name]]
 
 
 @pytest.mark.parametrize("command", list(EVERY_COMMAND))

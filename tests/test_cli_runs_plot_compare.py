@@ -75,7 +75,9 @@ def test_ambiguous_reference_lists_candidates(store):
     root, a, b, c = store
     res = run_cli("show", "base", root=root)
     assert res.returncode == 3
-    assert a.id in res.stderr and c.id in res.stderr
+    # each candidate by its handle (the random end of its id), which every command accepts
+    assert a.id[-8:] in res.stderr and c.id[-8:] in res.stderr
+    assert "grpo/base" in res.stderr and "ppo/base" in res.stderr
 
 
 def test_compare_config_diff_and_metrics(store):

@@ -86,7 +86,7 @@ def test_a_cursor_past_int64_on_disk_breaks_no_command(bad_store):
 
     gc = run_cli("gc", "--dry-run", "--keep-last", "0", root=root, env={"COLUMNS": "80"})
     assert gc.returncode == 0, gc.stderr
-    assert "sync state unreadable" in gc.stdout and good.run_id[:15] in gc.stdout  # the good run may go, the bad stays
+    assert "sync state unreadable" in gc.stdout and good.run_id[-8:] in gc.stdout  # the good run may go, the bad stays
 
     sync = run_cli("sync", "--to", "mlflow", "--uri", DEST, "--dry-run", root=root, env={"COLUMNS": "200"})
     assert sync.returncode == 8 and "Traceback" not in sync.stderr, sync.stderr  # partial failure: one run
