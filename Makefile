@@ -54,6 +54,10 @@ demo: install
 	$(BIN)/trackstore sync --to mlflow --verify --root $(DEMO_ROOT)
 	$(BIN)/trackstore status --root $(DEMO_ROOT)
 	@echo "MLflow store: $(DEMO_ROOT)/_mlflow/mlflow.db  (browse: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(DEMO_ROOT)/_mlflow/mlflow.db)"
+	@echo ""
+	@echo "Look around yourself: paste these two lines, then the README's next block"
+	@echo "  source $(VENV)/bin/activate                  # puts trackstore on PATH"
+	@echo "  export TRACKSTORE_DIR=$(abspath $(DEMO_ROOT))   # the demo's store (the default is ./tsruns)"
 
 # The suite's tests often wait (on servers, browsers, a sync's retry back-off, a process to
 # reach a point where it is killed): three workers keep the 2 cores of the CI machine busy
