@@ -198,10 +198,8 @@ class MlflowServer:
         self._proc = None
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
-    """A running MLflow tracking server for the whole session (``.url``, ``.stop()``, ``.start()``)."""
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+def _session_server(tmp_path_factory, folder: str, **kw) -> Iterator[MlflowServer]:
+    server = MlflowServer(tmp_path_factory.mktemp(folder), **kw)
     atexit.register(server.kill)  # belt and braces: no orphan even if teardown is skipped
     server.start()
     try:
@@ -212,18 +210,17 @@ def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
 
 
 @pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
+    """A running MLflow tracking server for the whole session (``.url``, ``.stop()``, ``.start()``)."""
+    yield from _session_server(tmp_path_factory, "mlflow-server")
+
+
+@pytest.fixture(scope="session")
 def mlflow_file_server(tmp_path_factory) -> Iterator[MlflowServer]:
     """A running MLflow server over MLflow's *file* store for the whole session: no primary key
     absorbs a point sent twice and no unique index absorbs an experiment created twice, so
     duplicates show. Modules using it share one xdist group (``mlflow_file_server``)."""
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow-file"), backend="file")
-    atexit.register(server.kill)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        atexit.unregister(server.kill)
+    yield from _session_server(tmp_path_factory, "mlflow-file", backend="file")
 
 
 @pytest.fixture

@@ -299,3 +299,19 @@ def _nest_media(item: dict) -> dict:
 
 HARNESSES["wandb"] = WandbHarness
 
+
+
+def mlflow_points(url: str, project: str, run_id: str):
+    """Every (key, step, value) the MLflow run of trackstore run ``run_id`` holds, with how
+    many times each is held (a Counter: a point sent twice counts 2), read with MLflow's client."""
+    from collections import Counter
+
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=url)
+    exp = c.get_experiment_by_name(project)
+    [r] = c.search_runs([exp.experiment_id], filter_string=f"tags.`trackstore.run_id` = '{run_id}'")
+    out: Counter = Counter()
+    for key in r.data.metrics:
+        out.update((key, m.step, m.value) for m in c.get_metric_history(r.info.run_id, key))
+    return out

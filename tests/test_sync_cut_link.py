@@ -18,9 +18,9 @@ import trackstore
 from tests.helpers import run_cli
 from tests.proxy import FaultyProxy
 from tests.servers import unique_experiment_name
+from tests.sync_harness import mlflow_points
 
 pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("mlflow_file_server")
 
@@ -35,16 +35,6 @@ def _log(root, project):
         run.log({f"train/k{i:02d}": s + i / 100 for i in range(keys)}, step=s)
     run.finish()
     return run
-
-
-def _remote_points(url, project, run_id) -> Counter:
-    c = MlflowClient(tracking_uri=url)
-    exp = c.get_experiment_by_name(project)
-    [r] = c.search_runs([exp.experiment_id], filter_string=f"tags.`trackstore.run_id` = '{run_id}'")
-    out: Counter = Counter()
-    for key in r.data.metrics:
-        out.update((key, m.step, m.value) for m in c.get_metric_history(r.info.run_id, key))
-    return out
 
 
 def test_sync_through_a_link_cut_every_100_to_300_kb_completes_exactly(root, mlflow_file_server):
@@ -66,7 +56,7 @@ def test_sync_through_a_link_cut_every_100_to_300_kb_completes_exactly(root, mlf
           f"{(stats.bytes_up + stats.bytes_down) / 1e6:.1f} MB through the link, {elapsed:.0f} s")
     assert codes[-1] == 0, f"not complete after {len(codes)} invocations: {codes}"
     assert stats.cuts >= 10
-    points = _remote_points(mlflow_file_server.url, project, run.id)
+    points = mlflow_points(mlflow_file_server.url, project, run.id)
     assert not [p for p, n in points.items() if n > 1], "a point was stored twice"
     assert sum(points.values()) == 50_000
     expected = Counter((f"train/k{i:02d}", s, s + i / 100) for s in range(STEPS + 1)

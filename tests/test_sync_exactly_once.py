@@ -19,9 +19,9 @@ import trackstore
 from tests.helpers import run_cli
 from tests.proxy import FaultyProxy
 from tests.servers import unique_experiment_name
+from tests.sync_harness import mlflow_points
 
 pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 # the file-store server (tests/servers.py) is session-scoped: `make test` (--dist loadgroup) keeps
 # every module using it on one worker, so it is started once
@@ -38,16 +38,6 @@ def _log(root, project, steps, keys=3, start=0, run=None):
     for s in range(start, start + steps):
         run.log({f"k{i}": s + i / 10 for i in range(keys)}, step=s)
     return run
-
-
-def _points(url, project, run_id) -> Counter:
-    c = MlflowClient(tracking_uri=url)
-    exp = c.get_experiment_by_name(project)
-    [r] = c.search_runs([exp.experiment_id], filter_string=f"tags.`trackstore.run_id` = '{run_id}'")
-    out: Counter = Counter()
-    for key in r.data.metrics:
-        out.update((key, m.step, m.value) for m in c.get_metric_history(r.info.run_id, key))
-    return out
 
 
 def _expected(steps, keys=3) -> Counter:
@@ -69,7 +59,7 @@ def test_cuts_before_and_after_delivery_never_duplicate(root, file_server):
                 break
         assert res.returncode == 0, res.stdout + res.stderr
         assert proxy.stats().cuts >= 5
-    points = _points(file_server.url, project, run.id)
+    points = mlflow_points(file_server.url, project, run.id)
     assert not [p for p, n in points.items() if n > 1], "a point was stored twice"
     assert points == _expected(60)
 
@@ -87,7 +77,7 @@ def test_one_destination_whatever_the_spelling(root, file_server, spelling):
     res = run_cli("sync", "--to", "mlflow", "--uri", spelling.format(p=file_server.port), "--if-online", root=root)
     assert res.returncode == 0, res.stdout + res.stderr
     assert len({p.name for p in (root / "_sync").iterdir() if p.is_dir()}) == 1
-    assert _points(file_server.url, project, run.id) == _expected(40)
+    assert mlflow_points(file_server.url, project, run.id) == _expected(40)
     assert "pw" not in res.stdout + res.stderr
 
 
@@ -106,7 +96,7 @@ def test_lost_cursor_is_reconciled_not_replayed(root, file_server):
     [r] = json.loads(res.stdout)["runs"]
     assert r["metrics"] == 60, r  # 20 new steps x 3 keys; the 150 points the server held were not resent
     assert r["reconciled"] > 0, r
-    assert _points(file_server.url, project, run.id) == _expected(70)
+    assert mlflow_points(file_server.url, project, run.id) == _expected(70)
 
 
 def test_file_uri_without_opt_in_is_a_clean_error(root, tmp_path, monkeypatch):
