@@ -208,13 +208,12 @@ def emit(
     drop_order: Sequence[str] = (),
     hint: str = "--wide shows all",
     wrap: Sequence[str] = (),
-    middle: Sequence[str] = (),
 ) -> None:
     """Render records in the requested format. ``arrow_table`` (a pyarrow Table) is used as-is
     for parquet and to keep types; ``total`` notes truncation in the table view.
 
     The table view fits the terminal (:func:`render_table`); ``wide``, ``run_ids``, ``labels``,
-    ``drop_order``, ``hint``, ``wrap`` and ``middle`` are its options. Other formats always carry every column and
+    ``drop_order``, ``hint`` and ``wrap`` are its options. Other formats always carry every column and
     the full run ids."""
     fmt = Format(fmt)
     if columns is None:
@@ -257,7 +256,7 @@ def emit(
             else:
                 con = console()
             render_table(con, rows, columns, title=title, wide=wide, run_ids=run_ids, labels=labels,
-                         drop_order=drop_order, hint=hint, wrap=wrap, middle=middle)
+                         drop_order=drop_order, hint=hint, wrap=wrap)
             if total is not None and total > len(rows):
                 con.print(f"[dim]showing {len(rows)} of {plural(total, 'row')} (use --limit, or --format csv for all)[/dim]")
     finally:
@@ -399,8 +398,7 @@ def _kind(name: str, values: list[Any]) -> str:
 
 def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, title: str | None = None,
                  wide: bool = False, run_ids: Iterable[str] | None = None, labels: dict[str, str] | None = None,
-                 drop_order: Sequence[str] = (), hint: str = "--wide shows all", wrap: Sequence[str] = (),
-                 middle: Sequence[str] = ()) -> None:
+                 drop_order: Sequence[str] = (), hint: str = "--wide shows all", wrap: Sequence[str] = ()) -> None:
     """Print ``rows`` as a rich table of one line per row that fits ``con.width`` (see above).
 
     ``wide``: every column, full ids and texts, however wide (lines may pass the terminal's
@@ -408,8 +406,7 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
     it run ids are never shortened).
     ``labels``: shorter headers for some columns. ``drop_order``: the columns to hide first.
     ``wrap``: free-text columns whose cells wrap over several lines instead (a report whose text
-    is the point, such as doctor's advice). ``middle``: columns whose too-long cells are cut in the
-    middle, keeping the end (names of runs that differ only in their last words).
+    is the point, such as doctor's advice).
     """
     from rich.cells import cell_len
     from rich.text import Text
@@ -467,9 +464,6 @@ def render_table(con: Any, rows: Sequence[dict], columns: Sequence[str], *, titl
             spare -= 1
             if widths[c.name] >= c.natural:
                 growing.remove(c)
-    for c in cols:
-        if c.name in middle and not wide:
-            c.cells = [_cut_middle(t, widths[c.name]) for t in c.cells]
     if wide:
         con.width = max(width, _EDGE + sum(w + _PER_COLUMN for w in widths.values()))
     else:

@@ -85,8 +85,7 @@ def gc(
                  title=f"{'would delete' if dry_run else 'to delete'}: {plural(len(plan.delete), 'run')}, "
                        f"{format_bytes(plan.freed_bytes)}",
                  wide=wide, run_ids=store_run_ids(root_path), labels={"ended_at": "ended", "age_days": "days"},
-                 drop_order=["ended_at", "project", "status", "name"],
-                 middle=["name"])  # runs named alike differ at the end of the name: keep it
+                 drop_order=["ended_at", "project", "status", "name"])
     else:
         emit(rows, fmt, columns=["action", *COLUMNS])
     kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")
