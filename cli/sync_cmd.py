@@ -53,8 +53,8 @@ class _CronProgress:
     ends, retries as they happen. Several runs at once (``--jobs``): every line names its run,
     and the end lines count the runs done (``[3/64]``)."""
 
-    def __init__(self, quiet: bool = False, opening: str | None = None, started: dict | None = None):
-        self.started = {} if started is None else started  # "project/run_id" -> (project, run_id), as runs start
+    def __init__(self, quiet: bool = False, opening: str | None = None, started: set | None = None):
+        self.started = set() if started is None else started  # (project, run_id) of each run begun
         self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
         self.out = sys.stderr if quiet else sys.stdout
         self.opening = opening  # "mlflow at URI": said once, before the first run opens it
@@ -66,7 +66,7 @@ class _CronProgress:
         self.runs, self.jobs = runs, jobs
 
     def run_started(self, run, total):
-        self.started[f"{run.project}/{run.run_id}"] = (run.project, run.run_id)
+        self.started.add((run.project, run.run_id))
         if not self.quiet:
             if self.opening:
                 print(visible(f"sync: opening {self.opening}"), file=self.out, flush=True)
@@ -114,7 +114,7 @@ class _RichProgress:
     run's bar stays, as a log of the pass. While a run's first request opens the target (a first
     MLflow sync creates its database, ~10 s), a line says so."""
 
-    def __init__(self, opening: str | None = None, started: dict | None = None):
+    def __init__(self, opening: str | None = None, started: set | None = None):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -128,7 +128,7 @@ class _RichProgress:
                             TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                             console=console(stderr=True), transient=False)
         self.tasks: dict = {}  # "project/run_id" -> (task id, started, rows done)
-        self.started = {} if started is None else started  # "project/run_id" -> (project, run_id), as runs start
+        self.started = set() if started is None else started  # (project, run_id) of each run begun
         self.last = ""  # the run started last (plain ``advanced`` events)
         self.jobs = 1
         self.overall = None
@@ -152,7 +152,7 @@ class _RichProgress:
 
     def run_started(self, run, total):
         key = f"{run.project}/{run.run_id}"
-        self.started[key] = (run.project, run.run_id)
+        self.started.add((run.project, run.run_id))
         task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
         self.tasks[key] = (task, time.monotonic(), 0)
         self.last = key
@@ -292,7 +292,7 @@ def sync(
     # --proxy travels in TargetOptions: each adapter hands it to its client (sync/http.py, Proxies)
     interactive = sys.stderr.isatty() and fmt is Format.table
     stop = _WatchStop() if watch is not None else None
-    started: dict = {}
+    started: set[tuple[str, str]] = set()
     try:
         report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
                             if_online=if_online, interactive=interactive, fmt=fmt, wait=wait, wide=wide, jobs=jobs,
@@ -446,7 +446,7 @@ def _in_pass(stop):
 EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM under --watch) during a sync, as a shell reports SIGINT
 
 
-def _say_interrupted(root_path, to: str, started: dict) -> None:
+def _say_interrupted(root_path, to: str, started: set) -> None:
     """On stderr, after Ctrl-C: each run this sync began that still has rows to send, with how
     many (read back from its cursors, so a batch left in doubt counts as pending), and how to
     resume. Never a traceback."""
@@ -456,7 +456,7 @@ def _say_interrupted(root_path, to: str, started: dict) -> None:
     try:
         for r in status_rows(root_path, target=to):
             key = (r["project"], r["run_id"])
-            if key in started.values():
+            if key in started:
                 n = (r["pending_metrics"] or 0) + (r["pending_other"] or 0)
                 pending[key] = max(pending.get(key, 0), n)
     except Exception as exc:  # noqa: BLE001 - the message must still come out
