@@ -527,11 +527,13 @@ class MlflowAdapter(Adapter):
         if resp.status_code in (400, 404, 405, 501):  # no such endpoint (an older or another server)
             self._ranged = False
             return None
-        if resp.status_code != 200:
-            from .http import RETRYABLE_STATUS
-
-            error = RetryableError if resp.status_code in RETRYABLE_STATUS else PermanentError
-            raise error(redact_text(f"read metric range: HTTP {resp.status_code}: {resp.text[:200]}"))
+        if resp.status_code != 200:  # retryable or not by the one policy of every target
+            message = redact_text(f"read metric range: HTTP {resp.status_code}: {resp.text[:200]}")
+            try:
+                resp.raise_for_status()
+            except Exception as exc:
+                raise classify(exc, message) from None
+            raise PermanentError(message)  # neither 200 nor an error status: nothing to read
         try:
             metrics = resp.json().get("metrics") or []
             points = {(int(m.get("step", 0)), int(m.get("timestamp", 0)), _norm(float(m.get("value", 0.0))))
