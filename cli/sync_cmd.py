@@ -538,7 +538,8 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                          "notes": "; ".join(r.notes), "result": "ok" if r.ok else f"WOULD FAIL: {r.error}"})
         if plan:
             emit(plan, Format.table, title=f"dry run: would sync to {report.target} {report.destination}", wide=wide,
-                 run_ids=ids(), labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP, "plan"])
+                 run_ids=ids(), labels=SUMMARY_LABELS, drop_order=["notes", "cannot hold", "project", *SUMMARY_DROP, "plan"],
+                 wrap=["plan"])  # the plan is what a dry run is read for: never cut
         if current or not plan:
             say_where(f"dry run: {plural(current, 'run')} already up to date at {report.target}", report.destination,
                       " (nothing to sync)" if not plan else "")

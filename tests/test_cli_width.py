@@ -271,3 +271,13 @@ def test_up_to_date_lines_fit_80_columns(tmp_path):
         assert any("1 run" in line and "up to date at mlflow" in line for line in lines), out
     piped = run_cli("status", root=root).stdout
     assert f"1 run up to date at mlflow {uri} (--all lists them)" in piped
+
+
+def test_dry_run_shows_each_step_of_the_plan_whole_at_80_columns(demo_store):
+    """What a dry run is read for, the plan of each run, wraps in its cell: at 80 columns every
+    step is there in full, never cut to "create the mlflo…"."""
+    out = at(80, "sync", "--to", "mlflow", "--dry-run", root=demo_store)
+    assert out.returncode == 0, out.stderr
+    cells = " ".join(line.split("│")[-3].strip() for line in out.stdout.splitlines() if line.count("│") > 3)
+    for step in ("create the mlflow run (or find it);", "send config and tags;", "push status finished"):
+        assert step in " ".join(cells.split()), cells
