@@ -33,7 +33,7 @@ from query import fastest_of  # noqa: E402  (the same "fastest of N" as the quer
 
 def trackstore_live(root: Path, steps: int, keys: int, compact: bool) -> dict[str, float]:
     import trackstore
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
     from trackstore.read.overview import curves
     from trackstore.read.views import connect, run_sql
 

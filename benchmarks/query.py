@@ -121,7 +121,7 @@ def build_store(root: Path, runs: int, steps: int, keys: int = KEYS_PER_RUN, sam
 
 def finished_copy(root: Path) -> Path:
     """A copy of ``root`` as finished runs leave it: each run merged as ``finish()`` merges it."""
-    from trackstore.read.catalog import list_runs
+    from trackstore.read.listing import list_runs
     from trackstore.store.merge import compact_finished_run
 
     out = root.with_name(root.name + "-finished")
@@ -156,7 +156,7 @@ def _du(path: Path) -> int:
 # ---------------------------------------------------------------------- trackstore side
 def trackstore_questions(root: Path, steps: int) -> dict[str, tuple[float, float, int]]:
     """{question: (cold seconds, warm median seconds, result rows)}."""
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
     from trackstore.read.overview import curves
     from trackstore.read.views import connect, run_sql
 

@@ -221,7 +221,7 @@ def add_rows(root: Path, k: int) -> list[Path]:
 STAT_FLOOR = """
 import os, sys, time
 from pathlib import Path
-from trackstore.store.index import run_folders
+from trackstore.store.catalog import run_folders
 from trackstore.store.layout import KINDS, RunPaths
 root = Path(sys.argv[1])
 keys = run_folders(root)
@@ -283,7 +283,7 @@ def measure(n: int, repeat: int, skip: list[str] = ()) -> list[tuple]:
     picked = random.Random(2).sample(run_ids, 100)
     some_run = picked[0]
     py = sys.executable
-    resolve_code = ("import sys\nfrom trackstore.read.catalog import resolve_runs\n"
+    resolve_code = ("import sys\nfrom trackstore.read.listing import resolve_runs\n"
                     f"assert len(resolve_runs(sys.argv[2:], sys.argv[1])) == {len(picked)}\n")
     mlflow_search = ("import sys\nfrom mlflow.tracking import MlflowClient\n"
                      "runs = MlflowClient(sys.argv[1]).search_runs([sys.argv[2]], max_results=50000)\n"

@@ -44,7 +44,7 @@ def export(
 ) -> None:
     """Write runs (or, with --receipt, their sync state) to a verifiable bundle."""
     from trackstore.errors import UsageError
-    from trackstore.read.catalog import list_runs, resolve_runs
+    from trackstore.read.listing import list_runs, resolve_runs
     from trackstore.store.clock import parse_iso
     from trackstore.store.layout import resolve_root
     from trackstore.store.units import format_bytes, parse_since, parse_size

@@ -72,7 +72,7 @@ NewRootOpt = Annotated[
 ]
 
 
-# what every RUN argument accepts (trackstore.read.catalog.resolve_run)
+# what every RUN argument accepts (trackstore.read.listing.resolve_run)
 RUN_REF = "its id, its handle (the short id listings show), a unique id prefix, or project/name"
 
 
@@ -302,7 +302,7 @@ def short_ids(ids: Iterable[str], universe: Iterable[str] = ()) -> dict[str, str
 def store_run_ids(root: Path | None) -> set[str]:
     """Every run id under the store root (folder names only, nothing is read): the set a
     shortened id must be unique in."""
-    from trackstore.store.index import run_folders
+    from trackstore.store.catalog import run_folders
     from trackstore.store.layout import resolve_root
 
     try:
@@ -316,7 +316,7 @@ def check_project(root: Path, project: str, most: int = 10) -> None:
     the closest to ``project`` first (:func:`trackstore.read.refs.closest`)."""
     from trackstore.errors import RunNotFoundError
     from trackstore.read.refs import closest
-    from trackstore.store.index import run_folders
+    from trackstore.store.catalog import run_folders
 
     projects = {p for p, _run_id in run_folders(root)}
     if project in projects:

@@ -28,7 +28,7 @@ def compact(
     stay valid. Exit 0 on success, 6 when another gc/compact/import holds the store's
     maintenance lock (a run merging its own files is waited for, up to 30 s).
     """
-    from trackstore.read.catalog import list_runs, resolve_runs
+    from trackstore.read.listing import list_runs, resolve_runs
     from trackstore.store.layout import resolve_root
     from trackstore.upkeep.compact import compact as do_compact
 

@@ -27,7 +27,7 @@ def compare(
 ) -> None:
     """Compare runs side by side: config differences and metric summaries (last, min, max)."""
     from trackstore.errors import UsageError
-    from trackstore.read.catalog import resolve_runs
+    from trackstore.read.listing import resolve_runs
     from trackstore.read.overview import config_diff, metric_overview, run_label
     from trackstore.store.arrays import to_pylist
 

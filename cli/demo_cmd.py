@@ -43,7 +43,7 @@ def demo(
 def _free_name(root, project: str, base: str) -> str:
     """``base``, or ``base-2``, ``base-3``... when a run of ``project`` already has it: each demo run
     has a name of its own, so ``trackstore show demo-grpo/<name>`` names one run (docs/quickstart.md)."""
-    from trackstore.read.catalog import list_runs
+    from trackstore.read.listing import list_runs
     from trackstore.store.layout import resolve_root
 
     path = resolve_root(root)

@@ -36,7 +36,7 @@ def plot(
 ) -> None:
     """Draw metric curves of one or more runs (terminal chart, --png image, or --format data)."""
     from trackstore.errors import UsageError
-    from trackstore.read.catalog import resolve_runs
+    from trackstore.read.listing import resolve_runs
     from trackstore.read.overview import curves, run_label
     from trackstore.read.points import run_keys
 

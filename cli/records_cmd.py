@@ -46,7 +46,7 @@ def samples(
     a step without samples."""
     from trackstore.errors import RunNotFoundError
     from trackstore.read.browse import find_samples, kind_steps, record_counts
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
 
     from .sql_cmd import open_store
 
@@ -92,7 +92,7 @@ def trace(
     Exit 3 when the run has no spans, 2 when --step names a step without any."""
     from trackstore.errors import RunNotFoundError, UsageError
     from trackstore.read.browse import find_trajectories, kind_steps, trace_sample_indices
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
 
     from .sql_cmd import open_store
 

@@ -45,7 +45,7 @@ def runs(
     wide: WideOpt = False,
 ) -> None:
     """List runs with their status (a run whose writer died is shown as crashed), filtered and sorted."""
-    from trackstore.read.catalog import RUN_COLUMNS
+    from trackstore.read.listing import RUN_COLUMNS
 
     from .sql_cmd import hint_text_numbers, open_store, parse_params
 
@@ -137,7 +137,7 @@ def listed_runs(root, *, project=None, status=None, tag=None, since=None, sort="
     from the store's catalog without DuckDB. ``sort`` was checked by :func:`runs_query`.
     ``light``: only the columns a listing shows, filters and sorts by (no config, summary,
     notes, error): the rest of each run.json is not even parsed."""
-    from trackstore.read.catalog import list_runs, listed_rows
+    from trackstore.read.listing import list_runs, listed_rows
 
     from .sql_cmd import report_skipped_files
 

@@ -71,7 +71,7 @@ def show(
 ) -> None:
     """Show one run: metadata, config, counts of every record kind, its main metric keys
     (last/min/max), and the commands that show the rest (samples, trace, plot, sql)."""
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
     from trackstore.read.overview import flatten, run_overview, select_keys
 
     from .sql_cmd import open_store, report_skipped_files

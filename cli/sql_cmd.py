@@ -128,7 +128,7 @@ def sql(
     values = parse_params(params)
     only = None
     if run_refs:
-        from trackstore.read.catalog import resolve_runs
+        from trackstore.read.listing import resolve_runs
 
         only = resolve_runs(run_refs, root, unreadable=True)
     # the runs and sync_state views are filled only for a query that names them (the others

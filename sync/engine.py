@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from trackstore.errors import TargetUnreachableError, TrackstoreError, UsageError
-from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
+from trackstore.read.listing import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import read_kind
 from trackstore.store.clock import iso
 from trackstore.store.layout import resolve_root

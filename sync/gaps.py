@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trackstore.errors import CorruptFileError, StoreError
-from trackstore.read.catalog import lost_rows
+from trackstore.read.listing import lost_rows
 from trackstore.store.layout import PROJECT_PREFIX, RUN_PREFIX, RunPaths, is_part_name
 from trackstore.store.parts import part_row_ids
 from trackstore.store.ranges import RangeSet

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Callable
 
 from trackstore.errors import LockHeldError, UsageError
-from trackstore.read.catalog import RunInfo
+from trackstore.read.listing import RunInfo
 from trackstore.store import locks
 
 from .adapter import Adapter, TargetOptions

@@ -15,7 +15,7 @@ import trackstore
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import run_cli
 from trackstore.errors import BundleError
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store import schema
 from trackstore.store.ledger import iter_cursors, pending_counts
 from trackstore.upkeep import bundle as B

@@ -24,7 +24,7 @@ import pytest
 from tests.fixtures.stores import make_run, store_snapshot
 from tests.helpers import python_child, run_cli
 from trackstore.errors import BundleError, WriteError
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.upkeep import bundle as B
 from trackstore.upkeep import compact as C
 from trackstore.upkeep import doctor as D

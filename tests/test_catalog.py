@@ -1,4 +1,4 @@
-"""The catalog (trackstore/store/index.py) is a cache: whatever happens to the store, every answer
+"""The catalog (trackstore/store/catalog/) is a cache: whatever happens to the store, every answer
 made from it is the answer a full read of the files gives.
 
 * property-based: random sequences of creating, logging (resume), finishing, crashing, failing,
@@ -30,10 +30,11 @@ from hypothesis import strategies as st
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.read.catalog import list_runs, listed_rows, load_run, resolve_run, resolve_runs
+from trackstore.read.listing import list_runs, listed_rows, load_run, resolve_run, resolve_runs
 from trackstore.read.overview import run_overview
 from trackstore.read.sync_status import status_rows
-from trackstore.store import index
+from trackstore.store import catalog as store_catalog
+from trackstore.store.catalog import freshness
 from trackstore.store.files import tree_bytes
 from trackstore.store.layout import RunPaths, iter_run_dirs, part_file_name
 from trackstore.store.ledger import (
@@ -351,8 +352,8 @@ OPS = st.one_of(
 @given(ops=st.lists(OPS, min_size=1, max_size=6))
 def test_catalog_agrees_with_a_full_scan(ops):
     root = Path(tempfile.mkdtemp(prefix="ts-cat-"))
-    old = index.RACY_S
-    index.RACY_S = -3600.0  # trust every fingerprint: the cache, not the racy rule, is under test
+    old = freshness.RACY_S
+    freshness.RACY_S = -3600.0  # trust every fingerprint: the cache, not the racy rule, is under test
     try:
         op_create(root, "a", 3, "finished")
         check_against_full_scan(root)
@@ -384,14 +385,14 @@ def test_catalog_agrees_with_a_full_scan(ops):
             _settle()
             check_against_full_scan(root)
     finally:
-        index.RACY_S = old
+        freshness.RACY_S = old
         shutil.rmtree(root, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- a damaged catalog
 @pytest.fixture
 def store(root, monkeypatch):
-    monkeypatch.setattr(index, "RACY_S", -3600.0)
+    monkeypatch.setattr(freshness, "RACY_S", -3600.0)
     for i in range(4):
         op_create(root, "p" if i % 2 else "q", i + 1, ["finished", "crashed"][i % 2])
     op_ack(root, full_runs(root)[0], 1.0, True, False)
@@ -406,9 +407,9 @@ def answers(root: Path) -> tuple:
 
 
 def catalog_is_sound(root: Path) -> bool:
-    db = sqlite3.connect(f"file:{index.catalog_path(root)}?immutable=1", uri=True)
+    db = sqlite3.connect(f"file:{store_catalog.catalog_path(root)}?immutable=1", uri=True)
     try:
-        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == (str(index.CATALOG_VERSION),)
+        return db.execute("SELECT value FROM catalog_info WHERE key = 'version'").fetchone() == (str(store_catalog.CATALOG_VERSION),)
     finally:
         db.close()
 
@@ -419,7 +420,7 @@ def test_a_damaged_catalog_is_rebuilt_with_the_same_answers(store, damage):
     first = answers(store)
     assert first == (described(full_runs(store)), [r.view_row(light=True) for r in full_runs(store)],
                      full_status(store), full_unchanged(store))
-    path = index.catalog_path(store)
+    path = store_catalog.catalog_path(store)
     assert catalog_is_sound(store)
     if damage == "garbage":
         path.write_bytes(os.urandom(5000))
@@ -454,7 +455,7 @@ def test_a_damaged_catalog_is_rebuilt_with_the_same_answers(store, damage):
 def test_the_catalog_holds_what_it_promises(store):
     """Run metadata, per-kind row counts and step ranges, last values (summary), part fingerprints."""
     answers(store)
-    db = sqlite3.connect(f"file:{index.catalog_path(store)}?immutable=1", uri=True)
+    db = sqlite3.connect(f"file:{store_catalog.catalog_path(store)}?immutable=1", uri=True)
     rows = db.execute("SELECT r.project, r.run_id, name, status, last_step, meta, parts, kind_rows, damaged "
                       "FROM runs r JOIN run_details d ON (r.project, r.run_id) = (d.project, d.run_id)").fetchall()
     db.close()
@@ -476,8 +477,8 @@ def test_the_catalog_holds_what_it_promises(store):
 
 def test_a_store_where_the_catalog_cannot_be_written_is_served_without_it(store):
     first = answers(store)
-    shutil.rmtree(index.catalog_path(store).parent)
-    index.catalog_path(store).parent.write_text("not a folder")  # every write of the catalog fails
+    shutil.rmtree(store_catalog.catalog_path(store).parent)
+    store_catalog.catalog_path(store).parent.write_text("not a folder")  # every write of the catalog fails
     assert answers(store) == first
     assert answers(store) == first
 
@@ -485,11 +486,11 @@ def test_a_store_where_the_catalog_cannot_be_written_is_served_without_it(store)
 def test_a_fingerprint_younger_than_racy_s_is_not_trusted(root):
     op_create(root, "p", 2, "finished")
     info = list_runs(root)[0]
-    assert index.fingerprint(info.paths.run_file) == ""  # just written: racy
+    assert freshness.fingerprint(info.paths.run_file) == ""  # just written: racy
     old = time.time() - 100
     os.utime(info.paths.run_file, (old, old))  # the change time stays now: still racy
-    assert index.fingerprint(info.paths.run_file) == ""
-    assert index.fingerprint(info.paths.dir / "nothing") == "-"
+    assert freshness.fingerprint(info.paths.run_file) == ""
+    assert freshness.fingerprint(info.paths.dir / "nothing") == "-"
 
 
 def test_a_row_kept_while_its_run_was_racy_is_never_trusted(root):
@@ -502,7 +503,7 @@ def test_a_row_kept_while_its_run_was_racy_is_never_trusted(root):
     meta = json.loads(info.paths.run_file.read_text())
     meta["name"] = "renamed in place"
     info.paths.run_file.write_text(json.dumps(meta))  # in place, within RACY_S: racy again
-    assert index.fingerprint(info.paths.run_file) == ""
+    assert freshness.fingerprint(info.paths.run_file) == ""
     assert listed_rows(root)[0]["name"] == "renamed in place"
     assert list_runs(root)[0].name == "renamed in place"
     assert status_rows(root) == full_status(root)
@@ -525,7 +526,7 @@ def test_references_resolve_without_a_listing_and_in_one_scan(root):
 REFRESHER = r"""
 import sys, time, warnings
 warnings.simplefilter("ignore")
-from trackstore.read.catalog import list_runs, listed_rows
+from trackstore.read.listing import list_runs, listed_rows
 from trackstore.read.sync_status import status_rows
 root, until = sys.argv[1], float(sys.argv[2])
 n = 0
@@ -571,7 +572,7 @@ def test_two_refreshers_race_a_writer(root):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert int(out) > 0
-    time.sleep(index.RACY_S + 0.1)  # every file is now old enough to be cached
+    time.sleep(freshness.RACY_S + 0.1)  # every file is now old enough to be cached
     for _ in range(2):  # once deriving what changed, once from the catalog
         assert answers(root)[:3] == (described(full_runs(root)), [r.view_row(light=True) for r in full_runs(root)],
                                      full_status(root))
@@ -643,7 +644,7 @@ def test_show_answers_from_the_catalog_until_the_run_changes(root):
         run.log({"loss": 1.0 / (s + 1), "acc": s / 8}, step=s)
     run.log_samples([{"input": "q", "output": "a", "score": 1.0}], step=2)
     run.finish()
-    time.sleep(index.RACY_S + 0.1)  # a folder changed within RACY_S is never trusted: nothing would be kept
+    time.sleep(freshness.RACY_S + 0.1)  # a folder changed within RACY_S is never trusted: nothing would be kept
     imported, first = _show(root, run.id)
     assert "duckdb" in imported  # derived from the files (and kept)
     assert _show(root, run.id) == ([], first)  # as kept: no DuckDB, no pyarrow, the same answer
@@ -658,12 +659,12 @@ def test_show_answers_from_the_catalog_until_the_run_changes(root):
     assert metrics["loss"]["last_step"] == 9 and metrics["loss"]["points"] == 6 and "extra" in metrics
 
     assert run_cli("compact", run.id, root=root).returncode == 0  # same rows, other files: derived again
-    time.sleep(index.RACY_S + 0.1)
+    time.sleep(freshness.RACY_S + 0.1)
     imported, compacted = _show(root, run.id)
     assert "duckdb" in imported and _close(json.loads(compacted)[0]["metrics"], json.loads(grown)[0]["metrics"])
     assert _show(root, run.id) == ([], compacted)
 
-    db = sqlite3.connect(index.catalog_path(root))
+    db = sqlite3.connect(store_catalog.catalog_path(root))
     db.execute("UPDATE run_overviews SET overview = '{not json'")
     db.commit()
     db.close()

@@ -10,8 +10,8 @@ import pytest
 
 import trackstore
 from tests.helpers import mlflow_sqlite_uri
-from trackstore.read.catalog import list_runs
-from trackstore.store import index
+from trackstore.read.listing import list_runs
+from trackstore.store.catalog import freshness
 from trackstore.store.ledger import unchanged_since_ack
 
 pytest.importorskip("mlflow")
@@ -24,7 +24,7 @@ from trackstore.sync import sync as do_sync  # noqa: E402
 @pytest.fixture
 def trusted(monkeypatch):
     # every fingerprint trusted at once (in real use, after RACY_S): the skip itself is under test
-    monkeypatch.setattr(index, "RACY_S", -3600.0)
+    monkeypatch.setattr(freshness, "RACY_S", -3600.0)
 
 
 def make_run(root, name, steps):

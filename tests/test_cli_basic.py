@@ -16,7 +16,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.read.catalog import RUN_COLUMNS, list_runs
+from trackstore.read.listing import RUN_COLUMNS, list_runs
 
 
 def test_help_and_version():

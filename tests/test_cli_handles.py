@@ -14,7 +14,7 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.read.catalog import list_runs, resolve_run
+from trackstore.read.listing import list_runs, resolve_run
 from trackstore.read.refs import handles
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -11,7 +11,7 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 
 # its tests share a module-scoped server/store: `make test` (--dist loadgroup) keeps them on one
 # worker, so it is set up once, not once per worker
@@ -280,6 +280,6 @@ def test_damaged_trees_hide_nothing(tmp_path):
 
 
 def resolve(root, run_id):
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
 
     return resolve_run(run_id, root)

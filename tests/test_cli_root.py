@@ -19,7 +19,7 @@ import pytest
 import trackstore
 from tests.helpers import run_cli
 from trackstore.errors import UsageError
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store import locks
 
 RUN_A, RUN_B = "20261201-000000000-aaaaaaaa", "20261201-000000001-bbbbbbbb"

@@ -43,7 +43,7 @@ def test_plot_suggests_the_closest_keys(store):
 
 
 def test_mistyped_run_suggests_the_closest_runs(store):
-    from trackstore.read.catalog import list_runs
+    from trackstore.read.listing import list_runs
 
     run = [r for r in list_runs(store) if r.project == "grpo-math"][0]
     typo = run.run_id[:-1] + ("x" if run.run_id[-1] != "x" else "y")

@@ -19,7 +19,7 @@ import threading
 import pytest
 
 from tests.helpers import cli_in_pty, run_cli
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 WIDTHS = (80, 120)

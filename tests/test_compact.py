@@ -223,7 +223,7 @@ def test_product_readers_stay_exact_while_compaction_swaps(root):
     """The sync reader (read_kind), SQL over the views and curves (trackstore.read.points) list a
     folder and then open its files; a swap in between must cost a retry, never a wrong count
     or an error. Another process swaps the metrics folder between its flushed and merged forms."""
-    from trackstore.read.catalog import resolve_run
+    from trackstore.read.listing import resolve_run
     from trackstore.read.overview import curves
     from trackstore.read.points import read_points
     from trackstore.read.views import connect, run_sql

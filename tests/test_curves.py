@@ -17,7 +17,7 @@ import pytest
 
 import trackstore
 from trackstore.errors import CorruptFileError, UsageError
-from trackstore.read.catalog import resolve_run
+from trackstore.read.listing import resolve_run
 from trackstore.read.overview import curves, matching_keys
 from trackstore.read.points import _row_groups_for, read_points, run_keys
 from trackstore.read.views import SkippedFileWarning, connect, run_sql

@@ -18,7 +18,7 @@ import trackstore
 from tests.fixtures.stores import make_run
 from tests.helpers import python_child, run_cli
 from trackstore.errors import CorruptFileError
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.read.reader import read_kind
 from trackstore.store.layout import QUARANTINE_DIR, RunPaths
 from trackstore.upkeep import doctor as D

@@ -9,7 +9,7 @@ import pytest
 from tests.fixtures.stores import make_run, mark_synced
 from tests.helpers import run_cli
 from trackstore.errors import UsageError
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store.units import parse_duration, parse_since
 
 DAY = 86400

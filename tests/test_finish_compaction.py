@@ -11,7 +11,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
-from trackstore.read.catalog import resolve_run
+from trackstore.read.listing import resolve_run
 from trackstore.read.reader import read_kind
 from trackstore.read.views import connect
 from trackstore.store import locks

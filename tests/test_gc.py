@@ -15,7 +15,7 @@ import pytest
 from tests.fixtures.stores import make_run, mark_synced, store_snapshot
 from tests.helpers import python_child, run_cli
 from trackstore.errors import LockHeldError, UsageError
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store.layout import SYNC_DIR
 from trackstore.store.ledger import iter_cursors
 from trackstore.upkeep import gc as G
@@ -535,10 +535,10 @@ def test_plan_takes_row_ids_from_the_catalog_only_for_the_very_files_it_recorded
     unchanged, so the catalog's listing still looks valid) is read from the file, and kept."""
     import pyarrow as pa
 
-    from trackstore.store import index
+    from trackstore.store.catalog import freshness
     from trackstore.store.parts import write_part
 
-    monkeypatch.setattr(index, "RACY_S", -1.0)  # every fingerprint is old enough to keep
+    monkeypatch.setattr(freshness, "RACY_S", -1.0)  # every fingerprint is old enough to keep
     synced = synced_run(root)
     G.plan(root, G.Policy(older_than_s=30 * DAY))  # the catalog learns the run's parts
     read = []
@@ -548,7 +548,7 @@ def test_plan_takes_row_ids_from_the_catalog_only_for_the_very_files_it_recorded
     assert [c.run_id for c in plan.delete] == [synced.run_id] and read == []
 
     part = sorted(synced.kind_dir("metrics").glob("*.parquet"))[0]
-    folder_before = index.fingerprint(synced.kind_dir("metrics"))
+    folder_before = freshness.fingerprint(synced.kind_dir("metrics"))
     rows = [{"step": 99, "key": "loss", "value": 1.0, "ts": 1, "writer": "w-new", "seq": i, "last_of_key": False}
             for i in range(3)]
     from trackstore.store.schema import SCHEMAS, with_metadata
@@ -558,7 +558,7 @@ def test_plan_takes_row_ids_from_the_catalog_only_for_the_very_files_it_recorded
     with open(part, "wb") as out:  # in place: the folder's own fingerprint does not change
         out.write(tmp.read_bytes())
     tmp.unlink()
-    assert index.fingerprint(synced.kind_dir("metrics")) == folder_before  # the catalog's listing looks valid
+    assert freshness.fingerprint(synced.kind_dir("metrics")) == folder_before  # the catalog's listing looks valid
     plan = G.plan(root, G.Policy(older_than_s=30 * DAY))
     assert plan.delete == [] and read == [synced.run_id]
     assert "rows pending" in plan.keep[0].reason

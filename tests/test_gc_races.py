@@ -22,7 +22,7 @@ import pytest
 import trackstore
 from tests.fixtures.stores import make_run, mark_synced
 from tests.helpers import python_child
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.upkeep import gc as G
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -28,7 +28,7 @@ import trackstore
 from tests.fixtures.stores import make_run
 from tests.helpers import python_child, run_cli
 from trackstore.cli.main import main as cli_main
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.read.reader import read_kind
 from trackstore.store.clock import iso, parse_iso
 from trackstore.store.layout import RunPaths

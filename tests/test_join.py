@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store import meta as tsmeta
 from trackstore.store.layout import RunPaths
 

@@ -13,7 +13,7 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 
 BAD_PROJECTS = [
     ("", "must not be empty"),

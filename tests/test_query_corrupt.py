@@ -94,11 +94,10 @@ def test_kept_folder_listings_see_a_damaged_part_arrive_and_leave(root, monkeypa
     import os
     import warnings
 
-    from trackstore.store import index
-    from trackstore.store.index import open_catalog
+    from trackstore.store.catalog import freshness, open_catalog
 
     # no fingerprint counts as too recent to keep (as if every change were seconds old)
-    monkeypatch.setattr(index, "RACY_S", -1.0)
+    monkeypatch.setattr(freshness, "RACY_S", -1.0)
 
     a = make_run(root, "p", "a", steps=5)
     make_run(root, "p", "b", steps=5)
@@ -129,9 +128,9 @@ def test_an_unchanged_store_opens_without_listing_its_part_folders(root, monkeyp
     opening costs a stat per kind folder, whatever the number of parts."""
     import os
 
-    from trackstore.store import index
+    from trackstore.store.catalog import freshness
 
-    monkeypatch.setattr(index, "RACY_S", -1.0)
+    monkeypatch.setattr(freshness, "RACY_S", -1.0)
     for name in ("a", "b", "c"):
         make_run(root, "p", name, steps=5)
     assert connect(root).execute("SELECT count(*) FROM metrics").fetchone() == (30,)

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import run_cli
 from tests.query_fixtures import part
 from trackstore.cli.demo import simulate_grpo
-from trackstore.read.catalog import resolve_run
+from trackstore.read.listing import resolve_run
 from trackstore.read.views import VIEWS, connect, run_sql
 
 DOC = (__import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "sql.md").read_text()

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 
 
 def read_metrics(run):

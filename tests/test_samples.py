@@ -159,7 +159,7 @@ def test_user_summary_overrides_automatic_summary(root):
 
 
 def test_config_and_summary_hard_values_roundtrip(root):
-    from trackstore.read.catalog import list_runs
+    from trackstore.read.listing import list_runs
 
     config = {"lr": float("nan"), "clip": float("inf"), "模型": {"名前": "千问 ✓", "layers": [], "opt": {}},
               "nested": {"a": [[], {"b": None}], "emoji": "🤖"}, "flag": False}

@@ -79,7 +79,7 @@ def test_adapters_import_no_engine_and_no_private_names():
 
 
 #: what only the engine may touch: the store's readers, the ledger (cursor files), upkeep
-ENGINE_ONLY_MODULES = ("trackstore.read.reader", "trackstore.read.catalog", "trackstore.read.points",
+ENGINE_ONLY_MODULES = ("trackstore.read.reader", "trackstore.read.listing", "trackstore.read.points",
                        "trackstore.read.views", "trackstore.store.parts", "trackstore.store.ledger",
                        "trackstore.store.atomic", "trackstore.upkeep")
 ENGINE_ONLY_NAMES = {"read_kind", "read_rows", "each_part", "row_ids", "save_cursor", "load_cursor",

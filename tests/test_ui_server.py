@@ -90,7 +90,7 @@ def test_m4_keeps_every_extreme_and_the_ends(tmp_path):
 
 
 def test_series_of_two_runs_match_the_store(store):
-    from trackstore.read.catalog import list_runs
+    from trackstore.read.listing import list_runs
     from trackstore.read.points import read_points
     from trackstore.ui.data import Store
 
@@ -278,11 +278,11 @@ def test_the_runs_table_makes_again_only_the_rows_of_runs_that_changed(tmp_path,
     step): a poll of an unchanged store makes no row, a changed run.json makes that row again,
     and the answer always equals the table made from scratch."""
     import trackstore
-    from trackstore.store import index
+    from trackstore.store.catalog import freshness
     from trackstore.store.meta import write_run_json
     from trackstore.ui import data
 
-    monkeypatch.setattr(index, "RACY_S", -1.0)  # every fingerprint is old enough to keep
+    monkeypatch.setattr(freshness, "RACY_S", -1.0)  # every fingerprint is old enough to keep
     monkeypatch.setattr(data, "LIST_TTL_S", 0.0)
     root = tmp_path / "store"
     ids = []
@@ -298,7 +298,7 @@ def test_the_runs_table_makes_again_only_the_rows_of_runs_that_changed(tmp_path,
     assert sorted(made) == sorted(ids)
     made.clear()
     assert s.runs_payload() == (etag, body) and made == []
-    paths = trackstore.read.catalog.resolve_run(ids[1], root).paths
+    paths = trackstore.read.listing.resolve_run(ids[1], root).paths
     meta = json.loads(paths.run_file.read_text())
     write_run_json(paths, {**meta, "name": "renamed"})
     etag2, body2 = s.runs_payload()
@@ -328,7 +328,7 @@ def test_a_run_page_shows_its_own_sync_state_alone(tmp_path, monkeypatch):
     asked = []
     real = ledger.sync_state_cursors
     monkeypatch.setattr(ledger, "sync_state_cursors", lambda root, only=None: asked.append(only) or real(root, only))
-    detail = data.Store(root).run_detail(trackstore.read.catalog.resolve_run(runs[0].run_id, root))
+    detail = data.Store(root).run_detail(trackstore.read.listing.resolve_run(runs[0].run_id, root))
     assert asked == [{("p", runs[0].run_id)}]
     assert {(s["run_id"], s["destination"]) for s in detail["sync"]} == {(runs[0].run_id, "sqlite:///a.db")}
     assert {s["kind"]: s["acked_rows"] for s in detail["sync"]}["metrics"] == 1

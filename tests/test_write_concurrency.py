@@ -10,7 +10,7 @@ import time
 
 import pyarrow.parquet as pq
 
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store import meta as tsmeta
 from trackstore.store.layout import RunPaths
 

@@ -13,7 +13,7 @@ import time
 
 import pyarrow.parquet as pq
 
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.records.samples import decode_row
 from trackstore.records.trace import latest_rows
 from trackstore.store.layout import RunPaths

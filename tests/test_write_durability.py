@@ -12,7 +12,7 @@ import time
 import pyarrow.parquet as pq
 
 from tests.helpers import python_child, run_cli
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store import clock as tsclock
 from trackstore.store import host as tshost
 from trackstore.store import meta as tsmeta

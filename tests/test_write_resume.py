@@ -15,7 +15,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.store import meta as tsmeta
 from trackstore.store.layout import RunPaths
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trackstore
-from trackstore.read.catalog import list_runs
+from trackstore.read.listing import list_runs
 from trackstore.upkeep.doctor import diagnose
 
 CHILD = textwrap.dedent(

@@ -2,7 +2,7 @@
 
 The dashboard (``trackstore ui``) is a reader beside the CLI: this module is its only door to
 the store, and it only reads. It calls the core's public read functions
-(:func:`trackstore.read.catalog.list_runs`, :mod:`trackstore.read.browse`,
+(:func:`trackstore.read.listing.list_runs`, :mod:`trackstore.read.browse`,
 :mod:`trackstore.read.points`, :func:`trackstore.read.views.connect`), so a faster run listing
 (a catalog) replaces :meth:`Store.runs` and nothing else.
 
@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from trackstore.errors import RunNotFoundError, UsageError
 from trackstore.read import browse
-from trackstore.read.catalog import RunInfo, list_runs, load_run
+from trackstore.read.listing import RunInfo, list_runs, load_run
 from trackstore.read.overview import flatten
 from trackstore.read.points import run_keys
 from trackstore.read.views import confine, connect, run_sql
@@ -176,7 +176,7 @@ class Store:
         for r in runs:
             key = (r.project, r.run_id)
             catalog = r.catalog
-            fp = catalog.row_value(r.project, r.run_id, "meta_fp") if catalog is not None else None
+            fp = catalog.meta_fingerprint(r.project, r.run_id) if catalog is not None else None
             basis = (fp, r.status, r.ended_at, r.last_step)
             old = kept.get(key)
             if fp and old is not None and old[0] == basis:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trackstore.read import catalog
+from trackstore.read import listing
 from trackstore.store.layout import RunPaths
 
 
-def only_run(root: Path, project: str | None = None) -> catalog.RunInfo:
-    runs = catalog.list_runs(root, project=project)
+def only_run(root: Path, project: str | None = None) -> listing.RunInfo:
+    runs = listing.list_runs(root, project=project)
     assert len(runs) == 1, [(r.project, r.run_id, r.name) for r in runs]
     return runs[0]
 

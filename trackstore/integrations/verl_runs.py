@@ -85,11 +85,11 @@ def _join_or_create(project: str, experiment: str) -> Any:
     Ray stops without running its exit handlers does not make the run look crashed.
     """
     import trackstore
-    from trackstore.read import catalog
+    from trackstore.read import listing
 
     run_id = os.environ.get(ENV_RUN_ID) or None
     if run_id is None:
-        running = [r for r in catalog.list_runs(project=project, status="running") if not experiment or r.name == experiment]
+        running = [r for r in listing.list_runs(project=project, status="running") if not experiment or r.name == experiment]
         if running:
             run_id = running[-1].run_id
     if run_id is None:

@@ -23,7 +23,7 @@ from ..store.arrays import to_pylist
 from .views import run_sql
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .catalog import RunInfo
+    from .listing import RunInfo
 
 _ONE_RUN = "project = $project AND run_id = $run_id"
 

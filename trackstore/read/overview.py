@@ -22,7 +22,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-    from .catalog import RunInfo
+    from .listing import RunInfo
 
 _GLOB = re.compile(r"[*?\[]")
 
@@ -67,7 +67,7 @@ def run_overview(info: RunInfo, open_connection: Callable[[], ContextManager[Any
     view, and the counts of :func:`trackstore.read.browse.record_counts`.
 
     Derived from the run's part files alone, so the store's catalog keeps it for the parts it was
-    derived from (:meth:`trackstore.store.index.Catalog.overview`): while no part of the run
+    derived from (:meth:`trackstore.store.catalog.Catalog.overview`): while no part of the run
     changed, the answer costs ``stat`` calls and neither DuckDB nor pyarrow is started.
     ``open_connection()`` gives a :func:`trackstore.read.views.connect` connection (as a context
     manager) when the parts must be read. A run with a damaged part is never kept (its answer

@@ -11,7 +11,7 @@ no shorter unique form is its own handle.
 
 Listings that shorten run ids show :func:`handles`; :class:`IdIndex` says which ids a typed
 reference names, by prefix or by handle, and the run resolver
-(:func:`trackstore.read.catalog.resolve_run`) asks it, so every handle shown names its run.
+(:func:`trackstore.read.listing.resolve_run`) asks it, so every handle shown names its run.
 
 :func:`closest` orders names by how near they are to something typed that names nothing: the
 "did you mean" of run references, metric keys and projects.

@@ -7,7 +7,7 @@ could not write, and whether the destination is a staging area (``staged``: a wa
 SwanLab offline/local folder on this machine, whose rows have not been uploaded by this
 sync; see :attr:`trackstore.store.ledger.Cursor.staged`). The answer is the one a full read gives (each readable part's rows minus
 those the cursor acknowledges; damaged parts not counted, but counted as ``unreadable_parts``),
-but it costs what changed: the catalog (:mod:`trackstore.store.index`) keeps each part's row
+but it costs what changed: the catalog (:mod:`trackstore.store.catalog`) keeps each part's row
 ids and each cursor's pending counts, valid while the files keep their ``stat`` fingerprints.
 A cursor file that cannot be read (or holds a number out of the format's range) gives its
 destination's row with pending counts unknown (None) and the problem as ``last_error``
@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..store.index import PartsSummary, QuietRun, open_catalog
+from ..store.catalog import PartsSummary, UnchangedRun, open_catalog
 from ..store.layout import resolve_root
 from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files, damaged_cursor_summary
-from .catalog import RunInfo, from_catalog, lost_rows
+from .listing import RunInfo, from_catalog, lost_rows
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
                   "bytes", "synced_status", "last_sync_at", "last_error", "unreadable_parts", "write_errors",
@@ -35,19 +35,19 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
     or only those of ``target``.
 
     A run that did not change and has ended is answered from its catalog row alone
-    (:meth:`~trackstore.store.index.Catalog.quiet_run`: a few ``stat`` calls); the others as
-    :func:`~trackstore.read.catalog.list_runs` finds them."""
+    (:meth:`~trackstore.store.catalog.Catalog.unchanged_run`: a few ``stat`` calls); the others as
+    :func:`~trackstore.read.listing.list_runs` finds them."""
     root_path = resolve_root(root)
     catalog = open_catalog(root_path)
     rows = []
     try:
         catalog.prefetch()
         catalog.prefetch_cursors()
-        found: dict[tuple[str, str], RunInfo | QuietRun] = {}
+        found: dict[tuple[str, str], RunInfo | UnchangedRun] = {}
         for key in catalog.run_keys():
-            quiet = catalog.quiet_run(*key)
-            if quiet is not None:
-                found[key] = quiet
+            unchanged = catalog.unchanged_run(*key)
+            if unchanged is not None:
+                found[key] = unchanged
                 continue
             info = from_catalog(catalog, *key, False)  # warns about a run.json it cannot use, as list_runs does
             if info is not None:
@@ -57,7 +57,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
 
         def parts(key: tuple[str, str]) -> PartsSummary:
             run = found[key]
-            if isinstance(run, QuietRun):
+            if isinstance(run, UnchangedRun):
                 return run.parts
             if key not in parts_of:
                 parts_of[key] = catalog.parts_summary(*key)
@@ -68,12 +68,12 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
             got = parts(key)
             pending = summary["pending"] if summary is not None else got.rows
             damaged = summary is not None and summary.get("damaged")
-            if isinstance(run, QuietRun):
+            if isinstance(run, UnchangedRun):
                 status, size = run.status, run.bytes
                 lost = lost_rows(run.write_errors, run.writers_lost)
             else:
                 status, lost = run.status, run.write_errors()
-                size = catalog.run_bytes(*key, catalog.row_value(*key, "meta_fp"), got.fp)
+                size = catalog.run_bytes(*key)
             return {"target": target, "destination": destination, "project": key[0], "run_id": key[1],
                     "status": status, "pending_metrics": None if damaged else pending.get("metrics", 0),
                     "pending_other": None if damaged else sum(v for k, v in pending.items() if k != "metrics"),

@@ -36,7 +36,7 @@ The promises this module keeps:
   read at connect say so), the view binds to one file's schema instead of DuckDB's
   ``union_by_name``, which would re-read every footer at every query. If a part with other
   columns is flushed later, the views switch to ``union_by_name`` and the query is retried.
-* ``runs`` comes from ``run.json`` through :func:`trackstore.read.catalog.list_runs`, so its
+* ``runs`` comes from ``run.json`` through :func:`trackstore.read.listing.list_runs`, so its
   ``status`` is the *effective* one (a run whose writer died is ``crashed``, with
   ``last_step`` and ``ended_at`` derived from its data). One bad run.json never fails a
   query: a value no reader can use is NULL (a warning names the file), and a run whose
@@ -131,7 +131,7 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     arrive and leave by renames, which change the folder, and never change in place. So the
     scan of an unchanged store costs a ``stat`` per kind folder, whatever its number of parts.
     """
-    from ..store.index import fingerprint, open_catalog, run_folders
+    from ..store.catalog import fingerprint, open_catalog, run_folders
 
     root_path = resolve_root(root)
     real_root = os.path.realpath(root_path)
@@ -515,7 +515,7 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     which the view takes ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``.
     ``fill=False``: the same columns and no row (nothing is listed)."""
 
-    from .catalog import from_catalog, listed_rows
+    from .listing import from_catalog, listed_rows
 
     # Every run, also one whose run.json is unreadable (shown with what its folder tells);
     # values of run.json that fail their check arrive as None (trackstore.store.meta.load_run_json).
@@ -524,7 +524,7 @@ def runs_table(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
     elif only is None:  # the listing's rows, made from the catalog's rows of runs that did not change
         return _runs_arrow(listed_rows(root, unreadable=True, meta=True))
     else:  # only these runs: each resolved through the catalog, none listed
-        from ..store.index import open_catalog
+        from ..store.catalog import open_catalog
 
         catalog = open_catalog(resolve_root(root))
         try:

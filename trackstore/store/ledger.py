@@ -467,7 +467,7 @@ def cursor_files(root: Path, *, project: str | None = None, run_id: str | None =
 
 def summarize_cursor(cursor: Cursor, parts: Mapping[str, list]) -> dict:
     """What ``status`` and the no-change check need of a cursor, with its pending rows per kind
-    counted against the run's part records (:class:`trackstore.store.index.PartRecord`) by
+    counted against the run's part records (:class:`trackstore.store.catalog.PartRecord`) by
     row-id arithmetic: each readable part's rows minus those of its ids in ``acked``."""
     pending = {}
     for kind in KINDS:
@@ -512,8 +512,8 @@ def damaged_cursor_summary(path: Path | str, error: BaseException) -> dict:
 def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, parts: Any) -> dict:
     """:func:`summarize_cursor` of the cursor file at ``path``, from the catalog while neither the
     file (its ``stat`` fingerprint, or its folder's) nor the run's parts (``parts``, the run's
-    :class:`trackstore.store.index.PartsSummary`, whose ``fp`` is
-    :func:`trackstore.store.index.parts_digest`) changed; else read and counted again.
+    :class:`trackstore.store.catalog.PartsSummary`, whose ``fp`` is
+    :func:`trackstore.store.catalog.parts_digest`) changed; else read and counted again.
 
     Raises FileNotFoundError when there is no such file and one of :data:`CURSOR_ERRORS` when
     it cannot be parsed.
@@ -525,7 +525,7 @@ def cached_cursor_summary(catalog, path: Path | str, project: str, run_id: str, 
         raise FileNotFoundError(path)
     records, parts_fp = parts.records, parts.fp
     if records is None:  # the summary's part list was not needed so far: list it now
-        from .index import parts_digest
+        from .catalog import parts_digest
 
         records, stable = catalog.parts(project, run_id)
         parts_fp = parts_digest(records) if stable else None
@@ -570,9 +570,9 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
     made against, valid while the cursor file keeps its ``stat`` fingerprint.
 
     A run with a damaged part, an unreadable cursor, or parts that changed within the last
-    seconds (:data:`trackstore.store.index.RACY_S`) is never in the set: the engine looks at it.
+    seconds (:data:`trackstore.store.catalog.RACY_S`) is never in the set: the engine looks at it.
     """
-    from .index import open_catalog
+    from .catalog import open_catalog
 
     catalogs: dict[int, Any] = {}
     own = None
@@ -588,7 +588,7 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
             catalog.prefetch_cursors()
         # an unchanged ended run in one loop of stat calls (its writers' losses, reported for an
         # up-to-date run, come with it); else its parts alone
-        catalog.quiet(info.project, info.run_id)
+        catalog.unchanged_row(info.project, info.run_id)
         parts = catalog.parts_summary(info.project, info.run_id)
         if not parts.fp or parts.damaged:
             continue
@@ -616,7 +616,7 @@ def sync_state_cursors(root: Path, only: set[tuple[str, str]] | None = None) -> 
     Pending rows are counted against the run's parts through the catalog
     (:func:`cached_cursor_summary`): nothing is read of a run whose parts and cursor did not
     change. A cursor file that cannot be parsed is left out."""
-    from .index import open_catalog
+    from .catalog import open_catalog
 
     root = Path(root)
     catalog = open_catalog(root)

@@ -69,7 +69,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import BundleError, InvalidNameError, UsageError, WriteError
-from ..read.catalog import RunInfo
+from ..read.listing import RunInfo
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file, read_json, write_bytes_atomic
 from ..store.clock import iso, parse_iso

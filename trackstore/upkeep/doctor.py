@@ -360,7 +360,7 @@ def _rebuild_run_json(paths: RunPaths) -> dict:
 
 def _mark_crashed(paths: RunPaths) -> str | None:
     """Record a crash readers already derive: status, ended_at and last_step as they show them."""
-    from ..read.catalog import load_run
+    from ..read.listing import load_run
 
     info = load_run(paths)
     if info is None or info.status != "crashed":
@@ -377,7 +377,7 @@ def _mark_crashed(paths: RunPaths) -> str | None:
 
 def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
     """Rewrite a run.json without the values readers cannot use (the original is quarantined)."""
-    from ..read.catalog import data_extent, load_run
+    from ..read.listing import data_extent, load_run
 
     with warnings.catch_warnings():  # the values it names are what this repairs
         warnings.simplefilter("ignore", _meta.RunJsonWarning)

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import UsageError
-from ..read.catalog import RunInfo, list_runs, load_run, run_bytes, save_catalogs
+from ..read.listing import RunInfo, list_runs, load_run, run_bytes, save_catalogs
 from ..store import locks as _locks
 from ..store import meta as _meta
 from ..store.clock import iso, parse_iso
@@ -258,7 +258,7 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
 
 
 def _kept_records(info: RunInfo, seen: frozenset | None) -> dict | None:
-    """The catalog's part records of the run (:meth:`trackstore.store.index.Catalog.parts`) when
+    """The catalog's part records of the run (:meth:`trackstore.store.catalog.Catalog.parts`) when
     they name exactly the part files ``seen`` holds, with their sizes and mtimes; else None."""
     catalog = info.catalog
     if catalog is None or seen is None:

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import AmbiguousRunError, RunNotFoundError
 from ..store import meta as _meta
+from ..store.catalog import column_max, column_max_time
 from ..store.clock import iso, parse_iso, parse_time
-from ..store.index import column_max, column_max_time
 from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..store.index import Catalog, RunEntry
+    from ..store.catalog import Catalog, RunEntry
 
 RUN_COLUMNS = (
     "project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
@@ -48,7 +48,7 @@ RUN_COLUMNS = (
 class RunInfo:
     """One run as readers see it: metadata from run.json plus the derived status.
 
-    Built from the store's catalog (:mod:`trackstore.store.index`) by :func:`list_runs` and
+    Built from the store's catalog (:mod:`trackstore.store.catalog`) by :func:`list_runs` and
     :func:`resolve_run`: ``meta`` (every usable field of run.json) and ``writers`` are then read
     only when asked for, and listings use the few fields they show.
     """
@@ -232,7 +232,7 @@ class RunInfo:
 
 
 def _list_row(project: str, run_id: str, status: str, light: dict[str, Any]) -> dict[str, Any]:
-    """:meth:`RunInfo.list_row` from the recorded fields (:attr:`~trackstore.store.index.RunEntry.light`)
+    """:meth:`RunInfo.list_row` from the recorded fields (:attr:`~trackstore.store.catalog.RunEntry.light`)
     of a run whose status is ``status`` and is not crashed (nothing is derived from its data)."""
     return {"project": project, "run_id": run_id, "name": light["name"] or run_id,
             "status": status, "created_at": light["created_at"], "ended_at": light["ended_at"],
@@ -377,20 +377,20 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
 
     ``unreadable=True`` also lists runs whose run.json cannot be parsed (what their folder and
     writer files tell); by default they are left out with a warning, as is a run folder that has
-    no run.json yet. Answered from the store's catalog (:mod:`trackstore.store.index`): a
+    no run.json yet. Answered from the store's catalog (:mod:`trackstore.store.catalog`): a
     directory scan and a ``stat`` of each run.json, files read only where something changed.
     """
-    from ..store.index import open_catalog
+    from ..store.catalog import open_catalog
 
     root_path = resolve_root(root)
     wanted = {status} if isinstance(status, str) else (set(status) if status else None)
     catalog = open_catalog(root_path)
     out = []
     try:
-        for key, row in catalog.listed(project):
+        for key, row in catalog.listing(project):
             info: RunInfo | None
             if row is not None:  # run.json did not change and the run ended: the catalog's row as it is
-                entry = catalog.listed_entry(key, row)
+                entry = catalog.entry_of(row)
                 info = RunInfo(RunPaths(root_path, *key), None, entry.light["status"], entry=entry)
             else:
                 info = from_catalog(catalog, *key, unreadable)
@@ -412,23 +412,23 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
     :meth:`RunInfo.meta_json` (the run.json fields the catalog keeps, as JSON text). A run that
     did not change and has ended costs one ``stat`` and no run object (a listing of thousands
     of runs)."""
-    from ..store.index import open_catalog
+    from ..store.catalog import open_catalog
 
     root_path = resolve_root(root)
     catalog = open_catalog(root_path)
     found: list[tuple[tuple[str, str], dict[str, Any]]] = []
     try:
-        listed = catalog.listed(project)
+        listed = catalog.listing(project)
         if meta and len(listed) > 1:
             catalog.prefetch_meta()  # every run.json's fields in one query, not one per run
         for key, row in listed:
             if row is not None:  # run.json did not change and the run ended: the catalog's row as it is
-                light = catalog.listed_entry(key, row).light
+                light = row.light()
                 got = _list_row(*key, light["status"], light)
                 order = (got["created_at"] or "", key[1])
                 got = typed_list_row(got)
                 if meta:
-                    got["_meta"] = catalog.heavy(key, "meta") or "{}"
+                    got["_meta"] = catalog.meta_json(*key) or "{}"
             else:
                 info = from_catalog(catalog, *key, unreadable)
                 if info is None:
@@ -449,7 +449,7 @@ class _Resolver:
     lookups (plus one scan), not K listings."""
 
     def __init__(self, root: str | os.PathLike | None, unreadable: bool):
-        from ..store.index import open_catalog
+        from ..store.catalog import open_catalog
         from .refs import IdIndex
 
         self.root = root
@@ -551,9 +551,7 @@ def run_bytes(info: RunInfo) -> int:
     catalog = info.catalog
     if catalog is None:
         return tree_bytes(info.paths.dir)
-    parts_fp = catalog.parts_summary(info.project, info.run_id).fp
-    meta_fp = catalog.row_value(info.project, info.run_id, "meta_fp")
-    return catalog.run_bytes(info.project, info.run_id, meta_fp, parts_fp)
+    return catalog.run_bytes(info.project, info.run_id)
 
 
 def save_catalogs(runs: Iterable[RunInfo]) -> None:
