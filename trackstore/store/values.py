@@ -25,6 +25,7 @@ from typing import Any, Collection, Mapping
 
 from ..errors import InvalidValueError
 from .names import validate_key
+from .text import escape_surrogates
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -208,18 +209,22 @@ def json_safe(obj: Any, _depth: int = 0) -> Any:
     """Make a config/summary value JSON-serialisable, keeping its structure.
 
     Numpy/torch scalars become numbers, tuples and sets become lists, NaN/inf stay floats (the
-    JSON is written with ``allow_nan``), anything else unknown becomes its ``repr``.
+    JSON is written with ``allow_nan``), anything else unknown becomes its ``repr``. Text with
+    lone surrogates is escaped (:func:`trackstore.store.text.escape_surrogates`), so what the
+    caller reads back from ``run.config`` is what run.json holds.
     """
     if _depth > 64:
         return repr(obj)
-    if obj is None or isinstance(obj, (str, bool)):
+    if obj is None or isinstance(obj, bool):
         return obj
+    if isinstance(obj, str):
+        return escape_surrogates(obj)
     if isinstance(obj, int):
         return int(obj)
     if isinstance(obj, float):
         return float(obj)
     if isinstance(obj, Mapping):
-        return {str(k): json_safe(v, _depth + 1) for k, v in obj.items()}
+        return {escape_surrogates(str(k)): json_safe(v, _depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [json_safe(v, _depth + 1) for v in obj]
     item = getattr(obj, "item", None)
@@ -235,6 +240,6 @@ def json_safe(obj: Any, _depth: int = 0) -> Any:
         except Exception:
             pass
     if hasattr(obj, "__fspath__"):
-        return str(obj)
-    return repr(obj)
+        return escape_surrogates(str(obj))
+    return escape_surrogates(repr(obj))
 

@@ -38,6 +38,7 @@ from ..store.files import warn
 from ..store.host import environment_info, hostname, process_start_ticks
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
+from ..store.text import escape_surrogates
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
@@ -557,7 +558,10 @@ def init(
     ``run_id`` the run continues as a new attempt (config keys given here are merged in); with
     ``resume=True`` and an unknown id a new run with that id is created. Without ``resume``, an
     existing ``run_id`` is an error (nothing is overwritten). Names are validated before
-    anything touches the disk.
+    anything touches the disk; free text holding lone surrogates (a non-UTF-8 ``sys.argv``
+    or working directory) is stored escaped (docs/format.md, "Text that is not valid
+    Unicode"). If init fails after creating the run folder, it removes the folder again: a
+    run folder never lacks run.json.
 
     Resuming is safe against a ``trackstore gc`` deleting the run at the same moment: the run
     is either kept by gc and continued here, or (deleted before this process got to it) started
@@ -594,6 +598,10 @@ def init(
     if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
         raise InvalidValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
     tag_list = _tags(tags)
+    # Free text is stored escaped (trackstore.store.text); the run's names that are paths were
+    # validated above. Escaped here, the Run holds exactly what run.json holds.
+    name, notes, group, job_type = (None if t is None else escape_surrogates(t) if isinstance(t, str) else t
+                                    for t in (name, notes, group, job_type))
     # A resume claims the run folder before it reads it: see _claim_existing_run.
     with _joining(paths, resume):
         now = time.time()
@@ -647,15 +655,21 @@ def init(
             meta["group"] = group
         if job_type is not None:
             meta["job_type"] = job_type
-        paths.dir.mkdir(parents=True, exist_ok=True)
         if compact is None:
             from .rolling import compact_default
 
             compact = compact_default()
-        run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
-    attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
-    run._meta["attempts"] = attempts
-    run._write_meta(durable=True)
+        created = not paths.dir.exists()
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        run = None
+        try:
+            run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
+            attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
+            run._meta["attempts"] = attempts
+            run._write_meta(durable=True)
+        except BaseException:
+            _undo_new_run(paths, run, created)
+            raise
     (_joined_runs if join else _live_runs).add(run)
     _install_process_hooks()
     _current = run
@@ -663,6 +677,22 @@ def init(
     # that the first flush comes flush_interval from now and nothing is imported at exit.
     run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
     return run
+
+
+def _undo_new_run(paths: RunPaths, run: Run | None, created: bool) -> None:
+    """init failed before run.json existed: stop the writer thread and, if this init created the
+    run folder, remove it, so that no run folder is ever left without run.json."""
+    if run is not None:
+        run._finished = True
+        run._done.set()
+        try:
+            run._writer.close(retries=0, timeout=5.0)
+        except Exception:
+            pass
+    if created and not paths.run_file.exists():
+        import shutil
+
+        shutil.rmtree(paths.dir, ignore_errors=True)
 
 
 @contextmanager
@@ -730,6 +760,7 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
     for t in tags:
         if not isinstance(t, str) or not t:
             raise InvalidValueError(f"tags must be non-empty strings, got {t!r}")
+        t = escape_surrogates(t)
         if t not in out:
             out.append(t)
     return out
