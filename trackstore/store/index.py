@@ -43,6 +43,7 @@ import json
 import os
 import secrets
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -57,9 +58,10 @@ from .layout import (
     TMP_SUFFIX,
     WRITERS_DIR,
     RunPaths,
+    outside_store,
     relist,
 )
-from .meta import parse_run_json
+from .meta import RunJsonWarning, parse_run_json
 from .ranges import RangeSet
 
 CATALOG_DIR = "_catalog"
@@ -491,7 +493,13 @@ class Catalog:
         return f"{self._prefix}{project}{_SEP}{RUN_PREFIX}{run_id}"
 
     def has_run_dir(self, project: str, run_id: str) -> bool:
-        return os.path.isdir(RunPaths(self.root, project, run_id).dir)
+        """Whether the run's folder exists in the store (not through a link leading outside it)."""
+        run_dir = RunPaths(self.root, project, run_id).dir
+        if not os.path.isdir(run_dir):
+            return False
+        if not (os.path.islink(run_dir) or os.path.islink(run_dir.parent)):
+            return True
+        return outside_store(run_dir, os.path.realpath(self.root)) is None
 
     # ------------------------------------------------------------------ runs
     def entry(self, project: str, run_id: str) -> RunEntry | None:
@@ -1064,18 +1072,33 @@ def _list_parts(kdir: Path, kind: str, known: dict[tuple, PartRecord]) -> list[P
 
 def run_folders(root: str | os.PathLike) -> list[tuple[str, str]]:
     """``(project, run_id)`` of every run folder of the store, sorted: two levels of ``scandir``,
-    no ``stat`` and no catalog (folders only say which runs exist)."""
+    no ``stat`` and no catalog (folders only say which runs exist). A project or run folder that
+    is a symbolic link leading outside the store is not a run of it and is left out
+    (:func:`trackstore.store.layout.outside_store`)."""
     return sorted(_scan_runs(Path(root)))
 
 
 def _scan_runs(root: Path) -> Iterator[tuple[str, str]]:
     """``(project, run_id)`` of every run folder (names from two levels of ``scandir``)."""
+    real_root: list[str] = []  # realpath of the root, taken at the first link met
+
+    def inside(e: os.DirEntry) -> bool:
+        if not e.is_symlink():  # from the directory entry: no system call
+            return True
+        if not real_root:
+            real_root.append(os.path.realpath(root))
+        problem = outside_store(e.path, real_root[0])
+        if problem is not None:
+            warnings.warn(f"{e.path} is {problem}: it is not a run of this store, and its run.json is not read",
+                          RunJsonWarning, stacklevel=2)
+        return problem is None
+
     try:
         top = os.scandir(root)
     except OSError:
         return
     with top:
-        projects = [e for e in top if e.name.startswith(PROJECT_PREFIX) and e.is_dir()]
+        projects = [e for e in top if e.name.startswith(PROJECT_PREFIX) and e.is_dir() and inside(e)]
     for pe in projects:
         project = pe.name[len(PROJECT_PREFIX):]
         try:
@@ -1084,7 +1107,7 @@ def _scan_runs(root: Path) -> Iterator[tuple[str, str]]:
             continue
         with inner:
             for e in inner:
-                if e.name.startswith(RUN_PREFIX) and e.is_dir():
+                if e.name.startswith(RUN_PREFIX) and e.is_dir() and inside(e):
                     yield project, e.name[len(RUN_PREFIX):]
 
 
