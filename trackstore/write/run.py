@@ -39,7 +39,7 @@ from ..store.host import environment_info, hostname, process_start_ticks
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
 from ..store.text import escape_surrogates
-from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
+from ..store.values import INT64_MAX, as_step, json_safe, normalize, stored_as_is
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 T = TypeVar("T")
@@ -188,7 +188,8 @@ class Run:
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
         """Record metrics at ``step`` (default: the run's counter, like wandb).
 
-        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`;
+        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`
+        (any other type, ``Fraction`` and ``Decimal`` included, is refused: pass ``float(v)``);
         nested dicts flatten with ``/``; ``None`` values are skipped (warned once per key).
         Values are stored as float64 and steps as int64: ``step`` goes from ``-2**63`` to
         ``2**63-1``, and the counter stops at ``2**63-1``. With ``commit=False`` the step
@@ -203,22 +204,14 @@ class Run:
             step = self._step
         if type(step) is not int or not -0x8000_0000_0000_0000 <= step <= 0x7FFF_FFFF_FFFF_FFFF:
             step = _as_step(step)  # converts, or refuses a step beyond int64
-        # Fast path: a plain dict, every key seen before, every value a plain number. ``sum``
-        # from 0.0 checks the values in one C loop (a few ns each): it raises for None,
-        # strings, dicts and lists, and for an int too large for a float64 (adding it to a
-        # float overflows); its result is an exact float only when every value is a plain
-        # int, float or bool. A sum of another type (numpy.float64 values among them) proves
-        # less, so ``plain_numbers`` looks at each value. The dict's copy (one C call) is what
+        # Fast path: a plain dict, every key seen before, every value a plain number
+        # (``stored_as_is``: two C loops over the values). The dict's copy (one C call) is what
         # gets buffered, so the caller may reuse and mutate its dict. Everything else goes
-        # through ``normalize``, which names the bad key.
+        # through ``normalize``, which converts or names the bad key: a value is accepted or
+        # refused the same way on both paths.
         values = None
-        if type(data) is dict and self._known_keys.issuperset(data.keys()):
-            try:
-                total = sum(data.values(), 0.0)
-            except Exception:
-                total = None
-            if type(total) is float or (total is not None and plain_numbers(data.values())):
-                values = data.copy()
+        if type(data) is dict and self._known_keys.issuperset(data.keys()) and stored_as_is(data.values()):
+            values = data.copy()
         if values is None:
             values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
             if hists:
