@@ -95,7 +95,8 @@ def import_(
     """Verify a bundle completely, then add its runs (or merge a receipt's sync state).
 
     Nothing becomes visible before every checksum is verified; unsafe entries (absolute
-    paths, '..', links, devices) and conflicting content are refused with nothing imported.
+    paths, '..', links, devices), part files that are not Parquet of their kind, a run.json
+    naming another run and conflicting content are refused with nothing imported (exit 9).
     Importing the same bundle again changes nothing. A root that does not exist is created.
     """
     from trackstore.upkeep import bundle

@@ -35,7 +35,7 @@ naming the path and where it came from, when the path
 
 Commands that only read change nothing in the store but its catalog (`_catalog/`, a cache
 of the run folders that they refresh: [format.md](format.md) section 11): `runs`, `show`, `sql`, `plot`,
-`compare`, `status`, `doctor` (without `--fix`), `sync --dry-run`, `gc --dry-run` and
+`compare`, `status`, `doctor` (without `--fix`), `sync --dry-run`, `gc --dry-run`, `ui` and
 `export` (which writes only its bundle). They also work on a read-only store (a snapshot, a
 read-only mount): `export` holds gc, compaction and import off with a shared lock on the
 root folder instead of a lock file. Commands that change the store (`gc`, `compact`, `sync`,

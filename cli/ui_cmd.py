@@ -23,8 +23,9 @@ def ui(
     """Serve a dashboard of the store in the browser: runs, curves, run pages, compare, samples,
     trajectories and histograms, updating live while runs are written.
 
-    Read-only, and nothing is fetched from the internet (the page and its chart library ship
-    with trackstore). It listens on 127.0.0.1; from a laptop, tunnel to it:
+    Read-only (it writes only its cache, _catalog/, as `runs` does); nothing is
+    fetched from the internet (the page and its chart library ship with trackstore). It
+    listens on 127.0.0.1; from a laptop, tunnel to it:
     `ssh -L 8760:127.0.0.1:8760 cluster-login` then open http://127.0.0.1:8760/. With --host
     0.0.0.0 (or any other address) it prints a URL with a token, required on every request.
     Stop with Ctrl-C. Exit 2 when the port is taken or the extra is missing (pip install

@@ -385,3 +385,65 @@ def test_manifest_row_counts_must_be_counts(two, tmp_path):
     with pytest.raises(BundleError, match=r"rows\.metrics: -3 is not a count .* nothing was imported"):
         B.import_bundle(b, bad)
     assert tree(b) == {}
+
+
+# ---------------------------------------------------------------------------- runs that are not what they claim
+def _replace_member(manifest, members, rel, data):
+    manifest["files"] = [f if f["path"] != rel else listing(rel, data) for f in manifest["files"]]
+    return [member(rel, data) if m.name == f"{B.TOP}/{rel}" else (m, d) for m, d in members]
+
+
+@pytest.mark.parametrize("junk", [b"not parquet at all, just text\n" * 4,
+                                  b"PAR1" + bytes(40) + (8).to_bytes(4, "little") + b"PAR1"],
+                         ids=["text", "parquet-framed-garbage"])
+def test_import_refuses_a_listed_part_that_is_not_parquet(two, tmp_path, junk):
+    a, b = two
+    make_run(a)
+    manifest, members = read_bundle(exported(a, tmp_path))
+    first, _data = _metrics_parts(members)[0]
+    rel = first.name.split("/", 1)[1]
+    crafted = tmp_path / "junk.tar"
+    write_bundle(crafted, manifest, _replace_member(manifest, members, rel, junk))
+    with pytest.raises(BundleError, match=f"{rel} is not a valid metrics part .*nothing was imported"):
+        B.import_bundle(b, crafted)
+    assert tree(b) == {}
+    cli = run_cli("import", str(crafted), root=b)
+    assert cli.returncode == 9 and "is not a valid metrics part" in cli.stderr
+
+
+def test_import_refuses_a_part_of_another_kind(two, tmp_path):
+    a, b = two
+    make_run(a)
+    manifest, members = read_bundle(exported(a, tmp_path))
+    first, _data = _metrics_parts(members)[0]
+    (samples,) = [d for m, d in members if "/samples/" in m.name][:1]
+    rel = first.name.split("/", 1)[1]
+    crafted = tmp_path / "kind.tar"
+    write_bundle(crafted, manifest, _replace_member(manifest, members, rel, samples))
+    with pytest.raises(BundleError, match="is not a valid metrics part"):
+        B.import_bundle(b, crafted)
+    assert tree(b) == {}
+
+
+@pytest.mark.parametrize("field", ["run_id", "project"])
+def test_import_refuses_a_run_json_naming_another_run(two, tmp_path, field):
+    a, b = two
+    p = make_run(a)
+    other = make_run(a, "q")
+    B.import_bundle(b, exported(a, tmp_path, "first.tar"))  # both runs already here: a merge too is refused
+    before = tree(b)
+    manifest, members = read_bundle(exported(a, tmp_path))
+    rel = f"runs/project={p.project}/run={p.run_id}/run.json"
+    (data,) = [d for m, d in members if m.name == f"{B.TOP}/{rel}"]
+    meta = json.loads(data)
+    meta[field] = getattr(other, field)
+    crafted = tmp_path / "foreign.tar"
+    write_bundle(crafted, manifest, _replace_member(manifest, members, rel, json.dumps(meta).encode()))
+    with pytest.raises(BundleError, match=f"run {p.project}/{p.run_id}: its run.json names another run"):
+        B.import_bundle(b, crafted)
+    assert tree(b) == before
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    cli = run_cli("import", str(crafted), root=fresh)
+    assert cli.returncode == 9 and "names another run" in cli.stderr
+    assert tree(fresh) == {}

@@ -185,3 +185,51 @@ def test_deep_check_reads_pages(root):
     part.write_bytes(bytes(data))
     deep = D.diagnose(root, deep=True)
     assert [f.check for f in deep.findings] == ["corrupt_parquet"]
+
+
+def test_a_merge_at_work_is_not_a_compaction_leftover(root):
+    """A live run merging its parts holds the maintenance lock while its staging folder exists:
+    doctor (library and CLI) does not call that damage; once the holder is gone, what is left is."""
+    import threading
+
+    from trackstore.store import locks
+    from trackstore.store import merge as M
+
+    run = trackstore.init("p", root=root, compact=False)
+    for step in range(3):
+        run.log({"x": float(step)}, step=step)
+        run.flush()
+    kind_dir = run.paths.kind_dir("metrics")
+    building, release = threading.Event(), threading.Event()
+
+    def build(staging):  # the merge's new folder, held half-built until the test has looked
+        for f in kind_dir.iterdir():
+            os.link(f, staging / f.name)
+        building.set()
+        release.wait(60)
+        return []
+
+    def merge():  # what a live writer's rolling merge does (trackstore.write.rolling)
+        held = locks.acquire(root, locks.MAINTENANCE,
+                             info={"job": locks.BRIEF_JOB, "runs": [f"{run.project}/{run.id}"]})
+        try:
+            M.replace_kind_dir(kind_dir, build)
+        finally:
+            held.release()
+
+    worker = threading.Thread(target=merge)
+    worker.start()
+    try:
+        assert building.wait(60) and M.has_leftovers(kind_dir)
+        assert D.diagnose(root).findings == []
+        done = run_cli("doctor", root=root)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        release.set()
+        worker.join(60)
+    assert D.diagnose(root).findings == []
+    interrupted = kind_dir.parent / ".compact-metrics-0000abcd"  # no live holder: damage
+    interrupted.mkdir()
+    assert [f.check for f in D.diagnose(root).findings] == ["compaction_leftover"]
+    interrupted.rmdir()
+    run.finish()

@@ -15,7 +15,9 @@ import pytest
 from tests.helpers import run_cli
 from tests.query_fixtures import make_run
 from trackstore.errors import QueryError
+from trackstore.read.listing import list_runs
 from trackstore.read.views import SkippedFileWarning, connect, query
+from trackstore.store.meta import RunJsonWarning
 
 SECRET = "s3cr3t-outside-the-store"
 
@@ -103,6 +105,7 @@ def test_queries_and_explain_of_queries_still_work(attacked):
 
 
 @pytest.mark.filterwarnings("ignore::trackstore.read.views.SkippedFileWarning")  # expected: the links are skipped
+@pytest.mark.filterwarnings("ignore::trackstore.store.meta.RunJsonWarning")
 def test_links_out_of_the_store_are_never_read(attacked, tmp_path):
     """A link planted in the store (a part file, a run folder) is neither read nor a way to fail
     every query: the views leave it out with a warning naming it."""
@@ -118,9 +121,31 @@ def test_links_out_of_the_store_are_never_read(attacked, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert query("SELECT count(*) AS n FROM metrics", root=attacked).to_pylist() == [{"n": 6}]
-    skipped = sorted(str(w.message) for w in caught if issubclass(w.category, SkippedFileWarning))
-    assert len(skipped) == 2 and all("outside the store" in m for m in skipped)
+    skipped = sorted({str(w.message) for w in caught if issubclass(w.category, (SkippedFileWarning, RunJsonWarning))})
+    assert len(skipped) == 2 and all("outside the store" in m for m in skipped)  # the part, the run folder
     refused(attacked, f"SELECT content FROM read_text('{run_dir}/metrics/secret.txt')")
     refused(attacked, f"SELECT * FROM read_parquet('{attacked}/project=evil/run=x/metrics/*.parquet')")
     cli = run_cli("sql", "SELECT count(*) AS n FROM metrics", "--format", "csv", root=attacked)
     assert cli.returncode == 0 and cli.stdout.split() == ["n", "6"] and "outside the store" in cli.stderr
+
+
+@pytest.mark.parametrize("linked", ["run", "project"])
+def test_runs_view_never_reads_run_json_through_a_link_out_of_the_store(attacked, tmp_path, linked):
+    """A run folder (or a project folder) that is a symbolic link to a run outside the store is
+    not a run of the store: the runs view, listings and handles never read its run.json."""
+    outside = tmp_path / "elsewhere"
+    make_run(outside, "p", "planted", steps=3)
+    (planted,) = (outside / "project=p").glob("run=*")
+    if linked == "run":
+        (attacked / "project=p" / planted.name).symlink_to(planted)
+    else:
+        (attacked / "project=q").symlink_to(outside / "project=p")
+    inside = tmp_path / "store" / "project=x"  # a link that stays inside the store is followed
+    inside.symlink_to(attacked / "project=p")
+    with pytest.warns(RunJsonWarning, match="outside the store"):
+        names = query("SELECT project, name FROM runs ORDER BY ALL", root=attacked).to_pylist()
+    assert names == [{"project": "p", "name": "a"}, {"project": "x", "name": "a"}]
+    with pytest.warns(RunJsonWarning, match="outside the store"):
+        assert [r.name for r in list_runs(attacked)] == ["a", "a"]
+    cli = run_cli("runs", "--format", "csv", root=attacked)
+    assert cli.returncode == 0 and "planted" not in cli.stdout and "outside the store" in cli.stderr

@@ -9,7 +9,9 @@ points read back from the store's own files.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from urllib.parse import quote
@@ -17,6 +19,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from tests.helpers import REPO
 from tests.ui_support import UiServer, env_for, write_small_runs
 
 pytest.importorskip("starlette")
@@ -187,6 +190,40 @@ def test_the_server_writes_nothing(server, store):
                  f"/api/trajectories?run=rl/{ids['alpha']}", f"/api/histograms?run=rl/{ids['alpha']}&key=grad/hist"):
         assert server.request(path)[0] == 200, path
     assert files_of(root) == before
+
+
+def _every_path(root):
+    """Every file and folder under ``root`` with its size and mtime (catalog and locks included)."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(d, name))
+            out[os.path.relpath(os.path.join(d, name), root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def test_what_the_server_writes_is_what_the_docs_say(tmp_path):
+    """The dashboard writes the catalog cache and nothing else, and docs/ui.md names exactly that."""
+    root = tmp_path / "store"
+    root.mkdir()
+    ids = write_small_runs(root)
+    shutil.rmtree(root / "_catalog", ignore_errors=True)  # what a store never listed holds
+    before = _every_path(root)
+    server = UiServer(root, tmp_path)
+    try:
+        for path in ("/", "/api/runs", f"/api/run?run=rl/{ids['alpha']}", f"/api/keys?run=rl/{ids['alpha']}",
+                     f"/api/series?run=rl/{ids['alpha']}&run=rl/{ids['beta']}&key=actor/entropy",
+                     f"/api/samples?run=rl/{ids['alpha']}", f"/api/trajectories?run=rl/{ids['alpha']}",
+                     f"/api/histograms?run=rl/{ids['alpha']}&key=grad/hist"):
+            assert server.request(path)[0] == 200, path
+    finally:
+        server.stop()
+    after = _every_path(root)
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    assert changed == ["_catalog", "_catalog/catalog.sqlite"]
+    doc = (REPO / "docs" / "ui.md").read_text()
+    bullet = doc[doc.index("* **Read-only.**"):].split("\n* ", 1)[0]
+    assert "`_catalog/catalog.sqlite`" in bullet and "`_catalog/`" in bullet and "never writes the store's data" in bullet
 
 
 def test_api_answers(server, store):

@@ -12,6 +12,8 @@ import json
 import math
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -86,6 +88,48 @@ def test_int_beyond_float64_is_refused_at_the_call_and_costs_no_neighbour(root, 
     run.log({"a": 1e300}, step=501)
     finish_cleanly(run)
     n = 200 + (3 if known else 0)
+    assert stored(root, "SELECT count(*), count(*) FILTER (WHERE step = 500) FROM metrics") == [(n, 0)]
+
+
+class AddsToFloat:
+    """Not a number, but ``0.0 + it`` is a float (its ``__radd__`` says so)."""
+
+    def __radd__(self, other):
+        return float(other)
+
+    __add__ = __radd__
+
+
+class FloatDuck(AddsToFloat):
+    """Adds to a float and converts with ``float()``, yet is no number type the store knows."""
+
+    def __float__(self):
+        return 2.0
+
+
+NOT_METRICS = {
+    "Fraction": Fraction(1, 3),
+    "exact Fraction": Fraction(1, 2),
+    "Decimal": Decimal("0.5"),
+    "adds to a float": AddsToFloat(),
+    "adds to a float, has __float__": FloatDuck(),
+}
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["keys-known", "keys-new"])
+@pytest.mark.parametrize("bad", list(NOT_METRICS.values()), ids=list(NOT_METRICS))
+def test_value_of_an_unknown_type_is_refused_the_same_on_both_paths(root, bad, known):
+    """One decision for new and known keys: other number types and objects whose addition gives a
+    float are refused at the call, and the run's flush never meets them (it ends ``finished``)."""
+    run = trackstore.init("p", root=root, flush_interval=WINDOW)
+    log_window(run)
+    if known:  # every key seen before: the call takes Run.log's fast path
+        run.log({"b": 0.5}, step=199)
+    with pytest.raises(trackstore.InvalidValueError, match=rf"'b' has type {type(bad).__name__}.*float\(value\)"):
+        run.log({"a": 1.0, "b": bad}, step=500)
+    run.log({"a": 2.0, "b": float(bad) if hasattr(bad, "__float__") else 3.0}, step=501)
+    finish_cleanly(run)
+    n = 199 + (1 if known else 0) + 2
     assert stored(root, "SELECT count(*), count(*) FILTER (WHERE step = 500) FROM metrics") == [(n, 0)]
 
 

@@ -16,7 +16,9 @@ Routes (all ``GET``; the API answers JSON, errors as ``{"error": ...}`` with 400
 
 The security model (docs/ui.md):
 
-* Read-only: nothing here writes the store; DuckDB may read only files under the root.
+* Read-only: nothing here writes the store's data; the one file written is the catalog cache
+  (``_catalog/catalog.sqlite``, docs/format.md section 11), as by every command that lists runs.
+  DuckDB may read only files under the root.
 * Bound to 127.0.0.1 by default. On any other address a token is required (printed at start,
   given once as ``?token=``, then kept in an HttpOnly, SameSite=Strict cookie, or sent as
   ``Authorization: Bearer``). On loopback, requests must name a loopback ``Host`` (no DNS

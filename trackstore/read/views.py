@@ -75,6 +75,7 @@ from ..store.layout import (
     PROJECT_PREFIX,
     RUN_PREFIX,
     is_part_name,
+    outside_store,
     resolve_root,
 )
 from ..store.parts import check_part, find_unreadable, part_schema
@@ -181,7 +182,7 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
                         names = None  # judged entry by entry, every time
                     elif names is not None:
                         names.append(e.name)
-                    problem = _outside_store(e.path, real_root) if linked or e.is_symlink() else None
+                    problem = outside_store(e.path, real_root) if linked or e.is_symlink() else None
                     if problem is None:
                         problem, columns = _checked(e, head, known, seen)
                     if problem is None:
@@ -246,14 +247,6 @@ def _checked(e: os.DirEntry, head: str, known: dict[str, tuple], seen: dict[str,
     if not (problem or "").startswith("cannot stat"):
         seen[rel] = (st.st_size, st.st_mtime_ns, problem, columns)
     return problem, columns
-
-
-def _outside_store(path: str, real_root: str) -> str | None:
-    """Why ``path`` is not read (it leads outside the store through a link), or None."""
-    real = os.path.realpath(path)
-    if real.startswith(real_root.rstrip(os.sep) + os.sep):
-        return None
-    return f"a symbolic link to {real}, outside the store (only the store's own files are read)"
 
 
 # ---------------------------------------------------------------------- connecting

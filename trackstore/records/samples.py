@@ -28,6 +28,7 @@ import threading
 from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidValueError, UsageError
+from ..store.text import escape_surrogates, storable
 from ..store.values import INT64_MAX, as_index, as_step, json_safe, to_float64
 from .sink import RecordSink
 
@@ -40,18 +41,12 @@ _counters_lock = threading.Lock()
 
 # ---------------------------------------------------------------------- text and JSON helpers
 def clean_text(s: str) -> str:
-    """``s`` if it encodes as UTF-8; else lone surrogates become ``\\udcxx`` escapes.
+    """``s`` as it is stored: lone surrogates escaped (:func:`trackstore.store.text.escape_surrogates`).
 
     Arrow strings are UTF-8, and a string that cannot be encoded would fail later in the writer
-    thread, losing the whole part; so the check happens here, on the caller's thread.
+    thread, losing the whole part; so the escaping happens here, on the caller's thread.
     """
-    if s.isascii():
-        return s
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escape_surrogates(s)
 
 
 def plain(value: Any, _depth: int = 0) -> Any:
@@ -95,12 +90,16 @@ def encode_json(value: Any) -> str:
 
     The C encoder does the work; only unknown objects (numpy/torch values, pydantic models,
     dataclasses) go through :func:`_default`. Odd keys or cycles fall back to :func:`json_safe`.
+    Strings holding lone surrogates are escaped inside the value (a JSON reader gets the
+    escaped text, as from every other column), not as JSON ``\\udcff`` escapes.
     """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=True, separators=(",", ":"), default=_default)
     except (TypeError, ValueError, RecursionError):
         text = json.dumps(json_safe(plain(value)), ensure_ascii=False, allow_nan=True, separators=(",", ":"))
-    return clean_text(text)
+    if clean_text(text) is not text:  # lone surrogates: escape the strings in the value, not the JSON
+        text = json.dumps(storable(json.loads(text)), ensure_ascii=False, allow_nan=True, separators=(",", ":"))
+    return text
 
 
 def decode_json(text: str | None) -> Any:

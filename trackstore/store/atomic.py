@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .layout import TMP_SUFFIX
+from .text import storable
 
 
 def temp_path_for(path: Path) -> Path:
@@ -70,7 +71,12 @@ def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None
 
 
 def write_json_atomic(path: Path, obj: Any, *, durable: bool = True) -> None:
-    data = json.dumps(obj, indent=1, ensure_ascii=False, default=str, allow_nan=True).encode("utf-8")
+    """``obj`` as UTF-8 JSON; text that is not valid Unicode (lone surrogates, from undecodable
+    bytes in ``sys.argv`` or a path) is written escaped, see :mod:`trackstore.store.text`."""
+    try:
+        data = json.dumps(obj, indent=1, ensure_ascii=False, default=str, allow_nan=True).encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(storable(obj), indent=1, ensure_ascii=False, default=str, allow_nan=True).encode("utf-8")
     write_bytes_atomic(path, data, durable=durable)
 
 

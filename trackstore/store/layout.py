@@ -369,6 +369,20 @@ def run_paths(root: Path, project: str, run_id: str) -> RunPaths:
     return RunPaths(Path(root), validate_project(project), validate_run_id(run_id))
 
 
+def outside_store(path: str | os.PathLike, real_root: str) -> str | None:
+    """Why ``path`` is not read, because a symbolic link on the way leads outside the store whose
+    real path is ``real_root`` (``os.path.realpath`` of the root); None when it stays inside.
+
+    Readers never follow such a link: not for run folders (a project or run folder that is a
+    link to elsewhere is not a run of this store, and its run.json is not read), and not for
+    part files (:mod:`trackstore.read.views`). Links inside the store are followed.
+    """
+    real = os.path.realpath(path)
+    if real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return f"a symbolic link to {real}, outside the store (only the store's own files are read)"
+
+
 def iter_run_dirs(root: Path) -> Iterator[tuple[str, str, Path]]:
     """Yield ``(project, run_id, run_dir)`` for every run folder under ``root``."""
     root = Path(root)

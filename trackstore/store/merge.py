@@ -208,7 +208,18 @@ def recover(paths: RunPaths) -> list[str]:
 
 def has_leftovers(kind_dir: Path) -> bool:
     """True when an interrupted compaction left something for :func:`recover_kind_dir`."""
-    return bool(_staging_dirs(kind_dir)) or (kind_dir / MERGE_MARKER).exists()
+    return bool(work_in_progress(kind_dir))
+
+
+def work_in_progress(kind_dir: Path) -> set[str]:
+    """Names of what a swap of ``kind_dir`` has next to it or in it now: its staging folders and
+    its marker. A merge at work holds the maintenance lock while they exist; with no live
+    holder, whatever is still here was left by one that was interrupted (see
+    :func:`trackstore.upkeep.doctor`)."""
+    names = {d.name for d in _staging_dirs(kind_dir)}
+    if (kind_dir / MERGE_MARKER).exists():
+        names.add(MERGE_MARKER)
+    return names
 
 
 # ---------------------------------------------------------------------------- merging

@@ -7,14 +7,16 @@ refused with an :class:`InvalidValueError` naming the key or field before anythi
 is buffered:
 
 * metric values: numbers (int, float, bool, numpy and torch scalars through ``.item()``); an
-  int too large for a float64 (``10**400``) is refused; NaN and infinities are kept;
+  int too large for a float64 (``10**400``) is refused; NaN and infinities are kept. Any other
+  type is refused, numbers of other kinds (``Fraction``, ``Decimal``) and objects whose
+  arithmetic returns floats included, whether the key is new or known (:func:`stored_as_is`):
+  pass ``float(value)``;
 * steps (:func:`as_step`): integers, integral floats included, from ``-2**63`` to ``2**63-1``
   (negative steps are allowed); bools are refused;
 * indexes (:func:`as_index`: ``sample_index``, ``rollout_n``): integers in the same range.
 
 The hot path in :meth:`trackstore.write.run.Run.log` accepts a dict whose keys were all seen before
-and whose values are all plain numbers without calling anything here but, in rare mixed cases,
-:func:`plain_numbers`. Everything else (first sight of a key, nested dicts, numpy and torch
+and whose values :func:`stored_as_is` finds plain numbers. Everything else (first sight of a key, nested dicts, numpy and torch
 scalars, ``None``, histograms) comes through :func:`normalize`.
 """
 
@@ -25,6 +27,7 @@ from typing import Any, Collection, Mapping
 
 from ..errors import InvalidValueError
 from .names import validate_key
+from .text import escape_surrogates
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -57,6 +60,30 @@ def to_float64(what: str, value: int | float) -> float:
     if type(value) is not float and isinstance(value, int):
         int_as_float64(what, value)
     return float(value)
+
+
+def stored_as_is(values: Collection[Any]) -> bool:
+    """True if every value may be buffered as it is: each of a fast type (float, the float
+    subclasses met before), a bool, or an int that converts to a float64.
+
+    The one check of :meth:`trackstore.write.run.Run.log`'s fast path; any False goes through
+    :func:`normalize`, so a value is accepted or refused the same way whether its key is new or
+    known. ``sum`` from 0.0 checks the ints in one C loop (a few ns each; it raises for an int
+    too large for a float64), but proves nothing about types: ``Fraction`` and any object whose
+    ``__radd__`` returns a float add up to a float too. So the types are looked at first (one C
+    loop), and only ints beyond the sum's reach (a numpy scalar among the values absorbs them)
+    go through :func:`plain_numbers`.
+    """
+    types = set(map(type, values))
+    if types <= FAST_TYPES:
+        return True
+    if not types <= FAST_TYPES | _INT_TYPES:
+        return False
+    try:
+        total = sum(values, 0.0)
+    except OverflowError:  # an int beyond float64
+        return False
+    return type(total) is float or plain_numbers(values)
 
 
 def plain_numbers(values: Collection[Any]) -> bool:
@@ -153,7 +180,8 @@ def _as_number(key: str, value: Any) -> float | int:
             f"value for {key!r} is a string ({value[:40]!r}); metrics must be numbers "
             "(log text with run.log_samples, or put it in run.config)"
         )
-    raise InvalidValueError(f"value for {key!r} has type {t.__name__}; metrics must be numbers")
+    raise InvalidValueError(f"value for {key!r} has type {t.__name__}; metrics must be int, float, bool or a "
+                            "numpy/torch scalar (pass float(value) to store it as a float64)")
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -208,18 +236,22 @@ def json_safe(obj: Any, _depth: int = 0) -> Any:
     """Make a config/summary value JSON-serialisable, keeping its structure.
 
     Numpy/torch scalars become numbers, tuples and sets become lists, NaN/inf stay floats (the
-    JSON is written with ``allow_nan``), anything else unknown becomes its ``repr``.
+    JSON is written with ``allow_nan``), anything else unknown becomes its ``repr``. Text with
+    lone surrogates is escaped (:func:`trackstore.store.text.escape_surrogates`), so what the
+    caller reads back from ``run.config`` is what run.json holds.
     """
     if _depth > 64:
         return repr(obj)
-    if obj is None or isinstance(obj, (str, bool)):
+    if obj is None or isinstance(obj, bool):
         return obj
+    if isinstance(obj, str):
+        return escape_surrogates(obj)
     if isinstance(obj, int):
         return int(obj)
     if isinstance(obj, float):
         return float(obj)
     if isinstance(obj, Mapping):
-        return {str(k): json_safe(v, _depth + 1) for k, v in obj.items()}
+        return {escape_surrogates(str(k)): json_safe(v, _depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [json_safe(v, _depth + 1) for v in obj]
     item = getattr(obj, "item", None)
@@ -235,6 +267,6 @@ def json_safe(obj: Any, _depth: int = 0) -> Any:
         except Exception:
             pass
     if hasattr(obj, "__fspath__"):
-        return str(obj)
-    return repr(obj)
+        return escape_surrogates(str(obj))
+    return escape_surrogates(repr(obj))
 

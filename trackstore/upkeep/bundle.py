@@ -40,6 +40,10 @@ What import promises:
   bytes, a partial overlap of rows, or a run.json describing a different run (another
   ``created_at``) is a :class:`~trackstore.errors.BundleError` and nothing is changed.
   ``run.json`` and writer heartbeats: the newer one wins.
+* **A bundled run must be what it claims.** Its run.json must name the run of the folder it is
+  in (``project`` and ``run_id``), and every ``.parquet`` file in its record folders must be a
+  readable Parquet part of that kind (framing, footer and schema): otherwise the bundle is
+  refused (a :class:`~trackstore.errors.BundleError`, exit code 9) and nothing is imported.
 * **Idempotent.** Importing the same bundle twice changes nothing the second time; importing
   a newer bundle of a still-growing run adds only its new part files.
 
@@ -751,6 +755,45 @@ def _repeated(chunks: list[Any]) -> Any:
     return np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
 
 
+def _refuse_foreign_or_broken_run(staged: RunPaths) -> None:
+    """Refuse a bundled run whose run.json names another run, or one of whose part files is not
+    a readable Parquet part of its kind: importing either would plant a run that readers
+    attribute to the wrong run, or that every query over the store fails on."""
+    from ..store.parts import check_part, find_unreadable, schema_problem
+    from ..store.schema import KINDS
+
+    where = f"run {staged.project}/{staged.run_id}"
+    try:
+        meta = read_json(staged.run_file)
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"refusing bundle: {where}: its run.json is not valid JSON ({exc}); "
+                          "nothing was imported") from None
+    if not isinstance(meta, dict):
+        raise BundleError(f"refusing bundle: {where}: its run.json is not a JSON object; nothing was imported")
+    named = (meta.get("project"), meta.get("run_id"))
+    if named != (staged.project, staged.run_id):
+        raise BundleError(f"refusing bundle: {where}: its run.json names another run "
+                          f"(project {named[0]!r}, run id {named[1]!r}); nothing was imported")
+    import pyarrow.parquet as pq
+
+    for kind in KINDS:
+        kind_dir = staged.kind_dir(kind)
+        if not kind_dir.is_dir():
+            continue
+        for part in sorted(kind_dir.glob("*.parquet")):
+            path = str(part)
+            problem = check_part(path) or find_unreadable([path]).get(path)
+            if problem is None:
+                try:
+                    problem = schema_problem(pq.read_schema(path), kind)
+                except Exception as exc:
+                    problem = f"unreadable schema ({exc})"
+            if problem is not None:
+                rel = part.relative_to(staged.root.parent).as_posix()  # as the manifest lists it
+                raise BundleError(f"refusing bundle: {where}: {rel} is not a valid {kind} part "
+                                  f"({' '.join(problem.split())}); nothing was imported")
+
+
 def _refuse_repeated_ids(staged: RunPaths) -> None:
     """Refuse a bundled run whose files hold one row id twice (see :func:`repeated_row_ids`)."""
     from ..store.schema import KINDS
@@ -931,7 +974,9 @@ def _import_runs(root: Path, st: Staged) -> ImportResult:
         staged_run = st.dir / base
         if not (staged_run / RUN_FILE).is_file():
             raise BundleError(f"bundle lists run {project}/{run_id} but carries no run.json for it")
-        _refuse_repeated_ids(RunPaths(st.dir / "runs", project, run_id))
+        staged_paths = RunPaths(st.dir / "runs", project, run_id)
+        _refuse_foreign_or_broken_run(staged_paths)
+        _refuse_repeated_ids(staged_paths)
         local = RunPaths(root, project, run_id)
         if local.dir.exists():
             _merge_run(root, staged_run, local, st.files, base, apply=False)  # conflicts first

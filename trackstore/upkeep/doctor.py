@@ -33,7 +33,9 @@ check                    --fix
                          :func:`trackstore.store.ledger.check_cursor`): quarantined
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
-``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.store.merge.recover`)
+``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.store.merge.recover`).
+                         A merge at work (a live run merging its parts, ``compact``, an import:
+                         the maintenance lock's live holder names the run) is not reported
 ``repeated_rows``        (``deep`` only) row ids ``(writer, seq)`` held by more than one row of a
                          kind of a run (:func:`trackstore.upkeep.bundle.repeated_row_ids`): reported only
 ``import_leftover``      staging folder of an interrupted import: quarantined
@@ -124,6 +126,26 @@ def _maintenance_running(root: Path) -> bool:
     return st is not None and not st.stale
 
 
+def _merge_at_work(paths: RunPaths, kind_dir: Path, seen: set[str]) -> bool:
+    """Whether the swap leftovers ``seen`` next to ``kind_dir`` are a merge at work, not damage.
+
+    Every folder swap (a live run's own merge, a merge at finish, ``trackstore compact``, an
+    import) holds the store's maintenance lock while its staging folder exists. So: a live
+    holder that names this run (or names no runs) is at work on it; and with no live holder,
+    what was seen is damage only if it is still there now (a merge that ended between the look
+    and the lock read took its folders with it).
+    """
+    from ..store import locks
+    from ..store.merge import work_in_progress
+
+    holder = locks.read_lock(paths.root, locks.MAINTENANCE)
+    if holder is not None and not holder.stale:
+        runs = holder.runs
+        if runs is None or locks.run_in_use(paths.project, paths.run_id, set(runs)):
+            return True
+    return not (seen & work_in_progress(kind_dir))
+
+
 def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding | None:
     import pyarrow.parquet as pq
 
@@ -151,7 +173,7 @@ def _check_parquet(path: Path, deep: bool, kind: str | None = None) -> Finding |
 
 def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool, temp_age_s: float,
                now: float) -> list[Finding]:
-    from ..store.merge import has_leftovers
+    from ..store.merge import work_in_progress
     from ..store.schema import KINDS
 
     out: list[Finding] = []
@@ -185,7 +207,8 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
                     out.append(f)
     for kind in KINDS:
         kd = paths.kind_dir(kind)
-        if has_leftovers(kd):
+        seen = work_in_progress(kd)
+        if seen and not _merge_at_work(paths, kd, seen):
             out.append(Finding("compaction_leftover", kd, "an interrupted compaction left a staging folder",
                                "run `trackstore doctor --fix` (or `trackstore compact`) to resolve it"))
     if deep:

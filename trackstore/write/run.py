@@ -38,7 +38,8 @@ from ..store.files import warn
 from ..store.host import environment_info, hostname, process_start_ticks
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
-from ..store.values import INT64_MAX, as_step, json_safe, normalize, plain_numbers
+from ..store.text import escape_surrogates
+from ..store.values import INT64_MAX, as_step, json_safe, normalize, stored_as_is
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 T = TypeVar("T")
@@ -187,7 +188,8 @@ class Run:
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
         """Record metrics at ``step`` (default: the run's counter, like wandb).
 
-        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`;
+        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`
+        (any other type, ``Fraction`` and ``Decimal`` included, is refused: pass ``float(v)``);
         nested dicts flatten with ``/``; ``None`` values are skipped (warned once per key).
         Values are stored as float64 and steps as int64: ``step`` goes from ``-2**63`` to
         ``2**63-1``, and the counter stops at ``2**63-1``. With ``commit=False`` the step
@@ -202,22 +204,14 @@ class Run:
             step = self._step
         if type(step) is not int or not -0x8000_0000_0000_0000 <= step <= 0x7FFF_FFFF_FFFF_FFFF:
             step = _as_step(step)  # converts, or refuses a step beyond int64
-        # Fast path: a plain dict, every key seen before, every value a plain number. ``sum``
-        # from 0.0 checks the values in one C loop (a few ns each): it raises for None,
-        # strings, dicts and lists, and for an int too large for a float64 (adding it to a
-        # float overflows); its result is an exact float only when every value is a plain
-        # int, float or bool. A sum of another type (numpy.float64 values among them) proves
-        # less, so ``plain_numbers`` looks at each value. The dict's copy (one C call) is what
+        # Fast path: a plain dict, every key seen before, every value a plain number
+        # (``stored_as_is``: two C loops over the values). The dict's copy (one C call) is what
         # gets buffered, so the caller may reuse and mutate its dict. Everything else goes
-        # through ``normalize``, which names the bad key.
+        # through ``normalize``, which converts or names the bad key: a value is accepted or
+        # refused the same way on both paths.
         values = None
-        if type(data) is dict and self._known_keys.issuperset(data.keys()):
-            try:
-                total = sum(data.values(), 0.0)
-            except Exception:
-                total = None
-            if type(total) is float or (total is not None and plain_numbers(data.values())):
-                values = data.copy()
+        if type(data) is dict and self._known_keys.issuperset(data.keys()) and stored_as_is(data.values()):
+            values = data.copy()
         if values is None:
             values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
             if hists:
@@ -557,7 +551,10 @@ def init(
     ``run_id`` the run continues as a new attempt (config keys given here are merged in); with
     ``resume=True`` and an unknown id a new run with that id is created. Without ``resume``, an
     existing ``run_id`` is an error (nothing is overwritten). Names are validated before
-    anything touches the disk.
+    anything touches the disk; free text holding lone surrogates (a non-UTF-8 ``sys.argv``
+    or working directory) is stored escaped (docs/format.md, "Text that is not valid
+    Unicode"). If init fails after creating the run folder, it removes the folder again: a
+    run folder never lacks run.json.
 
     Resuming is safe against a ``trackstore gc`` deleting the run at the same moment: the run
     is either kept by gc and continued here, or (deleted before this process got to it) started
@@ -594,6 +591,10 @@ def init(
     if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
         raise InvalidValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
     tag_list = _tags(tags)
+    # Free text is stored escaped (trackstore.store.text); the run's names that are paths were
+    # validated above. Escaped here, the Run holds exactly what run.json holds.
+    name, notes, group, job_type = (None if t is None else escape_surrogates(t) if isinstance(t, str) else t
+                                    for t in (name, notes, group, job_type))
     # A resume claims the run folder before it reads it: see _claim_existing_run.
     with _joining(paths, resume):
         now = time.time()
@@ -647,15 +648,21 @@ def init(
             meta["group"] = group
         if job_type is not None:
             meta["job_type"] = job_type
-        paths.dir.mkdir(parents=True, exist_ok=True)
         if compact is None:
             from .rolling import compact_default
 
             compact = compact_default()
-        run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
-    attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
-    run._meta["attempts"] = attempts
-    run._write_meta(durable=True)
+        created = not paths.dir.exists()
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        run = None
+        try:
+            run = Run(paths, meta, flush_interval=flush_interval, first_step=first_step, compact=bool(compact))
+            attempts.append({k: run._writer_info.get(k) for k in _ATTEMPT_FIELDS})
+            run._meta["attempts"] = attempts
+            run._write_meta(durable=True)
+        except BaseException:
+            _undo_new_run(paths, run, created)
+            raise
     (_joined_runs if join else _live_runs).add(run)
     _install_process_hooks()
     _current = run
@@ -663,6 +670,22 @@ def init(
     # that the first flush comes flush_interval from now and nothing is imported at exit.
     run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
     return run
+
+
+def _undo_new_run(paths: RunPaths, run: Run | None, created: bool) -> None:
+    """init failed before run.json existed: stop the writer thread and, if this init created the
+    run folder, remove it, so that no run folder is ever left without run.json."""
+    if run is not None:
+        run._finished = True
+        run._done.set()
+        try:
+            run._writer.close(retries=0, timeout=5.0)
+        except Exception:
+            pass
+    if created and not paths.run_file.exists():
+        import shutil
+
+        shutil.rmtree(paths.dir, ignore_errors=True)
 
 
 @contextmanager
@@ -730,6 +753,7 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
     for t in tags:
         if not isinstance(t, str) or not t:
             raise InvalidValueError(f"tags must be non-empty strings, got {t!r}")
+        t = escape_surrogates(t)
         if t not in out:
             out.append(t)
     return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..layout import ARTIFACTS_DIR, KINDS, PROJECT_PREFIX, RUN_PREFIX, RunPaths
+from ..layout import ARTIFACTS_DIR, KINDS, PROJECT_PREFIX, RUN_PREFIX, RunPaths, outside_store
 from ..meta import parse_run_json
 from .folders import run_folders
 from .freshness import (
@@ -260,7 +260,13 @@ class Catalog:
         return Look(self._run_dir(*key), self._limit, **known)
 
     def has_run_dir(self, project: str, run_id: str) -> bool:
-        return os.path.isdir(RunPaths(self.root, project, run_id).dir)
+        """Whether the run's folder exists in the store (not through a link leading outside it)."""
+        run_dir = RunPaths(self.root, project, run_id).dir
+        if not os.path.isdir(run_dir):
+            return False
+        if not (os.path.islink(run_dir) or os.path.islink(run_dir.parent)):
+            return True
+        return outside_store(run_dir, os.path.realpath(self.root)) is None
 
     # ------------------------------------------------------------------ runs
     def entry(self, project: str, run_id: str) -> RunEntry | None:
