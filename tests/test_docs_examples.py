@@ -4,9 +4,9 @@ A code example is a fenced block tagged ``bash``, ``sh``, ``shell``, ``console``
 ``py``; every other fence (``text``, ``sql``, ``json``, ``cron``, ``ini``, untagged layout and
 expected output) is not code and is left alone. Each doc file is one session, run in a process
 of its own: a fresh folder as working directory and ``$HOME``, ``TRACKSTORE_DIR`` set to its
-``tsruns/`` (the default store of a shell in that folder), and a small demo run already in that
-store (``trackstore demo --steps 20``: project ``demo-grpo``, run
-``demo-grpo/qwen2.5-0.5b-grpo-gsm8k``), so a doc can say ``RUN=demo-grpo/qwen2.5-0.5b-grpo-gsm8k``.
+``tsruns/`` (the default store of a shell in that folder), and the run ``make demo`` writes
+already in that store (``trackstore demo``: 200 steps, run ``demo-grpo/qwen2.5-0.5b-grpo-gsm8k``,
+under a second), so a doc can say ``RUN=demo-grpo/qwen2.5-0.5b-grpo-gsm8k``.
 The file's examples then run in order, as a reader pasting them would: the Python ones in one
 interpreter (one namespace, like a REPL), the shell ones in bash with ``set -e``, each seeing the
 variables the file's earlier shell examples set. An example passes when it exits 0 without a
@@ -107,13 +107,14 @@ def parse(path: Path, base: Path = REPO) -> tuple[list[Example], list[str]]:
 
 # The session driver: run in the doc's folder by the doc's own interpreter, one per doc file.
 DRIVER = r'''
-import json, os, subprocess, sys, traceback
+import json, os, subprocess, sys, time, traceback
 examples = json.load(open(sys.argv[1]))
 state = os.path.abspath(".doc-session-env")
 namespace = {"__name__": "__main__"}
 for ex in examples:
     print(f"\n### {ex['doc']}:{ex['line']} ({ex['lang']})", flush=True)
     print(f"\n### {ex['doc']}:{ex['line']} ({ex['lang']})", file=sys.stderr, flush=True)
+    started = time.monotonic()
     if ex["lang"] == "python":
         try:
             exec(compile(ex["code"], f"{ex['doc']}:{ex['line']}", "exec"), namespace)
@@ -122,6 +123,7 @@ for ex in examples:
             print(f"FAILED {ex['doc']}:{ex['line']}", file=sys.stderr, flush=True)
             sys.exit(1)
         sys.stdout.flush(); sys.stderr.flush()
+        print(f"### {ex['doc']}:{ex['line']} took {time.monotonic() - started:.1f} s", flush=True)
         continue
     script = (f"set -a\n[ -f {state} ] && . {state}\nset +a\nset -e\n" + ex["code"]
               + f"\nset +e\nexport -p > {state}\n")
@@ -133,6 +135,7 @@ for ex in examples:
     if rc != 0:
         print(f"FAILED {ex['doc']}:{ex['line']}: exit {rc}", file=sys.stderr, flush=True)
         sys.exit(1)
+    print(f"### {ex['doc']}:{ex['line']} took {time.monotonic() - started:.1f} s", flush=True)
 '''
 
 
@@ -148,7 +151,7 @@ def session_env(folder: Path) -> dict[str, str]:
 
 def run_session(doc: str, examples: list[Example], folder: Path) -> subprocess.CompletedProcess:
     env = session_env(folder)
-    demo = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "demo", "--steps", "20"], cwd=folder, env=env,
+    demo = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "demo"], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
     assert demo.returncode == 0, demo.stderr
     plan = folder / ".doc-session.json"
@@ -195,8 +198,16 @@ def test_doc_examples_run(doc, tmp_path):
     assert "Traceback (most recent call last)" not in out.stderr, out.stderr[-4000:]
 
 
-def test_most_examples_run():
-    """Opting out stays the exception: at least three quarters of the examples run."""
+# Examples opted out with <!-- not-run: ... -->, by what they need: benchmarks of minutes; verl,
+# GPUs or the framework venv; wandb, SwanLab or MLflow servers, accounts and proxies; the air
+# gap's cluster store and drive; the venv `make demo` builds; systemd, SSH, and servers that run
+# until stopped. Lower the cap when you make one run; raising it needs a reason in the commit.
+MAX_NOT_RUN = 44
+
+
+def test_opting_out_stays_the_exception():
     examples = [e for doc in WITH_CODE for e in PARSED[doc][0]]
-    opted_out = [e.where for e in examples if e.not_run is not None]
-    assert len(opted_out) <= len(examples) // 4, f"{len(opted_out)} of {len(examples)} examples are not run: {opted_out}"
+    opted_out = [f"{e.where}: {e.not_run}" for e in examples if e.not_run is not None]
+    assert len(opted_out) <= MAX_NOT_RUN, (
+        f"{len(opted_out)} of {len(examples)} examples are not run (at most {MAX_NOT_RUN}): make the new one "
+        "runnable, or raise MAX_NOT_RUN saying why\n" + "\n".join(opted_out))
