@@ -321,6 +321,18 @@ def test_cli_export_import(two, tmp_path):
     assert [r.run_id for r in list_runs(b)] == [p.run_id]
 
 
+@pytest.mark.parametrize("receipt", [False, True], ids=["runs", "receipt"])
+def test_export_into_a_missing_folder_says_so_and_writes_nothing(two, tmp_path, receipt):
+    a, _ = two
+    make_run(a, "proj")
+    target = tmp_path / "usb" / "x.tar"  # the drive is not mounted: its folder is missing
+    out = run_cli("export", *(["--receipt"] if receipt else []), "--project", "proj", "-o", str(target), root=a)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"{tmp_path / 'usb'} does not exist" in out.stderr
+    assert not (tmp_path / "usb").exists()
+
+
 def _backdate(paths, days):
     """Make a run look created, updated and ended ``days`` ago (what --since looks at)."""
     import time

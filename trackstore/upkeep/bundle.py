@@ -366,6 +366,14 @@ def _run_members(info: RunInfo) -> tuple[dict, list[_Member]]:
     return entry, members
 
 
+def _check_output_folder(out: str | os.PathLike) -> None:
+    """The bundle's folder must exist. It is not created: on removable media a missing folder
+    usually means the drive is not mounted, and creating it would fill the local disk instead."""
+    folder = Path(out).parent
+    if not folder.is_dir():
+        raise UsageError(f"{folder} does not exist (is the drive mounted?): create it, or write the bundle elsewhere")
+
+
 def _write_bundle(out: str | os.PathLike, compress: str | None, split_bytes: int | None, manifest: dict,
                   members: list[_Member]) -> list[Path]:
     """Write a bundle; on any failure remove what was written of it."""
@@ -389,6 +397,7 @@ def export_runs(root: str | Path | None, runs: Iterable[RunInfo], out: str | os.
     runs = list(runs)
     if not runs:
         raise UsageError("no runs to export: none matched (name runs, or use --project / --since / --all)")
+    _check_output_folder(out)
     with locks.reading(root, job="export"):  # writes nothing into the store (works on a read-only one)
         entries, members = [], []
         for info in runs:
@@ -411,6 +420,7 @@ def export_receipt(root: str | Path | None, out: str | os.PathLike, *, runs: Ite
     from ..store.ledger import cursor_path, iter_cursors, sync_root
 
     root = resolve_root(root)
+    _check_output_folder(out)
     wanted = set(runs) if runs is not None else None
     entries, members = [], []
     seen_dest: set[str] = set()
