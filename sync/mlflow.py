@@ -11,9 +11,12 @@ Mapping (docs/sync.md has the full table):
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
-* config -> params, flattened with ``.``; values longer than MLflow's 6000 characters are
-  truncated (noted); params are write-once, so re-sync compares and skips; the whole config is
-  also logged as ``trackstore/config.json``.
+* config -> params named as verl's MLflow logger names them (nested keys joined with ``/``,
+  lists as ``list_len``/index, values as ``str``: :func:`trackstore.sync.keys.mlflow_params`);
+  a run an earlier trackstore synced with ``.``-joined names keeps that naming
+  (:meth:`MlflowAdapter._params`). Values longer than MLflow's 6000 characters are truncated
+  (noted); params are write-once, so re-sync compares and skips; the whole config is also
+  logged as ``trackstore/config.json``.
 * metrics -> ``log_batch`` with the original step and timestamp (ms), at most 999 points plus
   one batch-marker tag per request. Keys MLflow rejects are renamed per run
   (:func:`trackstore.sync.keys.mlflow_names`: readable unless two keys meet, kept in the
@@ -47,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import UsageError
-from trackstore.read.overview import flatten  # the one config flattening (keys joined with '.')
 from trackstore.store.clock import parse_iso
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
@@ -65,7 +67,7 @@ from .adapter import (
     require_client,
 )
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
-from .keys import mlflow_key, mlflow_run_names, rename_reason, renamed
+from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
 
@@ -73,6 +75,7 @@ RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
 HIDDEN = "mlflow.trackstore."  # bookkeeping tags: not shown on MLflow's run page
 BATCH_TAG = HIDDEN + "batch.{kind}"
+PARAM_NAMING_TAG = HIDDEN + "param_names"  # "/": the run's params are named as verl names them
 MAX_KEY = 250
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
@@ -345,12 +348,10 @@ class MlflowAdapter(Adapter):
         have_tags = current.data.tags
         meta = run.meta
         params = []
-        for key, value in flatten(meta.get("config") or {}).items():
-            k = mlflow_key(key)
-            v = _param_value(value)
+        for k, (key, v) in self._params(meta.get("config") or {}, have_params, have_tags).items():
             if len(v) > MAX_PARAM_VALUE:
                 v = v[:MAX_PARAM_VALUE - 14] + "...[truncated]"
-                notes.append(f"param {key!r} truncated to {MAX_PARAM_VALUE} characters (full config in trackstore/config.json)")
+                notes.append(f"param {k!r} truncated to {MAX_PARAM_VALUE} characters (full config in trackstore/config.json)")
             if k in have_params:
                 if have_params[k] != v:
                     notes.append(f"param {k!r} changed locally but MLflow params are write-once; kept {have_params[k][:40]!r}")
@@ -376,7 +377,10 @@ class MlflowAdapter(Adapter):
             wanted[mlflow_key(t)] = "true"
         tags = [RunTag(k, v) for k, v in wanted.items() if have_tags.get(k) != v]
         for i in range(0, len(params), 100):
-            self.call("log params", self.client.log_batch, rid, params=params[i:i + 100])
+            # the naming goes with the first params, in their request: a run holding params
+            # without it was synced with the older naming (see _params)
+            naming = [RunTag(PARAM_NAMING_TAG, "/")] if i == 0 and not have_params else []
+            self.call("log params", self.client.log_batch, rid, params=params[i:i + 100], tags=naming)
         if tags:
             self.call("set tags", self.client.log_batch, rid, tags=tags)
         config_json = json.dumps(meta.get("config") or {}, sort_keys=True, ensure_ascii=False)
@@ -385,6 +389,17 @@ class MlflowAdapter(Adapter):
             self.call("log config", self.client.log_dict, rid, json.loads(config_json), "trackstore/config.json")
             self.call("set tag", self.client.set_tag, rid, HIDDEN + "config_digest", digest)
         return notes
+
+    @staticmethod
+    def _params(config: dict, have_params: dict[str, str], have_tags: dict[str, str]) -> dict[str, tuple[str, str]]:
+        """``{param name: (config key, value)}`` of the run: verl's naming (``/``,
+        :func:`~trackstore.sync.keys.mlflow_params`), or, for a run that holds params without the
+        naming tag (synced by a trackstore that joined keys with ``.``), that older naming. MLflow
+        params are write-once: one run keeps the naming it was first given rather than holding
+        both. Decided by what the remote run holds, so a lost cursor decides alike."""
+        if have_params and have_tags.get(PARAM_NAMING_TAG) != "/":
+            return mlflow_dot_params(config)
+        return mlflow_params(config)
 
     # ------------------------------------------------------------------ records
     def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:

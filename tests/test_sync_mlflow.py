@@ -76,7 +76,7 @@ def test_full_roundtrip(root, mlflow_uri):
     c = client_for(mlflow_uri)
     r = remote_run(c, "proj", run.id)
     assert points(c, r.info.run_id, [f"k{i}" for i in range(5)]) == local_points(run)
-    assert r.data.params["lr"] == "0.001" and r.data.params["model.layers"] == "2"
+    assert r.data.params["lr"] == "0.001" and r.data.params["model/layers"] == "2"
     assert r.data.tags["mlflow.note.content"] == "hello" and r.data.tags["t1"] == "true"
     assert r.data.tags["mlflow.runName"] == "exp"
     meta = json.loads((run.dir / "run.json").read_text())
