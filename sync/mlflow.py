@@ -6,8 +6,9 @@ the demo and air-gapped users need no server.
 
 Mapping (docs/sync.md has the full table):
 
-* project -> experiment (created if missing, once per destination; a deleted one is a permanent
-  error); runs are looked up in every live experiment of the name.
+* project -> experiment (created if missing, once per destination, with the experiment kind of
+  model training, :func:`new_experiment_tags`; a deleted one is a permanent error); runs are
+  looked up in every live experiment of the name. Where to see it: :func:`runs_page`.
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
@@ -45,6 +46,7 @@ import json
 import math
 import os
 import posixpath
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,12 +77,38 @@ RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
 HIDDEN = "mlflow.trackstore."  # bookkeeping tags: not shown on MLflow's run page
 BATCH_TAG = HIDDEN + "batch.{kind}"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"  # MLflow 3's "machine learning" (model training) kind
+WORKFLOW = "machine_learning"  # the value of MLflow 3's UI parameter ``workflowType`` for it
+LOCAL_UI = "http://127.0.0.1:5000"  # where ``mlflow ui`` serves by default
 PARAM_NAMING_TAG = HIDDEN + "param_names"  # "/": the run's params are named as verl names them
 MAX_KEY = 250
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
 
+
+
+def new_experiment_tags() -> dict[str, str]:
+    """The tags of an experiment trackstore creates: the experiment kind of model training.
+
+    MLflow 3 releases that choose an experiment's view by its kind read this tag; without it
+    they infer the kind, and an experiment holding traces (the trajectories) is taken for GenAI
+    development and opens on its traces. MLflow 3.17 no longer reads it for the view (see
+    :func:`runs_page`). Given only at creation: the kind of an existing experiment is the user's."""
+    return {EXPERIMENT_KIND_TAG: TRAINING_KIND}
+
+
+def runs_page(ui: str, experiment_id: str) -> str:
+    """The address of an experiment's runs list in MLflow's UI served at ``ui``.
+
+    MLflow 3's UI opens an experiment in the view of its *workflow type*, taken from the
+    address's ``workflowType`` parameter, else from the browser's local storage
+    (``mlflow.workflowType``, ``genai`` until the user flips the toggle); nothing the server
+    holds decides it. So every address trackstore prints carries ``workflowType`` =
+    ``machine_learning``: the runs list, not the GenAI overview. MLflow 2 ignores the parameter.
+    """
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW}"
 
 
 def _param_value(v: Any) -> str:
@@ -205,6 +233,16 @@ class MlflowAdapter(Adapter):
         except Exception as exc:
             raise self._wrap(exc, what) from exc
 
+    def view(self, cursor) -> list[str]:
+        """The experiment's runs list (:func:`runs_page`): on the server, or, for a store read in
+        place, in ``mlflow ui`` started on it (its default address)."""
+        exp = cursor.remote.get("experiment_id")
+        if not exp:
+            return []
+        if is_local_uri(self.uri):
+            return [f"mlflow ui --backend-store-uri {shlex.quote(self.destination())}", runs_page(LOCAL_UI, exp)]
+        return [runs_page(self.destination(), exp)]
+
     def check_online(self) -> None:
         if is_local_uri(self.uri):
             return
@@ -260,8 +298,9 @@ class MlflowAdapter(Adapter):
         return [e.experiment_id for e in live]
 
     def _create_experiment(self, project: str) -> str | None:
-        """Create the experiment ``project``; its id, or None when the server says it exists."""
-        kwargs = {}
+        """Create the experiment ``project`` (:func:`new_experiment_tags`); its id, or None when
+        the server says it exists."""
+        kwargs: dict[str, Any] = {"tags": new_experiment_tags()}
         if is_local_uri(self.uri):
             art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
             if not self._embedded and self.uri.startswith("sqlite:"):
