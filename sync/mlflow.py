@@ -23,8 +23,9 @@ Mapping (docs/sync.md has the full table):
   (:func:`trackstore.sync.keys.mlflow_names`: readable unless two keys meet, kept in the
   cursor's ``key_map`` so a key keeps its name on every sync) and the renaming is reported.
 * samples -> MLflow tables (the Evaluation view), histograms -> step images the run's charts
-  draw, plus their exact JSON (:mod:`trackstore.sync.mlflow_records`); file names derive from
-  the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
+  draw, plus their exact JSON (:mod:`trackstore.sync.mlflow_records`); a sample table is named
+  by its step (the names kept in the cursor), a histogram file by its rows' ``(writer, seq)``,
+  so a resend overwrites instead of duplicating.
 * spans -> MLflow traces (one per trajectory) with original start/end times, linked to the run,
   tagged ``trackstore.trace_id``, ``step`` and ``sample_index``; searched before creation.
   A trajectory without a root span waits while the run is live, and is reported once it ended.
@@ -111,6 +112,22 @@ def runs_page(ui: str, experiment_id: str) -> str:
     return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW}"
 
 
+def source_tags(meta: dict, *, blank: bool = False) -> dict[str, str]:
+    """MLflow's ``mlflow.user`` and ``mlflow.source.*`` of the training run, from its
+    ``run.json``: its command line, user and git commit and branch. The run's tags carry what
+    is known; a trace's metadata (``blank=True``) also names what is not, as ``""`` (MLflow's own
+    word for unknown), because MLflow fills it from the sync process, which is not the source."""
+    git = meta.get("git") or {}
+    known = {
+        "mlflow.user": meta.get("user") or "",
+        "mlflow.source.name": " ".join(meta.get("command") or [])[:MAX_TAG_VALUE],
+        "mlflow.source.git.commit": git.get("commit") or "",
+        "mlflow.source.git.branch": git.get("branch") or "",
+        "mlflow.source.git.repoURL": "",  # trackstore does not record the remote
+    }
+    return known if blank else {k: v for k, v in known.items() if v}
+
+
 def _param_value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
 
@@ -140,6 +157,7 @@ class MlflowAdapter(Adapter):
         self._client = None
         self._experiments: dict[str, list[str]] = {}  # project -> live experiment ids, oldest first
         self._run_dir = Path(".")
+        self.trace_source: dict[str, str] = {}  # the training run's source, for its traces (open_run)
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
@@ -338,6 +356,7 @@ class MlflowAdapter(Adapter):
 
         self._run_dir = run.paths.dir
         self._run_status = run.status
+        self.trace_source = source_tags(run.meta, blank=True)  # the metadata of this run's traces
         exp_ids = self._experiment_ids(run.project)
         remote_id = cursor.remote.get("run_id")
         gone = False
@@ -400,15 +419,12 @@ class MlflowAdapter(Adapter):
             params.append(Param(k, v))
         wanted = {
             "mlflow.runName": run.name,
-            "mlflow.user": meta.get("user") or "",
-            "mlflow.source.name": " ".join(meta.get("command") or [])[:MAX_TAG_VALUE],
+            **source_tags(meta),
             "trackstore.host": meta.get("host") or "",
             "trackstore.tags": json.dumps(list(meta.get("tags") or []), ensure_ascii=False),
         }
         if meta.get("notes"):
             wanted["mlflow.note.content"] = str(meta["notes"])[:MAX_TAG_VALUE]
-        if (meta.get("git") or {}).get("commit"):
-            wanted["mlflow.source.git.commit"] = meta["git"]["commit"]
         for opt in ("group", "job_type"):
             if meta.get(opt):
                 wanted[f"trackstore.{opt}"] = str(meta[opt])
@@ -459,7 +475,7 @@ class MlflowAdapter(Adapter):
         if kind == "metrics":
             return self._send_metrics(rid, rows, cursor, batch_id)
         if kind in ("samples", "histograms"):
-            return self._send_table_files(rid, kind, rows)
+            return self._send_table_files(rid, kind, rows, cursor)
         if kind == "artifacts":
             return self._send_artifacts(rid, rows, cursor)
         if kind == "spans":
@@ -501,10 +517,10 @@ class MlflowAdapter(Adapter):
                 known.points.add((m.step, m.timestamp, _norm(m.value)))
         return result
 
-    def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
+    def _send_table_files(self, rid: str, kind: str, rows, cursor) -> SendResult:
         from .mlflow_records import send_records
 
-        return send_records(self, rid, kind, rows)
+        return send_records(self, rid, kind, rows, cursor)
 
     def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
         result = SendResult()
