@@ -516,9 +516,9 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
                                           "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
                                           "write_errors": r.write_errors, "verified": r.verified,
-                                          "verify_ok": r.verify_ok, "upload": r.upload,
+                                          "verify_ok": r.verify_ok, "upload": r.upload, "view": r.view,
                                           "plan": r.plan.to_json() if r.plan else None} for r in report.runs],
-               "upload": _upload_commands(report.runs)}
+               "upload": _upload_commands(report.runs), "view": _view_lines(report.runs)}
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return rows
 
@@ -554,6 +554,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
                  drop_order=SUMMARY_DROP)
             _print_lost(changed)
             _print_uploads(changed)
+            _print_views(changed, report.target)
         return rows
     if not rows:
         say_where(f"nothing to sync to {report.target}", report.destination)
@@ -578,7 +579,27 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
     if len(notes) > 20:
         print(f"note: ... and {len(notes) - 20} more (see --format json)")
     _print_uploads(report.runs)
+    _print_views(changed, report.target)
     return rows
+
+
+def _view_lines(runs) -> list[str]:
+    """The distinct lines that say where the runs are seen in the target's own UI."""
+    return list(dict.fromkeys(line for r in runs for line in r.view))
+
+
+def _print_views(runs, target: str, limit: int = 10) -> None:
+    """Once, at the end of a summary: where to see the runs in the target's UI (MLflow: each
+    experiment's runs list). Never folded, so that each line can be pasted."""
+    lines = _view_lines(runs)
+    if not lines:
+        return
+    print(f"to see them in {target}'s UI, open:" if not any(" " in line for line in lines) else
+          f"to see them in {target}'s UI, run and open:")
+    for line in lines[:limit]:
+        print(visible(f"  {line}"))
+    if len(lines) > limit:
+        print(f"  ... and {len(lines) - limit} more (see --format json)")
 
 
 def _upload_commands(runs) -> list[str]:

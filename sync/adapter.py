@@ -81,10 +81,15 @@ defaults of the optional ones):
     this process staged for the run of ``cursor`` (wandb: ``wandb sync DIR``), or None. Called
     by the engine after the run's sync completed; the CLI prints each distinct command once,
     at the end of its summary. No side effects.
+``view(cursor)``
+    Optional. Where a person sees the run of ``cursor`` in the target's own UI: the lines to
+    print (an address, or a command that starts a viewer and then its address), or ``[]``.
+    Called by the engine after the run's sync completed; the CLI prints each distinct line
+    once, at the end of its summary. No side effects, no requests.
 ``close()``
     Optional. Release clients and background threads. Called once, at the end.
 
-Seven methods are required; six have defaults. Class attributes declare what the engine
+Seven methods are required; seven have defaults. Class attributes declare what the engine
 must do for the target: :attr:`Adapter.kinds`, :attr:`~Adapter.batch_sizes`,
 :attr:`~Adapter.group_columns`, :attr:`~Adapter.merge_steps`,
 :attr:`~Adapter.confirms_on_close`, :attr:`~Adapter.whole_trajectories`,
@@ -250,6 +255,7 @@ class Target(Protocol):
     def close_run(self, cursor) -> None: ...
     def verify(self, run, cursor) -> dict[str, int]: ...
     def upload_command(self, cursor) -> str | None: ...
+    def view(self, cursor) -> list[str]: ...
     def unsupported(self, kind: str, rows) -> dict[str, int]: ...
     def close(self) -> None: ...
 
@@ -305,6 +311,9 @@ class Adapter:
 
     def upload_command(self, cursor) -> str | None:
         return None
+
+    def view(self, cursor) -> list[str]:
+        return []
 
     def check_online(self) -> None:
         raise NotImplementedError

@@ -100,6 +100,7 @@ class RunResult:
     verify_ok: bool | None = None
     up_to_date: bool = False
     upload: str | None = None             # a staging target: the command that uploads what this sync staged
+    view: list[str] = field(default_factory=list)  # where to see the run in the target's UI (Adapter.view)
     plan: RunPlan | None = None           # what the sync does (did) for the run: what --dry-run prints
 
     @property
@@ -400,6 +401,7 @@ class Engine:
         self._call(res, lambda: self.adapter.close_run(cursor))
         self._confirm(cursor)
         res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
+        res.view = self.adapter.view(cursor)
         cursor.last_sync_at = iso(time.time())
         cursor.last_error = None
         cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))

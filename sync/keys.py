@@ -36,16 +36,28 @@ Per run, for MLflow metrics (:func:`mlflow_names`), so that common keys stay rea
   cursor recomputes the same names from the same run.
 
 :func:`renamed` lists the renamings of a set of keys, for the sync summary and ``--dry-run``.
+
+Config -> MLflow params (:func:`mlflow_params`), as verl's own MLflow logger names them
+(``verl/utils/tracking.py``, ``_compute_mlflow_params_from_objects``): nested keys joined with
+``/`` (``actor_rollout_ref/actor/optim/lr``), a list as ``<key>/list_len`` and ``<key>/<i>``,
+every value as MLflow's ``log_params`` writes it (``str(value)``: ``True``, ``None``, ``1e-06``),
+so a synced run and a natively logged one share param columns. An empty dict, which verl drops,
+is kept as ``{}``. The names go through :func:`mlflow_names` (a name MLflow rejects is renamed;
+two config paths that join to one name, ``{"a/b": 1}`` and ``{"a": {"b": 2}}``, each get a hashed
+name). :func:`mlflow_dot_params` is the naming runs synced before used (``.``, values as JSON).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 import re
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["mlflow_key", "mlflow_names", "mlflow_run_names", "swanlab_key", "wandb_key", "remote_names", "renamed", "rename_reason",
+from trackstore.read.overview import flatten  # the '.' flattening runs synced before used
+
+__all__ = ["mlflow_key", "mlflow_names", "mlflow_params", "mlflow_dot_params", "mlflow_run_names", "swanlab_key", "wandb_key", "remote_names", "renamed", "rename_reason",
            "MLFLOW_MAX_KEY", "SWANLAB_MAX_KEY"]
 
 MLFLOW_MAX_KEY = 250
@@ -161,6 +173,54 @@ def mlflow_run_names(keys: Iterable[str], known: dict[str, str] | None,
     the engine reads: :meth:`trackstore.sync.adapter.Adapter.prepare`), so the names do not
     depend on which keys a batch holds."""
     return mlflow_names(set(keys) | set(run_keys or ()), known)
+
+
+def _leaves(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _leaves(v, path + (str(k),))
+    elif isinstance(value, list):
+        yield path + ("list_len",), len(value)
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (str(i),))
+    else:
+        yield path, value
+
+
+def mlflow_params(config: dict) -> dict[str, tuple[str, str]]:
+    """``{MLflow param name: (config path, value)}`` of a config, verl's naming (see the module
+    docstring); the path is the config's nesting joined with ``/``, as verl names it.
+
+    >>> p = mlflow_params({"actor": {"lr": 1e-06, "fsdp": True}, "logger": ["console", "mlflow"]})
+    >>> {name: value for name, (_, value) in p.items()}
+    {'actor/lr': '1e-06', 'actor/fsdp': 'True', 'logger/list_len': '2', 'logger/0': 'console', 'logger/1': 'mlflow'}
+    """
+    joined: dict[str, list[tuple[tuple[str, ...], Any]]] = {}
+    for path, value in _leaves(config, ()) if config else ():
+        joined.setdefault("/".join(path), []).append((path, value))
+    flat: dict[str, tuple[str, Any]] = {}
+    for name, leaves in joined.items():
+        if len(leaves) == 1:
+            flat[name] = (name, leaves[0][1])
+            continue
+        for path, value in leaves:  # two paths, one name: each its own hashed name
+            flat[_mapped(json.dumps(path), _mlflow_readable(name), MLFLOW_MAX_KEY)] = (name, value)
+    names = mlflow_names(flat)
+    return {names[k]: (path, _str_param(v)) for k, (path, v) in flat.items()}
+
+
+def _str_param(value: Any) -> str:
+    """A value as MLflow's ``log_params`` writes it (``str``), an empty dict as ``{}``."""
+    return "{}" if value == {} else str(value)
+
+
+def mlflow_dot_params(config: dict) -> dict[str, tuple[str, str]]:
+    """The params of runs synced before :func:`mlflow_params`, in its shape: nested keys joined
+    with ``.``, lists and other structures as JSON, each name through :func:`mlflow_key`."""
+    out = {}
+    for key, value in flatten(config or {}).items():
+        out[mlflow_key(key)] = (key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+    return out
 
 
 # ---------------------------------------------------------------------------------- SwanLab

@@ -6,21 +6,26 @@ the demo and air-gapped users need no server.
 
 Mapping (docs/sync.md has the full table):
 
-* project -> experiment (created if missing, once per destination; a deleted one is a permanent
-  error); runs are looked up in every live experiment of the name.
+* project -> experiment (created if missing, once per destination, with the experiment kind of
+  model training, :func:`new_experiment_tags`; a deleted one is a permanent error); runs are
+  looked up in every live experiment of the name. Where to see it: :func:`runs_page`.
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
-* config -> params, flattened with ``.``; values longer than MLflow's 6000 characters are
-  truncated (noted); params are write-once, so re-sync compares and skips; the whole config is
-  also logged as ``trackstore/config.json``.
+* config -> params named as verl's MLflow logger names them (nested keys joined with ``/``,
+  lists as ``list_len``/index, values as ``str``: :func:`trackstore.sync.keys.mlflow_params`);
+  a run an earlier trackstore synced with ``.``-joined names keeps that naming
+  (:meth:`MlflowAdapter._params`). Values longer than MLflow's 6000 characters are truncated
+  (noted); params are write-once, so re-sync compares and skips; the whole config is also
+  logged as ``trackstore/config.json``.
 * metrics -> ``log_batch`` with the original step and timestamp (ms), at most 999 points plus
   one batch-marker tag per request. Keys MLflow rejects are renamed per run
   (:func:`trackstore.sync.keys.mlflow_names`: readable unless two keys meet, kept in the
   cursor's ``key_map`` so a key keeps its name on every sync) and the renaming is reported.
 * samples -> MLflow tables (the Evaluation view), histograms -> step images the run's charts
-  draw, plus their exact JSON (:mod:`trackstore.sync.mlflow_records`); file names derive from
-  the rows' ``(writer, seq)``, so a resend overwrites instead of duplicating.
+  draw, plus their exact JSON (:mod:`trackstore.sync.mlflow_records`); a sample table is named
+  by its step (the names kept in the cursor), a histogram file by its rows' ``(writer, seq)``,
+  so a resend overwrites instead of duplicating.
 * spans -> MLflow traces (one per trajectory) with original start/end times, linked to the run,
   tagged ``trackstore.trace_id``, ``step`` and ``sample_index``; searched before creation.
   A trajectory without a root span waits while the run is live, and is reported once it ended.
@@ -42,12 +47,12 @@ import json
 import math
 import os
 import posixpath
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trackstore.errors import UsageError
-from trackstore.read.overview import flatten  # the one config flattening (keys joined with '.')
 from trackstore.store.clock import parse_iso
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
@@ -65,7 +70,7 @@ from .adapter import (
     require_client,
 )
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
-from .keys import mlflow_key, mlflow_run_names, rename_reason, renamed
+from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
 
@@ -73,11 +78,54 @@ RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
 HIDDEN = "mlflow.trackstore."  # bookkeeping tags: not shown on MLflow's run page
 BATCH_TAG = HIDDEN + "batch.{kind}"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"  # MLflow 3's "machine learning" (model training) kind
+WORKFLOW = "machine_learning"  # the value of MLflow 3's UI parameter ``workflowType`` for it
+LOCAL_UI = "http://127.0.0.1:5000"  # where ``mlflow ui`` serves by default
+PARAM_NAMING_TAG = HIDDEN + "param_names"  # "/": the run's params are named as verl names them
 MAX_KEY = 250
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
 
+
+
+def new_experiment_tags() -> dict[str, str]:
+    """The tags of an experiment trackstore creates: the experiment kind of model training.
+
+    MLflow 3 releases that choose an experiment's view by its kind read this tag; without it
+    they infer the kind, and an experiment holding traces (the trajectories) is taken for GenAI
+    development and opens on its traces. MLflow 3.17 no longer reads it for the view (see
+    :func:`runs_page`). Given only at creation: the kind of an existing experiment is the user's."""
+    return {EXPERIMENT_KIND_TAG: TRAINING_KIND}
+
+
+def runs_page(ui: str, experiment_id: str) -> str:
+    """The address of an experiment's runs list in MLflow's UI served at ``ui``.
+
+    MLflow 3's UI opens an experiment in the view of its *workflow type*, taken from the
+    address's ``workflowType`` parameter, else from the browser's local storage
+    (``mlflow.workflowType``, ``genai`` until the user flips the toggle); nothing the server
+    holds decides it. So every address trackstore prints carries ``workflowType`` =
+    ``machine_learning``: the runs list, not the GenAI overview. MLflow 2 ignores the parameter.
+    """
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW}"
+
+
+def source_tags(meta: dict, *, blank: bool = False) -> dict[str, str]:
+    """MLflow's ``mlflow.user`` and ``mlflow.source.*`` of the training run, from its
+    ``run.json``: its command line, user and git commit and branch. The run's tags carry what
+    is known; a trace's metadata (``blank=True``) also names what is not, as ``""`` (MLflow's own
+    word for unknown), because MLflow fills it from the sync process, which is not the source."""
+    git = meta.get("git") or {}
+    known = {
+        "mlflow.user": meta.get("user") or "",
+        "mlflow.source.name": " ".join(meta.get("command") or [])[:MAX_TAG_VALUE],
+        "mlflow.source.git.commit": git.get("commit") or "",
+        "mlflow.source.git.branch": git.get("branch") or "",
+        "mlflow.source.git.repoURL": "",  # trackstore does not record the remote
+    }
+    return known if blank else {k: v for k, v in known.items() if v}
 
 
 def _param_value(v: Any) -> str:
@@ -109,6 +157,7 @@ class MlflowAdapter(Adapter):
         self._client = None
         self._experiments: dict[str, list[str]] = {}  # project -> live experiment ids, oldest first
         self._run_dir = Path(".")
+        self.trace_source: dict[str, str] = {}  # the training run's source, for its traces (open_run)
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
@@ -202,6 +251,16 @@ class MlflowAdapter(Adapter):
         except Exception as exc:
             raise self._wrap(exc, what) from exc
 
+    def view(self, cursor) -> list[str]:
+        """The experiment's runs list (:func:`runs_page`): on the server, or, for a store read in
+        place, in ``mlflow ui`` started on it (its default address)."""
+        exp = cursor.remote.get("experiment_id")
+        if not exp:
+            return []
+        if is_local_uri(self.uri):
+            return [f"mlflow ui --backend-store-uri {shlex.quote(self.destination())}", runs_page(LOCAL_UI, exp)]
+        return [runs_page(self.destination(), exp)]
+
     def check_online(self) -> None:
         if is_local_uri(self.uri):
             return
@@ -257,8 +316,9 @@ class MlflowAdapter(Adapter):
         return [e.experiment_id for e in live]
 
     def _create_experiment(self, project: str) -> str | None:
-        """Create the experiment ``project``; its id, or None when the server says it exists."""
-        kwargs = {}
+        """Create the experiment ``project`` (:func:`new_experiment_tags`); its id, or None when
+        the server says it exists."""
+        kwargs: dict[str, Any] = {"tags": new_experiment_tags()}
         if is_local_uri(self.uri):
             art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
             if not self._embedded and self.uri.startswith("sqlite:"):
@@ -296,6 +356,7 @@ class MlflowAdapter(Adapter):
 
         self._run_dir = run.paths.dir
         self._run_status = run.status
+        self.trace_source = source_tags(run.meta, blank=True)  # the metadata of this run's traces
         exp_ids = self._experiment_ids(run.project)
         remote_id = cursor.remote.get("run_id")
         gone = False
@@ -345,12 +406,10 @@ class MlflowAdapter(Adapter):
         have_tags = current.data.tags
         meta = run.meta
         params = []
-        for key, value in flatten(meta.get("config") or {}).items():
-            k = mlflow_key(key)
-            v = _param_value(value)
+        for k, (key, v) in self._params(meta.get("config") or {}, have_params, have_tags).items():
             if len(v) > MAX_PARAM_VALUE:
                 v = v[:MAX_PARAM_VALUE - 14] + "...[truncated]"
-                notes.append(f"param {key!r} truncated to {MAX_PARAM_VALUE} characters (full config in trackstore/config.json)")
+                notes.append(f"param {k!r} truncated to {MAX_PARAM_VALUE} characters (full config in trackstore/config.json)")
             if k in have_params:
                 if have_params[k] != v:
                     notes.append(f"param {k!r} changed locally but MLflow params are write-once; kept {have_params[k][:40]!r}")
@@ -360,15 +419,12 @@ class MlflowAdapter(Adapter):
             params.append(Param(k, v))
         wanted = {
             "mlflow.runName": run.name,
-            "mlflow.user": meta.get("user") or "",
-            "mlflow.source.name": " ".join(meta.get("command") or [])[:MAX_TAG_VALUE],
+            **source_tags(meta),
             "trackstore.host": meta.get("host") or "",
             "trackstore.tags": json.dumps(list(meta.get("tags") or []), ensure_ascii=False),
         }
         if meta.get("notes"):
             wanted["mlflow.note.content"] = str(meta["notes"])[:MAX_TAG_VALUE]
-        if (meta.get("git") or {}).get("commit"):
-            wanted["mlflow.source.git.commit"] = meta["git"]["commit"]
         for opt in ("group", "job_type"):
             if meta.get(opt):
                 wanted[f"trackstore.{opt}"] = str(meta[opt])
@@ -376,7 +432,10 @@ class MlflowAdapter(Adapter):
             wanted[mlflow_key(t)] = "true"
         tags = [RunTag(k, v) for k, v in wanted.items() if have_tags.get(k) != v]
         for i in range(0, len(params), 100):
-            self.call("log params", self.client.log_batch, rid, params=params[i:i + 100])
+            # the naming goes with the first params, in their request: a run holding params
+            # without it was synced with the older naming (see _params)
+            naming = [RunTag(PARAM_NAMING_TAG, "/")] if i == 0 and not have_params else []
+            self.call("log params", self.client.log_batch, rid, params=params[i:i + 100], tags=naming)
         if tags:
             self.call("set tags", self.client.log_batch, rid, tags=tags)
         config_json = json.dumps(meta.get("config") or {}, sort_keys=True, ensure_ascii=False)
@@ -385,6 +444,17 @@ class MlflowAdapter(Adapter):
             self.call("log config", self.client.log_dict, rid, json.loads(config_json), "trackstore/config.json")
             self.call("set tag", self.client.set_tag, rid, HIDDEN + "config_digest", digest)
         return notes
+
+    @staticmethod
+    def _params(config: dict, have_params: dict[str, str], have_tags: dict[str, str]) -> dict[str, tuple[str, str]]:
+        """``{param name: (config key, value)}`` of the run: verl's naming (``/``,
+        :func:`~trackstore.sync.keys.mlflow_params`), or, for a run that holds params without the
+        naming tag (synced by a trackstore that joined keys with ``.``), that older naming. MLflow
+        params are write-once: one run keeps the naming it was first given rather than holding
+        both. Decided by what the remote run holds, so a lost cursor decides alike."""
+        if have_params and have_tags.get(PARAM_NAMING_TAG) != "/":
+            return mlflow_dot_params(config)
+        return mlflow_params(config)
 
     # ------------------------------------------------------------------ records
     def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:
@@ -405,7 +475,7 @@ class MlflowAdapter(Adapter):
         if kind == "metrics":
             return self._send_metrics(rid, rows, cursor, batch_id)
         if kind in ("samples", "histograms"):
-            return self._send_table_files(rid, kind, rows)
+            return self._send_table_files(rid, kind, rows, cursor)
         if kind == "artifacts":
             return self._send_artifacts(rid, rows, cursor)
         if kind == "spans":
@@ -447,10 +517,10 @@ class MlflowAdapter(Adapter):
                 known.points.add((m.step, m.timestamp, _norm(m.value)))
         return result
 
-    def _send_table_files(self, rid: str, kind: str, rows) -> SendResult:
+    def _send_table_files(self, rid: str, kind: str, rows, cursor) -> SendResult:
         from .mlflow_records import send_records
 
-        return send_records(self, rid, kind, rows)
+        return send_records(self, rid, kind, rows, cursor)
 
     def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
         result = SendResult()

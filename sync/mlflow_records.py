@@ -11,7 +11,9 @@
   prompt would share a row and only the first would show).
   A chat (a list of ``{role, content}`` messages) is shown as ``role: content`` lines, any other
   structured value as JSON text; trackstore's own ``ts``/``seq``/``writer``/``json_fields`` are
-  left out. File names derive from the first row's ``(writer, seq)``: a resend overwrites.
+  left out. A table is named by its step (``step_000000200.json``, and ``step_000000200_2.json``
+  for a second table of one step), the names kept in the cursor so a resend overwrites
+  (:func:`table_name`).
 * histograms -> one bar chart image per (key, step) in MLflow's step-image layout
   (``images/<key>+step+<step>+timestamp+<ms>+<id>.png`` and a ``+compressed.webp``, with the
   run tag ``mlflow.loggedImages``, as ``MlflowClient.log_image(key=..., step=...)`` writes it),
@@ -30,7 +32,7 @@ import json
 import math
 import re
 import uuid
-from typing import Any
+from typing import Any, Callable, Collection
 
 from trackstore.records.samples import decode_row
 
@@ -38,6 +40,7 @@ from .keys import mlflow_key
 
 LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
 LOGGED_IMAGES = "mlflow.loggedImages"
+TABLES = "tables"  # cursor.remote: the sample tables' first rows per split and step (table_name)
 MAX_TAG_VALUE = 8000
 _INTERNAL = ("ts", "seq", "writer", "json_fields", "split")
 _IMAGE_KEY_OK = re.compile(r"[a-zA-Z0-9_\-./ ]+")
@@ -58,23 +61,47 @@ def cell(value: Any) -> Any:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def sample_tables(rows) -> dict[str, dict]:
-    """``{artifact path: {"columns": [...], "data": [[...], ...]}}`` for a batch of sample rows."""
+def sample_tables(rows, given: dict | None = None, existing: Callable[[str], Collection[str]] | None = None) -> dict[str, dict]:
+    """``{artifact path: {"columns": [...], "data": [[...], ...]}}`` for a batch of sample rows,
+    one table per (split, step), named by :func:`table_name`."""
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in rows.to_pylist():
         groups.setdefault((str(r.get("split") or "val"), int(r.get("step") or 0)), []).append(r)
     out = {}
     for (split, step), rs in groups.items():
-        first = rs[0]
         decoded = [decode_row(r) for r in rs]
         columns = ["sample_index", "input", "output", "score", "step"]
         for d in decoded:
             for k in d:
                 if k not in columns and k not in _INTERNAL:
                     columns.append(k)
-        name = f"trackstore/samples/{mlflow_key(split)}/step_{step:09d}_{first['writer']}_{first['seq']:012d}.json"
+        name = table_name(split, step, rs[0], {} if given is None else given, existing)
         out[name] = {"columns": columns, "data": [[cell(d.get(c)) for c in columns] for d in decoded]}
     return out
+
+
+def table_name(split: str, step: int, first: dict, given: dict, existing: Callable[[str], Collection[str]] | None = None) -> str:
+    """The artifact path of the sample table of ``(split, step)`` whose first row is ``first``.
+
+    ``trackstore/samples/<split>/step_<step>.json``, and ``step_<step>_<n>.json`` for the n-th
+    table of a step that got rows in several batches (samples logged at that step after it was
+    synced). ``given`` (the cursor's record, extended in place) holds, per split and step, the
+    first row ``(writer, seq)`` of each table in the order they were named: a resent batch
+    starts with the same row, so it gets the same name and overwrites, and a batch whose send
+    was in doubt (its record lost with it) gets the same next number again. ``existing(folder)``
+    lists the files of a split's folder, asked only for a run this record does not cover yet:
+    a table an earlier trackstore named after its first row
+    (``step_<step>_<writer>_<seq>.json``) keeps that name, never written twice."""
+    folder = f"trackstore/samples/{mlflow_key(split)}"
+    firsts = given.setdefault(split, {}).setdefault(str(step), [])
+    key = f"{first['writer']}:{first['seq']}"
+    if key not in firsts:
+        older = f"{folder}/step_{step:09d}_{first['writer']}_{first['seq']:012d}.json"
+        if existing is not None and older in existing(folder):
+            return older
+        firsts.append(key)
+    n = firsts.index(key) + 1
+    return f"{folder}/step_{step:09d}.json" if n == 1 else f"{folder}/step_{step:09d}_{n}.json"
 
 
 def histogram_tables(rows) -> dict[str, dict]:
@@ -159,16 +186,26 @@ def listed_tables(current: str | None, paths: list[str]) -> tuple[str | None, in
     return (json.dumps(have) if changed else None), left_out
 
 
-def send_records(adapter, rid: str, kind: str, rows):
-    """Log a batch of samples or histograms (``adapter.call`` wraps each client call)."""
+def send_records(adapter, rid: str, kind: str, rows, cursor):
+    """Log a batch of samples or histograms (``adapter.call`` wraps each client call); the
+    sample tables' names are recorded in ``cursor.remote["tables"]`` (:func:`table_name`)."""
     import tempfile
+    from functools import cache
     from pathlib import Path
 
     from .adapter import SendResult
 
     result = SendResult()
     client = adapter.client
-    tables = sample_tables(rows) if kind == "samples" else histogram_tables(rows)
+    if kind == "samples":
+        @cache
+        def existing(folder: str) -> frozenset[str]:
+            return frozenset(f.path for f in adapter.call("list sample tables", client.list_artifacts, rid, folder))
+
+        covered = TABLES in cursor.remote
+        tables = sample_tables(rows, cursor.remote.setdefault(TABLES, {}), None if covered else existing)
+    else:
+        tables = histogram_tables(rows)
     for path, table in tables.items():
         adapter.call(f"log {kind}", client.log_dict, rid, table, path)
     if kind == "samples":

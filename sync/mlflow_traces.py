@@ -71,42 +71,50 @@ def _text(value: Any, role: str | None = None, first: bool = True) -> str | None
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _cut(text: str | None) -> str | None:
+def _preview(text: str | None) -> str | None:
     if not text:
         return None
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 3] + "..."
 
 
-def request_text(root: dict, spans: list[dict]) -> str | None:
+def _whole(text: str | None) -> str | None:
+    return text or None
+
+
+def request_text(root: dict, spans: list[dict], cut: bool = True) -> str | None:
     """The trajectory's first user message: the root's inputs if it has any, else, from the
     earliest span on, the first chat message of role ``user`` or the inputs of a span named
-    ``user`` (``prompt``, ``question``, ``input``), else the first span's inputs."""
+    ``user`` (``prompt``, ``question``, ``input``), else the first span's inputs. Cut to
+    MLflow's preview length unless ``cut`` is False."""
+    fit = _preview if cut else _whole
     if decode_json(root.get("inputs")) is not None:
-        return _cut(_text(decode_json(root["inputs"]), "user"))
+        return fit(_text(decode_json(root["inputs"]), "user"))
     ordered = [s for s in spans if s is not root]  # by start time
     for s in ordered:
         v = decode_json(s.get("inputs"))
         if v is None:
             continue
         if (s["name"] or "").lower() in ("user", "prompt", "question", "input"):
-            return _cut(_text(v, "user"))
+            return fit(_text(v, "user"))
         if isinstance(v, dict) and isinstance(v.get("messages"), list):
             v = v["messages"]
         if isinstance(v, list) and any(isinstance(m, dict) and m.get("role") == "user" for m in v):
-            return _cut(_text(v, "user"))
+            return fit(_text(v, "user"))
         if isinstance(v, dict) and v.get("role") == "user":
-            return _cut(_text(v))
+            return fit(_text(v))
     for s in ordered:
         if decode_json(s.get("inputs")) is not None:
-            return _cut(_text(decode_json(s["inputs"])))
+            return fit(_text(decode_json(s["inputs"])))
     return None
 
 
-def response_text(root: dict, spans: list[dict]) -> str | None:
+def response_text(root: dict, spans: list[dict], cut: bool = True) -> str | None:
     """The trajectory's final answer: the root's outputs if it has any, else the outputs of the
-    last LLM span to end (the last span with outputs if there is no LLM span)."""
+    last LLM span to end (the last span with outputs if there is no LLM span). Cut to MLflow's
+    preview length unless ``cut`` is False."""
+    fit = _preview if cut else _whole
     if decode_json(root.get("outputs")) is not None:
-        return _cut(_text(decode_json(root["outputs"]), "assistant", first=False))
+        return fit(_text(decode_json(root["outputs"]), "assistant", first=False))
     def end(s):
         return (s["end_ns"] or s["start_ns"] or 0, s["start_ns"] or 0)
     done = [s for s in spans if s is not root and decode_json(s.get("outputs")) is not None]
@@ -114,7 +122,7 @@ def response_text(root: dict, spans: list[dict]) -> str | None:
     if not llm:
         return None
     last = max(llm, key=end)
-    return _cut(_text(decode_json(last["outputs"]), "assistant", first=False))
+    return fit(_text(decode_json(last["outputs"]), "assistant", first=False))
 
 
 def _split_error(error: str) -> tuple[str, str]:
@@ -187,8 +195,15 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
             tags[f"trackstore.{field}"] = str(root[field])
     end_of = {s["span_id"]: (s["end_ns"] if s["end_ns"] is not None else max(x["start_ns"] for x in spans))
               for s in spans}
+    request, response = request_text(root, spans, cut=False), response_text(root, spans, cut=False)
+    # the root span (the episode) shows what the trajectory was asked and answered when it
+    # logged no inputs/outputs of its own
+    inputs = decode_json(root["inputs"])
+    inputs = inputs if inputs is not None else request
+    outputs = decode_json(root["outputs"])
+    outputs = outputs if outputs is not None else response
     top = adapter.call("start trace", client.start_trace, root["name"], span_type=span_type(root),
-                      inputs=decode_json(root["inputs"]), attributes=_attributes(root), tags=tags, experiment_id=exp_id,
+                      inputs=inputs, attributes=_attributes(root), tags=tags, experiment_id=exp_id,
                       start_time_ns=root["start_ns"], run_id=rid)
     mlflow_trace_id = top.trace_id
     ids = {root["span_id"]: top.span_id}
@@ -216,21 +231,23 @@ def _create_trace(adapter, client, exp_id: str, rid: str, trace_id: str, root: d
         adapter.call("end span", client.end_span, trace_id=mlflow_trace_id, span_id=span.span_id,
                     outputs=decode_json(s["outputs"]), status=_status(s), end_time_ns=end_of[s["span_id"]])
     _record_error(top, root, end_of[root["span_id"]])
-    _set_previews(top, request_text(root, spans), response_text(root, spans),
-                  failed=any(s["status"] == "error" for s in spans))
-    adapter.call("end trace", client.end_trace, mlflow_trace_id, outputs=decode_json(root["outputs"]), status=_status(root),
+    _set_trace_info(top, _preview(request), _preview(response), failed=any(s["status"] == "error" for s in spans),
+                    metadata=getattr(adapter, "trace_source", {}))
+    adapter.call("end trace", client.end_trace, mlflow_trace_id, outputs=outputs, status=_status(root),
                 end_time_ns=end_of[root["span_id"]])
 
 
-def _set_previews(top, request: str | None, response: str | None, failed: bool) -> None:
-    """The trace list's Request/Response previews, and the ERROR state of a trace with a failed
-    span, set on the trace while it is open (MLflow exports it when it ends)."""
+def _set_trace_info(top, request: str | None, response: str | None, failed: bool, metadata: dict[str, str]) -> None:
+    """The trace list's Request/Response previews, the ERROR state of a trace with a failed
+    span, and the training run's ``mlflow.source.*``/``mlflow.user`` as the trace's metadata
+    (MLflow fills them from the sync process, which is not the source), set on the trace while
+    it is open (MLflow exports it when it ends)."""
     import mlflow
     from mlflow.tracing.provider import with_active_span
 
     with with_active_span(top):
         mlflow.update_current_trace(request_preview=request or None, response_preview=response or None,
-                                    state="ERROR" if failed else None)
+                                    state="ERROR" if failed else None, metadata=metadata or None)
 
 
 def count_traces(adapter, cursor) -> int:

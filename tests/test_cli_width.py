@@ -202,7 +202,12 @@ def test_first_sync_summary_fits(demo_store, tmp_path):
     shutil.copytree(demo_store, root)
     out = at(80, "sync", "--to", "mlflow", root=root)
     assert out.returncode == 0, out.stdout + out.stderr
-    check_fits(summary(out.stdout), 80)
+    # what follows "to see them in mlflow's UI" is to paste: a command and an address, each whole
+    text, view = summary(out.stdout).split("to see them in mlflow's UI, run and open:\n")
+    check_fits(text, 80)
+    command, page = view.splitlines()
+    assert command == f"  mlflow ui --backend-store-uri sqlite:///{root}/_mlflow/mlflow.db", view
+    assert page.startswith("  http://127.0.0.1:5000/#/experiments/") and len(page) <= 80, view
     assert "sync: opening mlflow at " in out.stdout  # said before the first run opens the target
     header, rows = table_rows(out.stdout)
     assert len(rows) == 2 and all(row[header.index("result")] == "ok" for row in rows)

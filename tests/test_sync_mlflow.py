@@ -76,7 +76,7 @@ def test_full_roundtrip(root, mlflow_uri):
     c = client_for(mlflow_uri)
     r = remote_run(c, "proj", run.id)
     assert points(c, r.info.run_id, [f"k{i}" for i in range(5)]) == local_points(run)
-    assert r.data.params["lr"] == "0.001" and r.data.params["model.layers"] == "2"
+    assert r.data.params["lr"] == "0.001" and r.data.params["model/layers"] == "2"
     assert r.data.tags["mlflow.note.content"] == "hello" and r.data.tags["t1"] == "true"
     assert r.data.tags["mlflow.runName"] == "exp"
     meta = json.loads((run.dir / "run.json").read_text())
@@ -596,3 +596,29 @@ def test_watch_stops_on_sigterm_between_rounds(root, tmp_path):
     assert watcher.returncode == 0, err
     c = client_for(uri)
     assert [m.value for m in c.get_metric_history(remote_run(c, "w", "term").info.run_id, "x")] == [1.0]
+
+
+def test_summary_says_where_to_see_the_runs_and_the_experiment_is_a_training_one(root, tmp_path):
+    """After a sync, the summary names each experiment's runs list with
+    ``workflowType=machine_learning`` (MLflow 3's UI otherwise opens the GenAI overview; the
+    browser check is in tests/test_ui_platforms.py), for a store read in place after the
+    ``mlflow ui`` command that serves it; the experiment trackstore creates has MLflow 3's kind
+    of model training."""
+    run = make_run(root, steps=2, keys=1)
+    uri = mlflow_sqlite_uri(tmp_path)
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    assert res.returncode == 0, res.stderr + res.stdout
+    exp = client_for(uri).get_experiment_by_name("proj")
+    page = f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
+    lines = res.stdout.splitlines()
+    assert lines[-3:] == ["to see them in mlflow's UI, run and open:", f"  mlflow ui --backend-store-uri {uri}",
+                          f"  {page}"], res.stdout
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    more = trackstore.init("proj", name="second", root=root)
+    more.log({"loss": 1.0}, step=0)
+    more.finish()
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, "--format", "json", root=root)
+    out = json.loads(res.stdout)
+    assert out["view"] == [f"mlflow ui --backend-store-uri {uri}", page], out  # one experiment: said once
+    assert [r["view"] for r in out["runs"] if r["run_id"] == more.id] == [out["view"]]
+    assert run.id in {r["run_id"] for r in out["runs"]}

@@ -5,6 +5,7 @@ holds the ones docs/sync.md shows)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -181,6 +182,35 @@ def test_mlflow_samples_appear_as_a_table_and_histograms_are_drawn(browser, mlfl
                                and "get-artifact" in (i.get_attribute("src") or "") and i.size["width"] > 50],
              "the histogram image of step 4")
     screenshot(browser, AREA, "mlflow-histogram")
+
+
+def test_mlflow_link_the_sync_prints_opens_the_experiments_runs_list(browser, mlflow_server, tmp_path):
+    """MLflow 3's UI opens an experiment in the view of the browser's workflow type (GenAI
+    until the user flips the toggle), whatever the server holds (the experiment-kind tag
+    trackstore sets included): for a new user the bare experiment address lands on the GenAI
+    overview. The address the sync prints carries ``workflowType=machine_learning`` and lands
+    on the runs list."""
+    root = tmp_path / "store"
+    root.mkdir()
+    project = unique_experiment_name("landing")
+    agent_run(root, project=project)
+    res = run_cli("sync", "--to", "mlflow", "--uri", mlflow_server.url, "--format", "json", root=root, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    [link] = json.loads(res.stdout)["view"]
+    exp_id = re.search(r"#/experiments/(\w+)/runs\?workflowType=machine_learning$", link).group(1)
+    browser.get(mlflow_server.url + "/")
+    browser.execute_script("window.localStorage.clear()")  # a browser that never chose a view
+    browser.get("about:blank")
+    browser.get(f"{mlflow_server.url}/#/experiments/{exp_id}")
+    wait_for(browser, lambda: "/overview" in browser.current_url or "/traces" in browser.current_url,
+             "the bare address to land in the GenAI view", timeout=60)
+    browser.get("about:blank")
+    browser.get(link)
+    text = wait_for_text(browser, "Run Name", "agent", "1 matching run", timeout=60)
+    _dismiss(browser)
+    assert f"#/experiments/{exp_id}/runs?" in browser.current_url, browser.current_url
+    assert "Overview" not in text.split("Run Name")[0], text  # the GenAI side menu is not shown
+    screenshot(browser, AREA, "mlflow-runs-landing")
 
 
 # ---------------------------------------------------------------------------------- SwanLab
