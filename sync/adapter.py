@@ -93,7 +93,7 @@ must do for the target: :attr:`Adapter.kinds`, :attr:`~Adapter.batch_sizes`,
 :attr:`Adapter.staging` says whether the destination is a *staging area* rather than the
 platform: a folder on this machine that the client's offline or local mode fills for a later
 upload (wandb offline, SwanLab offline and local). The engine records the run's cursor as
-``staged`` there (:attr:`trackstore.store.ledger.Cursor.staged`): ``status`` and the
+``staged`` there (:attr:`trackstore.store.cursor.Cursor.staged`): ``status`` and the
 ``sync_state`` view show it as staged, and ``gc`` does not count it as synced unless told to
 (``--count-staged``). A staging destination must have a destination string of its own (its
 mode and folder in it), so that syncing the same run to the platform later keeps a separate
@@ -113,7 +113,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Protocol, runtime_checkable
 
 from trackstore.errors import LockHeldError, TrackstoreError, UsageError
-from trackstore.store.ledger import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
+from trackstore.store.cursor import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
 
 #: every metric key of the run being synced, read by the engine at the first call (``prepare``)
 MetricKeys = Callable[[], list[str]]

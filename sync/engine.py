@@ -26,7 +26,6 @@ changes anything a writer owns: syncing a live run from a login node is safe.
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import random
@@ -39,8 +38,9 @@ from trackstore.errors import TargetUnreachableError, TrackstoreError, UsageErro
 from trackstore.read.catalog import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import read_kind
 from trackstore.store.clock import iso
+from trackstore.store.cursor import Cursor
 from trackstore.store.layout import resolve_root
-from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor, unchanged_since_ack
+from trackstore.store.ledger import CURSOR_ERRORS, cursor_path, load_cursor, save_cursor, unchanged_since_ack
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
@@ -262,8 +262,9 @@ class Engine:
         blocked = self._check_gaps(res, unreadable, cursor)
         recheck = sum(cursor.recheck[k].overlap(_ids(t)) for k, t in tables.items()
                       if t.num_rows and cursor.recheck.get(k))
+        held_step, held = self._held_back(info, tables)
         res.plan = plan.decide(info.project, info.run_id, info.status, cursor, res.pending,
-                               held=self._held_back(info, tables), recheck=recheck, blocked=blocked,
+                               held=held, held_step=held_step, recheck=recheck, blocked=blocked,
                                everything=self.opts.include_synced or self.opts.verify, verify=self.opts.verify)
         res.up_to_date = res.plan.up_to_date
         return res.plan, tables
@@ -299,16 +300,18 @@ class Engine:
             for reason, n in predicted.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
 
-    def _held_back(self, info: RunInfo, tables: dict) -> dict[str, int]:
-        """The pending rows a sync holds back, per kind: a live run's newest step, for a target
-        that takes one row per step (:meth:`_send_steps`)."""
+    def _held_back(self, info: RunInfo, tables: dict) -> tuple[int | None, dict[str, int]]:
+        """What a sync holds back of the pending rows: a live run's newest step (it may still
+        grow), for a target that takes one row per step (:meth:`_send_steps`), and the rows of
+        it per kind; ``(None, {})`` when nothing is held."""
         merged = [k for k in KIND_ORDER if k in self.adapter.merge_steps and tables[k].num_rows]
         if info.status != "running" or not merged:
-            return {}
+            return None, {}
         import pyarrow.compute as pc
 
         newest = max(pc.max(tables[k].column("step")).as_py() for k in merged)
-        return {k: pc.sum(pc.equal(tables[k].column("step"), newest).cast("int64")).as_py() or 0 for k in merged}
+        return newest, {k: pc.sum(pc.equal(tables[k].column("step"), newest).cast("int64")).as_py() or 0
+                        for k in merged}
 
     def sync_one(self, info: RunInfo) -> RunResult:
         """Execute the run's plan (:meth:`plan`)."""
@@ -360,8 +363,7 @@ class Engine:
             tables, unreadable = self._replay_from_scratch(info, cursor, res)
             self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
         if self.adapter.confirms_on_close:
-            cursor.session = {"acked": {k: v.to_json() for k, v in cursor.acked.items()},
-                              "skipped": dict(cursor.skipped), "remote": copy.deepcopy(cursor.remote)}
+            cursor.begin_session()
         # a cursor that knew no remote run (new destination spelling, lost or quarantined
         # cursor) met a run the target already holds: ask before sending anything
         doubtful = opened == OPENED_FOUND and not had_remote
@@ -374,7 +376,7 @@ class Engine:
             # (empty) acknowledged rows, which would send the rest again blindly
             for kind, table in tables.items():
                 if table.num_rows:
-                    cursor.recheck.setdefault(kind, RangeSet()).update(_ids(table))
+                    cursor.mark_recheck(kind, _ids(table))
         save_cursor(self.root, cursor)
         if cursor.in_doubt:
             self._reconcile(info, cursor, res)
@@ -385,7 +387,7 @@ class Engine:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
         merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
         if any(t.num_rows for t in merged.values()):
-            self._send_steps(merged, cursor, res, live=info.status == "running", doubtful=doubtful)
+            self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
         for kind in KIND_ORDER:
             table = tables[kind]
             if table.num_rows and kind not in merged:
@@ -398,7 +400,7 @@ class Engine:
             res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
             res.verify_ok = self._verify_ok(info, cursor, res.verified)
         self._call(res, lambda: self.adapter.close_run(cursor))
-        self._confirm(cursor)
+        cursor.confirm_session()
         res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
         cursor.last_sync_at = iso(time.time())
         cursor.last_error = None
@@ -435,11 +437,6 @@ class Engine:
         res.notes.append(f"the previous {self.target} session did not close: the rows it was handed are checked "
                          "against the target and sent again where missing")
 
-    def _confirm(self, cursor: Cursor) -> None:
-        """The target confirmed what the session was handed: it is acknowledged for good."""
-        cursor.session = None
-        cursor.recheck = {k: left for k, ids in cursor.recheck.items() if (left := ids - cursor.acked_set(k))}
-
     def _stop_on_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> None:
         blocked = self._check_gaps(res, unreadable, cursor)
         if blocked:
@@ -447,11 +444,7 @@ class Engine:
 
     def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple:
         """The remote run is gone and a new one was made: everything is pending again."""
-        cursor.acked.clear()
-        cursor.recheck.clear()
-        cursor.skipped.clear()
-        cursor.in_doubt = None
-        cursor.synced_status = None
+        cursor.forget()
         res.notes.append(f"the {self.target} run this run was synced to no longer exists; "
                          "created a new one and replayed the whole run into it")
         tables, unreadable = self.pending_tables(info, cursor)
@@ -468,11 +461,16 @@ class Engine:
             if self.on_batch is not None:
                 self.on_batch()
 
-    def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, live: bool, doubtful: bool) -> None:
+    def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, hold_from: int | None,
+                    doubtful: bool) -> None:
         """Send the kinds of ``adapter.merge_steps`` together, whole steps in step order (see
-        :class:`~.adapter.StepBatch`). A live run's newest step stays pending: it may still grow,
-        and the target takes one row per step."""
-        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size), hold_last=live):
+        :class:`~.adapter.StepBatch`). Rows from step ``hold_from`` on (the plan's held step: a
+        live run's newest, which may still grow; the target takes one row per step) stay pending."""
+        if hold_from is not None:
+            import pyarrow.compute as pc
+
+            tables = {k: t.filter(pc.less(t.column("step"), hold_from)) for k, t in tables.items()}
+        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size)):
             self._deliver(STEPS, batch, cursor, res, doubtful=doubtful)
             self.progress.advanced(batch.num_rows)
             if self.on_batch is not None:
@@ -490,13 +488,9 @@ class Engine:
         the end of the doubt.
         """
         ids = _batch_ids(kind, batch)
-        rows_json = {k: v.to_json() for k, v in ids.items()} if kind == STEPS else ids[kind].to_json()
-        cursor.last_send_at = iso(time.time())
-        cursor.in_doubt = {"kind": kind, "rows": rows_json, "batch_id": batch_id_of(kind, batch),
-                           "since": cursor.last_send_at}
+        cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
         # rows a session handed over and never confirmed: ask the target before sending them
-        recheck = [k for k, v in ids.items() if cursor.recheck.get(k) and cursor.recheck[k].overlap(v)]
-        doubtful = doubtful or bool(recheck)
+        doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
         save_cursor(self.root, cursor)
         pending, result, attempt = batch, SendResult(), 0
         held = 0
@@ -521,23 +515,18 @@ class Engine:
             if result.deferred:
                 raise TrackstoreError(f"{self.target}: a step-merged batch cannot defer rows (the engine holds "
                                       "back a live run's newest step itself)")
-            for k, table in batch.tables.items():
-                cursor.acked_set(k).add_table(table)
+            acked = ids
+            skipped = {k: result.by_kind.get(k, 0) for k in pending.tables}
             for k, table in pending.tables.items():
-                n = result.by_kind.get(k, 0)
-                res.sent[k] = res.sent.get(k, 0) + table.num_rows - n
-                cursor.skipped[k] = cursor.skipped.get(k, 0) + n
+                res.sent[k] = res.sent.get(k, 0) + table.num_rows - skipped[k]
             for reason, n in result.skipped.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
         else:
             deferred = _ids(pending.take(result.deferred)) if result.deferred else None
-            done = batch.filter(_not_in(deferred, batch)) if deferred else batch
-            cursor.acked_set(kind).add_table(done)
+            acked = {kind: ids[kind] - deferred if deferred else ids[kind]}
+            skipped = {kind: result.skipped_rows}
             self._count(res, kind, pending.num_rows - len(result.deferred), result)
-            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
-        for k in recheck:
-            cursor.recheck[k] = cursor.recheck[k] - ids[k]
-        cursor.in_doubt = None
+        cursor.acknowledge(ids, acked, skipped)
         if note:
             what = "step" if kind == STEPS else kind
             res.notes.append(f"reconciled an interrupted {what} batch: {held} of {batch.num_rows} "
@@ -649,7 +638,7 @@ class Engine:
         if cursor.session is not None:  # end the session; confirmed only if the target says so
             try:
                 self.adapter.close_run(cursor)
-                self._confirm(cursor)
+                cursor.confirm_session()
             except (TrackstoreError, ConnectionError, TimeoutError):
                 pass
         message = redact_text(message)
@@ -669,16 +658,6 @@ def _ids(table) -> RangeSet:
     return r
 
 
-def _without(table, indices: list[int]):
-    """``table`` minus the rows at ``indices``."""
-    if not indices:
-        return table
-    import pyarrow as pa
-
-    drop = set(indices)
-    return table.filter(pa.array([i not in drop for i in range(table.num_rows)]))
-
-
 def _not_in(acked, table):
     import pyarrow.compute as pc
 
@@ -696,9 +675,9 @@ def _batch_ids(kind: str, batch) -> dict[str, RangeSet]:
     return {kind: _ids(batch)}
 
 
-def _step_batches(tables: dict, size: int, *, hold_last: bool):
+def _step_batches(tables: dict, size: int):
     """:class:`StepBatch` es of about ``size`` rows over ``tables`` (kind -> rows with a ``step``):
-    whole steps, in step order; with ``hold_last`` the newest step is left out."""
+    whole steps, in step order."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -712,8 +691,6 @@ def _step_batches(tables: dict, size: int, *, hold_last: bool):
     if not len(every):
         return
     values, counts = np.unique(every, return_counts=True)
-    if hold_last:
-        values, counts = values[:-1], counts[:-1]
     starts = {k: ordered[k].column("step").to_numpy() for k in ordered}
     i = 0
     while i < len(values):
