@@ -158,6 +158,24 @@ def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
     return runs
 
 
+def unchanged_runs(root: Path, target: str, destination: str, opts: SyncOptions,
+                   runs: list[RunInfo]) -> set[tuple[str, str]]:
+    """The runs whose parts did not change since ``destination`` acknowledged everything
+    (``stat`` calls only, from the catalog): a sync skips them without a lock or a worker. None
+    under ``--all`` or ``--verify``, which look again."""
+    if opts.include_synced or opts.verify:
+        return set()
+    return unchanged_since_ack(root, target, destination, runs)
+
+
+def up_to_date_result(info: RunInfo) -> RunResult:
+    """The result of a run :func:`unchanged_runs` found: nothing to send, nothing opened (the plan
+    :meth:`Engine.plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
+    return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
+                     pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors(),
+                     plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE))
+
+
 class Engine:
     """Replays runs of one store to one adapter. One instance per ``trackstore sync`` call."""
 
@@ -169,6 +187,7 @@ class Engine:
         self.progress = progress or Progress()
         self.on_batch = on_batch  # e.g. refresh the lock's heartbeat
         self.target = adapter.name
+        self.caps = adapter.capabilities  # what the engine does for the target: read once, never its name
         self.destination = adapter.destination()
         self._rng = random.Random(opts.seed)
         self._quarantined: dict | None = None  # (project, run_id) -> parts doctor moved away, read once
@@ -186,7 +205,7 @@ class Engine:
                 report.runs.append(res)
                 continue
             if (info.project, info.run_id) in unchanged:
-                report.runs.append(self.up_to_date(info))
+                report.runs.append(up_to_date_result(info))
                 continue
             res = self.dry_run_one(info) if self.opts.dry_run else self.sync_one(info)
             if res.error_kind == "unreachable":
@@ -195,18 +214,8 @@ class Engine:
         return report
 
     def unchanged(self, runs: list[RunInfo]) -> set[tuple[str, str]]:
-        """The runs whose parts did not change since everything was acknowledged (``stat`` calls
-        only, from the catalog); none under ``--all`` or ``--verify``, which look again."""
-        if self.opts.include_synced or self.opts.verify:
-            return set()
-        return unchanged_since_ack(self.root, self.target, self.destination, runs)
-
-    def up_to_date(self, info: RunInfo) -> RunResult:
-        """The result of a run :meth:`unchanged` found: nothing to send, nothing opened (the plan
-        :meth:`plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
-        return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
-                         pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors(),
-                         plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE))
+        """:func:`unchanged_runs` for this engine's destination."""
+        return unchanged_runs(self.root, self.target, self.destination, self.opts, runs)
 
     def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
         """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
@@ -245,7 +254,7 @@ class Engine:
             res.error_kind = "damaged"
             res.plan = plan.skipped(info.project, info.run_id, info.status, plan.DAMAGED, res.error)
             return None
-        cursor.staged = self.adapter.staging  # what it acknowledges has not left this machine
+        cursor.staged = self.caps.staging  # what it acknowledges has not left this machine
         return cursor
 
     def plan(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple[RunPlan, dict]:
@@ -289,11 +298,11 @@ class Engine:
             # earlier batches held: SwanLab's first value per (key, step)); kinds a target takes
             # merged by step are judged whole
             predicted: dict[str, int] = {}
-            batches = [table] if kind in self.adapter.merge_steps or not table.num_rows else self._batches(kind, table)
+            batches = [table] if kind in self.caps.merge_steps or not table.num_rows else self._batches(kind, table)
             for batch in batches:
                 for reason, n in self.adapter.unsupported(kind, batch).items():
                     predicted[reason] = predicted.get(reason, 0) + n
-            if kind == "spans" and self.adapter.whole_trajectories and info.status != "running" and table.num_rows:
+            if kind == "spans" and self.caps.whole_trajectories and info.status != "running" and table.num_rows:
                 n = rootless_rows(table)  # what the sync's ready_trajectories will skip
                 if n:
                     predicted[NO_ROOT_SPAN] = predicted.get(NO_ROOT_SPAN, 0) + n
@@ -304,7 +313,7 @@ class Engine:
         """What a sync holds back of the pending rows: a live run's newest step (it may still
         grow), for a target that takes one row per step (:meth:`_send_steps`), and the rows of
         it per kind; ``(None, {})`` when nothing is held."""
-        merged = [k for k in KIND_ORDER if k in self.adapter.merge_steps and tables[k].num_rows]
+        merged = [k for k in KIND_ORDER if k in self.caps.merge_steps and tables[k].num_rows]
         if info.status != "running" or not merged:
             return None, {}
         import pyarrow.compute as pc
@@ -362,7 +371,7 @@ class Engine:
         if opened == OPENED_REPLACED or opened is True:
             tables, unreadable = self._replay_from_scratch(info, cursor, res)
             self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
-        if self.adapter.confirms_on_close:
+        if self.caps.confirms_on_close:
             cursor.begin_session()
         # a cursor that knew no remote run (new destination spelling, lost or quarantined
         # cursor) met a run the target already holds: ask before sending anything
@@ -385,7 +394,7 @@ class Engine:
                 tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
-        merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
+        merged = {k: tables[k] for k in KIND_ORDER if k in self.caps.merge_steps}
         if any(t.num_rows for t in merged.values()):
             self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
         for kind in KIND_ORDER:
@@ -401,7 +410,7 @@ class Engine:
             res.verify_ok = self._verify_ok(info, cursor, res.verified)
         self._call(res, lambda: self.adapter.close_run(cursor))
         cursor.confirm_session()
-        res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
+        res.upload = self.adapter.upload_command(cursor) if self.caps.staging else None
         cursor.last_sync_at = iso(time.time())
         cursor.last_error = None
         cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
@@ -412,7 +421,7 @@ class Engine:
         """Every metric key of the run, read at the first call, for a target that names keys by
         all of them (a damaged part is left out here: the run stops on it before anything is
         sent)."""
-        if not self.adapter.wants_metric_keys:
+        if not self.caps.wants_metric_keys:
             return None
 
         @functools.cache
@@ -463,7 +472,7 @@ class Engine:
 
     def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, hold_from: int | None,
                     doubtful: bool) -> None:
-        """Send the kinds of ``adapter.merge_steps`` together, whole steps in step order (see
+        """Send the kinds of ``capabilities.merge_steps`` together, whole steps in step order (see
         :class:`~.adapter.StepBatch`). Rows from step ``hold_from`` on (the plan's held step: a
         live run's newest, which may still grow; the target takes one row per step) stay pending."""
         if hold_from is not None:
@@ -508,7 +517,7 @@ class Engine:
             except (RetryableError, ConnectionError, TimeoutError) as exc:
                 attempt += 1
                 # the target may have stored the batch: ask before sending again
-                doubtful = self.adapter.reconcile_before_retry
+                doubtful = self.caps.reconcile_before_retry
                 self._backoff(res, attempt, exc)
         res.reconciled += held
         if kind == STEPS:
@@ -541,14 +550,14 @@ class Engine:
         for k, ids in cursor.in_doubt_rows().items():
             rows = read_kind(info.paths, k, damaged={})
             tables[k] = rows.filter(ids.mask(rows))
-        if kind != STEPS and kind in self.adapter.merge_steps:  # left by a version that sent kinds one by one
+        if kind != STEPS and kind in self.caps.merge_steps:  # left by a version that sent kinds one by one
             kind = STEPS
         self._deliver(kind, StepBatch(tables) if kind == STEPS else tables[kind], cursor, res, doubtful=True,
                       note=True)
 
     def _batches(self, kind: str, table):
         size = self.adapter.batch_size(kind, self.opts.batch_size)
-        group = self.adapter.group_columns.get(kind)
+        group = self.caps.group_columns.get(kind)
         n = table.num_rows
         if not group:
             for start in range(0, n, size):
