@@ -377,21 +377,29 @@ class _WatchStop:
 def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False,
                jobs=None, started=None):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
+    from trackstore.sync import open_adapter
     from trackstore.sync import sync as do_sync
 
     first = True
     seen: dict | None = None  # --watch: what each run's last summary row said (a pass prints what changed)
     while True:
         with _in_pass(stop):
-            where = _target_reachable(to, options, if_online=if_online, watch=watch) if not dry_run else None
+            adapter = open_adapter(root_path, to, options)  # this pass's adapter: do_sync owns and closes it
+            where = None
+            if not dry_run:
+                try:
+                    where = _target_reachable(adapter, if_online=if_online, watch=watch)
+                finally:
+                    if where is None:
+                        adapter.close()
             reachable = dry_run or where is not None
             opening = f"{to} at {where}" if where and first else None  # later passes have it open already
             if reachable:
                 if interactive:
                     with _RichProgress(opening, started) as progress:
-                        report = do_sync(root_path, to, opts, options, progress=progress, wait_lock=wait, jobs=jobs)
+                        report = do_sync(root_path, adapter, opts, progress=progress, wait_lock=wait, jobs=jobs)
                 else:
-                    report = do_sync(root_path, to, opts, options, progress=_CronProgress(quiet=fmt is Format.json,
+                    report = do_sync(root_path, adapter, opts, progress=_CronProgress(quiet=fmt is Format.json,
                                      opening=opening, started=started), wait_lock=wait, jobs=jobs)
                 first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
@@ -404,18 +412,15 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             return report
 
 
-def _target_reachable(to, options, *, if_online: bool, watch: float | None) -> str | None:
+def _target_reachable(adapter, *, if_online: bool, watch: float | None) -> str | None:
     """Where the target is (its destination, credentials left out) if it answers. Unreachable:
     exit 0 with ``--if-online``, raise without ``--watch``, else say so and return None (the
     watch loop retries)."""
     from trackstore.errors import TargetUnreachableError
-    from trackstore.sync import make_adapter
+    from trackstore.store.redact import redact_text
 
-    adapter = make_adapter(to, options)
     try:
         adapter.check_online()
-        from trackstore.store.redact import redact_text
-
         return redact_text(str(adapter.destination()))
     except TargetUnreachableError as exc:
         if if_online:
@@ -424,8 +429,6 @@ def _target_reachable(to, options, *, if_online: bool, watch: float | None) -> s
             raise
         echo_err(f"{exc}; retrying in {watch:.0f}s")
         return None
-    finally:
-        adapter.close()
 
 
 @contextlib.contextmanager

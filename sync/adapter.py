@@ -4,9 +4,10 @@ The engine (:mod:`trackstore.sync.engine`) owns every piece of state: it reads t
 decides what is pending and what is in doubt, batches (merging kinds per step for a target
 that needs it), keeps and writes the cursor, retries with backoff, locks, reports progress and
 the summary. An adapter only maps records onto its target's API and answers "what do you
-hold?". It never reads the store, never writes a cursor file, and keeps what it must remember
-between syncs in ``cursor.remote_id`` and ``cursor.remote`` (adapter state the engine persists
-on its behalf). Every HTTP target shares :mod:`trackstore.sync.http` (destination identity,
+hold?". It never lists the store nor reads its parts or cursors (it reads only the files a
+record names in the run's folder: artifact files, sample media), never writes a cursor file,
+and keeps what it must remember between syncs in ``cursor.remote_id`` and ``cursor.remote``
+(adapter state the engine persists on its behalf). Every HTTP target shares :mod:`trackstore.sync.http` (destination identity,
 reachability probe, the one retry/permanent error policy, proxies).
 
 The protocol, method by method (:class:`Target`; :class:`Adapter` is a base class with the
@@ -25,7 +26,7 @@ defaults of the optional ones):
     names, which depend on every key of the run and on the names ``cursor.remote`` already
     gave). ``metric_keys`` gives every metric key of the run when called (:data:`MetricKeys`:
     the engine reads them from the store at the first call, so a run whose batches need no
-    new name costs no read), for a target that declares :attr:`Adapter.wants_metric_keys`
+    new name costs no read), for a target that declares :attr:`Capabilities.wants_metric_keys`
     (None otherwise): adapters never read the store. It must not contact the target nor
     change ``cursor``.
 ``open_run(run, cursor)``
@@ -44,7 +45,7 @@ defaults of the optional ones):
     Returns notes for the summary (e.g. "param x truncated").
 ``send(kind, rows, cursor, batch_id)``
     Deliver one batch: a pyarrow Table of one kind in replay order, sized by
-    :meth:`Adapter.batch_size`, or for a target with :attr:`Adapter.merge_steps` a
+    :meth:`Adapter.batch_size`, or for a target with :attr:`Capabilities.merge_steps` a
     :class:`StepBatch` of kind :data:`STEPS` (whole steps, in step order). ``batch_id`` is the
     engine's id of exactly these rows: a target that can store it with the batch (MLflow: a run
     tag in the same request; wandb: a marker after the batch in its log) answers
@@ -64,7 +65,7 @@ defaults of the optional ones):
     original end time where the target allows. Idempotent.
 ``close_run(cursor)``
     Optional. The engine is done with this run. For a target with
-    :attr:`Adapter.confirms_on_close` (its client makes rows durable only when the session
+    :attr:`Capabilities.confirms_on_close` (its client makes rows durable only when the session
     closes), return normally only once every row sent since :meth:`open_run` is durable, else
     raise: the engine then rolls the cursor back to the session's start and reconciles those
     rows at the next sync.
@@ -77,7 +78,7 @@ defaults of the optional ones):
     cursor keeps a scratch copy of that state in ``prepare`` and plays each batch through it
     (SwanLab, wandb), so the dry run lists every skip the sync will report.
 ``upload_command(cursor)``
-    Optional, for a target with :attr:`Adapter.staging`. The shell command that uploads what
+    Optional, for a staging target (:attr:`Capabilities.staging`). The shell command that uploads what
     this process staged for the run of ``cursor`` (wandb: ``wandb sync DIR``), or None. Called
     by the engine after the run's sync completed; the CLI prints each distinct command once,
     at the end of its summary. No side effects.
@@ -89,23 +90,27 @@ defaults of the optional ones):
 ``close()``
     Optional. Release clients and background threads. Called once, at the end.
 
-Seven methods are required; seven have defaults. Class attributes declare what the engine
-must do for the target: :attr:`Adapter.kinds`, :attr:`~Adapter.batch_sizes`,
-:attr:`~Adapter.group_columns`, :attr:`~Adapter.merge_steps`,
-:attr:`~Adapter.confirms_on_close`, :attr:`~Adapter.whole_trajectories`,
-:attr:`~Adapter.reconcile_before_retry`.
+Seven methods are required; seven have defaults. What the target can do, and what the engine
+and the parallel scheduler must do for it, is one record, :class:`Capabilities`
+(:attr:`Adapter.capabilities`: the kinds it holds, batch sizes, groups a batch must not split,
+step-merged kinds, whether it confirms on close, whether a retry must reconcile first, whether
+it wants every metric key, whether it is a staging area, how many runs it takes at once and
+why, whether one sync must hold the whole destination, SDK modules to import before threads
+start). The engine and :mod:`.parallel` read that record and never a target's name.
 
-:attr:`Adapter.staging` says whether the destination is a *staging area* rather than the
+:attr:`Capabilities.staging` says whether the destination is a *staging area* rather than the
 platform: a folder on this machine that the client's offline or local mode fills for a later
 upload (wandb offline, SwanLab offline and local). The engine records the run's cursor as
-``staged`` there (:attr:`trackstore.store.ledger.Cursor.staged`): ``status`` and the
+``staged`` there (:attr:`trackstore.store.cursor.Cursor.staged`): ``status`` and the
 ``sync_state`` view show it as staged, and ``gc`` does not count it as synced unless told to
 (``--count-staged``). A staging destination must have a destination string of its own (its
 mode and folder in it), so that syncing the same run to the platform later keeps a separate
 cursor. A store the user reads in place (MLflow's file or sqlite store) is not staging: it is
 the destination the user chose.
 
-Adapters import their SDK lazily (inside methods or ``__init__``), never at module import,
+Adapters read the files a record names from the run's folder (artifact files, sample media):
+the engine hands them the run (``run.paths``), and they read nothing else of the store: no
+listing, no parts, no cursor file. Adapters import their SDK lazily (inside methods or ``__init__``), never at module import,
 so ``trackstore sync --help`` and the core stay fast. ``tests/test_import_graph.py`` checks
 that no adapter module imports a store reader, the ledger's writers or an engine name.
 """
@@ -115,10 +120,10 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, runtime_checkable
 
 from trackstore.errors import LockHeldError, TrackstoreError, UsageError
-from trackstore.store.ledger import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
+from trackstore.store.cursor import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
 
 #: every metric key of the run being synced, read by the engine at the first call (``prepare``)
 MetricKeys = Callable[[], list[str]]
@@ -178,7 +183,7 @@ class PermanentError(TrackstoreError):
 @dataclass
 class StepBatch:
     """Rows of several kinds covering whole steps, for an adapter whose target takes one row
-    per step (:attr:`Adapter.merge_steps`): ``tables[kind]`` holds that kind's rows at the
+    per step (:attr:`Capabilities.merge_steps`): ``tables[kind]`` holds that kind's rows at the
     batch's steps. The engine never splits a step between two batches, sends the batches in
     step order, and holds back a live run's newest step (it may still be growing)."""
 
@@ -222,6 +227,52 @@ class SendResult:
         return sum(self.skipped.values())
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target can do and what the engine must do for it: the one record the engine and
+    :mod:`.parallel` read (see the module docstring). An adapter declares it as
+    :attr:`Adapter.CAPABILITIES`, and overrides :attr:`Adapter.capabilities` where it depends on
+    the destination (MLflow's store kind, wandb's and SwanLab's modes)."""
+
+    #: record kinds this target can hold; rows of other kinds are reported as unsupported
+    kinds: tuple[str, ...] = ("metrics",)
+    #: rows per ``send`` call, per kind (the engine never sends more; 500 for a kind not named)
+    batch_sizes: Mapping[str, int] = field(default_factory=lambda: {"metrics": 1000})
+    #: kinds whose batches must not split a group of rows sharing this column (e.g. a trace)
+    group_columns: Mapping[str, str] = field(default_factory=dict)
+    #: spans become one record per trajectory through :mod:`.trajectories` (so a trajectory
+    #: without a root span is skipped once its run ended, and the dry run says so)
+    whole_trajectories: bool = False
+    #: kinds the target takes as one row per step (wandb: metrics, histograms and samples share
+    #: one step axis): the engine sends them together as :class:`StepBatch` es of kind
+    #: :data:`STEPS`, whole steps in step order, a live run's newest step held back
+    merge_steps: tuple[str, ...] = ()
+    #: the client makes rows durable only when the run's session closes (SwanLab): the engine
+    #: keeps the cursor as it was when the session began until :meth:`Adapter.close_run` returns,
+    #: and when a session never got there it goes back to that state and reconciles the rows the
+    #: session was handed before sending them again
+    confirms_on_close: bool = False
+    #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
+    #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
+    #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
+    reconcile_before_retry: bool = True
+    #: the target's names depend on every metric key of the run (MLflow: two keys that sanitize
+    #: alike get distinct names): the engine reads them and hands them to :meth:`Adapter.prepare`
+    wants_metric_keys: bool = False
+    #: the destination is a staging area on this machine (see the module docstring)
+    staging: bool = False
+    #: runs synced at once when ``--jobs`` is not given (measured: docs/performance.md)
+    default_jobs: int = 1
+    #: the most runs synced at once (None: no limit), and why, said when ``--jobs`` asks for more
+    max_jobs: int | None = None
+    why_max_jobs: str | None = None
+    #: why one sync at a time must hold the whole destination (and sync one run at a time), or None
+    one_writer: str | None = None
+    #: SDK modules imported once before worker threads start (a first import racing in several
+    #: threads can see a partly initialised module)
+    preimport: tuple[str, ...] = ()
+
+
 @dataclass
 class TargetOptions:
     """Settings common to all targets, from CLI flags (adapters read their own env vars)."""
@@ -243,7 +294,7 @@ class Target(Protocol):
     name: str
 
     @property
-    def staging(self) -> bool: ...
+    def capabilities(self) -> Capabilities: ...
     def destination(self) -> str: ...
     def check_online(self) -> None: ...
     def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None: ...
@@ -265,49 +316,23 @@ class Adapter:
     class attributes the engine reads. See the module docstring for each method's contract."""
 
     name: ClassVar[str] = ""
-    #: record kinds this target can hold; rows of other kinds are reported as unsupported
-    kinds: ClassVar[tuple[str, ...]] = ("metrics",)
-    #: rows per ``send`` call, per kind (the engine never sends more)
-    batch_sizes: ClassVar[dict[str, int]] = {"metrics": 1000}
-    #: kinds whose batches must not split a group of rows sharing this column (e.g. a trace)
-    group_columns: ClassVar[dict[str, str]] = {}
-    #: True when spans become one record per trajectory through :mod:`.trajectories` (so a
-    #: trajectory without a root span is skipped once its run ended, and the dry run says so)
-    whole_trajectories: ClassVar[bool] = False
-    #: kinds the target takes as one row per step (wandb: metrics, histograms and samples share
-    #: one step axis): the engine sends them together as :class:`StepBatch` es of kind
-    #: :data:`STEPS`, whole steps in step order, a live run's newest step held back
-    merge_steps: ClassVar[tuple[str, ...]] = ()
-    #: True for a target whose client makes rows durable only when the run's session closes
-    #: (SwanLab): the engine keeps the cursor as it was when the session began
-    #: (``Cursor.session``) until :meth:`close_run` returns, and when a session never got there
-    #: it goes back to that state and reconciles the rows the session was handed before
-    #: sending them again (``Cursor.recheck``)
-    confirms_on_close: ClassVar[bool] = False
-    #: False only for a target whose ``send`` is itself safe to repeat with the same rows and
-    #: batch id within one process (wandb: a batch handed to wandb-core is staged under its id,
-    #: and a repeat only waits for it to reach the log, which ``reconcile`` could not see yet)
-    reconcile_before_retry: ClassVar[bool] = True
-    #: True for a target whose names depend on every metric key of the run (MLflow: two keys
-    #: that sanitize alike get distinct names): the engine reads them and hands them to
-    #: :meth:`prepare`
-    wants_metric_keys: ClassVar[bool] = False
+    #: what the target can do (:class:`Capabilities`); see :attr:`capabilities`
+    CAPABILITIES: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, options: TargetOptions):
         self.options = options
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """The record the engine reads: :attr:`CAPABILITIES`, unless the destination changes it."""
+        return self.CAPABILITIES
+
     def batch_size(self, kind: str, requested: int | None = None) -> int:
-        limit = self.batch_sizes.get(kind, 500)
+        limit = self.capabilities.batch_sizes.get(kind, 500)
         return max(1, min(limit, requested)) if requested else limit
 
     def destination(self) -> str:
         raise NotImplementedError
-
-    @property
-    def staging(self) -> bool:
-        """True when :meth:`destination` is a staging area on this machine (an offline or local
-        client folder that a later upload sends on), not the platform: see the module docstring."""
-        return False
 
     def upload_command(self, cursor) -> str | None:
         return None
@@ -337,7 +362,7 @@ class Adapter:
         raise NotImplementedError
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:
-        if kind not in self.kinds:
+        if kind not in self.capabilities.kinds:
             return {f"{self.name} cannot hold {kind}": rows.num_rows} if rows.num_rows else {}
         return {}
 

@@ -26,7 +26,6 @@ changes anything a writer owns: syncing a live run from a login node is safe.
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import random
@@ -39,8 +38,9 @@ from trackstore.errors import TargetUnreachableError, TrackstoreError, UsageErro
 from trackstore.read.listing import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import read_kind
 from trackstore.store.clock import iso
+from trackstore.store.cursor import Cursor
 from trackstore.store.layout import resolve_root
-from trackstore.store.ledger import CURSOR_ERRORS, Cursor, cursor_path, load_cursor, save_cursor, unchanged_since_ack
+from trackstore.store.ledger import CURSOR_ERRORS, cursor_path, load_cursor, save_cursor, unchanged_since_ack
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
@@ -159,6 +159,24 @@ def select_runs(root: Path, opts: SyncOptions) -> list[RunInfo]:
     return runs
 
 
+def unchanged_runs(root: Path, target: str, destination: str, opts: SyncOptions,
+                   runs: list[RunInfo]) -> set[tuple[str, str]]:
+    """The runs whose parts did not change since ``destination`` acknowledged everything
+    (``stat`` calls only, from the catalog): a sync skips them without a lock or a worker. None
+    under ``--all`` or ``--verify``, which look again."""
+    if opts.include_synced or opts.verify:
+        return set()
+    return unchanged_since_ack(root, target, destination, runs)
+
+
+def up_to_date_result(info: RunInfo) -> RunResult:
+    """The result of a run :func:`unchanged_runs` found: nothing to send, nothing opened (the plan
+    :meth:`Engine.plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
+    return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
+                     pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors(),
+                     plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE))
+
+
 class Engine:
     """Replays runs of one store to one adapter. One instance per ``trackstore sync`` call."""
 
@@ -170,6 +188,7 @@ class Engine:
         self.progress = progress or Progress()
         self.on_batch = on_batch  # e.g. refresh the lock's heartbeat
         self.target = adapter.name
+        self.caps = adapter.capabilities  # what the engine does for the target: read once, never its name
         self.destination = adapter.destination()
         self._rng = random.Random(opts.seed)
         self._quarantined: dict | None = None  # (project, run_id) -> parts doctor moved away, read once
@@ -187,7 +206,7 @@ class Engine:
                 report.runs.append(res)
                 continue
             if (info.project, info.run_id) in unchanged:
-                report.runs.append(self.up_to_date(info))
+                report.runs.append(up_to_date_result(info))
                 continue
             res = self.dry_run_one(info) if self.opts.dry_run else self.sync_one(info)
             if res.error_kind == "unreachable":
@@ -196,18 +215,8 @@ class Engine:
         return report
 
     def unchanged(self, runs: list[RunInfo]) -> set[tuple[str, str]]:
-        """The runs whose parts did not change since everything was acknowledged (``stat`` calls
-        only, from the catalog); none under ``--all`` or ``--verify``, which look again."""
-        if self.opts.include_synced or self.opts.verify:
-            return set()
-        return unchanged_since_ack(self.root, self.target, self.destination, runs)
-
-    def up_to_date(self, info: RunInfo) -> RunResult:
-        """The result of a run :meth:`unchanged` found: nothing to send, nothing opened (the plan
-        :meth:`plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
-        return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
-                         pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors(),
-                         plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE))
+        """:func:`unchanged_runs` for this engine's destination."""
+        return unchanged_runs(self.root, self.target, self.destination, self.opts, runs)
 
     def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
         """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
@@ -246,7 +255,7 @@ class Engine:
             res.error_kind = "damaged"
             res.plan = plan.skipped(info.project, info.run_id, info.status, plan.DAMAGED, res.error)
             return None
-        cursor.staged = self.adapter.staging  # what it acknowledges has not left this machine
+        cursor.staged = self.caps.staging  # what it acknowledges has not left this machine
         return cursor
 
     def plan(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple[RunPlan, dict]:
@@ -263,8 +272,9 @@ class Engine:
         blocked = self._check_gaps(res, unreadable, cursor)
         recheck = sum(cursor.recheck[k].overlap(_ids(t)) for k, t in tables.items()
                       if t.num_rows and cursor.recheck.get(k))
+        held_step, held = self._held_back(info, tables)
         res.plan = plan.decide(info.project, info.run_id, info.status, cursor, res.pending,
-                               held=self._held_back(info, tables), recheck=recheck, blocked=blocked,
+                               held=held, held_step=held_step, recheck=recheck, blocked=blocked,
                                everything=self.opts.include_synced or self.opts.verify, verify=self.opts.verify)
         res.up_to_date = res.plan.up_to_date
         return res.plan, tables
@@ -289,27 +299,29 @@ class Engine:
             # earlier batches held: SwanLab's first value per (key, step)); kinds a target takes
             # merged by step are judged whole
             predicted: dict[str, int] = {}
-            batches = [table] if kind in self.adapter.merge_steps or not table.num_rows else self._batches(kind, table)
+            batches = [table] if kind in self.caps.merge_steps or not table.num_rows else self._batches(kind, table)
             for batch in batches:
                 for reason, n in self.adapter.unsupported(kind, batch).items():
                     predicted[reason] = predicted.get(reason, 0) + n
-            if kind == "spans" and self.adapter.whole_trajectories and info.status != "running" and table.num_rows:
+            if kind == "spans" and self.caps.whole_trajectories and info.status != "running" and table.num_rows:
                 n = rootless_rows(table)  # what the sync's ready_trajectories will skip
                 if n:
                     predicted[NO_ROOT_SPAN] = predicted.get(NO_ROOT_SPAN, 0) + n
             for reason, n in predicted.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
 
-    def _held_back(self, info: RunInfo, tables: dict) -> dict[str, int]:
-        """The pending rows a sync holds back, per kind: a live run's newest step, for a target
-        that takes one row per step (:meth:`_send_steps`)."""
-        merged = [k for k in KIND_ORDER if k in self.adapter.merge_steps and tables[k].num_rows]
+    def _held_back(self, info: RunInfo, tables: dict) -> tuple[int | None, dict[str, int]]:
+        """What a sync holds back of the pending rows: a live run's newest step (it may still
+        grow), for a target that takes one row per step (:meth:`_send_steps`), and the rows of
+        it per kind; ``(None, {})`` when nothing is held."""
+        merged = [k for k in KIND_ORDER if k in self.caps.merge_steps and tables[k].num_rows]
         if info.status != "running" or not merged:
-            return {}
+            return None, {}
         import pyarrow.compute as pc
 
         newest = max(pc.max(tables[k].column("step")).as_py() for k in merged)
-        return {k: pc.sum(pc.equal(tables[k].column("step"), newest).cast("int64")).as_py() or 0 for k in merged}
+        return newest, {k: pc.sum(pc.equal(tables[k].column("step"), newest).cast("int64")).as_py() or 0
+                        for k in merged}
 
     def sync_one(self, info: RunInfo) -> RunResult:
         """Execute the run's plan (:meth:`plan`)."""
@@ -360,9 +372,8 @@ class Engine:
         if opened == OPENED_REPLACED or opened is True:
             tables, unreadable = self._replay_from_scratch(info, cursor, res)
             self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
-        if self.adapter.confirms_on_close:
-            cursor.session = {"acked": {k: v.to_json() for k, v in cursor.acked.items()},
-                              "skipped": dict(cursor.skipped), "remote": copy.deepcopy(cursor.remote)}
+        if self.caps.confirms_on_close:
+            cursor.begin_session()
         # a cursor that knew no remote run (new destination spelling, lost or quarantined
         # cursor) met a run the target already holds: ask before sending anything
         doubtful = opened == OPENED_FOUND and not had_remote
@@ -375,7 +386,7 @@ class Engine:
             # (empty) acknowledged rows, which would send the rest again blindly
             for kind, table in tables.items():
                 if table.num_rows:
-                    cursor.recheck.setdefault(kind, RangeSet()).update(_ids(table))
+                    cursor.mark_recheck(kind, _ids(table))
         save_cursor(self.root, cursor)
         if cursor.in_doubt:
             self._reconcile(info, cursor, res)
@@ -384,9 +395,9 @@ class Engine:
                 tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
-        merged = {k: tables[k] for k in KIND_ORDER if k in self.adapter.merge_steps}
+        merged = {k: tables[k] for k in KIND_ORDER if k in self.caps.merge_steps}
         if any(t.num_rows for t in merged.values()):
-            self._send_steps(merged, cursor, res, live=info.status == "running", doubtful=doubtful)
+            self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
         for kind in KIND_ORDER:
             table = tables[kind]
             if table.num_rows and kind not in merged:
@@ -399,8 +410,8 @@ class Engine:
             res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
             res.verify_ok = self._verify_ok(info, cursor, res.verified)
         self._call(res, lambda: self.adapter.close_run(cursor))
-        self._confirm(cursor)
-        res.upload = self.adapter.upload_command(cursor) if self.adapter.staging else None
+        cursor.confirm_session()
+        res.upload = self.adapter.upload_command(cursor) if self.caps.staging else None
         res.view = self.adapter.view(cursor)
         cursor.last_sync_at = iso(time.time())
         cursor.last_error = None
@@ -412,7 +423,7 @@ class Engine:
         """Every metric key of the run, read at the first call, for a target that names keys by
         all of them (a damaged part is left out here: the run stops on it before anything is
         sent)."""
-        if not self.adapter.wants_metric_keys:
+        if not self.caps.wants_metric_keys:
             return None
 
         @functools.cache
@@ -437,11 +448,6 @@ class Engine:
         res.notes.append(f"the previous {self.target} session did not close: the rows it was handed are checked "
                          "against the target and sent again where missing")
 
-    def _confirm(self, cursor: Cursor) -> None:
-        """The target confirmed what the session was handed: it is acknowledged for good."""
-        cursor.session = None
-        cursor.recheck = {k: left for k, ids in cursor.recheck.items() if (left := ids - cursor.acked_set(k))}
-
     def _stop_on_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> None:
         blocked = self._check_gaps(res, unreadable, cursor)
         if blocked:
@@ -449,11 +455,7 @@ class Engine:
 
     def _replay_from_scratch(self, info: RunInfo, cursor: Cursor, res: RunResult) -> tuple:
         """The remote run is gone and a new one was made: everything is pending again."""
-        cursor.acked.clear()
-        cursor.recheck.clear()
-        cursor.skipped.clear()
-        cursor.in_doubt = None
-        cursor.synced_status = None
+        cursor.forget()
         res.notes.append(f"the {self.target} run this run was synced to no longer exists; "
                          "created a new one and replayed the whole run into it")
         tables, unreadable = self.pending_tables(info, cursor)
@@ -470,11 +472,16 @@ class Engine:
             if self.on_batch is not None:
                 self.on_batch()
 
-    def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, live: bool, doubtful: bool) -> None:
-        """Send the kinds of ``adapter.merge_steps`` together, whole steps in step order (see
-        :class:`~.adapter.StepBatch`). A live run's newest step stays pending: it may still grow,
-        and the target takes one row per step."""
-        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size), hold_last=live):
+    def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, hold_from: int | None,
+                    doubtful: bool) -> None:
+        """Send the kinds of ``capabilities.merge_steps`` together, whole steps in step order (see
+        :class:`~.adapter.StepBatch`). Rows from step ``hold_from`` on (the plan's held step: a
+        live run's newest, which may still grow; the target takes one row per step) stay pending."""
+        if hold_from is not None:
+            import pyarrow.compute as pc
+
+            tables = {k: t.filter(pc.less(t.column("step"), hold_from)) for k, t in tables.items()}
+        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size)):
             self._deliver(STEPS, batch, cursor, res, doubtful=doubtful)
             self.progress.advanced(batch.num_rows)
             if self.on_batch is not None:
@@ -492,13 +499,9 @@ class Engine:
         the end of the doubt.
         """
         ids = _batch_ids(kind, batch)
-        rows_json = {k: v.to_json() for k, v in ids.items()} if kind == STEPS else ids[kind].to_json()
-        cursor.last_send_at = iso(time.time())
-        cursor.in_doubt = {"kind": kind, "rows": rows_json, "batch_id": batch_id_of(kind, batch),
-                           "since": cursor.last_send_at}
+        cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
         # rows a session handed over and never confirmed: ask the target before sending them
-        recheck = [k for k, v in ids.items() if cursor.recheck.get(k) and cursor.recheck[k].overlap(v)]
-        doubtful = doubtful or bool(recheck)
+        doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
         save_cursor(self.root, cursor)
         pending, result, attempt = batch, SendResult(), 0
         held = 0
@@ -516,30 +519,25 @@ class Engine:
             except (RetryableError, ConnectionError, TimeoutError) as exc:
                 attempt += 1
                 # the target may have stored the batch: ask before sending again
-                doubtful = self.adapter.reconcile_before_retry
+                doubtful = self.caps.reconcile_before_retry
                 self._backoff(res, attempt, exc)
         res.reconciled += held
         if kind == STEPS:
             if result.deferred:
                 raise TrackstoreError(f"{self.target}: a step-merged batch cannot defer rows (the engine holds "
                                       "back a live run's newest step itself)")
-            for k, table in batch.tables.items():
-                cursor.acked_set(k).add_table(table)
+            acked = ids
+            skipped = {k: result.by_kind.get(k, 0) for k in pending.tables}
             for k, table in pending.tables.items():
-                n = result.by_kind.get(k, 0)
-                res.sent[k] = res.sent.get(k, 0) + table.num_rows - n
-                cursor.skipped[k] = cursor.skipped.get(k, 0) + n
+                res.sent[k] = res.sent.get(k, 0) + table.num_rows - skipped[k]
             for reason, n in result.skipped.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
         else:
             deferred = _ids(pending.take(result.deferred)) if result.deferred else None
-            done = batch.filter(_not_in(deferred, batch)) if deferred else batch
-            cursor.acked_set(kind).add_table(done)
+            acked = {kind: ids[kind] - deferred if deferred else ids[kind]}
+            skipped = {kind: result.skipped_rows}
             self._count(res, kind, pending.num_rows - len(result.deferred), result)
-            cursor.skipped[kind] = cursor.skipped.get(kind, 0) + result.skipped_rows
-        for k in recheck:
-            cursor.recheck[k] = cursor.recheck[k] - ids[k]
-        cursor.in_doubt = None
+        cursor.acknowledge(ids, acked, skipped)
         if note:
             what = "step" if kind == STEPS else kind
             res.notes.append(f"reconciled an interrupted {what} batch: {held} of {batch.num_rows} "
@@ -554,14 +552,14 @@ class Engine:
         for k, ids in cursor.in_doubt_rows().items():
             rows = read_kind(info.paths, k, damaged={})
             tables[k] = rows.filter(ids.mask(rows))
-        if kind != STEPS and kind in self.adapter.merge_steps:  # left by a version that sent kinds one by one
+        if kind != STEPS and kind in self.caps.merge_steps:  # left by a version that sent kinds one by one
             kind = STEPS
         self._deliver(kind, StepBatch(tables) if kind == STEPS else tables[kind], cursor, res, doubtful=True,
                       note=True)
 
     def _batches(self, kind: str, table):
         size = self.adapter.batch_size(kind, self.opts.batch_size)
-        group = self.adapter.group_columns.get(kind)
+        group = self.caps.group_columns.get(kind)
         n = table.num_rows
         if not group:
             for start in range(0, n, size):
@@ -651,7 +649,7 @@ class Engine:
         if cursor.session is not None:  # end the session; confirmed only if the target says so
             try:
                 self.adapter.close_run(cursor)
-                self._confirm(cursor)
+                cursor.confirm_session()
             except (TrackstoreError, ConnectionError, TimeoutError):
                 pass
         message = redact_text(message)
@@ -671,16 +669,6 @@ def _ids(table) -> RangeSet:
     return r
 
 
-def _without(table, indices: list[int]):
-    """``table`` minus the rows at ``indices``."""
-    if not indices:
-        return table
-    import pyarrow as pa
-
-    drop = set(indices)
-    return table.filter(pa.array([i not in drop for i in range(table.num_rows)]))
-
-
 def _not_in(acked, table):
     import pyarrow.compute as pc
 
@@ -698,9 +686,9 @@ def _batch_ids(kind: str, batch) -> dict[str, RangeSet]:
     return {kind: _ids(batch)}
 
 
-def _step_batches(tables: dict, size: int, *, hold_last: bool):
+def _step_batches(tables: dict, size: int):
     """:class:`StepBatch` es of about ``size`` rows over ``tables`` (kind -> rows with a ``step``):
-    whole steps, in step order; with ``hold_last`` the newest step is left out."""
+    whole steps, in step order."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -714,8 +702,6 @@ def _step_batches(tables: dict, size: int, *, hold_last: bool):
     if not len(every):
         return
     values, counts = np.unique(every, return_counts=True)
-    if hold_last:
-        values, counts = values[:-1], counts[:-1]
     starts = {k: ordered[k].column("step").to_numpy() for k in ordered}
     i = 0
     while i < len(values):

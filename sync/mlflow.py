@@ -48,7 +48,7 @@ import math
 import os
 import posixpath
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ from .adapter import (
     OPENED_FOUND,
     OPENED_REPLACED,
     Adapter,
+    Capabilities,
     MetricKeys,
     PermanentError,
     RetryableError,
@@ -73,6 +74,8 @@ from .http import classify, destination_url, is_local_uri, probe, proxy_environm
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
+#: runs synced at once to an MLflow tracking server when --jobs is not given (measured)
+SERVER_JOBS = 8
 
 RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
@@ -139,11 +142,13 @@ def _ms(iso_value: str | None) -> int | None:
 
 class MlflowAdapter(Adapter):
     name = "mlflow"
-    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
-    batch_sizes = {"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20}
-    group_columns = {"spans": "trace_id"}
-    wants_metric_keys = True  # two keys that sanitize alike get distinct names: decided over all of them
-    whole_trajectories = True
+    CAPABILITIES = Capabilities(
+        kinds=("metrics", "histograms", "samples", "spans", "artifacts"),
+        batch_sizes={"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20},
+        group_columns={"spans": "trace_id"},
+        wants_metric_keys=True,  # two keys that sanitize alike get distinct names: decided over all of them
+        whole_trajectories=True,
+        preimport=("mlflow", "mlflow.tracking", "mlflow.entities"))
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
@@ -166,6 +171,18 @@ class MlflowAdapter(Adapter):
         # the ranges of its keys only (its own points are the uncertain ones)
         self._held: dict[tuple[str, str], _Held] = {}
         self._ranged = self.uri.startswith(("http://", "https://"))  # the server answers for a step range
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A tracking server takes :data:`SERVER_JOBS` runs at once by default (measured:
+        docs/performance.md, ``benchmarks/sync_parallel.py``); a local store (sqlite, files) one:
+        one writer at a time, and the work is CPU in this process. The file store creates an
+        experiment by listing names and then writing a folder, so two syncs of one project at
+        once would make two experiments of one name: a sync to it holds the whole destination."""
+        server = self.uri.startswith(("http://", "https://", "databricks"))
+        database = self.uri.startswith(("sqlite:", "postgresql", "mysql", "mssql"))
+        return replace(self.CAPABILITIES, default_jobs=SERVER_JOBS if server else 1,
+                       one_writer=None if server or database else "MLflow's file store takes one writer at a time")
 
     # ------------------------------------------------------------------ plumbing
     @property

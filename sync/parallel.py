@@ -28,13 +28,13 @@ The promise:
 * **Workers are threads.** Replaying to a server is waiting on the network, which threads
   share well (measured: docs/performance.md, ``benchmarks/sync_parallel.py``). Some clients
   keep one run per process in globals (``wandb.init``, ``swanlab.init``): for those targets
-  the number of workers is capped at 1 (:data:`MAX_JOBS`) and the sync says so. A target's
-  default (:func:`default_jobs`) comes from the same measurement: 8 for an MLflow server, 1
-  for a local MLflow store (sqlite or files; one writer at a time, and the work is CPU in
-  this process). A plugin target may declare ``default_jobs`` and ``max_jobs`` on its class.
-  MLflow's file store takes one writer at a time (it creates experiments non-atomically): a
-  sync to it holds the whole destination (:func:`whole_destination`; a second sync exits 6 at
-  once, or waits with ``--wait``) and syncs one run at a time.
+  the number of workers is capped at 1 and the sync says so. A target's default comes from
+  the same measurement: 8 for an MLflow server, 1 for a local MLflow store (sqlite or files;
+  one writer at a time, and the work is CPU in this process). All of it is the adapter's
+  :class:`~.adapter.Capabilities` (``default_jobs``, ``max_jobs`` and why, ``one_writer``,
+  ``preimport``): this module never looks at a target's name. A destination that takes one
+  writer at a time (MLflow's file store creates experiments non-atomically) is held whole by a
+  sync (a second sync exits 6 at once, or waits with ``--wait``), which syncs one run at a time.
 
 A KeyboardInterrupt (Ctrl-C, ``--watch`` stopping) while workers run stops the sync at once:
 the batches in flight are settled on the next sync by the engine's in-doubt protocol, exactly
@@ -55,18 +55,8 @@ from trackstore.read.listing import RunInfo
 from trackstore.store import locks
 
 from .adapter import Adapter, TargetOptions
-from .engine import Engine, Progress, RunResult, SyncOptions, SyncReport
+from .engine import Engine, Progress, RunResult, SyncOptions, SyncReport, unchanged_runs, up_to_date_result
 
-#: targets whose client keeps one run per process in globals: never more workers than this
-MAX_JOBS = {"wandb": 1, "wandb-offline": 1, "swanlab": 1}
-#: default workers for an MLflow tracking server (http/https/databricks URI), measured
-MLFLOW_SERVER_JOBS = 8
-#: why a target is capped (said once when --jobs asks for more)
-_CAP_REASON = {"wandb": "wandb.init keeps one run per process", "wandb-offline": "wandb.init keeps one run per process",
-               "swanlab": "swanlab.init keeps one run per process"}
-#: SDK modules imported once before worker threads start: a first import racing in several
-#: threads can see a partly initialised module
-_PREIMPORT = {"mlflow": ("mlflow", "mlflow.tracking", "mlflow.entities")}
 SESSION_REFRESH_S = 30.0  # the declaration's heartbeat (stale only after locks.STALE_AFTER_S elsewhere)
 
 
@@ -74,45 +64,18 @@ def run_key(info: RunInfo) -> str:
     return f"{info.project}/{info.run_id}"
 
 
-def max_jobs(target: str, adapter: Adapter) -> int | None:
-    cap = getattr(adapter, "max_jobs", None)
-    return cap if isinstance(cap, int) and cap > 0 else MAX_JOBS.get(target)
-
-
-def default_jobs(target: str, adapter: Adapter) -> int:
-    """Workers when ``--jobs`` is not given (see the module docstring and docs/sync.md)."""
-    own = getattr(adapter, "default_jobs", None)
-    if isinstance(own, int) and own > 0:
-        return own
-    if target == "mlflow":
-        uri = str(getattr(adapter, "uri", "") or adapter.destination())
-        return MLFLOW_SERVER_JOBS if uri.startswith(("http://", "https://", "databricks")) else 1
-    return 1
-
-
-def whole_destination(target: str, adapter: Adapter) -> str | None:
-    """Why one sync at a time must hold the whole destination, or None. MLflow's file store
-    creates an experiment by listing names and then writing a folder, so two writers syncing
-    runs of one project at once make two experiments of one name."""
-    if target == "mlflow":
-        uri = str(getattr(adapter, "uri", "") or "")
-        if uri and not uri.startswith(("sqlite:", "http://", "https://", "databricks", "postgresql", "mysql",
-                                       "mssql")):
-            return "MLflow's file store takes one writer at a time"
-    return None
-
-
-def effective_jobs(target: str, adapter: Adapter, requested: int | None) -> tuple[int, str | None]:
-    """The number of workers, and a sentence when ``requested`` had to be lowered."""
+def effective_jobs(adapter: Adapter, requested: int | None) -> tuple[int, str | None]:
+    """The number of workers for ``adapter``'s destination (``requested``, else the target's
+    default, within what it takes: :class:`~.adapter.Capabilities`), and a sentence when
+    ``requested`` had to be lowered."""
     if requested is not None and (not isinstance(requested, int) or requested < 1):
         raise UsageError(f"--jobs {requested}: the number of runs synced at once must be 1 or more")
-    jobs = default_jobs(target, adapter) if requested is None else requested
-    cap = max_jobs(target, adapter)
-    if whole_destination(target, adapter):
-        cap = 1
+    caps = adapter.capabilities
+    jobs = caps.default_jobs if requested is None else requested
+    cap = 1 if caps.one_writer else caps.max_jobs
     if cap is not None and jobs > cap:
-        why = whole_destination(target, adapter) or _CAP_REASON.get(target, f"the {target} target declares at most {cap}")
-        note = (f"--jobs {jobs}: syncing {cap} {'run' if cap == 1 else 'runs'} at a time to {target} ({why}); "
+        why = caps.one_writer or caps.why_max_jobs or f"the {adapter.name} target declares at most {cap}"
+        note = (f"--jobs {jobs}: syncing {cap} {'run' if cap == 1 else 'runs'} at a time to {adapter.name} ({why}); "
                 "start several trackstore sync processes to sync in parallel (each run has its own lock)")
         return cap, note if requested is not None else None
     return jobs, None
@@ -203,11 +166,10 @@ class _Scheduler:
         self.runs = runs
         self.results: list[RunResult | None] = [None] * len(runs)
         # runs whose parts did not change since everything was acknowledged: no lock, no worker
-        probe = Engine(root, first_adapter, opts)
-        unchanged = probe.unchanged(runs)
+        unchanged = unchanged_runs(root, target, destination, opts, runs)
         for i, info in enumerate(runs):
             if (info.project, info.run_id) in unchanged:
-                self.results[i] = probe.up_to_date(info)
+                self.results[i] = up_to_date_result(info)
         self.queue: deque[_Item] = deque(_Item(i, info) for i, info in enumerate(runs) if self.results[i] is None)
         self.deferred: deque[_Item] = deque()
         self.mutex = threading.Lock()
@@ -355,20 +317,21 @@ class _Scheduler:
         return report
 
 
-def sync_runs(root: Path, target: str, opts: SyncOptions, options: TargetOptions, runs: list[RunInfo],
-              make_adapter: Callable[[], Adapter], *, jobs: int | None = None, progress: Progress | None = None,
-              wait: bool = False, lock_timeout: float | None = None) -> SyncReport:
-    """Sync ``runs`` with up to ``jobs`` workers (None: the target's default); see the module docstring."""
+def sync_runs(root: Path, opts: SyncOptions, runs: list[RunInfo], first: Adapter, *, jobs: int | None = None,
+              progress: Progress | None = None, wait: bool = False, lock_timeout: float | None = None) -> SyncReport:
+    """Sync ``runs`` with up to ``jobs`` workers (None: the target's default); see the module
+    docstring. ``first`` is the first worker's adapter; the others are made like it
+    (``type(first)(first.options)``). Every adapter is closed before this returns."""
     shared = _Shared(progress)
-    first = make_adapter()
+    target = first.name
     exclusive: locks.Lock | None = None
     try:
         destination = first.destination()
-        n, note = effective_jobs(target, first, jobs)
+        n, note = effective_jobs(first, jobs)
         n = max(1, min(n, len(runs)))
         if note:
             shared.call("message", note)
-        if whole_destination(target, first):  # as before --jobs: one sync of this destination at a time
+        if first.capabilities.one_writer:  # one sync of this destination at a time
             exclusive = locks.acquire(root, locks.sync_run_lock_name(target, destination, "*", "*"), wait=wait,
                                       timeout=lock_timeout, info={"runs": [run_key(r) for r in runs],
                                                                   "destination": destination, "target": target})
@@ -382,15 +345,15 @@ def sync_runs(root: Path, target: str, opts: SyncOptions, options: TargetOptions
             exclusive.release()
         raise
     try:
-        sched = _Scheduler(root, target, destination, options, opts, runs, shared, wait=wait,
-                           lock_timeout=lock_timeout, make_adapter=make_adapter, first_adapter=first,
-                           declaration=declaration)
+        sched = _Scheduler(root, target, destination, first.options, opts, runs, shared, wait=wait,
+                           lock_timeout=lock_timeout, make_adapter=lambda: type(first)(first.options),
+                           first_adapter=first, declaration=declaration)
         if shared.parallel:
             shared.call("begin", len(runs), n)
         if n == 1:
             sched.work(first)  # in this thread: an interrupt stops the run where it is, as always
         else:
-            _run_threads(sched, first, n, target)
+            _run_threads(sched, first, n)
         if sched.errors:
             raise sched.errors[0]
         return sched.report()
@@ -400,10 +363,10 @@ def sync_runs(root: Path, target: str, opts: SyncOptions, options: TargetOptions
             exclusive.release()
 
 
-def _run_threads(sched: _Scheduler, first: Adapter, n: int, target: str) -> None:
+def _run_threads(sched: _Scheduler, first: Adapter, n: int) -> None:
     import importlib
 
-    for module in _PREIMPORT.get(target, ()):
+    for module in first.capabilities.preimport:
         try:
             importlib.import_module(module)
         except ImportError:
@@ -421,5 +384,4 @@ def _run_threads(sched: _Scheduler, first: Adapter, n: int, target: str) -> None
         raise
 
 
-__all__ = ["MAX_JOBS", "MLFLOW_SERVER_JOBS", "ParallelProgress", "default_jobs", "effective_jobs", "max_jobs",
-           "run_key", "sync_runs"]
+__all__ = ["ParallelProgress", "effective_jobs", "run_key", "sync_runs"]

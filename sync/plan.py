@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from trackstore.store.ledger import TERMINAL, Cursor, cursor_settled, status_to_push
+from trackstore.store.cursor import Cursor
+from trackstore.store.ledger import TERMINAL, cursor_settled, status_to_push
 
 #: :attr:`RunPlan.remote`: the remote run the cursor knows is opened
 OPEN = "open"
@@ -55,6 +56,8 @@ class RunPlan:
     #: of ``pending``, the rows this sync holds back: a live run's newest step, for a target that
     #: takes one row per step (it may still grow)
     held: Mapping[str, int] = field(default_factory=dict)
+    #: the step from which rows are held back (the live run's newest), or None
+    held_step: int | None = None
     #: :data:`OPEN`, :data:`FIND_OR_CREATE`, or None (the target is not contacted)
     remote: str | None = None
     #: config, tags, notes and name are pushed (``Adapter.sync_metadata``; idempotent)
@@ -103,14 +106,15 @@ class RunPlan:
         return out
 
     def to_json(self) -> dict:
-        return {"pending": dict(self.pending), "held": dict(self.held), "remote": self.remote,
+        return {"pending": dict(self.pending), "held": dict(self.held), "held_step": self.held_step,
+                "remote": self.remote,
                 "metadata": self.metadata, "status": self.status,
                 "in_doubt": {"kind": self.in_doubt.kind, "rows": self.in_doubt.rows} if self.in_doubt else None,
                 "recheck": self.recheck, "verify": self.verify, "skip": self.skip, "reason": self.reason}
 
 
 def decide(project: str, run_id: str, run_status: str, cursor: Cursor, pending: Mapping[str, int], *,
-           held: Mapping[str, int] | None = None, recheck: int = 0, blocked: str | None = None,
+           held: Mapping[str, int] | None = None, held_step: int | None = None, recheck: int = 0, blocked: str | None = None,
            everything: bool = False, verify: bool = False) -> RunPlan:
     """The plan of a run: ``cursor`` as the sync will use it (a session that never confirmed
     already rolled back), ``pending`` its unacknowledged rows per kind, ``held`` those the sync
@@ -126,7 +130,8 @@ def decide(project: str, run_id: str, run_status: str, cursor: Cursor, pending: 
     if status is None and everything and run_status in TERMINAL:
         status = run_status
     doubt = cursor.in_doubt_rows()
-    return RunPlan(**base, held={k: n for k, n in (held or {}).items() if n},
+    held = {k: n for k, n in (held or {}).items() if n}
+    return RunPlan(**base, held=held, held_step=held_step if held else None,
                    remote=OPEN if cursor.remote_id else FIND_OR_CREATE, metadata=True, status=status,
                    in_doubt=InDoubt(str(cursor.in_doubt.get("kind")), sum(len(r) for r in doubt.values()))
                    if cursor.in_doubt else None, recheck=recheck, verify=verify)

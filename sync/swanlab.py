@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ from .adapter import (
     OPENED_CREATED,
     OPENED_FOUND,
     Adapter,
+    Capabilities,
     MetricKeys,
     PermanentError,
     RetryableError,
@@ -117,11 +119,13 @@ def experiment_id(project: str, run_id: str) -> str:
 
 class SwanlabAdapter(Adapter):
     name = "swanlab"
-    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
-    batch_sizes = {"metrics": 10000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50}
-    # SwanLab takes one value per (key, step): a step must never straddle two batches
-    group_columns = {"metrics": "step", "histograms": "step", "samples": "step", "spans": "step"}
-    confirms_on_close = True  # rows are durable once the session's finish is confirmed
+    CAPABILITIES = Capabilities(
+        kinds=("metrics", "histograms", "samples", "spans", "artifacts"),
+        batch_sizes={"metrics": 10000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50},
+        # SwanLab takes one value per (key, step): a step must never straddle two batches
+        group_columns={"metrics": "step", "histograms": "step", "samples": "step", "spans": "step"},
+        confirms_on_close=True,  # rows are durable once the session's finish is confirmed
+        max_jobs=1, why_max_jobs="swanlab.init keeps one run per process")
 
     def __init__(self, options: TargetOptions):
         super().__init__(options)
@@ -156,9 +160,10 @@ class SwanlabAdapter(Adapter):
         return f"{where}/{self.options.entity}" if self.options.entity else where
 
     @property
-    def staging(self) -> bool:
-        """offline and local write SwanLab's run folders on this machine, for ``swanlab sync``."""
-        return self.mode != "online"
+    def capabilities(self) -> Capabilities:
+        """offline and local write SwanLab's run folders on this machine, for ``swanlab sync``:
+        staging."""
+        return replace(self.CAPABILITIES, staging=self.mode != "online")
 
     def upload_command(self, cursor) -> str | None:
         """``swanlab sync --id EXP FOLDER`` for each session folder this process wrote for the
@@ -167,7 +172,7 @@ class SwanlabAdapter(Adapter):
         import shlex
 
         exp = cursor.remote.get("id")
-        if not self.staging or not exp:
+        if not self.capabilities.staging or not exp:
             return None
         folders = self._folders.get(exp) or []
         return " && ".join(f"swanlab sync --id {shlex.quote(exp)} {shlex.quote(f)}" for f in folders) or None
@@ -233,7 +238,7 @@ class SwanlabAdapter(Adapter):
             self._run = None
             raise self._wrap(exc, "init") from exc
         self._cursor, self._info = cursor, run
-        if self.staging:
+        if self.capabilities.staging:
             self._folders.setdefault(exp, []).append(str(Path(self._run.dir)))
         cursor.remote_id = exp
         cursor.remote.update(id=exp, project=project, mode=self.mode)

@@ -28,11 +28,21 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trackstore.errors import TargetUnreachableError
 
-from .adapter import OPENED_CREATED, OPENED_FOUND, STEPS, Adapter, RetryableError, SendResult, StepBatch, TargetOptions
+from .adapter import (
+    OPENED_CREATED,
+    OPENED_FOUND,
+    STEPS,
+    Adapter,
+    Capabilities,
+    RetryableError,
+    SendResult,
+    StepBatch,
+    TargetOptions,
+)
 
 KINDS = ("metrics", "histograms", "samples", "spans", "artifacts")
 FAULTS = ("fail_before", "fail_after", "timeout", "drop", "abort_before", "abort_after")
@@ -82,9 +92,8 @@ class MemoryAdapter(Adapter):
     """The reference adapter: every method of the protocol, against a :class:`MemoryTarget`."""
 
     name = "memory"
-    kinds = KINDS
-    batch_sizes = {k: 7 for k in KINDS}  # small: many batches, many boundaries for faults
-    group_columns = {"spans": "trace_id"}
+    # small batches: many batches, many boundaries for faults
+    CAPABILITIES = Capabilities(kinds=KINDS, batch_sizes={k: 7 for k in KINDS}, group_columns={"spans": "trace_id"})
 
     def __init__(self, options: TargetOptions, target: MemoryTarget):
         super().__init__(options)
@@ -125,10 +134,10 @@ class MemoryAdapter(Adapter):
                    "abort_before": Abort("killed before the target stored the batch")}[fault]
         self.target.calls["send"] += 1
         remote = self.target.runs[cursor.remote_id]
-        if kind in self.merge_steps:
+        if kind in self.capabilities.merge_steps:
             self.target.violations.append(f"{kind} sent alone, not in a step-merged batch")
         for k, table in (rows.tables.items() if kind == STEPS else [(kind, rows)]):
-            store = remote.spool if self.confirms_on_close else remote.held
+            store = remote.spool if self.capabilities.confirms_on_close else remote.held
             if kind == STEPS and table.num_rows:
                 first = min(table.column("step").to_pylist())
                 if first <= remote.last_step:
@@ -176,8 +185,8 @@ class StepMemoryAdapter(MemoryAdapter):
     step the run already committed is a violation the target records."""
 
     name = "memory-steps"
-    merge_steps = ("metrics", "histograms", "samples")
-    batch_sizes = {STEPS: 7, "spans": 7, "artifacts": 7}
+    CAPABILITIES = replace(MemoryAdapter.CAPABILITIES, merge_steps=("metrics", "histograms", "samples"),
+                           batch_sizes={STEPS: 7, "spans": 7, "artifacts": 7})
 
     def destination(self) -> str:
         return f"memory-steps:{self.target.name}"
@@ -189,7 +198,7 @@ class SessionMemoryAdapter(MemoryAdapter):
     session that dies (the next ``open_run`` finds its spool) loses what it spooled."""
 
     name = "memory-session"
-    confirms_on_close = True
+    CAPABILITIES = replace(MemoryAdapter.CAPABILITIES, confirms_on_close=True)
 
     def destination(self) -> str:
         return f"memory-session:{self.target.name}"

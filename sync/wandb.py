@@ -17,7 +17,7 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
   start and end times -> ``summary`` after the history; the exit code -> the run state
   (0 finished, else failed; a crashed run is failed with ``trackstore/status = crashed``).
 * metrics, histograms and samples share wandb's single, strictly increasing step axis: the
-  adapter declares them :attr:`~.adapter.Adapter.merge_steps`, so the engine sends them
+  adapter declares them :attr:`~.adapter.Capabilities.merge_steps`, so the engine sends them
   together, whole steps in step order (a live run's newest step held back until it stops
   growing), and each step becomes one ``run.log(row, step=s, commit=True)`` with every key of
   the step: histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
@@ -63,6 +63,7 @@ import math
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,7 @@ from .adapter import (
     OPENED_FOUND,
     STEPS,
     Adapter,
+    Capabilities,
     MetricKeys,
     PermanentError,
     RetryableError,
@@ -150,14 +152,16 @@ def _seconds(ts) -> float:
 
 class WandbAdapter(Adapter):
     name = "wandb"
-    kinds = ("metrics", "histograms", "samples", "spans", "artifacts")
-    batch_sizes = {"steps": 5000, "spans": 200, "artifacts": 20}
-    # wandb takes one row per step: the engine sends these kinds together, whole steps
-    merge_steps = STEP_KINDS
-    # a trajectory or an artifact version never straddles two batches
-    group_columns = {"spans": "trace_id", "artifacts": "digest"}
-    whole_trajectories = True
-    reconcile_before_retry = False  # send stages each batch id: a retry waits for it, never logs it twice
+    CAPABILITIES = Capabilities(
+        kinds=("metrics", "histograms", "samples", "spans", "artifacts"),
+        batch_sizes={"steps": 5000, "spans": 200, "artifacts": 20},
+        # wandb takes one row per step: the engine sends these kinds together, whole steps
+        merge_steps=STEP_KINDS,
+        # a trajectory or an artifact version never straddles two batches
+        group_columns={"spans": "trace_id", "artifacts": "digest"},
+        whole_trajectories=True,
+        reconcile_before_retry=False,  # send stages each batch id: a retry waits for it, never logs it twice
+        max_jobs=1, why_max_jobs="wandb.init keeps one run per process")
     forced_mode: str | None = None
 
     def __init__(self, options: TargetOptions):
@@ -189,16 +193,16 @@ class WandbAdapter(Adapter):
         return f"{redact_url(self.base_url)}/{where}"
 
     @property
-    def staging(self) -> bool:
-        """Offline, the run folders are written for ``wandb sync`` to upload later."""
-        return self.mode == "offline"
+    def capabilities(self) -> Capabilities:
+        """Offline, the run folders are written for ``wandb sync`` to upload later: staging."""
+        return replace(self.CAPABILITIES, staging=self.mode == "offline")
 
     def upload_command(self, cursor) -> str | None:
         """``wandb sync <dir>/wandb``: wandb's sync uploads every offline run folder there that it
         has not uploaded yet (it marks the ones it did), the folders of one run in order."""
         import shlex
 
-        return f"wandb sync {shlex.quote(str(self.root_dir / 'wandb'))}" if self.staging else None
+        return f"wandb sync {shlex.quote(str(self.root_dir / 'wandb'))}" if self.capabilities.staging else None
 
     def check_online(self) -> None:
         if self.mode == "offline":
@@ -568,7 +572,7 @@ class WandbAdapter(Adapter):
         out: dict[str, int] = {}
         if not rows.num_rows:
             return out
-        if kind in self.merge_steps and self._planned_last >= 0:
+        if kind in self.capabilities.merge_steps and self._planned_last >= 0:
             import pyarrow.compute as pc
 
             late = pc.less_equal(rows.column("step"), self._planned_last)

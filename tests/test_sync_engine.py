@@ -59,10 +59,17 @@ def test_the_adapter_is_closed_once(root, monkeypatch):
         def close(self):
             closes.append(1)
 
-    monkeypatch.setattr(sync_pkg, "make_adapter", lambda target, options: Counting(options, MemoryTarget()))
-    monkeypatch.setattr(sync_pkg, "get_adapter_class", lambda target: Counting)
+    made = []
+
+    def counting(options):
+        made.append(1)
+        return Counting(options, MemoryTarget())
+
+    monkeypatch.setattr(sync_pkg, "get_adapter_class", lambda target: counting)
     sync_pkg.sync(root, "memory", SyncOptions(backoff_base=0.0))
-    assert len(closes) == 1
+    assert len(closes) == 1 and len(made) == 1  # one sync, one worker: one adapter, closed once
+    sync_pkg.sync(root, "memory", SyncOptions(backoff_base=0.0, dry_run=True))
+    assert len(closes) == 2 and len(made) == 2
 
 
 def test_adapters_import_no_engine_and_no_private_names():
@@ -226,3 +233,44 @@ def test_a_cursor_with_an_open_session_is_never_settled(root):
     c.session = {"acked": {}, "skipped": {}, "remote": {}}
     c = Cursor.from_json(c.to_json())
     assert not is_fully_synced(info.paths, c, "finished") and not settled(summarize_cursor(c, {}), "finished")
+
+
+def test_a_cli_sync_builds_one_adapter_and_checks_it_online(root, monkeypatch):
+    """``trackstore sync`` with one worker makes one adapter, checks it online and syncs with it
+    (it once built a second one only to probe the target, and looked the class up three times)."""
+    from typer.testing import CliRunner
+
+    from trackstore.cli.main import app
+
+    _store(root)
+    made, online, closed = [], [], []
+    target = MemoryTarget()
+
+    class Counting(MemoryAdapter):
+        def check_online(self):
+            online.append(self)
+            super().check_online()
+
+        def close(self):
+            closed.append(self)
+
+    def counting(options):
+        made.append(Counting(options, target))
+        return made[-1]
+
+    monkeypatch.setattr(sync_pkg, "get_adapter_class", lambda name: counting)
+    result = CliRunner().invoke(app, ["sync", "--to", "memory", "--root", str(root), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    assert len(made) == 1 and closed == made
+    assert online and all(a is made[0] for a in online)  # the probe was the syncing adapter
+    assert target.rows("metrics")  # and it was the adapter that sent the rows
+
+
+def test_the_engine_and_scheduler_never_branch_on_a_target_name():
+    """What a target needs is its adapter's Capabilities record; a target's name in the engine or
+    the scheduler would be a second place deciding it."""
+    names = {"mlflow", "wandb", "wandb-offline", "swanlab"}
+    for module in ("engine.py", "parallel.py", "plan.py"):
+        tree = ast.parse((SYNC_DIR / module).read_text())
+        found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
+        assert not found, f"sync/{module} names targets {found}"

@@ -39,7 +39,7 @@ def test_offline_and_online_destinations_keep_separate_cursors(tmp_path, monkeyp
     opts = dict(store_root=str(tmp_path), logdir=str(tmp_path / "wb"))
     offline = WandbAdapter(TargetOptions(mode="offline", **opts))
     online = WandbAdapter(TargetOptions(mode="online", **opts))
-    assert offline.staging and not online.staging
+    assert offline.capabilities.staging and not online.capabilities.staging
     assert destination_id("wandb", offline.destination()) != destination_id("wandb", online.destination())
     assert online.upload_command(Cursor("wandb", "d", "p", "r")) is None
 

@@ -5,7 +5,7 @@ One row per (destination, run) that has a readable cursor, then one row per run 
 holds, the last sync and its error, how many part files cannot be read, and what the writers
 could not write, and whether the destination is a staging area (``staged``: a wandb offline or
 SwanLab offline/local folder on this machine, whose rows have not been uploaded by this
-sync; see :attr:`trackstore.store.ledger.Cursor.staged`). The answer is the one a full read gives (each readable part's rows minus
+sync; see :attr:`trackstore.store.cursor.Cursor.staged`). The answer is the one a full read gives (each readable part's rows minus
 those the cursor acknowledges; damaged parts not counted, but counted as ``unreadable_parts``),
 but it costs what changed: the catalog (:mod:`trackstore.store.catalog`) keeps each part's row
 ids and each cursor's pending counts, valid while the files keep their ``stat`` fingerprints.

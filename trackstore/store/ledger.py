@@ -13,277 +13,39 @@ entity/project, a SwanLab host), so one run synced to two MLflow servers has two
 Credentials are stripped from destinations before they are stored
 (:func:`trackstore.store.redact.redact_url`).
 
-A cursor holds, per record kind, the :class:`~trackstore.store.ranges.RangeSet` of ``(writer, seq)``
-rows the target acknowledged (plus rows it cannot hold, counted in ``skipped`` and reported);
-an ``in_doubt`` batch (sent, acknowledgement not yet recorded: the engine asks the target
-before resending it); the remote ids the adapter needs; the run status last pushed; and the
-last error. It is rewritten atomically after every acknowledged batch.
+A cursor (:class:`trackstore.store.cursor.Cursor`, whose methods are every change the protocol
+makes to it) holds, per record kind, the :class:`~trackstore.store.ranges.RangeSet` of
+``(writer, seq)`` rows the target acknowledged (plus rows it cannot hold, counted in ``skipped``
+and reported); an ``in_doubt`` batch (sent, acknowledgement not yet recorded: the engine asks
+the target before resending it); the remote ids the adapter needs; the run status last pushed;
+and the last error. This module stores it (rewritten atomically after every acknowledged
+batch), lists the stored ones, and summarises them for ``status``, gc and the ``sync_state``
+view.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from .atomic import read_json, write_json_atomic
 from .clock import iso
+from .cursor import STEPS, Cursor, check_cursor, destination_id
 from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
-from .ranges import RangeSet, RangeValueError, check_count
 
-#: the kind of a batch in doubt that holds whole steps of several kinds (a target that takes one
-#: row per step: ``trackstore.sync.adapter.Adapter.merge_steps``); its ``rows`` map kinds to row ids
-STEPS = "steps"
-CURSOR_VERSION = 1
+__all__ = ["STEPS", "TERMINAL", "CURSOR_ERRORS", "Cursor", "check_cursor", "destination_id", "sync_root",
+           "cursor_path", "load_cursor", "save_cursor", "scan_cursors", "iter_cursors", "read_row_ids", "row_ids",
+           "pending_counts", "is_fully_synced", "fully_synced", "cursor_files", "summarize_cursor",
+           "damaged_cursor_summary", "cached_cursor_summary", "status_to_push", "settled", "cursor_settled",
+           "unchanged_since_ack", "sync_state_cursors", "sync_state_rows"]
+
 TERMINAL = ("finished", "failed", "crashed")
-
-
-def destination_id(target: str, destination: str) -> str:
-    """A path-safe, stable folder name for one destination."""
-    digest = hashlib.sha256(f"{target}\0{destination}".encode()).hexdigest()[:12]
-    safe_target = re.sub(r"[^A-Za-z0-9_-]", "_", target)
-    return f"{safe_target}-{digest}"
 
 
 def sync_root(root: Path) -> Path:
     return Path(root) / SYNC_DIR
-
-
-@dataclass
-class Cursor:
-    """Sync progress of one run to one destination. See the module docstring."""
-
-    target: str
-    destination: str
-    project: str
-    run_id: str
-    acked: dict[str, RangeSet] = field(default_factory=dict)
-    skipped: dict[str, int] = field(default_factory=dict)
-    in_doubt: dict | None = None
-    #: the id of the remote run (the adapter sets it in ``open_run``; ``status`` shows it)
-    remote_id: str | None = None
-    #: adapter state the engine persists on the adapter's behalf (opaque to the core)
-    remote: dict[str, Any] = field(default_factory=dict)
-    #: a target that makes rows durable only when its session closes (SwanLab,
-    #: ``Adapter.confirms_on_close``): ``acked``, ``skipped`` and ``remote`` as they were when the
-    #: open session began; None once the target confirmed the session's rows
-    session: dict | None = None
-    #: rows whose presence at the target is unknown (handed to a session that ended unconfirmed,
-    #: or pending when a cursor that knew no remote run met one): the engine reconciles them
-    #: with the target before it sends them
-    recheck: dict[str, RangeSet] = field(default_factory=dict)
-    #: when the engine last handed a batch to the target
-    last_send_at: str | None = None
-    synced_status: str | None = None
-    last_sync_at: str | None = None
-    last_error: str | None = None
-    last_error_at: str | None = None
-    notes: list[str] = field(default_factory=list)
-    #: the destination is a staging area on this machine (an offline or local client folder
-    #: that a later upload sends on): what it acknowledged has not left the machine. The engine
-    #: sets it from ``trackstore.sync.adapter.Adapter.staging``
-    staged: bool = False
-
-    @property
-    def dest_id(self) -> str:
-        return destination_id(self.target, self.destination)
-
-    def acked_set(self, kind: str) -> RangeSet:
-        return self.acked.setdefault(kind, RangeSet())
-
-    def in_doubt_rows(self) -> dict[str, RangeSet]:
-        """The rows of the batch in doubt, per kind (a step-merged batch, kind :data:`STEPS`,
-        holds several kinds); empty when no batch is in doubt."""
-        doubt = self.in_doubt
-        if not doubt:
-            return {}
-        rows = doubt.get("rows") if doubt.get("kind") == STEPS else {doubt.get("kind"): doubt.get("rows")}
-        return {k: RangeSet.from_json(v) for k, v in (rows or {}).items() if k}
-
-    def roll_back_session(self) -> bool:
-        """Close a session that never confirmed its rows (a target that makes rows durable only
-        when its session closes; the sync died or the target could not confirm): ``acked``,
-        ``skipped`` and ``remote`` go back to what they were when the session began, and every
-        row handed over since, the batch in doubt included, joins :attr:`recheck`, to be
-        reconciled with the target before it is sent again. False when no session was open."""
-        snap = self.session
-        if snap is None:
-            return False
-        before = {k: RangeSet.from_json(v) for k, v in (snap.get("acked") or {}).items()}
-        handed = {k: ids - before.get(k, RangeSet()) for k, ids in self.acked.items()}
-        for k, ids in self.in_doubt_rows().items():
-            handed.setdefault(k, RangeSet()).update(ids)
-        for k, ids in handed.items():
-            if ids:
-                self.recheck.setdefault(k, RangeSet()).update(ids)
-        self.acked = before
-        self.skipped = {k: int(v) for k, v in (snap.get("skipped") or {}).items()}
-        self.remote = dict(snap.get("remote") or {})
-        self.in_doubt = self.session = None
-        return True
-
-    def to_json(self) -> dict:
-        return {
-            "version": CURSOR_VERSION,
-            "target": self.target,
-            "destination": self.destination,
-            "project": self.project,
-            "run_id": self.run_id,
-            "acked": {k: v.to_json() for k, v in self.acked.items()},
-            "skipped": dict(self.skipped),
-            "in_doubt": self.in_doubt,
-            "remote_id": self.remote_id,
-            "remote": self.remote,
-            "session": self.session,
-            "recheck": {k: v.to_json() for k, v in self.recheck.items() if v},
-            "last_send_at": self.last_send_at,
-            "synced_status": self.synced_status,
-            "last_sync_at": self.last_sync_at,
-            "last_error": self.last_error,
-            "last_error_at": self.last_error_at,
-            "notes": self.notes[-50:],
-            "staged": self.staged,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Cursor:
-        """The cursor stored as ``data``, checked first (:func:`check_cursor`: a ValueError names
-        the field that is out of the format's ranges)."""
-        data = _legacy_journal(_legacy_carried(check_cursor(data)))
-        return cls(
-            target=data["target"],
-            destination=data["destination"],
-            project=data["project"],
-            run_id=data["run_id"],
-            acked={k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()},
-            skipped={k: int(v) for k, v in (data.get("skipped") or {}).items()},
-            in_doubt=data.get("in_doubt"),
-            remote_id=data.get("remote_id") or _legacy_remote_id(data.get("remote") or {}),
-            remote=dict(data.get("remote") or {}),
-            session=data.get("session"),
-            recheck={k: RangeSet.from_json(v) for k, v in (data.get("recheck") or {}).items()},
-            last_send_at=data.get("last_send_at"),
-            synced_status=data.get("synced_status"),
-            last_sync_at=data.get("last_sync_at"),
-            last_error=data.get("last_error"),
-            last_error_at=data.get("last_error_at"),
-            notes=list(data.get("notes") or []),
-            staged=bool(data["staged"]) if "staged" in data else _legacy_staged(data.get("remote") or {}),
-        )
-
-
-def check_cursor(data: Any) -> dict:
-    """``data`` (a cursor as stored) when its fields have the format's types and its numbers the
-    format's ranges (docs/format.md section 8): row-id sets of int64 seqs with ``lo <= hi``
-    (:meth:`RangeSet.from_json`), skip counts from 0 (:func:`~trackstore.store.ranges.check_count`),
-    in ``acked``, ``recheck``, ``skipped``, the batch ``in_doubt`` and the ``session``. Else a
-    :class:`~trackstore.store.ranges.RangeValueError` (a ValueError) naming the field.
-
-    The one check of a cursor's numbers: every read of a cursor (:meth:`Cursor.from_json`: sync,
-    ``status``, the ``sync_state`` view, gc, doctor) and every receipt import goes through it, so
-    a number no reader can use is refused where it is read."""
-    if not isinstance(data, dict):
-        raise RangeValueError("cursor", f"a cursor is a JSON object, not {type(data).__name__}")
-    for key in ("target", "destination", "project", "run_id"):
-        if not isinstance(data.get(key), str):
-            raise RangeValueError(key, f"{data.get(key)!r} is not a string")
-
-    def sets(value: Any, field: str) -> None:
-        if value is None:
-            return
-        if not isinstance(value, dict):
-            raise RangeValueError(field, f"must be an object of kind -> row-id set, not {type(value).__name__}")
-        for kind, ids in value.items():
-            RangeSet.from_json(ids, f"{field}.{kind}")
-
-    def counts(value: Any, field: str) -> None:
-        if value is None:
-            return
-        if not isinstance(value, dict):
-            raise RangeValueError(field, f"must be an object of kind -> count, not {type(value).__name__}")
-        for kind, n in value.items():
-            check_count(n, f"{field}.{kind}")
-
-    sets(data.get("acked"), "acked")
-    sets(data.get("recheck"), "recheck")
-    counts(data.get("skipped"), "skipped")
-    doubt = data.get("in_doubt")
-    if doubt is not None:
-        if not isinstance(doubt, dict):
-            raise RangeValueError("in_doubt", f"must be an object or null, not {type(doubt).__name__}")
-        if doubt.get("kind") == STEPS:
-            sets(doubt.get("rows"), "in_doubt.rows")
-        else:
-            RangeSet.from_json(doubt.get("rows"), "in_doubt.rows")
-    session = data.get("session")
-    if session is not None:
-        if not isinstance(session, dict):
-            raise RangeValueError("session", f"must be an object or null, not {type(session).__name__}")
-        sets(session.get("acked"), "session.acked")
-        counts(session.get("skipped"), "session.skipped")
-    for key in ("remote", "notes"):
-        if data.get(key) is not None and not isinstance(data[key], dict if key == "remote" else list):
-            raise RangeValueError(key, f"has the wrong type ({type(data[key]).__name__})")
-    return data
-
-
-def _legacy_carried(data: dict) -> dict:
-    """Cursors of wandb written before the engine sent step-merged batches kept the rows a batch
-    of another kind had delivered in ``remote["carried"]`` (and their skip reasons in
-    ``remote["carried_skipped"]``): those rows are acknowledged, so they join ``acked`` (and
-    ``skipped``) here, once, and the keys go."""
-    remote = data.get("remote") or {}
-    if not (remote.get("carried") or remote.get("carried_skipped")):
-        return data
-    data, remote = dict(data), dict(remote)
-    acked = {k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()}
-    skipped = dict(data.get("skipped") or {})
-    for key, ids in (remote.pop("carried_skipped", None) or {}).items():
-        kind = key.partition("\0")[0]  # rows already acknowledged by their own kind were counted then
-        skipped[kind] = int(skipped.get(kind, 0)) + len(RangeSet.from_json(ids) - acked.get(kind, RangeSet()))
-    for kind, ids in (remote.pop("carried", None) or {}).items():
-        acked.setdefault(kind, RangeSet()).update(RangeSet.from_json(ids))
-    data.update(acked={k: v.to_json() for k, v in acked.items()}, skipped=skipped, remote=remote)
-    return data
-
-
-def _legacy_journal(data: dict) -> dict:
-    """SwanLab cursors written before the engine owned sessions kept the rows of the open
-    session in ``remote["journal"]`` and the rows to check again in ``remote["resend"]``: they
-    become the :attr:`Cursor.session` (the cursor without the journal's rows) and
-    :attr:`Cursor.recheck`."""
-    remote = data.get("remote") or {}
-    if "journal" not in remote and "resend" not in remote:
-        return data
-    data, remote = dict(data), dict(remote)
-    journal = remote.pop("journal", None) or {}
-    recheck = {k: RangeSet.from_json(v) for k, v in (data.get("recheck") or {}).items()}
-    for kind, ids in (remote.pop("resend", None) or {}).items():
-        recheck.setdefault(kind, RangeSet()).update(RangeSet.from_json(ids))
-    if any(RangeSet.from_json(v) for v in journal.values()):
-        acked = {k: RangeSet.from_json(v) for k, v in (data.get("acked") or {}).items()}
-        before = {k: (v - RangeSet.from_json(journal.get(k))).to_json() for k, v in acked.items()}
-        data["session"] = {"acked": before, "skipped": dict(data.get("skipped") or {}), "remote": dict(remote)}
-    data.update(remote=remote, recheck={k: v.to_json() for k, v in recheck.items() if v})
-    return data
-
-
-def _legacy_remote_id(remote: dict) -> str | None:
-    """Cursors written before ``remote_id`` existed kept it among the adapter's keys (MLflow:
-    ``run_id``; wandb, SwanLab: ``id``): read once here, written back as ``remote_id``."""
-    rid = remote.get("run_id") or remote.get("id")
-    return str(rid) if rid else None
-
-
-def _legacy_staged(remote: dict) -> bool:
-    """Cursors written before ``staged`` existed: the wandb and SwanLab adapters keep the
-    client's mode in ``remote["mode"]``, and ``offline``/``local`` wrote a folder for a later
-    upload (read once here, written back as ``staged``)."""
-    return remote.get("mode") in ("offline", "local")
 
 
 def cursor_path(root: Path, target: str, destination: str, project: str, run_id: str) -> Path:

@@ -50,7 +50,7 @@ What import promises:
 Receipts (``kind: "receipt"``) carry ``_sync`` cursors from the connected side back to the
 air-gapped one; importing one merges them (union of acknowledged rows), so gc there knows what
 was uploaded. Every cursor of a receipt is read as every reader reads a cursor
-(:func:`trackstore.store.ledger.check_cursor`: field types, row ids int64 from 0, ranges with
+(:func:`trackstore.store.cursor.check_cursor`: field types, row ids int64 from 0, ranges with
 ``lo <= hi``, counts from 0), and so is each merged result, before any is written: one bad
 cursor refuses the whole receipt (a :class:`~trackstore.errors.BundleError` naming the file
 and the field, exit code 9). The manifest's row counts are checked the same way.
@@ -1031,13 +1031,14 @@ def _run_entries(entries: Any) -> list[dict]:
 
 
 def _import_receipt(root: Path, st: Staged) -> ImportResult:
-    from ..store.ledger import Cursor, load_cursor, save_cursor
+    from ..store.cursor import Cursor
+    from ..store.ledger import load_cursor, save_cursor
 
     res = ImportResult("receipt", source_host=st.manifest.get("source_host"))
     cursors = []  # every cursor is read before any is merged: a bad one refuses the whole receipt
     for path in sorted((st.dir / "sync").glob(f"*/{PROJECT_PREFIX}*/{RUN_PREFIX}*.json")):
         rel = path.relative_to(st.dir).as_posix()
-        try:  # the reading every reader does (ledger.check_cursor): types, and numbers in the format's ranges
+        try:  # the reading every reader does (cursor.check_cursor): types, and numbers in the format's ranges
             incoming = Cursor.from_json(read_json(path))
             validate_project(incoming.project)
             validate_run_id(incoming.run_id)
@@ -1073,38 +1074,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def merge_cursors(local, incoming):
-    """Union of acknowledged rows; status, errors and in-doubt batch from the more recent sync.
-
-    A cursor whose session never confirmed (a target that makes rows durable only when its
-    session closes) is first rolled back to the session's start, its unconfirmed rows to be
-    rechecked (:meth:`~trackstore.store.ledger.Cursor.roll_back_session`): merged as they
-    stood, those rows would count as delivered although the target may never have kept them."""
-    from ..store.ledger import Cursor
-    from ..store.ranges import RangeSet
-
-    out = Cursor.from_json(local.to_json())
-    incoming = Cursor.from_json(incoming.to_json())
-    out.roll_back_session()
-    incoming.roll_back_session()
-    for kind, rs in incoming.acked.items():
-        out.acked_set(kind).update(rs)
-    for kind, rs in incoming.recheck.items():
-        out.recheck.setdefault(kind, RangeSet()).update(rs)
-    for kind in list(out.recheck):  # a row one side confirmed needs no recheck
-        out.recheck[kind] = out.recheck[kind] - out.acked.get(kind, RangeSet())
-        if not out.recheck[kind]:
-            del out.recheck[kind]
-    for kind, n in incoming.skipped.items():
-        out.skipped[kind] = max(out.skipped.get(kind, 0), n)
-    for k, v in incoming.remote.items():
-        out.remote.setdefault(k, v)
-    if _newer({"t": incoming.last_sync_at}, {"t": local.last_sync_at}, "t"):
-        out.synced_status = incoming.synced_status
-        out.last_sync_at = incoming.last_sync_at
-        out.in_doubt = incoming.in_doubt
-        out.last_error, out.last_error_at = incoming.last_error, incoming.last_error_at
-    out.notes = list(dict.fromkeys(local.notes + incoming.notes))
-    return out
+    """``local`` and ``incoming`` as one cursor (:meth:`~trackstore.store.cursor.Cursor.merge`),
+    the more recent sync deciding the status, errors and batch in doubt."""
+    return local.merge(incoming, other_is_newer=_newer({"t": incoming.last_sync_at}, {"t": local.last_sync_at}, "t"))
 
 
 def import_bundle(root: str | Path | None, bundle: str | os.PathLike, *, expect: str | None = None,

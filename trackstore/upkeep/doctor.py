@@ -30,7 +30,7 @@ check                    --fix
                          ``_sync/_gc/`` (where gc keeps cursors of deleted runs)
 ``unreadable_cursor``    sync cursor that cannot be read as every reader reads it (not JSON, a
                          field of the wrong type, a number out of the format's range:
-                         :func:`trackstore.store.ledger.check_cursor`): quarantined
+                         :func:`trackstore.store.cursor.check_cursor`): quarantined
 ``trash``                a gc was interrupted: its deletion is finished (the run had already
                          been taken out of the store atomically)
 ``compaction_leftover``  an interrupted compaction: resolved (:func:`trackstore.store.merge.recover`).
@@ -62,6 +62,7 @@ from typing import Callable
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file, read_json, write_json_atomic
 from ..store.clock import iso
+from ..store.cursor import Cursor
 from ..store.layout import (
     ARCHIVE_DIR,
     IMPORT_DIR,
@@ -77,7 +78,7 @@ from ..store.layout import (
     iter_run_dirs,
     resolve_root,
 )
-from ..store.ledger import CURSOR_ERRORS, Cursor
+from ..store.ledger import CURSOR_ERRORS
 
 TEMP_AGE_S = 600.0
 

@@ -21,7 +21,7 @@ The promises:
   target". ``include_unsynced`` also allows runs never synced anywhere; ``force`` ignores sync
   state entirely (still never live or locked runs).
 * **Staged is not synced.** A destination that is a staging folder on this machine (wandb
-  offline, SwanLab offline or local: :attr:`trackstore.store.ledger.Cursor.staged`) holds
+  offline, SwanLab offline or local: :attr:`trackstore.store.cursor.Cursor.staged`) holds
   nothing that left the machine, so it never makes a run eligible: it is not among "every
   destination it was synced to", a run staged and synced nowhere else is kept ("only
   staged"), and ``require_synced_to`` a staging target is never met. ``count_staged`` counts
