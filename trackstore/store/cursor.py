@@ -126,7 +126,12 @@ class Cursor:
         """The target confirmed what the session was handed: it is acknowledged for good, and a
         row acknowledged needs no recheck."""
         self.session = None
-        self.recheck = {k: left for k, ids in self.recheck.items() if (left := ids - self.acked_set(k))}
+        self._drop_acknowledged_rechecks()
+
+    def _drop_acknowledged_rechecks(self) -> None:
+        """A row acknowledged needs no recheck: keep only the rechecks of rows not in ``acked``."""
+        self.recheck = {k: left for k, ids in self.recheck.items()
+                        if (left := ids - self.acked.get(k, RangeSet()))}
 
     def mark_in_doubt(self, kind: str, rows: Mapping[str, RangeSet], batch_id: str, at: str) -> None:
         """A batch of ``rows`` (kind -> row ids; several kinds only for :data:`STEPS`) is about to
@@ -181,10 +186,7 @@ class Cursor:
             out.acked_set(kind).update(rs)
         for kind, rs in incoming.recheck.items():
             out.mark_recheck(kind, rs)
-        for kind in list(out.recheck):  # a row one side confirmed needs no recheck
-            out.recheck[kind] = out.recheck[kind] - out.acked.get(kind, RangeSet())
-            if not out.recheck[kind]:
-                del out.recheck[kind]
+        out._drop_acknowledged_rechecks()  # a row one side confirmed needs no recheck
         for kind, n in incoming.skipped.items():
             out.skipped[kind] = max(out.skipped.get(kind, 0), n)
         for k, v in incoming.remote.items():
