@@ -44,11 +44,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import posixpath
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +71,7 @@ from .adapter import (
 )
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
+from .mlflow_points import HeldPoints, comparable
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
 #: runs synced at once to an MLflow tracking server when --jobs is not given (measured)
@@ -166,11 +166,7 @@ class MlflowAdapter(Adapter):
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
-        # (run id, mlflow key) -> the points MLflow holds in a range of steps, read by reconcile
-        # and kept current by sends that were acknowledged; a send whose outcome is unknown drops
-        # the ranges of its keys only (its own points are the uncertain ones)
-        self._held: dict[tuple[str, str], _Held] = {}
-        self._ranged = self.uri.startswith(("http://", "https://"))  # the server answers for a step range
+        self.held = HeldPoints(self)  # what MLflow holds of a key in a range of steps: read by reconcile
 
     @property
     def capabilities(self) -> Capabilities:
@@ -525,13 +521,9 @@ class MlflowAdapter(Adapter):
         try:
             self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
         except BaseException:
-            for m in metrics:  # these points may or may not be there now: read their range again
-                self._held.pop((rid, m.key), None)
+            self.held.forget(rid, (m.key for m in metrics))  # these points may or may not be there now
             raise
-        for m in metrics:
-            known = self._held.get((rid, m.key))
-            if known is not None and known.lo <= m.step <= known.hi:
-                known.points.add((m.step, m.timestamp, _norm(m.value)))
+        self.held.sent(rid, metrics)
         return result
 
     def _send_table_files(self, rid: str, kind: str, rows, cursor) -> SendResult:
@@ -558,9 +550,9 @@ class MlflowAdapter(Adapter):
         """Return the rows of an in-doubt batch that MLflow does not hold yet.
 
         A batch whose id is the run's batch tag arrived whole (one ``get_run``). Otherwise each
-        key's points are read for the batch's steps only (:meth:`_held_points`), so a reconcile
-        costs about what the batch costs, whatever the length of the run's history; what it
-        read is kept for the retries of this batch.
+        key's points are read for the batch's steps only (:class:`.mlflow_points.HeldPoints`),
+        so a reconcile costs about what the batch costs, whatever the length of the run's
+        history; what it read is kept for the retries of this batch.
         """
         import pyarrow as pa
 
@@ -579,55 +571,11 @@ class MlflowAdapter(Adapter):
         for k, s in zip(keys, steps):
             lo, hi = spans.get(k, (s, s))
             spans[k] = (min(lo, s), max(hi, s))
-        have = {k: self._held_points(rid, mapping[k], lo, hi) for k, (lo, hi) in spans.items()}
+        have = {k: self.held.points(rid, mapping[k], lo, hi) for k, (lo, hi) in spans.items()}
         values = rows.column("value").to_pylist()
         ts = rows.column("ts").cast("int64").to_pylist()
-        keep = [(s, t // 1000, _norm(v)) not in have[k] for k, v, s, t in zip(keys, values, steps, ts)]
+        keep = [(s, t // 1000, comparable(v)) not in have[k] for k, v, s, t in zip(keys, values, steps, ts)]
         return rows.filter(pa.array(keep))
-
-    def _held_points(self, rid: str, mk: str, lo: int, hi: int) -> set:
-        """The points ``(step, timestamp, value)`` MLflow holds for key ``mk`` of run ``rid`` at
-        steps ``lo``..``hi``, from what this sync read already when that covers the range."""
-        known = self._held.get((rid, mk))
-        if known is not None and known.lo <= lo and hi <= known.hi:
-            return known.points
-        points = self._ask_range(rid, mk, lo, hi) if self._ranged and _INT32[0] <= lo and hi <= _INT32[1] else None
-        if points is None:  # a local store, or a server that cannot answer for a range: the whole history
-            hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
-            points = {(m.step, m.timestamp, _norm(m.value)) for m in hist if lo <= m.step <= hi}
-        self._held[(rid, mk)] = _Held(lo, hi, points)
-        return points
-
-    def _ask_range(self, rid: str, mk: str, lo: int, hi: int) -> set | None:
-        """The points of ``mk`` at steps ``lo``..``hi`` from the server's ``get-history-bulk-interval``
-        endpoint (the one MLflow's UI draws charts from; int32 steps); None when the answer may
-        be incomplete (it samples at :data:`RANGE_LIMIT` points) or the server does not offer it
-        (then it is not asked again)."""
-        from mlflow.utils.credentials import get_default_host_creds
-        from mlflow.utils.rest_utils import http_request
-
-        params = {"run_ids": [rid], "metric_key": mk, "start_step": lo, "end_step": hi, "max_results": RANGE_LIMIT}
-        try:
-            resp = http_request(get_default_host_creds(self.uri), RANGE_ENDPOINT, "GET", params=params)
-        except Exception as exc:
-            raise self._wrap(exc, "read metric range") from exc
-        if resp.status_code in (400, 404, 405, 501):  # no such endpoint (an older or another server)
-            self._ranged = False
-            return None
-        if resp.status_code != 200:  # retryable or not by the one policy of every target
-            message = redact_text(f"read metric range: HTTP {resp.status_code}: {resp.text[:200]}")
-            try:
-                resp.raise_for_status()
-            except Exception as exc:
-                raise classify(exc, message) from None
-            raise PermanentError(message)  # neither 200 nor an error status: nothing to read
-        try:
-            metrics = resp.json().get("metrics") or []
-            points = {(int(m.get("step", 0)), int(m.get("timestamp", 0)), _norm(float(m.get("value", 0.0))))
-                      for m in metrics if m.get("run_id", rid) == rid}
-        except (ValueError, TypeError, AttributeError) as exc:  # cut mid-answer, or not MLflow's JSON
-            raise RetryableError(f"read metric range: unreadable answer ({exc})") from None
-        return None if len(metrics) >= RANGE_LIMIT else points
 
     def finish_run(self, run, cursor, status: str) -> None:
         """Summary tags and the end status, each sent only if MLflow does not hold it already.
@@ -687,31 +635,3 @@ class MlflowAdapter(Adapter):
             for k, mk in renamed("mlflow", keys, names).items():
                 out[rename_reason("MLflow", k, mk)] = 0
         return out
-
-
-#: MLflow's endpoint for a key's points in a range of steps (served beside the REST API for its UI)
-RANGE_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval"
-RANGE_LIMIT = 2500  # the most points it returns per run; an answer that long may be sampled
-_INT32 = (-2 ** 31, 2 ** 31 - 1)  # its step bounds are int32
-
-
-@dataclass
-class _Held:
-    """The points MLflow held at steps ``lo``..``hi`` of one key, as last read (plus acknowledged sends)."""
-
-    lo: int
-    hi: int
-    points: set
-
-
-def _norm(v):
-    if v is None:
-        return None
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        if abs(v) >= 1.7976931348623157e308:
-            return "inf" if v > 0 else "-inf"
-    return float(v)
