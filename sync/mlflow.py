@@ -7,8 +7,9 @@ the demo and air-gapped users need no server.
 Mapping (docs/sync.md has the full table):
 
 * project -> experiment (created if missing, once per destination, with the experiment kind of
-  model training, :func:`new_experiment_tags`; a deleted one is a permanent error); runs are
-  looked up in every live experiment of the name. Where to see it: :func:`runs_page`.
+  model training; a deleted one is a permanent error: :mod:`.mlflow_experiments`); runs are
+  looked up in every live experiment of the name. Where to see it:
+  :func:`.mlflow_experiments.runs_page`.
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
@@ -71,6 +72,7 @@ from .adapter import (
 )
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
+from .mlflow_experiments import Experiments, runs_page
 from .mlflow_points import HeldPoints, comparable
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
@@ -81,9 +83,6 @@ RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
 HIDDEN = "mlflow.trackstore."  # bookkeeping tags: not shown on MLflow's run page
 BATCH_TAG = HIDDEN + "batch.{kind}"
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-TRAINING_KIND = "custom_model_development"  # MLflow 3's "machine learning" (model training) kind
-WORKFLOW = "machine_learning"  # the value of MLflow 3's UI parameter ``workflowType`` for it
 LOCAL_UI = "http://127.0.0.1:5000"  # where ``mlflow ui`` serves by default
 PARAM_NAMING_TAG = HIDDEN + "param_names"  # "/": the run's params are named as verl names them
 MAX_KEY = 250
@@ -91,28 +90,6 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
 
-
-
-def new_experiment_tags() -> dict[str, str]:
-    """The tags of an experiment trackstore creates: the experiment kind of model training.
-
-    MLflow 3 releases that choose an experiment's view by its kind read this tag; without it
-    they infer the kind, and an experiment holding traces (the trajectories) is taken for GenAI
-    development and opens on its traces. MLflow 3.17 no longer reads it for the view (see
-    :func:`runs_page`). Given only at creation: the kind of an existing experiment is the user's."""
-    return {EXPERIMENT_KIND_TAG: TRAINING_KIND}
-
-
-def runs_page(ui: str, experiment_id: str) -> str:
-    """The address of an experiment's runs list in MLflow's UI served at ``ui``.
-
-    MLflow 3's UI opens an experiment in the view of its *workflow type*, taken from the
-    address's ``workflowType`` parameter, else from the browser's local storage
-    (``mlflow.workflowType``, ``genai`` until the user flips the toggle); nothing the server
-    holds decides it. So every address trackstore prints carries ``workflowType`` =
-    ``machine_learning``: the runs list, not the GenAI overview. MLflow 2 ignores the parameter.
-    """
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW}"
 
 
 def source_tags(meta: dict, *, blank: bool = False) -> dict[str, str]:
@@ -154,13 +131,13 @@ class MlflowAdapter(Adapter):
         super().__init__(options)
         require_client("mlflow", MIN_MLFLOW, "MLflow")
         uri = options.uri or os.environ.get("MLFLOW_TRACKING_URI")
-        self._embedded = uri is None
+        self.embedded = uri is None  # the sqlite store under the trackstore root
         if uri is None:
             base = target_dir(options.store_root or ".", "mlflow")
             uri = f"sqlite:///{base / 'mlflow.db'}"
         self.uri = uri
         self._client = None
-        self._experiments: dict[str, list[str]] = {}  # project -> live experiment ids, oldest first
+        self.experiments = Experiments(self)  # each project's live experiments at the destination
         self._run_dir = Path(".")
         self.trace_source: dict[str, str] = {}  # the training run's source, for its traces (open_run)
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
@@ -193,7 +170,7 @@ class MlflowAdapter(Adapter):
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
             proxy_environment(self.options.proxy)  # MLflow's client has no proxy parameter
-            if self._embedded:
+            if self.embedded:
                 target_dir(self.options.store_root or ".", "mlflow").mkdir(parents=True, exist_ok=True)
             import logging
 
@@ -281,96 +258,13 @@ class MlflowAdapter(Adapter):
               proxy=self.options.proxy)
 
     # ------------------------------------------------------------------ runs
-    def _experiment_ids(self, project: str) -> list[str]:
-        """The live experiments named ``project``, the one new runs go to first (the oldest).
-
-        A server whose store does not enforce unique names (MLflow's file store) can hold several
-        copies of a name when two clients created it at once. So the experiment is created once
-        per destination: looked up, and only under :meth:`~.adapter.Adapter.exclusive` looked up
-        again and created; and looked up once more after creating, for a sync of another store
-        that created it at the same moment: every sync then agrees on the oldest copy, and an
-        empty copy this sync made is retired (:meth:`_retire_copy`). Runs are looked up in every
-        copy (:meth:`open_run`), so one that went to another copy is found, never made twice.
-        """
-        if project in self._experiments:
-            return self._experiments[project]
-        ids = self._find_experiments(project)
-        if not ids:
-            with self.exclusive(f"experiment {project}"):
-                ids = self._find_experiments(project)
-                if not ids:
-                    created = self._create_experiment(project)
-                    ids = self._find_experiments(project)
-                    if not ids:
-                        raise RetryableError(f"MLflow experiment {project!r} at {self.destination()} was created "
-                                             "but is not listed yet")
-                    if created is not None and created != ids[0] and self._retire_copy(project, created):
-                        ids.remove(created)
-        self._experiments[project] = ids
-        return ids
-
-    def _find_experiments(self, project: str) -> list[str]:
-        """Ids of the live experiments named ``project``, oldest first (creation time, then id);
-        a :class:`PermanentError` when the name is held only by deleted ones (names stay reserved)."""
-        from mlflow.entities import ViewType
-
-        quote = next((q for q in ("'", '"') if q not in project), None)
-        if quote is None:  # a name MLflow's filter syntax cannot spell: its own look-up (one copy)
-            exp = self.call("get experiment", self.client.get_experiment_by_name, project)
-            found = [exp] if exp is not None else []
-        else:
-            found = self.call("search experiments", self.client.search_experiments, view_type=ViewType.ALL,
-                              filter_string=f"name = {quote}{project}{quote}", max_results=1000)
-        found = [e for e in found if e.name == project]
-        live = sorted((e for e in found if e.lifecycle_stage != "deleted"),
-                      key=lambda e: (e.creation_time or 0, len(str(e.experiment_id)), str(e.experiment_id)))
-        if found and not live:
-            raise PermanentError(self._deleted_msg(project))
-        return [e.experiment_id for e in live]
-
-    def _create_experiment(self, project: str) -> str | None:
-        """Create the experiment ``project`` (:func:`new_experiment_tags`); its id, or None when
-        the server says it exists."""
-        kwargs: dict[str, Any] = {"tags": new_experiment_tags()}
-        if is_local_uri(self.uri):
-            art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
-            if not self._embedded and self.uri.startswith("sqlite:"):
-                art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
-            kwargs["artifact_location"] = art.absolute().as_uri()
-        try:
-            return self.client.create_experiment(project, **kwargs)
-        except Exception as exc:
-            if "RESOURCE_ALREADY_EXISTS" in str(exc) or "already exists" in str(exc):
-                return None  # made meanwhile by another client (or deleted: the look-up says which)
-            raise self._wrap(exc, f"create experiment {project!r}") from exc
-
-    def _retire_copy(self, project: str, exp_id: str) -> bool:
-        """Take an empty copy of ``project`` this sync created beside an older one out of the way:
-        renamed, then deleted (renamed first because a deleted experiment keeps its name, and
-        MLflow's file store answers a look-up by name with the newest copy). False, and the copy
-        is kept, when a run is in it already or the server refused: every copy is searched."""
-        from mlflow.entities import ViewType
-
-        try:
-            if self.client.search_runs([exp_id], run_view_type=ViewType.ALL, max_results=1):
-                return False
-            self.client.rename_experiment(exp_id, f"{project} (duplicate {exp_id}, retired by trackstore)")
-            self.client.delete_experiment(exp_id)
-        except Exception:
-            return False
-        return True
-
-    def _deleted_msg(self, project: str) -> str:
-        return (f"MLflow experiment {project!r} at {self.destination()} is deleted; restore it "
-                f"(`mlflow experiments restore`) or remove it for good (`mlflow gc`), then sync again")
-
     def open_run(self, run, cursor) -> str:
         from mlflow.entities import ViewType
 
         self._run_dir = run.paths.dir
         self._run_status = run.status
         self.trace_source = source_tags(run.meta, blank=True)  # the metadata of this run's traces
-        exp_ids = self._experiment_ids(run.project)
+        exp_ids = self.experiments.ids(run.project)
         remote_id = cursor.remote.get("run_id")
         gone = False
         if remote_id:
