@@ -14,7 +14,6 @@ output form: they are not in the store, so no sync can send them.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from typing import Annotated, List, Optional
@@ -38,6 +37,8 @@ from .common import (
     store_run_ids,
     visible,
 )
+from .sync_progress import CronProgress, RichProgress
+from .sync_watch import WatchStop, in_pass
 
 TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
                                         "(or one registered by a plugin).")]
@@ -46,191 +47,6 @@ Mode = choices("Mode", ("online", "offline", "local", "cloud"))
 # the --mode values each built-in target takes (a plugin's target gets any of them)
 TARGET_MODES = {"mlflow": (), "wandb": ("online", "offline"), "wandb-offline": ("offline",),
                 "swanlab": ("cloud", "online", "offline", "local")}
-
-
-class _CronProgress:
-    """Plain lines for logs and cron mail (no TTY): one line when a run starts and one when it
-    ends, retries as they happen. Several runs at once (``--jobs``): every line names its run,
-    and the end lines count the runs done (``[3/64]``)."""
-
-    def __init__(self, quiet: bool = False, opening: str | None = None, started: set | None = None):
-        self.started = set() if started is None else started  # (project, run_id) of each run begun
-        self.quiet = quiet  # machine-readable output on stdout: keep these lines on stderr
-        self.out = sys.stderr if quiet else sys.stdout
-        self.opening = opening  # "mlflow at URI": said once, before the first run opens it
-        self.runs = 0  # selected runs (begin), 0 until known
-        self.jobs = 1
-        self.ended = 0
-
-    def begin(self, runs, jobs):
-        self.runs, self.jobs = runs, jobs
-
-    def run_started(self, run, total):
-        self.started.add((run.project, run.run_id))
-        if not self.quiet:
-            if self.opening:
-                print(visible(f"sync: opening {self.opening}"), file=self.out, flush=True)
-                self.opening = None
-            print(visible(f"sync {run.project}/{run.run_id}: {plural(total, 'row')} pending"), file=self.out, flush=True)
-
-    def advanced(self, n):
-        pass
-
-    def run_advanced(self, key, n):
-        pass
-
-    def run_held(self, run, holder, waiting):
-        what = "waiting for it" if waiting else "trying it again after the others"
-        print(visible(f"sync {run.project}/{run.run_id}: another sync holds this run ({one_line(holder)}); {what}"),
-              file=sys.stderr if self.quiet else self.out, flush=True)
-
-    def run_ended(self, result):
-        self.ended += 1
-        if interrupting():
-            print(visible(f"sync {result.project}/{result.run_id}: interrupted"), file=self.out, flush=True)
-            return
-        if self.quiet and result.ok:
-            return
-        if result.up_to_date and result.ok:
-            return
-        count = f" [{self.ended}/{self.runs}]" if self.jobs > 1 and self.runs else ""
-        if result.error_kind == "locked":
-            print(visible(f"sync {result.project}/{result.run_id}: {one_line(result.error or '')}{count}"),
-                  file=self.out, flush=True)
-            return
-        sent = ", ".join(f"{k} {v:,}" for k, v in result.sent.items() if v) or "nothing new"
-        state = "ok" if result.ok else f"FAILED: {one_line(result.error or '')}"
-        print(visible(f"sync {result.project}/{result.run_id}: {state} ({sent}; "
-                      f"{plural(result.retries, 'retry', 'retries')}){count}"), file=self.out, flush=True)
-
-    def message(self, text):
-        print(visible(text), file=self.out, flush=True)
-
-
-class _RichProgress:
-    """On a terminal: a bar per run being synced (rows sent, rate, ETA) and, when several runs
-    are selected, an overall bar (runs done, rows sent, rate). With ``--jobs`` above 1 a run's
-    bar goes when the run is done, so the display shows the active runs; one at a time, each
-    run's bar stays, as a log of the pass. While a run's first request opens the target (a first
-    MLflow sync creates its database, ~10 s), a line says so."""
-
-    def __init__(self, opening: str | None = None, started: set | None = None):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
-                            TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-                            console=console(stderr=True), transient=False)
-        self.tasks: dict = {}  # "project/run_id" -> (task id, started, rows done)
-        self.started = set() if started is None else started  # (project, run_id) of each run begun
-        self.last = ""  # the run started last (plain ``advanced`` events)
-        self.jobs = 1
-        self.overall = None
-        self.began = 0.0
-        self.rows = 0
-        self.opening = opening
-        self.opening_task = None  # a line of its own while the run's first request opens the target
-
-    def __enter__(self):
-        self.bar.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.bar.stop()
-
-    def begin(self, runs, jobs):
-        self.jobs, self.began = jobs, time.monotonic()
-        if runs > 1:
-            self.overall = self.bar.add_task(f"[bold]{plural(runs, 'run')}[/bold], {jobs} at a time"
-                                             if jobs > 1 else f"[bold]{plural(runs, 'run')}[/bold]", total=runs, rate="")
-
-    def run_started(self, run, total):
-        key = f"{run.project}/{run.run_id}"
-        self.started.add((run.project, run.run_id))
-        task = self.bar.add_task(escape(visible(run.run_id)), total=max(total, 1), rate="")
-        self.tasks[key] = (task, time.monotonic(), 0)
-        self.last = key
-        if self.opening and self.opening_task is None:
-            self.opening_task = self.bar.add_task(f"[dim]opening {escape(visible(self.opening))}…[/dim]",
-                                                  total=None, rate="")
-
-    def _opened(self):
-        if self.opening_task is not None:
-            self.bar.remove_task(self.opening_task)
-            self.opening_task, self.opening = None, None
-
-    def advanced(self, n):
-        self.run_advanced(self.last, n)
-
-    def run_advanced(self, key, n):
-        self._opened()
-        if key not in self.tasks:
-            return
-        task, started, done = self.tasks[key]
-        done += n
-        self.tasks[key] = (task, started, done)
-        rate = done / max(time.monotonic() - started, 1e-6)
-        self.bar.update(task, advance=n, rate=f"{rate:,.0f} rows/s")
-        if self.overall is not None:
-            self.rows += n
-            overall_rate = self.rows / max(time.monotonic() - self.began, 1e-6)
-            self.bar.update(self.overall, rate=f"{self.rows:,} rows, {overall_rate:,.0f} rows/s")
-
-    def run_held(self, run, holder, waiting):
-        from rich.text import Text
-
-        what = "waiting for it" if waiting else "trying it again after the others"
-        self.bar.console.print(Text(f"{run.run_id}: another sync holds this run ({one_line(holder, 300)}); {what}",
-                                    style="yellow"), no_wrap=True, overflow="ellipsis")
-
-    def run_ended(self, result):
-        self._opened()
-        if self.overall is not None:
-            self.bar.update(self.overall, advance=1)
-        entry = self.tasks.pop(f"{result.project}/{result.run_id}", None)
-        if entry is not None:
-            task = entry[0]
-            if self.jobs > 1:
-                self.bar.remove_task(task)  # the display shows the runs in flight
-            elif interrupting():  # Ctrl-C: the bar stays where the run stopped
-                self.bar.update(task, rate="[yellow]interrupted[/yellow]")
-                return
-            elif result.ok:
-                self.bar.update(task, completed=self.bar.tasks[self._index(task)].total)
-            else:
-                self.bar.update(task, rate="[red]FAILED[/red]")
-        if not result.ok:
-            from rich.text import Text
-
-            style = "yellow" if result.error_kind == "locked" else "red"
-            self.bar.console.print(Text(f"{result.run_id}: {one_line(result.error or '', 500)}", style=style),
-                                   no_wrap=True, overflow="ellipsis")
-
-    def _index(self, task):
-        return next(i for i, t in enumerate(self.bar.tasks) if t.id == task)
-
-    def message(self, text):
-        from rich.text import Text
-
-        self.bar.console.print(Text(one_line(text, 500), style="yellow"), no_wrap=True, overflow="ellipsis")
-
-
-def interrupting() -> bool:
-    """True while a Ctrl-C (KeyboardInterrupt) unwinds the sync: the engine still reports the run
-    it stopped as ended, and it must not look done."""
-    return isinstance(sys.exc_info()[1], KeyboardInterrupt)
-
-
-def escape(text: str) -> str:
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
 
 
 def sync(
@@ -291,7 +107,7 @@ def sync(
                             proxy=proxy, timeout=timeout, store_root=str(root_path))
     # --proxy travels in TargetOptions: each adapter hands it to its client (sync/http.py, Proxies)
     interactive = sys.stderr.isatty() and fmt is Format.table
-    stop = _WatchStop() if watch is not None else None
+    stop = WatchStop() if watch is not None else None
     started: set[tuple[str, str]] = set()
     try:
         report = _sync_loop(root_path, to, opts, options, dry_run=dry_run, watch=watch, stop=stop,
@@ -320,60 +136,6 @@ def _check_mode(to: str, mode) -> str | None:
     return mode
 
 
-class _WatchStop:
-    """Ctrl-C or SIGTERM ends ``--watch``: at once while it sleeps, else by interrupting the pass.
-
-    The flag matters as much as the interrupt: a client library that swallows the
-    KeyboardInterrupt mid-request (some catch BaseException around retries) would otherwise
-    let the loop run on for ever. Interrupting a pass is safe: the engine's in-doubt batch
-    protocol settles the interrupted batch on the next sync.
-
-    The handler touches no lock: it runs in the main thread between two bytecodes, possibly
-    inside ``Event.wait`` holding the event's lock, so ``Event.set`` there deadlocks (a
-    SIGTERM between rounds once hung ``--watch`` for good). It sets a plain flag and, while
-    the loop sleeps or syncs, raises to cut the wait short. The sleep goes in short slices:
-    a signal that arrives just before ``time.sleep`` begins has its Python handler run only
-    when that sleep ends, which must not be a whole ``--watch`` interval later.
-    """
-
-    SLICE_S = 0.2  # a signal whose handler is still pending when a sleep starts waits this long at most
-
-    def __init__(self):
-        import signal
-
-        self.stopped = False
-        self.in_pass = False  # True only while a sync pass talks to the target
-        self._sleeping = False
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handle(self, signum, frame):
-        self.stopped = True
-        if self.in_pass or self._sleeping:
-            raise KeyboardInterrupt
-
-    def sleep(self, seconds: float) -> bool:
-        """Wait ``seconds``; True when asked to stop (before or during the wait)."""
-        import time
-
-        try:
-            try:
-                self._sleeping = True  # from here a signal raises; before it, the check below sees the flag
-                deadline = time.monotonic() + seconds
-                while not self.stopped and (left := deadline - time.monotonic()) > 0:
-                    time.sleep(min(left, self.SLICE_S))
-            finally:
-                self._sleeping = False  # a signal even here is caught below
-        except KeyboardInterrupt:
-            return True
-        return self.stopped
-
-    def restore(self) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online, interactive, fmt, wait, wide=False,
                jobs=None, started=None):
     """One sync pass, or (``--watch``) passes every ``watch`` seconds until stopped; the last report."""
@@ -383,7 +145,7 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
     first = True
     seen: dict | None = None  # --watch: what each run's last summary row said (a pass prints what changed)
     while True:
-        with _in_pass(stop):
+        with in_pass(stop):
             adapter = open_adapter(root_path, to, options)  # this pass's adapter: do_sync owns and closes it
             where = None
             if not dry_run:
@@ -396,10 +158,10 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             opening = f"{to} at {where}" if where and first else None  # later passes have it open already
             if reachable:
                 if interactive:
-                    with _RichProgress(opening, started) as progress:
+                    with RichProgress(opening, started) as progress:
                         report = do_sync(root_path, adapter, opts, progress=progress, wait_lock=wait, jobs=jobs)
                 else:
-                    report = do_sync(root_path, adapter, opts, progress=_CronProgress(quiet=fmt is Format.json,
+                    report = do_sync(root_path, adapter, opts, progress=CronProgress(quiet=fmt is Format.json,
                                      opening=opening, started=started), wait_lock=wait, jobs=jobs)
                 first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
@@ -429,21 +191,6 @@ def _target_reachable(adapter, *, if_online: bool, watch: float | None) -> str |
             raise
         echo_err(f"{exc}; retrying in {watch:.0f}s")
         return None
-
-
-@contextlib.contextmanager
-def _in_pass(stop):
-    """While a pass talks to the target, a stop signal interrupts it; otherwise it only sets the flag."""
-    if stop is None:
-        yield
-        return
-    if stop.stopped:
-        raise KeyboardInterrupt  # asked to stop just before this pass began
-    stop.in_pass = True
-    try:
-        yield
-    finally:
-        stop.in_pass = False
 
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (or SIGTERM under --watch) during a sync, as a shell reports SIGINT

@@ -27,7 +27,6 @@ changes anything a writer owns: syncing a live run from a login node is safe.
 from __future__ import annotations
 
 import functools
-import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -41,10 +40,9 @@ from trackstore.store.clock import iso
 from trackstore.store.cursor import Cursor
 from trackstore.store.layout import resolve_root
 from trackstore.store.ledger import CURSOR_ERRORS, cursor_path, load_cursor, save_cursor, unchanged_since_ack
-from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 
-from . import gaps, plan
+from . import gaps, plan, verify
 from .adapter import (
     OPENED_FOUND,
     OPENED_REPLACED,
@@ -56,6 +54,7 @@ from .adapter import (
     SendResult,
     StepBatch,
 )
+from .batches import batch_id_of, batch_ids, not_acked, row_batches, row_ranges, step_batches
 from .plan import RunPlan
 from .trajectories import NO_ROOT_SPAN, rootless_rows
 
@@ -270,7 +269,7 @@ class Engine:
         res.pending = {k: t.num_rows for k, t in tables.items()}
         res.write_errors = gaps.write_errors(info.meta, info.writers)
         blocked = self._check_gaps(res, unreadable, cursor)
-        recheck = sum(cursor.recheck[k].overlap(_ids(t)) for k, t in tables.items()
+        recheck = sum(cursor.recheck[k].overlap(row_ranges(t)) for k, t in tables.items()
                       if t.num_rows and cursor.recheck.get(k))
         held_step, held = self._held_back(info, tables)
         res.plan = plan.decide(info.project, info.run_id, info.status, cursor, res.pending,
@@ -386,13 +385,13 @@ class Engine:
             # (empty) acknowledged rows, which would send the rest again blindly
             for kind, table in tables.items():
                 if table.num_rows:
-                    cursor.mark_recheck(kind, _ids(table))
+                    cursor.mark_recheck(kind, row_ranges(table))
         save_cursor(self.root, cursor)
         if cursor.in_doubt:
             self._reconcile(info, cursor, res)
             # the reconciled rows are acknowledged now: they are no longer pending
             for kind in KIND_ORDER:
-                tables[kind] = tables[kind].filter(_not_in(cursor.acked.get(kind), tables[kind]))
+                tables[kind] = tables[kind].filter(not_acked(cursor.acked.get(kind), tables[kind]))
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
         merged = {k: tables[k] for k in KIND_ORDER if k in self.caps.merge_steps}
@@ -408,7 +407,7 @@ class Engine:
             cursor.synced_status = status
         if run_plan.verify:
             res.verified = self._call(res, lambda: self.adapter.verify(info, cursor))
-            res.verify_ok = self._verify_ok(info, cursor, res.verified)
+            res.verify_ok = verify.counts_agree(info, cursor, res.verified, self.progress.message)
         self._call(res, lambda: self.adapter.close_run(cursor))
         cursor.confirm_session()
         res.upload = self.adapter.upload_command(cursor) if self.caps.staging else None
@@ -481,7 +480,7 @@ class Engine:
             import pyarrow.compute as pc
 
             tables = {k: t.filter(pc.less(t.column("step"), hold_from)) for k, t in tables.items()}
-        for batch in _step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size)):
+        for batch in step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size)):
             self._deliver(STEPS, batch, cursor, res, doubtful=doubtful)
             self.progress.advanced(batch.num_rows)
             if self.on_batch is not None:
@@ -498,7 +497,7 @@ class Engine:
         the target holds or acknowledged join the cursor's acknowledged set, atomically with
         the end of the doubt.
         """
-        ids = _batch_ids(kind, batch)
+        ids = batch_ids(kind, batch)
         cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
         # rows a session handed over and never confirmed: ask the target before sending them
         doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
@@ -533,7 +532,7 @@ class Engine:
             for reason, n in result.skipped.items():
                 res.skipped[reason] = res.skipped.get(reason, 0) + n
         else:
-            deferred = _ids(pending.take(result.deferred)) if result.deferred else None
+            deferred = row_ranges(pending.take(result.deferred)) if result.deferred else None
             acked = {kind: ids[kind] - deferred if deferred else ids[kind]}
             skipped = {kind: result.skipped_rows}
             self._count(res, kind, pending.num_rows - len(result.deferred), result)
@@ -558,28 +557,8 @@ class Engine:
                       note=True)
 
     def _batches(self, kind: str, table):
-        size = self.adapter.batch_size(kind, self.opts.batch_size)
-        group = self.caps.group_columns.get(kind)
-        n = table.num_rows
-        if not group:
-            for start in range(0, n, size):
-                yield table.slice(start, size)
-            return
-        # keep rows sharing `group` (e.g. one trace's spans) in one batch, in first-seen order
-        import pyarrow as pa
-
-        values = table.column(group).to_pylist()
-        order: dict = {}
-        for i, v in enumerate(values):
-            order.setdefault(v, []).append(i)
-        chunk: list[int] = []
-        for idx in order.values():
-            if chunk and len(chunk) + len(idx) > size:
-                yield table.take(pa.array(chunk))
-                chunk = []
-            chunk.extend(idx)
-        if chunk:
-            yield table.take(pa.array(chunk))
+        """The batches ``kind``'s rows are sent in: the target's size, its groups kept whole."""
+        return row_batches(table, self.adapter.batch_size(kind, self.opts.batch_size), self.caps.group_columns.get(kind))
 
     def _call(self, res: RunResult, fn: Callable):
         """Call ``fn`` with retries for RetryableError / connection trouble; backoff with full jitter."""
@@ -611,40 +590,6 @@ class Engine:
         for reason, k in result.skipped.items():
             res.skipped[reason] = res.skipped.get(reason, 0) + k
 
-    def _verify_ok(self, info: RunInfo, cursor: Cursor, remote: dict[str, int] | None) -> bool:
-        """Compare the adapter's read-back counts with the store. Keys are record kinds, plus
-        ``traces`` (distinct trajectories), as the adapter chooses to report them."""
-        if remote is None:
-            return False
-        for what, count in remote.items():
-            local = self._local_count(info, cursor, what)
-            if local is None:
-                return False
-            if count != local:
-                self.progress.message(f"{info.project}/{info.run_id}: verify: {what} at target {count}, expected {local}")
-                return False
-        return True
-
-    def _local_count(self, info: RunInfo, cursor: Cursor, what: str) -> int | None:
-        """What the target should hold of ``what``; None (said why) when the store cannot tell.
-
-        Rows of unreadable parts the target acknowledged count as stored; any other unreadable
-        part means the count is unknown, and a verify never agrees with an unknown count.
-        """
-        kind = "spans" if what == "traces" else what
-        damaged: dict = {}
-        columns = ["trace_id"] if what == "traces" else []
-        table = read_kind(info.paths, kind, columns=columns, damaged=damaged)
-        unreadable = gaps.unreadable_parts(info.paths, kind, damaged)
-        blocking, synced = gaps.split(unreadable, cursor.acked)
-        if blocking or (what == "traces" and synced):
-            self.progress.message(f"{info.project}/{info.run_id}: verify: cannot count {what}: "
-                                  f"{'; '.join(p.describe() for p in blocking + synced)}")
-            return None
-        if what == "traces":
-            return len(set(table.column("trace_id").to_pylist()))
-        return table.num_rows + gaps.unreadable_rows(synced, kind) - cursor.skipped.get(kind, 0)
-
     def _fail(self, cursor: Cursor, res: RunResult, message: str, kind: str) -> None:
         if cursor.session is not None:  # end the session; confirmed only if the target says so
             try:
@@ -661,68 +606,3 @@ class Engine:
             save_cursor(self.root, cursor)
         except OSError:
             pass
-
-
-def _ids(table) -> RangeSet:
-    r = RangeSet()
-    r.add_table(table)
-    return r
-
-
-def _not_in(acked, table):
-    import pyarrow.compute as pc
-
-    if not acked:
-        import pyarrow as pa
-
-        return pa.array([True] * table.num_rows, pa.bool_())
-    return pc.invert(acked.mask(table))
-
-
-def _batch_ids(kind: str, batch) -> dict[str, RangeSet]:
-    """The row ids of a batch, per kind."""
-    if kind == STEPS:
-        return {k: _ids(t) for k, t in batch.tables.items()}
-    return {kind: _ids(batch)}
-
-
-def _step_batches(tables: dict, size: int):
-    """:class:`StepBatch` es of about ``size`` rows over ``tables`` (kind -> rows with a ``step``):
-    whole steps, in step order."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    ordered, steps = {}, []
-    for k, t in tables.items():
-        if t.num_rows:
-            t = t.take(pc.sort_indices(t, sort_keys=[("step", "ascending")]))  # stable: replay order kept
-        ordered[k] = t
-        steps.append(t.column("step").to_numpy())
-    every = np.concatenate(steps) if steps else np.array([], dtype="int64")
-    if not len(every):
-        return
-    values, counts = np.unique(every, return_counts=True)
-    starts = {k: ordered[k].column("step").to_numpy() for k in ordered}
-    i = 0
-    while i < len(values):
-        j, n = i, 0
-        while j < len(values) and (j == i or n + counts[j] <= size):
-            n += counts[j]
-            j += 1
-        lo, hi = values[i], values[j - 1]
-        batch = {}
-        for k, t in ordered.items():
-            a = int(np.searchsorted(starts[k], lo, "left"))
-            b = int(np.searchsorted(starts[k], hi, "right"))
-            batch[k] = t.slice(a, b - a)
-        yield StepBatch(batch)
-        i = j
-
-
-def batch_id_of(kind: str, batch) -> str:
-    """The id of a batch of rows of ``kind``: the same rows always get the same id (adapters
-    store it at the target to tell, after a cut, whether the batch arrived)."""
-    h = hashlib.sha256(kind.encode())
-    for k, ids in _batch_ids(kind, batch).items():
-        h.update(repr((k, ids.to_json()) if kind == STEPS else ids.to_json()).encode())
-    return h.hexdigest()[:16]

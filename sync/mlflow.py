@@ -7,8 +7,9 @@ the demo and air-gapped users need no server.
 Mapping (docs/sync.md has the full table):
 
 * project -> experiment (created if missing, once per destination, with the experiment kind of
-  model training, :func:`new_experiment_tags`; a deleted one is a permanent error); runs are
-  looked up in every live experiment of the name. Where to see it: :func:`runs_page`.
+  model training; a deleted one is a permanent error: :mod:`.mlflow_experiments`); runs are
+  looked up in every live experiment of the name. Where to see it:
+  :func:`.mlflow_experiments.runs_page`.
 * run -> one MLflow run found again by the tag ``trackstore.run_id`` (never created twice);
   name, notes (``mlflow.note.content``), user, source, git commit, tags (``<tag> = "true"``),
   original start time; end time and FINISHED/FAILED/KILLED for finished/failed/crashed.
@@ -44,11 +45,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import posixpath
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ from .adapter import (
 )
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
+from .mlflow_experiments import Experiments, runs_page
+from .mlflow_points import HeldPoints, comparable
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
 #: runs synced at once to an MLflow tracking server when --jobs is not given (measured)
@@ -81,9 +83,6 @@ RUN_TAG = "trackstore.run_id"
 PROJECT_TAG = "trackstore.project"
 HIDDEN = "mlflow.trackstore."  # bookkeeping tags: not shown on MLflow's run page
 BATCH_TAG = HIDDEN + "batch.{kind}"
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-TRAINING_KIND = "custom_model_development"  # MLflow 3's "machine learning" (model training) kind
-WORKFLOW = "machine_learning"  # the value of MLflow 3's UI parameter ``workflowType`` for it
 LOCAL_UI = "http://127.0.0.1:5000"  # where ``mlflow ui`` serves by default
 PARAM_NAMING_TAG = HIDDEN + "param_names"  # "/": the run's params are named as verl names them
 MAX_KEY = 250
@@ -91,28 +90,6 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
 
-
-
-def new_experiment_tags() -> dict[str, str]:
-    """The tags of an experiment trackstore creates: the experiment kind of model training.
-
-    MLflow 3 releases that choose an experiment's view by its kind read this tag; without it
-    they infer the kind, and an experiment holding traces (the trajectories) is taken for GenAI
-    development and opens on its traces. MLflow 3.17 no longer reads it for the view (see
-    :func:`runs_page`). Given only at creation: the kind of an existing experiment is the user's."""
-    return {EXPERIMENT_KIND_TAG: TRAINING_KIND}
-
-
-def runs_page(ui: str, experiment_id: str) -> str:
-    """The address of an experiment's runs list in MLflow's UI served at ``ui``.
-
-    MLflow 3's UI opens an experiment in the view of its *workflow type*, taken from the
-    address's ``workflowType`` parameter, else from the browser's local storage
-    (``mlflow.workflowType``, ``genai`` until the user flips the toggle); nothing the server
-    holds decides it. So every address trackstore prints carries ``workflowType`` =
-    ``machine_learning``: the runs list, not the GenAI overview. MLflow 2 ignores the parameter.
-    """
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW}"
 
 
 def source_tags(meta: dict, *, blank: bool = False) -> dict[str, str]:
@@ -154,23 +131,19 @@ class MlflowAdapter(Adapter):
         super().__init__(options)
         require_client("mlflow", MIN_MLFLOW, "MLflow")
         uri = options.uri or os.environ.get("MLFLOW_TRACKING_URI")
-        self._embedded = uri is None
+        self.embedded = uri is None  # the sqlite store under the trackstore root
         if uri is None:
             base = target_dir(options.store_root or ".", "mlflow")
             uri = f"sqlite:///{base / 'mlflow.db'}"
         self.uri = uri
         self._client = None
-        self._experiments: dict[str, list[str]] = {}  # project -> live experiment ids, oldest first
+        self.experiments = Experiments(self)  # each project's live experiments at the destination
         self._run_dir = Path(".")
         self.trace_source: dict[str, str] = {}  # the training run's source, for its traces (open_run)
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
         self._known_keys: dict[str, str] = {}
         self._remote = None  # the MLflow Run as read at the start of this run's sync
-        # (run id, mlflow key) -> the points MLflow holds in a range of steps, read by reconcile
-        # and kept current by sends that were acknowledged; a send whose outcome is unknown drops
-        # the ranges of its keys only (its own points are the uncertain ones)
-        self._held: dict[tuple[str, str], _Held] = {}
-        self._ranged = self.uri.startswith(("http://", "https://"))  # the server answers for a step range
+        self.held = HeldPoints(self)  # what MLflow holds of a key in a range of steps: read by reconcile
 
     @property
     def capabilities(self) -> Capabilities:
@@ -197,7 +170,7 @@ class MlflowAdapter(Adapter):
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(max(1, self.options.timeout)))
             proxy_environment(self.options.proxy)  # MLflow's client has no proxy parameter
-            if self._embedded:
+            if self.embedded:
                 target_dir(self.options.store_root or ".", "mlflow").mkdir(parents=True, exist_ok=True)
             import logging
 
@@ -285,96 +258,13 @@ class MlflowAdapter(Adapter):
               proxy=self.options.proxy)
 
     # ------------------------------------------------------------------ runs
-    def _experiment_ids(self, project: str) -> list[str]:
-        """The live experiments named ``project``, the one new runs go to first (the oldest).
-
-        A server whose store does not enforce unique names (MLflow's file store) can hold several
-        copies of a name when two clients created it at once. So the experiment is created once
-        per destination: looked up, and only under :meth:`~.adapter.Adapter.exclusive` looked up
-        again and created; and looked up once more after creating, for a sync of another store
-        that created it at the same moment: every sync then agrees on the oldest copy, and an
-        empty copy this sync made is retired (:meth:`_retire_copy`). Runs are looked up in every
-        copy (:meth:`open_run`), so one that went to another copy is found, never made twice.
-        """
-        if project in self._experiments:
-            return self._experiments[project]
-        ids = self._find_experiments(project)
-        if not ids:
-            with self.exclusive(f"experiment {project}"):
-                ids = self._find_experiments(project)
-                if not ids:
-                    created = self._create_experiment(project)
-                    ids = self._find_experiments(project)
-                    if not ids:
-                        raise RetryableError(f"MLflow experiment {project!r} at {self.destination()} was created "
-                                             "but is not listed yet")
-                    if created is not None and created != ids[0] and self._retire_copy(project, created):
-                        ids.remove(created)
-        self._experiments[project] = ids
-        return ids
-
-    def _find_experiments(self, project: str) -> list[str]:
-        """Ids of the live experiments named ``project``, oldest first (creation time, then id);
-        a :class:`PermanentError` when the name is held only by deleted ones (names stay reserved)."""
-        from mlflow.entities import ViewType
-
-        quote = next((q for q in ("'", '"') if q not in project), None)
-        if quote is None:  # a name MLflow's filter syntax cannot spell: its own look-up (one copy)
-            exp = self.call("get experiment", self.client.get_experiment_by_name, project)
-            found = [exp] if exp is not None else []
-        else:
-            found = self.call("search experiments", self.client.search_experiments, view_type=ViewType.ALL,
-                              filter_string=f"name = {quote}{project}{quote}", max_results=1000)
-        found = [e for e in found if e.name == project]
-        live = sorted((e for e in found if e.lifecycle_stage != "deleted"),
-                      key=lambda e: (e.creation_time or 0, len(str(e.experiment_id)), str(e.experiment_id)))
-        if found and not live:
-            raise PermanentError(self._deleted_msg(project))
-        return [e.experiment_id for e in live]
-
-    def _create_experiment(self, project: str) -> str | None:
-        """Create the experiment ``project`` (:func:`new_experiment_tags`); its id, or None when
-        the server says it exists."""
-        kwargs: dict[str, Any] = {"tags": new_experiment_tags()}
-        if is_local_uri(self.uri):
-            art = target_dir(self.options.store_root or ".", "mlflow") / "artifacts"
-            if not self._embedded and self.uri.startswith("sqlite:"):
-                art = Path(self.uri[len("sqlite:///"):]).parent / "artifacts"
-            kwargs["artifact_location"] = art.absolute().as_uri()
-        try:
-            return self.client.create_experiment(project, **kwargs)
-        except Exception as exc:
-            if "RESOURCE_ALREADY_EXISTS" in str(exc) or "already exists" in str(exc):
-                return None  # made meanwhile by another client (or deleted: the look-up says which)
-            raise self._wrap(exc, f"create experiment {project!r}") from exc
-
-    def _retire_copy(self, project: str, exp_id: str) -> bool:
-        """Take an empty copy of ``project`` this sync created beside an older one out of the way:
-        renamed, then deleted (renamed first because a deleted experiment keeps its name, and
-        MLflow's file store answers a look-up by name with the newest copy). False, and the copy
-        is kept, when a run is in it already or the server refused: every copy is searched."""
-        from mlflow.entities import ViewType
-
-        try:
-            if self.client.search_runs([exp_id], run_view_type=ViewType.ALL, max_results=1):
-                return False
-            self.client.rename_experiment(exp_id, f"{project} (duplicate {exp_id}, retired by trackstore)")
-            self.client.delete_experiment(exp_id)
-        except Exception:
-            return False
-        return True
-
-    def _deleted_msg(self, project: str) -> str:
-        return (f"MLflow experiment {project!r} at {self.destination()} is deleted; restore it "
-                f"(`mlflow experiments restore`) or remove it for good (`mlflow gc`), then sync again")
-
     def open_run(self, run, cursor) -> str:
         from mlflow.entities import ViewType
 
         self._run_dir = run.paths.dir
         self._run_status = run.status
         self.trace_source = source_tags(run.meta, blank=True)  # the metadata of this run's traces
-        exp_ids = self._experiment_ids(run.project)
+        exp_ids = self.experiments.ids(run.project)
         remote_id = cursor.remote.get("run_id")
         gone = False
         if remote_id:
@@ -525,13 +415,9 @@ class MlflowAdapter(Adapter):
         try:
             self.call("log metrics", self.client.log_batch, rid, metrics=metrics, tags=[tag])
         except BaseException:
-            for m in metrics:  # these points may or may not be there now: read their range again
-                self._held.pop((rid, m.key), None)
+            self.held.forget(rid, (m.key for m in metrics))  # these points may or may not be there now
             raise
-        for m in metrics:
-            known = self._held.get((rid, m.key))
-            if known is not None and known.lo <= m.step <= known.hi:
-                known.points.add((m.step, m.timestamp, _norm(m.value)))
+        self.held.sent(rid, metrics)
         return result
 
     def _send_table_files(self, rid: str, kind: str, rows, cursor) -> SendResult:
@@ -558,9 +444,9 @@ class MlflowAdapter(Adapter):
         """Return the rows of an in-doubt batch that MLflow does not hold yet.
 
         A batch whose id is the run's batch tag arrived whole (one ``get_run``). Otherwise each
-        key's points are read for the batch's steps only (:meth:`_held_points`), so a reconcile
-        costs about what the batch costs, whatever the length of the run's history; what it
-        read is kept for the retries of this batch.
+        key's points are read for the batch's steps only (:class:`.mlflow_points.HeldPoints`),
+        so a reconcile costs about what the batch costs, whatever the length of the run's
+        history; what it read is kept for the retries of this batch.
         """
         import pyarrow as pa
 
@@ -579,55 +465,11 @@ class MlflowAdapter(Adapter):
         for k, s in zip(keys, steps):
             lo, hi = spans.get(k, (s, s))
             spans[k] = (min(lo, s), max(hi, s))
-        have = {k: self._held_points(rid, mapping[k], lo, hi) for k, (lo, hi) in spans.items()}
+        have = {k: self.held.points(rid, mapping[k], lo, hi) for k, (lo, hi) in spans.items()}
         values = rows.column("value").to_pylist()
         ts = rows.column("ts").cast("int64").to_pylist()
-        keep = [(s, t // 1000, _norm(v)) not in have[k] for k, v, s, t in zip(keys, values, steps, ts)]
+        keep = [(s, t // 1000, comparable(v)) not in have[k] for k, v, s, t in zip(keys, values, steps, ts)]
         return rows.filter(pa.array(keep))
-
-    def _held_points(self, rid: str, mk: str, lo: int, hi: int) -> set:
-        """The points ``(step, timestamp, value)`` MLflow holds for key ``mk`` of run ``rid`` at
-        steps ``lo``..``hi``, from what this sync read already when that covers the range."""
-        known = self._held.get((rid, mk))
-        if known is not None and known.lo <= lo and hi <= known.hi:
-            return known.points
-        points = self._ask_range(rid, mk, lo, hi) if self._ranged and _INT32[0] <= lo and hi <= _INT32[1] else None
-        if points is None:  # a local store, or a server that cannot answer for a range: the whole history
-            hist = self.call("get metric history", self.client.get_metric_history, rid, mk)
-            points = {(m.step, m.timestamp, _norm(m.value)) for m in hist if lo <= m.step <= hi}
-        self._held[(rid, mk)] = _Held(lo, hi, points)
-        return points
-
-    def _ask_range(self, rid: str, mk: str, lo: int, hi: int) -> set | None:
-        """The points of ``mk`` at steps ``lo``..``hi`` from the server's ``get-history-bulk-interval``
-        endpoint (the one MLflow's UI draws charts from; int32 steps); None when the answer may
-        be incomplete (it samples at :data:`RANGE_LIMIT` points) or the server does not offer it
-        (then it is not asked again)."""
-        from mlflow.utils.credentials import get_default_host_creds
-        from mlflow.utils.rest_utils import http_request
-
-        params = {"run_ids": [rid], "metric_key": mk, "start_step": lo, "end_step": hi, "max_results": RANGE_LIMIT}
-        try:
-            resp = http_request(get_default_host_creds(self.uri), RANGE_ENDPOINT, "GET", params=params)
-        except Exception as exc:
-            raise self._wrap(exc, "read metric range") from exc
-        if resp.status_code in (400, 404, 405, 501):  # no such endpoint (an older or another server)
-            self._ranged = False
-            return None
-        if resp.status_code != 200:  # retryable or not by the one policy of every target
-            message = redact_text(f"read metric range: HTTP {resp.status_code}: {resp.text[:200]}")
-            try:
-                resp.raise_for_status()
-            except Exception as exc:
-                raise classify(exc, message) from None
-            raise PermanentError(message)  # neither 200 nor an error status: nothing to read
-        try:
-            metrics = resp.json().get("metrics") or []
-            points = {(int(m.get("step", 0)), int(m.get("timestamp", 0)), _norm(float(m.get("value", 0.0))))
-                      for m in metrics if m.get("run_id", rid) == rid}
-        except (ValueError, TypeError, AttributeError) as exc:  # cut mid-answer, or not MLflow's JSON
-            raise RetryableError(f"read metric range: unreadable answer ({exc})") from None
-        return None if len(metrics) >= RANGE_LIMIT else points
 
     def finish_run(self, run, cursor, status: str) -> None:
         """Summary tags and the end status, each sent only if MLflow does not hold it already.
@@ -687,31 +529,3 @@ class MlflowAdapter(Adapter):
             for k, mk in renamed("mlflow", keys, names).items():
                 out[rename_reason("MLflow", k, mk)] = 0
         return out
-
-
-#: MLflow's endpoint for a key's points in a range of steps (served beside the REST API for its UI)
-RANGE_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval"
-RANGE_LIMIT = 2500  # the most points it returns per run; an answer that long may be sampled
-_INT32 = (-2 ** 31, 2 ** 31 - 1)  # its step bounds are int32
-
-
-@dataclass
-class _Held:
-    """The points MLflow held at steps ``lo``..``hi`` of one key, as last read (plus acknowledged sends)."""
-
-    lo: int
-    hi: int
-    points: set
-
-
-def _norm(v):
-    if v is None:
-        return None
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        if abs(v) >= 1.7976931348623157e308:
-            return "inf" if v > 0 else "-inf"
-    return float(v)

@@ -270,7 +270,7 @@ def test_the_engine_and_scheduler_never_branch_on_a_target_name():
     """What a target needs is its adapter's Capabilities record; a target's name in the engine or
     the scheduler would be a second place deciding it."""
     names = {"mlflow", "wandb", "wandb-offline", "swanlab"}
-    for module in ("engine.py", "parallel.py", "plan.py"):
+    for module in ("engine.py", "batches.py", "verify.py", "parallel.py", "plan.py"):
         tree = ast.parse((SYNC_DIR / module).read_text())
         found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
         assert not found, f"sync/{module} names targets {found}"

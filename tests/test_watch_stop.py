@@ -17,9 +17,9 @@ import sys
 
 CHILD = r"""
 import signal, sys, time
-from trackstore.cli.sync_cmd import _WatchStop
+from trackstore.cli.sync_watch import WatchStop
 
-_WatchStop.SLICE_S = 0.01  # many slices in a short sleep: the loop's lines repeat quickly
+WatchStop.SLICE_S = 0.01  # many slices in a short sleep: the loop's lines repeat quickly
 SLEEP_S = 1.0
 
 # The sleep's clock advances a fixed amount per reading, so every run of it executes the same
@@ -49,7 +49,7 @@ def sleep_with_signal_at(target):
                 signal.raise_signal(signal.SIGTERM)
         return tracer
 
-    stop = _WatchStop()
+    stop = WatchStop()
     t0 = real_monotonic()
     sys.settrace(tracer)
     try:
@@ -87,7 +87,7 @@ def test_a_signal_on_any_line_of_the_sleep_stops_it_at_once():
 
 
 def test_a_stop_asked_before_the_sleep_skips_it():
-    code = ("import signal, time\nfrom trackstore.cli.sync_cmd import _WatchStop\ns = _WatchStop()\n"
+    code = ("import signal, time\nfrom trackstore.cli.sync_watch import WatchStop\ns = WatchStop()\n"
             "signal.raise_signal(signal.SIGINT)\nt = time.monotonic()\nprint(s.sleep(5), time.monotonic() - t < 1)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.stdout.split() == ["True", "True"], done.stderr
