@@ -32,7 +32,7 @@ def joining(paths: RunPaths, resume: bool):
         yield
     finally:
         if claim is not None:
-            from ..store.locks import release_claim
+            from ..store.run_claims import release_claim
 
             release_claim(claim)
 
@@ -40,10 +40,10 @@ def joining(paths: RunPaths, resume: bool):
 def claim_existing_run(paths: RunPaths):
     """Make sure no ``trackstore gc`` deletes the run folder this process is about to join.
 
-    Write first, then check: a *claim* (:func:`trackstore.store.locks.claim_run`, which gc counts as
+    Write first, then check: a *claim* (:func:`trackstore.store.run_claims.claim_run`, which gc counts as
     a live writer) goes into the folder, THEN gc's announcement that it is deleting this run is
     looked for and, if present, its verdict awaited (``LockHeldError`` after
-    :data:`trackstore.store.locks.DELETION_WAIT_S`). gc
+    :data:`trackstore.store.run_claims.DELETION_WAIT_S`). gc
     announces before its last re-check, so either gc sees the claim and keeps the run, or this
     sees the announcement. The claim is the proof: still in place afterwards, the folder is ours
     to write; moved away with the folder, the run was deleted and None is returned (init then
@@ -51,18 +51,18 @@ def claim_existing_run(paths: RunPaths):
     never silently recreated. Returns the claim file, or None when there is no folder (a run id
     not in the store: one failed ``mkdir`` and one lock file read).
     """
-    from ..store import locks as _locks
+    from ..store import run_claims
 
     claim = None
     waited = False
     for _attempt in range(100):  # more than a couple only if the folder keeps coming and going
         if claim is None:
-            claim = _locks.claim_run(paths)  # None: no folder (a new id, or a run gc is deleting)
+            claim = run_claims.claim_run(paths)  # None: no folder (a new id, or a run gc is deleting)
         try:
-            waited = _locks.wait_for_deletion_verdict(paths.root, paths.project, paths.run_id) or waited
+            waited = run_claims.wait_for_deletion_verdict(paths.root, paths.project, paths.run_id) or waited
         except BaseException:
             if claim is not None:
-                _locks.release_claim(claim)
+                run_claims.release_claim(claim)
             raise
         if claim is not None and claim.exists():
             return claim
@@ -94,7 +94,7 @@ def close_dead_writers(paths: RunPaths, now: float) -> None:
                 _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": iso(now)}, durable=True)
             except (OSError, ValueError):  # ValueError: a record whose writer id is not a file name
                 pass
-    from ..store.locks import dead_claims, release_claim
+    from ..store.run_claims import dead_claims, release_claim
 
     for claim in dead_claims(paths):
         release_claim(claim)
