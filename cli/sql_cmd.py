@@ -91,9 +91,9 @@ def report_skipped_files() -> Iterator[None]:
             yield
     finally:  # outside catch_warnings, so warnings passed on are not recorded again
         ours: tuple[type[Warning], ...] = (RunJsonWarning,)
-        views = sys.modules.get("trackstore.read.views")  # not imported by the block: it skipped no file
-        if views is not None:
-            ours += (views.SkippedFileWarning,)
+        part_scan = sys.modules.get("trackstore.read.part_scan")  # not imported by the block: it skipped no file
+        if part_scan is not None:
+            ours += (part_scan.SkippedFileWarning,)
         seen = set()
         for w in caught:
             if issubclass(w.category, ours):

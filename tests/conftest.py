@@ -53,14 +53,14 @@ def root(tmp_path) -> Path:
 def _no_current_run():
     """Finish whatever run a test left open, so tests never leak state into each other."""
     yield
-    import trackstore.write.run as run_mod
+    from trackstore.write import endings
 
-    for run in list(run_mod._live_runs):
+    for run in list(endings.live_runs):
         try:
             run.finish()
         except Exception:
             pass
-    run_mod._current = None
+    endings.current = None
 
 
 @pytest.hookimpl(trylast=True)

@@ -582,17 +582,17 @@ def test_connect_reuses_part_checks_and_still_skips_a_damaged_part(store, monkey
     """connect() checks a part file once (framing, columns); a later connect (here: with the
     checks counted, as in a new process) takes the check from the catalog while the file keeps its size and mtime, and still skips
     a damaged part with a warning."""
-    from trackstore.read import views
+    from trackstore.read import part_scan
 
     op_damage(store, full_runs(store)[0])
     checked = []
-    real = views.check_part
+    real = part_scan.check_part
 
     def counting(path):
         checked.append(path)
         return real(path)
 
-    monkeypatch.setattr(views, "check_part", counting)
+    monkeypatch.setattr(part_scan, "check_part", counting)
     found = []
     for _ in range(2):
         with warnings.catch_warnings(record=True) as caught:
@@ -601,7 +601,7 @@ def test_connect_reuses_part_checks_and_still_skips_a_damaged_part(store, monkey
             n = con.execute("SELECT count(*) FROM metrics").fetchone()[0]
             con.close()
         found.append((n, sorted(str(w.message).split(":")[0] for w in caught
-                                if issubclass(w.category, views.SkippedFileWarning))))
+                                if issubclass(w.category, part_scan.SkippedFileWarning))))
     assert found[0] == found[1] and len(found[0][1]) == 1 and "dead00" in found[0][1][0]
     assert found[0][0] == sum(read_row_ids(r.paths, "metrics")[0].num_rows for r in full_runs(store))
     parts = [p for r in full_runs(store) for k in KINDS for p in r.paths.parts(k)]

@@ -219,9 +219,9 @@ def test_resume_after_the_rename_starts_afresh_and_never_writes_into_the_trash(r
     # child, so that the test knows it is blocked there before letting gc go on)
     code = resume_code(root, victim, range(100, 150)).replace(
         "import trackstore\n",
-        "import trackstore\nfrom trackstore.store import locks\nreal_wait = locks.wait_for_deletion_verdict\n"
+        "import trackstore\nfrom trackstore.store import run_claims\nreal_wait = run_claims.wait_for_deletion_verdict\n"
         "def waiting(*a, **kw):\n    print('waiting', flush=True)\n    return real_wait(*a, **kw)\n"
-        "locks.wait_for_deletion_verdict = waiting\n", 1)
+        "run_claims.wait_for_deletion_verdict = waiting\n", 1)
     resumer = python_child(code)
     try:
         read_until(resumer, "waiting")

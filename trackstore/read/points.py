@@ -11,7 +11,7 @@ what the format offers to read little:
   and rows are chosen through its key dictionary, never by comparing strings per row.
 
 It follows the views' rules: complete part files only (never temp files), a damaged file is
-skipped with a :class:`~trackstore.read.views.SkippedFileWarning` naming it (or raises
+skipped with a :class:`~trackstore.read.part_scan.SkippedFileWarning` naming it (or raises
 :class:`~trackstore.errors.CorruptFileError` with ``on_corrupt="error"``), and a listing that a
 compaction swaps away mid-read is taken again, so no row is missed or read twice.
 """
@@ -65,7 +65,7 @@ def _each_part(paths: RunPaths, on_corrupt: str, read) -> list:
     import pyarrow.parquet as pq
 
     from ..store.parts import each_part
-    from .views import warn_skipped
+    from .part_scan import warn_skipped
 
     if on_corrupt not in ("warn", "error"):
         raise ValueError("on_corrupt must be 'warn' or 'error'")

@@ -68,12 +68,8 @@ are never reused, so nobody would take them over). A per-run lock leaves its ``.
 behind, as every lock name does: one small empty file per (run, destination) ever synced.
 
 Deletion announcements. While gc deletes a run it names it in the maintenance lock's info,
-``deleting: "project/run_id"``, written durably with :func:`announce` before its last re-check.
-A resuming writer writes its own writer file first, then calls
-:func:`wait_for_deletion_verdict` (a single read of the lock file when nothing is announced),
-so gc's re-check sees the writer or the writer waits for gc (see :mod:`trackstore.upkeep.gc`). That
-first write is a *claim*, ``<run>/_writers/<id>.claim`` (:func:`claim_run`), which gc counts as
-a live writer (:func:`run_claimed`) until the process has its own writer file.
+written durably with :func:`announce` before its last re-check; a resuming writer claims the
+run folder and waits for gc's verdict. Both halves are :mod:`trackstore.store.run_claims`.
 
 How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
 local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
@@ -105,10 +101,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import LockHeldError, StoreError, UsageError
-from . import meta as _meta
 from .clock import iso, parse_iso
 from .host import hostname, pid_alive, process_start_ticks
-from .layout import CLAIM_SUFFIX, GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, STALE_LOCK_MARK, RunPaths
+from .layout import GUARD_SUFFIX, LOCK_SUFFIX, LOCKS_DIR, STALE_LOCK_MARK
 
 STALE_AFTER_S = 300.0
 POLL_S = 0.2
@@ -155,7 +150,9 @@ class LockState:
                 f"(last heartbeat {d.get('heartbeat_at')}; file {self.path})")
 
 
-def _read(path: Path) -> dict | None:
+def read_json_object(path: Path) -> dict | None:
+    """The JSON object in a small file (a lock file, a claim); None if it is missing, unreadable
+    or not an object."""
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read() or b"null")
@@ -242,7 +239,7 @@ def remove_stale_declarations(root: str | os.PathLike, prefix: str) -> int:
         if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
             continue
         judged = _identity(p)
-        if judged is not None and _is_stale(_read(p), p, STALE_AFTER_S):
+        if judged is not None and _is_stale(read_json_object(p), p, STALE_AFTER_S):
             _take_over(p, judged)
             removed += 1
     return removed
@@ -253,7 +250,7 @@ def read_lock(root: str | os.PathLike, name: str, *, stale_after: float = STALE_
     path = lock_path(root, name)
     if not path.exists():
         return None
-    data = _read(path)
+    data = read_json_object(path)
     return LockState(name, path, data or {}, _is_stale(data, path, stale_after))
 
 
@@ -269,7 +266,7 @@ def live_locks(root: str | os.PathLike, prefix: str = "", *, stale_after: float 
         if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
             continue
         name = p.name[: -len(LOCK_SUFFIX)]
-        data = _read(p)
+        data = read_json_object(p)
         if p.exists() and not _is_stale(data, p, stale_after):
             out.append(LockState(name, p, data or {}, False))
     return out
@@ -345,7 +342,7 @@ class Lock:
         from .atomic import write_json_atomic
 
         with _guard(self.path) if self.guarded else nullcontext():
-            current = _read(self.path)
+            current = read_json_object(self.path)
             if current is None or current.get("token") != self.token:
                 self.held = False
                 holder = read_lock(self.root, self.name)
@@ -372,7 +369,7 @@ class Lock:
         self.held = False
         try:
             with _guard(self.path) if self.guarded else nullcontext():
-                current = _read(self.path)
+                current = read_json_object(self.path)
                 if current is not None and current.get("token") == self.token:
                     self.path.unlink()
         except OSError:
@@ -412,7 +409,7 @@ def _identity(path: Path) -> tuple | None:
         st = path.stat()
     except FileNotFoundError:
         return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, (_read(path) or {}).get("token")
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, (read_json_object(path) or {}).get("token")
 
 
 def _take_over(path: Path, judged: tuple | None) -> None:
@@ -472,7 +469,7 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
                     lock._root_fd = root_fd
                     return lock
                 _close(root_fd)
-            current = _read(path)
+            current = read_json_object(path)
         if not wait or (deadline is not None and time.monotonic() >= deadline):
             raise LockHeldError(_held_message(root, name, path, current, readers, stale_after))
         time.sleep(POLL_S)
@@ -483,7 +480,7 @@ def _create_or_take_over(root: Path, name: str, path: Path, data: dict, stale_af
     if _try_create(path, data):
         return Lock(root, name, path, data, stale_after)
     judged = _identity(path)
-    if _is_stale(_read(path), path, stale_after):
+    if _is_stale(read_json_object(path), path, stale_after):
         _take_over(path, judged)
         if _try_create(path, data):
             return Lock(root, name, path, data, stale_after)
@@ -624,11 +621,7 @@ def acquire_maintenance(root: str | os.PathLike, *, job: str, runs: list[str] | 
         raise
 
 
-# ---------------------------------------------------------------------------- deletion announcements
-DELETING = "deleting"  # maintenance lock info: the ``project/run_id`` gc is deleting right now
-DELETION_WAIT_S = 60.0  # how long a resuming writer waits for gc's verdict on its run
-
-
+# ---------------------------------------------------------------------------- durable info
 def announce(lock: Lock, **fields: Any) -> None:
     """``lock.set_info(**fields)``, made durable (file and folder fsynced) before it returns:
     for announcements another process must see before this one acts on them."""
@@ -648,96 +641,8 @@ def announce(lock: Lock, **fields: Any) -> None:
     fsync_dir(lock.path.parent)
 
 
-def deletion_announced(root: str | os.PathLike, project: str, run_id: str) -> LockState | None:
-    """The live maintenance lock if its holder announced that it is deleting this run, else None.
-
-    Reads one small file and creates nothing, so a writer can afford it on every resume.
-    """
-    state = read_lock(root, MAINTENANCE)
-    if state is None or state.stale or state.info.get(DELETING) != f"{project}/{run_id}":
-        return None
-    return state
-
-
-def wait_for_deletion_verdict(root: str | os.PathLike, project: str, run_id: str, *,
-                              timeout: float = DELETION_WAIT_S) -> bool:
-    """Return once no live gc announces the deletion of this run (True if one did and this
-    waited for it); LockHeldError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    waited = False
-    while True:
-        holder = deletion_announced(root, project, run_id)
-        if holder is None:
-            return waited
-        waited = True
-        if time.monotonic() >= deadline:
-            raise LockHeldError(
-                f"run {project}/{run_id} is being deleted by trackstore gc ({holder.describe()}) and gc has "
-                f"not decided within {timeout:.0f} s; wait for that gc to end (or stop it), then resume the run again")
-        time.sleep(POLL_S / 4)
-
-
-# ---------------------------------------------------------------------------- run claims
-def claim_run(paths: RunPaths) -> Path | None:
-    """Claim an existing run folder for a process about to write it: ``_writers/<id>.claim``
-    (host, pid, process start time, time), written durably. gc counts a live claim as a live
-    writer. Never creates the run folder: None when it is not there (being deleted, or gone).
-    A claim is not a writer file, so it is never recorded as an attempt of the run."""
-    from .atomic import write_json_atomic
-    from .layout import new_writer_id
-
-    now = iso(time.time())
-    claim = {"claim_id": new_writer_id(), "host": hostname(), "pid": os.getpid(),
-             "pid_start": process_start_ticks(os.getpid()), "heartbeat_at": now}
-    path = paths.writers_dir / f"{claim['claim_id']}{CLAIM_SUFFIX}"
-    try:
-        paths.writers_dir.mkdir(exist_ok=True)  # never parents=True: that would recreate a moved folder
-        write_json_atomic(path, claim, durable=True)
-    except FileNotFoundError:
-        return None
-    return path
-
-
-def _claims(paths: RunPaths) -> list[tuple[Path, dict | None]]:
-    try:
-        files = sorted(paths.writers_dir.glob(f"*{CLAIM_SUFFIX}"))
-    except OSError:
-        return []
-    return [(f, _read(f)) for f in files]
-
-
-def run_claimed(paths: RunPaths) -> bool:
-    """Does a live process hold a claim on this run folder? (Alive as for writer files:
-    :func:`trackstore.store.meta.writer_alive`; an unreadable claim counts while it is fresh.)"""
-    now = time.time()
-    for f, data in _claims(paths):
-        if data is None:
-            try:
-                if now - f.stat().st_mtime < _meta.STALE_AFTER_S:
-                    return True
-            except OSError:
-                pass
-        elif _meta.writer_alive(data, now):
-            return True
-    return False
-
-
-def dead_claims(paths: RunPaths) -> list[Path]:
-    """Claims whose process died before it became a writer (readable ones only)."""
-    return [f for f, data in _claims(paths) if data is not None and not _meta.writer_alive(data)]
-
-
-def release_claim(path: Path) -> None:
-    """Remove a claim; never raises (a claim that left with a deleted folder is gone already)."""
-    try:
-        path.unlink()
-    except OSError:
-        pass
-
-
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
            "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
-           "deletion_announced", "wait_for_deletion_verdict", "claim_run", "run_claimed", "release_claim",
-           "dead_claims", "sync_target_lock_name", "sync_run_lock_name", "sync_object_lock_name",
+           "read_json_object", "sync_target_lock_name", "sync_run_lock_name", "sync_object_lock_name",
            "sync_session_lock_name", "declare",
            "remove_stale_declarations"]

@@ -34,8 +34,8 @@ The promises:
 * **No race with a resuming writer.** gc first announces the deletion of a run, durably, in the
   ``maintenance`` lock it holds (:func:`trackstore.store.locks.announce`, info ``deleting``), THEN
   re-checks, THEN renames. ``trackstore.init(..., resume=True)`` first writes a claim
-  (:func:`trackstore.store.locks.claim_run`) into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
-  verdict (:func:`trackstore.store.locks.wait_for_deletion_verdict`). Each side writes before it
+  (:func:`trackstore.store.run_claims.claim_run`) into the run folder, THEN looks for the announcement and, if there is one, waits for gc's
+  verdict (:func:`trackstore.store.run_claims.wait_for_deletion_verdict`). Each side writes before it
   checks, so one always sees the other: either gc's re-check sees the claim and keeps the run,
   or the writer waits. A claim that lands between the re-check and the rename is found
   by a second check of the moved folder, which is then renamed back: the run is kept. A writer
@@ -69,6 +69,7 @@ from ..errors import UsageError
 from ..read.listing import RunInfo, list_runs, load_run, run_bytes, save_catalogs
 from ..store import locks as _locks
 from ..store import meta as _meta
+from ..store import run_claims
 from ..store.clock import iso, parse_iso
 from ..store.layout import (
     ARCHIVE_DIR,
@@ -328,7 +329,7 @@ def _behind(info: RunInfo, c: Cursor, counts: dict[str, int]) -> str:
 
 def live(paths: RunPaths) -> bool:
     """A live writer, or a live process claiming the run to resume it (:mod:`trackstore.store.locks`)."""
-    return _meta.any_writer_alive(paths) or _locks.run_claimed(paths)
+    return _meta.any_writer_alive(paths) or run_claims.run_claimed(paths)
 
 
 def cursor_files(root: Path, project: str, run_id: str) -> list[Path]:
@@ -552,7 +553,7 @@ def take_out(root: Path, lock: _locks.Lock, c: Candidate) -> Path | None:
     """Move one planned run into ``_trash`` unless it changed since the plan (the protocol is in
     the module docstring). Returns the trash entry, or None with ``c.reason`` saying why the
     run stays."""
-    _locks.announce(lock, **{_locks.DELETING: f"{c.project}/{c.run_id}"})
+    _locks.announce(lock, **{run_claims.DELETING: f"{c.project}/{c.run_id}"})
     try:
         why = changed_since_plan(root, c)
         if why is None:
@@ -564,7 +565,7 @@ def take_out(root: Path, lock: _locks.Lock, c: Candidate) -> Path | None:
                 return entry
             _remove_tree(entry)
     finally:
-        lock.set_info(**{_locks.DELETING: None})
+        lock.set_info(**{run_claims.DELETING: None})
     c.reason = f"{CHANGED} ({why}); run gc again"
     return None
 

@@ -19,80 +19,31 @@ What a run promises training code:
 
 from __future__ import annotations
 
-import atexit
 import os
-import signal
 import sys
 import threading
 import time
 import traceback
-import weakref
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
 
 from ..errors import InvalidValueError, UsageError, WriteError
 from ..store import meta as _meta
-from ..store.atomic import is_temp_file
 from ..store.clock import iso, ts_now
 from ..store.files import warn
 from ..store.host import environment_info, hostname, process_start_ticks
-from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
+from ..store.layout import RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
 from ..store.text import escape_surrogates
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, stored_as_is
+from . import endings
+from .resume import close_dead_writers, max_step_on_disk
+from .resume import joining as resume_claim
+from .run_dicts import Config, Summary
 from .writer import DEFAULT_FLUSH_INTERVAL, Writer
 
 T = TypeVar("T")
 _ATTEMPT_FIELDS = ("writer_id", "host", "pid", "started_at", "command")
-_current: Run | None = None
-_live_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs this process owns: ended by its ending
-_joined_runs: weakref.WeakSet[Run] = weakref.WeakSet()  # runs it joined (init(join=True)): see init
-_hooks_installed = False
-_hooks_lock = threading.Lock()
-
-
-class Config(dict):
-    """``run.config``: a dict whose changes after init are recorded (with their time) in run.json."""
-
-    def __init__(self, run: Run, data: Mapping[str, Any]):
-        super().__init__(data)
-        self._run = run
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        value = json_safe(value)
-        super().__setitem__(key, value)
-        self._run._config_changed({key: value})
-
-    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
-        changes = {str(k): json_safe(v) for k, v in dict(other, **kw).items()}
-        super().update(changes)
-        self._run._config_changed(changes)
-
-    def __delitem__(self, key: str) -> None:
-        super().__delitem__(key)
-        self._run._config_changed({key: None}, deleted=True)
-
-    def __getattr__(self, name: str) -> Any:  # wandb-style config.lr
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-class Summary(dict):
-    """``run.summary``: user-set values, which override the automatic last-value summary."""
-
-    def __init__(self, run: Run, data: Mapping[str, Any]):
-        super().__init__(data)
-        self._run = run
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, json_safe(value))
-        self._run._dirty = True
-
-    def update(self, other: Mapping[str, Any] = (), **kw: Any) -> None:  # type: ignore[override,assignment]
-        super().update({str(k): json_safe(v) for k, v in dict(other, **kw).items()})
-        self._run._dirty = True
+_WRITER_START_TIMEOUT_S = 60.0
 
 
 class Run:
@@ -119,8 +70,8 @@ class Run:
         self._dirty = True
         self._meta_lock = threading.Lock()
         self._config_updates: list[dict] = list(meta.get("config_updates", []))
-        self.config = Config(self, meta.get("config") or {})
-        self.summary = Summary(self, meta.get("summary_user") or {})
+        self.config = Config(self._config_changed, meta.get("config") or {})
+        self.summary = Summary(self._mark_dirty, meta.get("summary_user") or {})
         self._histogram_type = _histogram_type()
         self._finish_callbacks: list[Callable[[], Any]] = []  # see on_finish
         self._record_states: dict[str, Any] = {}  # see record_state
@@ -284,7 +235,7 @@ class Run:
 
     def flush(self) -> bool:
         """Write everything buffered now (blocking). True if it all reached the disk."""
-        with _signals_deferred():
+        with endings.signals_deferred():
             ok = self._writer.flush()
             try:
                 self._write_meta(durable=True)
@@ -293,6 +244,9 @@ class Run:
             return ok
 
     # ------------------------------------------------------------------ metadata
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+
     def _config_changed(self, changes: Mapping[str, Any], deleted: bool = False) -> None:
         now = iso(time.time())
         for k, v in changes.items():
@@ -380,7 +334,7 @@ class Run:
         A run some of whose rows could not be stored (the disk failed until the end, a value
         that could not be converted) ends ``failed`` with ``write_errors`` saying what was lost.
         """
-        with _signals_deferred():
+        with endings.signals_deferred():
             if self._finished:
                 if threading.current_thread() is threading.main_thread():
                     self._done.wait(60)  # another thread is finishing it: let that complete first
@@ -396,11 +350,10 @@ class Run:
                 report = self._end(status, exit_code, error, self._compact if compact is None else bool(compact))
             finally:
                 self._done.set()
-                _live_runs.discard(self)
-                _joined_runs.discard(self)
-                global _current
-                if _current is self:
-                    _current = None
+                endings.live_runs.discard(self)
+                endings.joined_runs.discard(self)
+                if endings.current is self:
+                    endings.current = None
         if not report.ok:
             raise WriteError(f"run {self.id}: {report.describe()}")
 
@@ -578,7 +531,6 @@ def init(
     writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
     flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
     """
-    global _current
     if join:
         if run_id is None:
             raise UsageError("init(join=True) needs the run_id of the run to join")
@@ -595,8 +547,8 @@ def init(
     # validated above. Escaped here, the Run holds exactly what run.json holds.
     name, notes, group, job_type = (None if t is None else escape_surrogates(t) if isinstance(t, str) else t
                                     for t in (name, notes, group, job_type))
-    # A resume claims the run folder before it reads it: see _claim_existing_run.
-    with _joining(paths, resume):
+    # A resume claims the run folder before it reads it: see resume.claim_existing_run.
+    with resume_claim(paths, resume):
         now = time.time()
         existing = _meta.read_run_json(paths) if paths.run_file.exists() else None
         if paths.dir.exists() and existing is None and any(paths.dir.iterdir()):
@@ -623,8 +575,8 @@ def init(
                 meta["tags"] = old_tags + [t for t in tag_list if t not in old_tags]
             if notes is not None:
                 meta["notes"] = notes
-            _close_dead_writers(paths, now)
-            first_step = min(_max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
+            close_dead_writers(paths, now)
+            first_step = min(max_step_on_disk(paths, meta) + 1, INT64_MAX)  # the counter stops at int64's top
         else:
             attempts = []
             meta = {
@@ -663,9 +615,9 @@ def init(
         except BaseException:
             _undo_new_run(paths, run, created)
             raise
-    (_joined_runs if join else _live_runs).add(run)
-    _install_process_hooks()
-    _current = run
+    (endings.joined_runs if join else endings.live_runs).add(run)
+    endings.install_process_hooks()
+    endings.current = run
     # The writer thread has been loading pyarrow meanwhile; wait for it (about 0.3 s, once), so
     # that the first flush comes flush_interval from now and nothing is imported at exit.
     run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
@@ -688,62 +640,6 @@ def _undo_new_run(paths: RunPaths, run: Run | None, created: bool) -> None:
         shutil.rmtree(paths.dir, ignore_errors=True)
 
 
-@contextmanager
-def _joining(paths: RunPaths, resume: bool):
-    """While init resumes a run, hold a claim on its folder (removed once the run's own writer
-    file exists, or if init fails). A new run needs none: no gc can have planned its deletion."""
-    claim = _claim_existing_run(paths) if resume else None
-    try:
-        yield
-    finally:
-        if claim is not None:
-            from ..store.locks import release_claim
-
-            release_claim(claim)
-
-
-def _claim_existing_run(paths: RunPaths):
-    """Make sure no ``trackstore gc`` deletes the run folder this process is about to join.
-
-    Write first, then check: a *claim* (:func:`trackstore.store.locks.claim_run`, which gc counts as
-    a live writer) goes into the folder, THEN gc's announcement that it is deleting this run is
-    looked for and, if present, its verdict awaited (``LockHeldError`` after
-    :data:`trackstore.store.locks.DELETION_WAIT_S`). gc
-    announces before its last re-check, so either gc sees the claim and keeps the run, or this
-    sees the announcement. The claim is the proof: still in place afterwards, the folder is ours
-    to write; moved away with the folder, the run was deleted and None is returned (init then
-    starts it afresh, warning). Nothing here creates the run folder, so a folder gc moved is
-    never silently recreated. Returns the claim file, or None when there is no folder (a run id
-    not in the store: one failed ``mkdir`` and one lock file read).
-    """
-    from ..store import locks as _locks
-
-    claim = None
-    waited = False
-    for _attempt in range(100):  # more than a couple only if the folder keeps coming and going
-        if claim is None:
-            claim = _locks.claim_run(paths)  # None: no folder (a new id, or a run gc is deleting)
-        try:
-            waited = _locks.wait_for_deletion_verdict(paths.root, paths.project, paths.run_id) or waited
-        except BaseException:
-            if claim is not None:
-                _locks.release_claim(claim)
-            raise
-        if claim is not None and claim.exists():
-            return claim
-        if claim is None and paths.dir.exists():
-            continue  # the folder is there now (gc put it back, or another process created it)
-        break  # our claim left with the folder, or there is none: nothing to join
-    else:
-        raise UsageError(f"run {paths.project}/{paths.run_id}: its folder keeps appearing and disappearing "
-                         f"({paths.dir}); check what else writes or deletes it, then resume again")
-    if claim is None and not waited:
-        return None  # an unknown run id: init creates it, as documented
-    warn(f"run {paths.project}/{paths.run_id} was deleted by `trackstore gc` while this process was resuming "
-         "it; it starts again as a new run with the same id (what gc deleted is not in this store any more)")
-    return None
-
-
 def _tags(tags: Iterable[str] | None) -> list[str]:
     if tags is None:
         return []
@@ -759,307 +655,21 @@ def _tags(tags: Iterable[str] | None) -> list[str]:
     return out
 
 
-def _close_dead_writers(paths: RunPaths, now: float) -> None:
-    """On resume: mark writers that died without finishing as ``crashed`` (a superseded attempt,
-    see :func:`trackstore.store.meta.ended_status`) and delete the temp files they left mid-write.
-    Claims of resumes that died while joining (:func:`_claim_existing_run`) are deleted.
-
-    Temp files of live writers (other ranks writing this run now) are never touched.
-    """
-    writers = _meta.read_writer_files(paths)
-    alive = {w.get("writer_id") for w in writers if _meta.writer_alive(w)}
-    for w in writers:
-        if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
-            try:
-                _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": iso(now)}, durable=True)
-            except (OSError, ValueError):  # ValueError: a record whose writer id is not a file name
-                pass
-    from ..store.locks import dead_claims, release_claim
-
-    for claim in dead_claims(paths):
-        release_claim(claim)
-    dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in _KINDS)]
-    for d in dirs:
-        try:
-            entries = list(d.iterdir())
-        except OSError:
-            continue
-        for p in entries:
-            if not is_temp_file(p):
-                continue
-            try:  # a temp file lives milliseconds; a fresh one may belong to a writer starting now
-                if now - p.stat().st_mtime < TEMP_GRACE_S:
-                    continue
-            except OSError:
-                continue
-            owner = _temp_owner(p.name)
-            if (owner is None and not alive) or (owner is not None and owner not in alive):
-                try:
-                    p.unlink()
-                except OSError:
-                    pass
-
-
-_KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
-_WRITER_START_TIMEOUT_S = 60.0
-TEMP_GRACE_S = 60.0  # only temp files older than this are a dead writer's leftovers
-
-
-def _temp_owner(name: str) -> str | None:
-    """The writer id in a temp file's name (``.part-<writer>-<seq>.parquet.<hex>.tmp`` or
-    ``.<writer>.json.<hex>.tmp``); None for run.json's, which any writer may be writing."""
-    base = name[1:].rsplit(".", 2)[0]  # drop the leading '.' and '.<hex>.tmp'
-    if base.startswith("part-") and base.endswith(PART_SUFFIX):
-        return base[len("part-"):-len(PART_SUFFIX)].rsplit("-", 1)[0]
-    if base.endswith(".json") and base != RUN_FILE:
-        return base[:-len(".json")]
-    return None
-
-
-def _max_step_on_disk(paths: RunPaths, meta: dict) -> int:
-    """Largest step of any metric already stored (from Parquet footers; cheap)."""
-    best = meta.get("last_step")
-    best = -1 if best is None else int(best)
-    parts = paths.parts("metrics")
-    if parts:
-        import pyarrow.parquet as pq
-
-        for p in parts:
-            try:
-                md = pq.ParquetFile(p).metadata
-                idx = md.schema.names.index("step")
-                for rg in range(md.num_row_groups):
-                    st = md.row_group(rg).column(idx).statistics
-                    if st is not None and st.has_min_max:
-                        best = max(best, int(st.max))
-            except Exception:
-                continue  # a damaged part is doctor's business; never block a resume
-    return best
-
-
 def current_run() -> Run | None:
     """The run started last by :func:`init` in this process and not yet finished."""
-    return _current
+    return cast("Run | None", endings.current)
 
 
 def log(data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
     """``trackstore.log(...)``: log to the current run (like ``wandb.log``)."""
-    if _current is None:
+    run = current_run()
+    if run is None:
         raise UsageError("no active run: call trackstore.init(project=...) first")
-    _current.log(data, step=step, commit=commit)
+    run.log(data, step=step, commit=commit)
 
 
 def finish(exit_code: int | None = None, **kw: Any) -> None:
     """``trackstore.finish()``: finish the current run (no-op without one)."""
-    if _current is not None:
-        _current.finish(exit_code, **kw)
-
-
-# ---------------------------------------------------------------------- process hooks
-# Signal handlers run in the main thread between two bytecodes, possibly while that thread is
-# itself inside Run.flush/finish (holding the writer's I/O lock). Flushing again from the
-# handler would deadlock, and a KeyboardInterrupt raised in the middle of the final flush would
-# lose what it was writing. So while the main thread is inside such a section, SIGTERM and
-# SIGINT are only noted, and handled the moment the section ends (at interpreter exit, a SIGINT
-# is then only reported: the process is ending anyway).
-_busy_depth = 0
-_deferred_signals: list[tuple[int, Any]] = []
-_exiting = False  # set by the atexit hook: nothing may be imported from here on
-_exit_code: Any = None  # what the program passed to sys.exit, if it did
-
-
-@contextmanager
-def _signals_deferred():
-    global _busy_depth
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    outer = _busy_depth == 0
-    previous_int = _defer_sigint() if outer else None
-    _busy_depth += 1
-    try:
-        yield
-    finally:
-        _busy_depth -= 1
-        if outer:
-            _restore_sigint(previous_int)
-        if _busy_depth == 0 and _deferred_signals:
-            pending = list(_deferred_signals)
-            _deferred_signals.clear()
-            terms = [(n, f) for n, f in pending if n != signal.SIGINT]
-            if terms:
-                _handle_sigterm(*terms[0])
-            elif not _exiting and callable(previous_int):
-                previous_int(signal.SIGINT, pending[0][1])  # the interrupt, now that the data is safe
-
-
-def _on_deferred_sigint(signum, frame):
-    if not any(n == signal.SIGINT for n, _f in _deferred_signals):
-        sys.stderr.write("trackstore: saving buffered data before stopping; the interrupt takes effect right "
-                         "after (kill -9 abandons what is not yet written)\n")
-    _deferred_signals.append((signum, frame))
-
-
-def _defer_sigint():
-    """Note SIGINT instead of raising KeyboardInterrupt; returns the handler to restore."""
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        if previous in (signal.SIG_IGN, None) or previous is _on_deferred_sigint:
-            return None
-        signal.signal(signal.SIGINT, _on_deferred_sigint)
-        return previous
-    except (ValueError, OSError):  # not the main thread of the main interpreter
-        return None
-
-
-def _restore_sigint(previous) -> None:
-    if previous is None:
-        return
-    try:
-        signal.signal(signal.SIGINT, previous)
-    except (ValueError, OSError):
-        pass
-
-
-def _exit_status() -> tuple[str | None, int | None, str | None]:
-    """(status, exit code, error) for runs ended by the interpreter's exit, from ``sys.exit``."""
-    code = _exit_code
-    if code is None or code == 0:
-        return None, None, None
-    if isinstance(code, int):
-        return "failed", code, f"exited with sys.exit({code})"
-    return "failed", 1, f"exited with sys.exit({str(code)[:200]!r})"
-
-
-def _finish_at_exit() -> None:
-    """The atexit hook: end every run this process still has open, data first."""
-    global _exiting
-    _exiting = True
-    status, code, error = _exit_status()
-    with _signals_deferred():
-        for run in list(_joined_runs):  # this process only helped: its ending is not the run's
-            try:
-                run.finish(status="finished")
-            except Exception as exc:  # atexit context: report, never raise
-                sys.stderr.write(f"trackstore: WARNING: finishing joined run {run.id}: {exc}\n")
-        for run in list(_live_runs):
-            try:
-                run.finish(code, status=status, error=run._failed_error or error)
-            except Exception as exc:  # atexit context: report, never raise
-                sys.stderr.write(f"trackstore: WARNING: {exc}\n")
-
-
-def _finish_all(status: str | None = None, error: str | None = None, compact: bool | None = None) -> None:
-    for run in list(_live_runs):
-        try:
-            run.finish(status=status, error=error or run._failed_error, compact=compact)
-        except Exception as exc:  # signal context: report, never raise
-            sys.stderr.write(f"trackstore: WARNING: {exc}\n")
-
-
-_SIGTERM_ERROR = "terminated by SIGTERM"
-_previous_sigterm: Any = signal.SIG_DFL
-
-
-def _on_sigterm(signum, frame):
-    if _busy_depth:
-        _deferred_signals.append((signum, frame))
-        return
-    _handle_sigterm(signum, frame)
-
-
-def _handle_sigterm(signum, frame):
-    """SIGTERM (scheduler pre-emption, ``kill``, ``timeout``): make every run's data safe.
-
-    With no other handler, the runs are finished as ``failed`` ("terminated by SIGTERM") and
-    the signal is re-raised with its default action, so the process still dies of SIGTERM. If
-    the program had its own handler (a graceful-shutdown flag, torchrun's), that handler owns
-    shutdown: the runs are flushed and the reason is recorded, they stay open for the last
-    ``log`` calls, and ``finish``/``atexit`` later mark them ``failed`` with it.
-    """
-    previous = _previous_sigterm
-    if callable(previous):
-        for run in list(_live_runs):
-            run._fail(_SIGTERM_ERROR)
-            try:
-                run.flush()
-            except Exception as exc:
-                sys.stderr.write(f"trackstore: WARNING: flush on SIGTERM failed: {exc}\n")
-        previous(signum, frame)
-        return
-    # No merging of part files here: a pre-empted job has seconds before SIGKILL, and the data
-    # is what must be safe. `trackstore compact` merges such runs later.
-    _finish_all(status="failed", error=_SIGTERM_ERROR, compact=False)
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _after_fork_in_child() -> None:
-    """A forked child (DataLoader and rollout workers, ``multiprocessing`` with fork) inherits
-    the parent's runs, atexit hook and SIGTERM handler. Its copies (of the runs the parent owns
-    or joined) are disowned, so neither its exit nor a SIGTERM to it (torch terminates stuck
-    workers that way) touches the parent's run."""
-    global _current, _busy_depth
-    for run in [*_live_runs, *_joined_runs]:
-        run._forked_copy()
-    _live_runs.clear()
-    _joined_runs.clear()
-    _current = None
-    _busy_depth = 0
-    _deferred_signals.clear()
-
-
-def _install_process_hooks() -> None:
-    """atexit, sys.excepthook, sys.exit and SIGTERM, installed once per process, chaining what
-    exists.
-
-    SIGINT needs no handler of its own: it raises KeyboardInterrupt, which the excepthook
-    records and ``atexit`` (or the ``with`` block) turns into a ``failed`` run; from the moment
-    the main thread dies of an exception, and during every final flush, further SIGINTs are
-    only noted (see :func:`_signals_deferred`). ``sys.exit(n)`` is recorded (the exit code is
-    not visible to ``atexit``), so a non-zero exit ends the runs ``failed`` with that code. An
-    uncaught exception in another thread does not end the process, so it does not end the run
-    either. A SIGTERM the program ignores (``SIG_IGN``) stays ignored.
-    """
-    global _hooks_installed, _previous_sigterm
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        _hooks_installed = True
-    atexit.register(_finish_at_exit)
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
-
-    previous_hook = sys.excepthook
-
-    def _excepthook(exc_type, exc, tb):
-        err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
-        for run in list(_live_runs):
-            run._fail(err)
-        if _live_runs and threading.current_thread() is threading.main_thread() and not hasattr(sys, "ps1"):
-            _defer_sigint()  # the process is ending: a second Ctrl-C must not cut the final flush
-        previous_hook(exc_type, exc, tb)
-
-    sys.excepthook = _excepthook
-
-    previous_exit = sys.exit
-
-    def _exit(status: Any = None):
-        global _exit_code
-        if threading.current_thread() is threading.main_thread():
-            _exit_code = status
-        previous_exit(status)
-
-    _exit.__doc__ = previous_exit.__doc__
-    sys.exit = _exit
-
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be installed from the main thread
-    try:
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous == signal.SIG_IGN:
-            return
-        _previous_sigterm = previous if callable(previous) else signal.SIG_DFL
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):
-        pass
+    run = current_run()
+    if run is not None:
+        run.finish(exit_code, **kw)

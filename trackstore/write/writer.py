@@ -321,14 +321,11 @@ class Writer:
         The last value of each key (the automatic summary) is read from the last call of each
         layout, which is the last call that logged that key.
         """
+        import numpy as np
         import pyarrow as pa
 
         from ..store import schema
 
-        try:
-            import numpy as np
-        except ImportError:  # pyarrow does not require numpy; fall back to plain lists
-            np = None  # type: ignore[assignment]
         vals = [v for _s, _t, v in batch]
         key_tuples = list(map(tuple, vals))
         per_call = list(map(self._layouts.get, key_tuples))
@@ -353,31 +350,19 @@ class Writer:
         counts = [len(layout_codes[li]) for li in layouts]
         n = sum(counts)
         flat = chain.from_iterable(map(dict.values, vals))
-        if np is not None:
-            for codes in layout_codes[len(self._layout_arrays):]:
-                self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
-            indices = from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, layouts))), pa.int32())
-            values = from_numpy(np.fromiter(flat, np.float64, n), pa.float64())  # raises for an int beyond float range
-            c = np.asarray(counts, dtype=np.int64)
-            steps = from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
-            micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
-            times = from_numpy(np.repeat(micros, c), schema.TS_TYPE)
-            seqs = from_numpy(np.arange(first_seq, first_seq + n, dtype=np.int64), pa.int64())
-            wid = self.writer_id.encode("utf-8")  # one string repeated: build its buffers directly
-            writer = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(0, (n + 1) * len(wid), len(wid),
-                                                                                          dtype=np.int32)),
-                                                            pa.py_buffer(wid * n)])
-        else:
-            indices = pa.array(list(chain.from_iterable(layout_codes[li] for li in layouts)), pa.int32())
-            values = pa.array([float(v) for v in flat], pa.float64())
-            step_list: list[int] = []
-            time_list: list[int] = []
-            for (s, t, _v), k in zip(batch, counts):
-                step_list += [s] * k
-                time_list += [int(t * 1_000_000)] * k
-            steps, times = pa.array(step_list, pa.int64()), pa.array(time_list, pa.int64()).cast(schema.TS_TYPE)
-            seqs = pa.array(range(first_seq, first_seq + n), pa.int64())
-            writer = pa.array([self.writer_id] * n, pa.string())
+        for codes in layout_codes[len(self._layout_arrays):]:
+            self._layout_arrays.append(np.asarray(codes, dtype=np.int32))
+        indices = from_numpy(np.concatenate(list(map(self._layout_arrays.__getitem__, layouts))), pa.int32())
+        values = from_numpy(np.fromiter(flat, np.float64, n), pa.float64())  # raises for an int beyond float range
+        c = np.asarray(counts, dtype=np.int64)
+        steps = from_numpy(np.repeat(np.fromiter((s for s, _t, _v in batch), np.int64, len(batch)), c), pa.int64())
+        micros = (np.fromiter((t for _s, t, _v in batch), np.float64, len(batch)) * 1_000_000).astype(np.int64)
+        times = from_numpy(np.repeat(micros, c), schema.TS_TYPE)
+        seqs = from_numpy(np.arange(first_seq, first_seq + n, dtype=np.int64), pa.int64())
+        wid = self.writer_id.encode("utf-8")  # one string repeated: build its buffers directly
+        writer = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(0, (n + 1) * len(wid), len(wid),
+                                                                                      dtype=np.int32)),
+                                                        pa.py_buffer(wid * n)])
         for i in sorted(last_call.values()):  # only once every value converted
             self.last_values.update(vals[i])
         keys = pa.DictionaryArray.from_arrays(indices, string_array(list(self._key_names)))

@@ -553,7 +553,7 @@ class Catalog:
 
     # ------------------------------------------------------------------ part checks (views)
     def part_checks(self) -> dict[str, tuple[int, int, str | None, tuple | None]]:
-        """What the views' check of each part file found (:func:`trackstore.read.views.scan_parts`):
+        """What the views' check of each part file found (:func:`trackstore.read.part_scan.scan_parts`):
         path relative to the root -> ``(size, mtime_ns, problem, columns)``. Valid while the
         file has that size and modification time (parts are immutable), as the per-process
         caches of :mod:`trackstore.store.parts` are."""
