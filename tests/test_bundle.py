@@ -394,7 +394,8 @@ def test_import_killed_before_applying_leaves_store_unchanged(two, tmp_path):
         import os, sys
         sys.path.insert(0, {repo!r})
         from trackstore.upkeep import bundle as B
-        B._import_runs = lambda root, st: os.kill(os.getpid(), 9)
+        from trackstore.upkeep.bundle import import_
+        import_.import_runs = lambda root, st: os.kill(os.getpid(), 9)
         B.import_bundle({str(b)!r}, {str(tmp_path / "b.tar")!r})
     """)
     child = python_child(code)

@@ -220,7 +220,7 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
 def _check_repeated_ids(paths: RunPaths) -> list[Finding]:
     """``--deep``: row ids ``(writer, seq)`` held by more than one row of a kind of the run."""
     from ..store.schema import KINDS
-    from .bundle import repeated_row_ids
+    from .bundle.row_ids import repeated_row_ids
 
     out = []
     for kind in KINDS:
