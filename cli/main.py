@@ -42,7 +42,31 @@ def __getattr__(name: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used by tests)."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    code = _run(sys.argv[1:] if argv is None else list(argv))
+    if code == 130:
+        forget_handled_interrupt()
+    return code
+
+
+def forget_handled_interrupt() -> None:
+    """Let a Ctrl-C that a command handled end the process with the exit code it chose (130).
+
+    When a KeyboardInterrupt passes through code run by ``eval``/``exec`` of a string (the
+    standard library does this in ``collections.namedtuple`` and ``dataclasses``, so in almost
+    every import), CPython marks it "unhandled"; under ``python -m trackstore...`` it then kills its
+    own process with SIGINT at exit even though the command caught the interrupt, and the caller
+    sees -2, not 130, after a message saying how to resume. Running any code through the same entry point clears the mark
+    (CPython's ``run_eval_code_obj`` resets it first thing).
+    """
+    import ctypes
+
+    try:
+        ctypes.pythonapi.PyRun_SimpleString(b"pass")
+    except (AttributeError, OSError):  # not CPython: no such mark
+        pass
+
+
+def _run(args: list[str]) -> int:
     if args in ([], ["--help"], ["-h"]):
         sys.stdout.write(overview())
         return 0

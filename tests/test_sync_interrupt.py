@@ -60,3 +60,39 @@ def test_ctrl_c_during_sync_says_interrupted_and_the_same_command_resumes(tmp_pa
     total, distinct = db.execute("SELECT count(*), count(DISTINCT run_uuid || '/' || key || '/' || step) "
                                  "FROM metrics WHERE key LIKE 'k%'").fetchone()
     assert total == distinct == RUNS * STEPS * KEYS
+
+
+_INTERRUPTED_IN_AN_IMPORT = """
+import sys
+
+from trackstore.cli.main import main
+from trackstore.sync.mlflow import MlflowAdapter
+
+
+def interrupt():
+    raise KeyboardInterrupt
+
+
+def open_run(self, run, cursor):
+    # the Ctrl-C lands while the adapter imports its client, inside code that the standard
+    # library runs through eval() there (collections.namedtuple, dataclasses)
+    eval("interrupt()", {"interrupt": interrupt})
+
+
+MlflowAdapter.open_run = open_run
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_inside_an_import_still_exits_130(tmp_path):
+    root = tmp_path / "store"
+    run = trackstore.init("p", name="one", root=root)
+    run.log({"k": 1.0}, step=0)
+    run.finish()
+    (tmp_path / "interrupted_in_an_import.py").write_text(_INTERRUPTED_IN_AN_IMPORT)
+    args = _sync(root, mlflow_sqlite_uri(tmp_path))[3:]  # the CLI's own arguments
+    # run as `python -m`, as the first test does: only then does CPython act on the mark at exit
+    done = subprocess.run([sys.executable, "-m", "interrupted_in_an_import", *args], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 130, (done.returncode, done.stdout + done.stderr)
+    assert "run the same command to resume" in done.stderr, done.stderr
