@@ -171,9 +171,10 @@ def unchanged_runs(root: Path, target: str, destination: str, opts: SyncOptions,
 def up_to_date_result(info: RunInfo) -> RunResult:
     """The result of a run :func:`unchanged_runs` found: nothing to send, nothing opened (the plan
     :meth:`Engine.plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
+    nothing = dict.fromkeys(KIND_ORDER, 0)
     return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
-                     pending=dict.fromkeys(KIND_ORDER, 0), write_errors=info.write_errors(),
-                     plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE))
+                     pending=nothing, write_errors=info.write_errors(),
+                     plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE, pending=nothing))
 
 
 class Engine:

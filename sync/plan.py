@@ -137,10 +137,12 @@ def decide(project: str, run_id: str, run_status: str, cursor: Cursor, pending: 
                    if cursor.in_doubt else None, recheck=recheck, verify=verify)
 
 
-def skipped(project: str, run_id: str, run_status: str, why: str, reason: str | None = None) -> RunPlan:
+def skipped(project: str, run_id: str, run_status: str, why: str, reason: str | None = None, *,
+            pending: Mapping[str, int] | None = None) -> RunPlan:
     """The plan of a run the engine skips before it reads its rows: up to date by the
-    no-change check, or a cursor that cannot be read."""
-    return RunPlan(project, run_id, run_status, skip=why, reason=reason)
+    no-change check (``pending`` then holds every kind at 0, as :func:`decide` would say), or a
+    cursor that cannot be read."""
+    return RunPlan(project, run_id, run_status, pending=dict(pending or {}), skip=why, reason=reason)
 
 
 def _rows(n: int) -> str:
