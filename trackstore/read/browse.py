@@ -32,6 +32,13 @@ def _params(run: RunInfo, **more: Any) -> dict[str, Any]:
     return {"project": run.project, "run_id": run.run_id, **more}
 
 
+def _one_run_where(run: RunInfo, **equal: Any) -> tuple[list[str], dict[str, Any]]:
+    """The conditions and bound parameters selecting the rows of ``run`` whose columns equal the
+    given values; a value of None filters nothing. Column names are ours, values always bound."""
+    given = {column: value for column, value in equal.items() if value is not None}
+    return [_ONE_RUN, *(f"{column} = ${column}" for column in given)], _params(run, **given)
+
+
 def record_counts(con, run: RunInfo) -> dict[str, dict[str, Any]]:
     """Per record kind other than metrics, the counts ``show`` prints.
 
@@ -67,12 +74,8 @@ def kind_steps(con, run: RunInfo, kind: str) -> list[int]:
 def trace_sample_indices(con, run: RunInfo, step: int | None) -> list[int]:
     """The distinct sample indices of the run's trajectories at ``step`` (every step when None),
     ascending: what ``trace --sample-index`` can pick."""
-    p = _params(run)
-    cond = _ONE_RUN
-    if step is not None:
-        p["step"] = step
-        cond += " AND step = $step"
-    table = run_sql(con, f"SELECT DISTINCT sample_index FROM spans WHERE {cond} AND sample_index IS NOT NULL "
+    conds, p = _one_run_where(run, step=step)
+    table = run_sql(con, f"SELECT DISTINCT sample_index FROM spans WHERE {' AND '.join(conds)} AND sample_index IS NOT NULL "
                          "ORDER BY sample_index", p)
     return table.column("sample_index").to_pylist()
 
@@ -85,14 +88,7 @@ def find_samples(con, run: RunInfo, *, step: int | None = None, split: str | Non
     ``grep`` matches a case-insensitive substring of the input or the output (as stored: the
     JSON text of a chat message list). ``min_score`` keeps scores ``>=`` it (NaN and NULL never).
     """
-    p = _params(run)
-    conds = [_ONE_RUN]
-    if step is not None:
-        p["step"] = step
-        conds.append("step = $step")
-    if split is not None:
-        p["split"] = split
-        conds.append("split = $split")
+    conds, p = _one_run_where(run, step=step, split=split)
     if grep:
         p["grep"] = grep.lower()
         conds.append("(strpos(lower(coalesce(input, '')), $grep) > 0 OR strpos(lower(coalesce(output, '')), $grep) > 0)")
@@ -151,14 +147,7 @@ def find_trajectories(con, run: RunInfo, *, step: int | None = None, sample_inde
     A span whose parent was never written (a crash before the parent's first row) hangs under
     the root, so nothing logged is hidden.
     """
-    p = _params(run)
-    conds = [_ONE_RUN]
-    if step is not None:
-        p["step"] = step
-        conds.append("step = $step")
-    if sample_index is not None:
-        p["sample_index"] = sample_index
-        conds.append("sample_index = $sample_index")
+    conds, p = _one_run_where(run, step=step, sample_index=sample_index)
     where = " AND ".join(conds)
     traces = run_sql(con, f"SELECT trace_id, min(step) AS step, min(sample_index) AS sample_index, "
                           f"min(rollout_n) AS rollout_n, min(start_ns) AS start_ns FROM spans WHERE {where} "

@@ -206,11 +206,7 @@ def declare(root: str | os.PathLike, name: str, info: dict) -> Lock:
     no guard file (which would stay behind for every such name), since nobody contends for it.
     The returned :class:`Lock` refreshes and releases like any other."""
     root = Path(root)
-    path = lock_path(root, name)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _unwritable(name, path.parent, exc) from None
+    path = _writable_lock_path(root, name)
     now = iso(time.time())
     data = {"name": name, "host": hostname(), "pid": os.getpid(), "pid_start": process_start_ticks(os.getpid()),
             "token": secrets.token_hex(8), "created_at": now, "heartbeat_at": now, "info": dict(info)}
@@ -439,11 +435,7 @@ def acquire(root: str | os.PathLike, name: str, *, wait: bool = False, timeout: 
             stale_after: float = STALE_AFTER_S, info: dict | None = None) -> Lock:
     """Take lock ``name`` in the store at ``root``; see the module docstring."""
     root = Path(root)
-    path = lock_path(root, name)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _unwritable(name, path.parent, exc) from None
+    path = _writable_lock_path(root, name)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         now = time.time()
@@ -494,6 +486,16 @@ def _held_message(root: Path, name: str, path: Path, current: dict | None, reade
                 "(trackstore export); wait for it to finish, or retry later")
     holder = LockState(name, path, current or {}, False)
     return f"{holder.describe()}; wait for it to finish, or retry later"
+
+
+def _writable_lock_path(root: Path, name: str) -> Path:
+    """The file of lock ``name``, its folder created; a read-only store is a clear StoreError."""
+    path = lock_path(root, name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(name, path.parent, exc) from None
+    return path
 
 
 def _unwritable(name: str, path: Path, exc: OSError) -> StoreError:

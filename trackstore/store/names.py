@@ -86,21 +86,28 @@ def _check_utf8(text: str, what: str, error: type = InvalidNameError) -> None:
         raise error(f"{what} {text!r} is not valid Unicode text ({exc.reason} at position {exc.start})") from None
 
 
+def _bounded_text(value: object, what: str, error: type[Exception], limit: int, *, shown: int, why: str,
+                  with_value: bool = False) -> str:
+    """``value`` if it is a non-empty string of at most ``limit`` characters, else ``error``
+    saying which rule it breaks (its first ``shown`` characters when too long)."""
+    if not isinstance(value, str):
+        raise error(f"{what} must be a string, got {type(value).__name__}" + (f" {value!r}" if with_value else ""))
+    if not value:
+        raise error(f"{what} must not be empty")
+    if len(value) > limit:
+        raise error(f"{what} {value[:shown]!r}... is too long: {len(value)} characters; the limit is {limit} "
+                    f"characters ({why})")
+    return value
+
+
 def validate_run_id(run_id: object) -> str:
     """Run ids are ASCII ``[A-Za-z0-9._-]``, at most 64 characters, starting alphanumeric.
 
     They are stricter than project names because every sync target derives its own remote id
     from them, and wandb and SwanLab ids forbid most punctuation.
     """
-    if not isinstance(run_id, str):
-        raise InvalidNameError(f"run id must be a string, got {type(run_id).__name__}")
-    if not run_id:
-        raise InvalidNameError("run id must not be empty")
-    if len(run_id) > MAX_RUN_ID_CHARS:
-        raise InvalidNameError(
-            f"run id {run_id[:20]!r}... is too long: {len(run_id)} characters; the limit is {MAX_RUN_ID_CHARS} "
-            "characters (run ids are ASCII: one byte each)"
-        )
+    run_id = _bounded_text(run_id, "run id", InvalidNameError, MAX_RUN_ID_CHARS, shown=20,
+                           why="run ids are ASCII: one byte each")
     if not _RUN_ID.match(run_id):
         raise InvalidNameError(
             f"run id {run_id!r} is not valid: use letters, digits, '.', '_' and '-', "
@@ -111,15 +118,8 @@ def validate_run_id(run_id: object) -> str:
 
 def validate_key(key: object) -> str:
     """Metric keys are free text (``actor/entropy``, ``val-core/gsm8k/acc@1``) with limits."""
-    if not isinstance(key, str):
-        raise InvalidValueError(f"metric key must be a string, got {type(key).__name__} {key!r}")
-    if not key:
-        raise InvalidValueError("metric key must not be empty")
-    if len(key) > MAX_KEY_CHARS:
-        raise InvalidValueError(
-            f"metric key {key[:40]!r}... is too long: {len(key)} characters; the limit is {MAX_KEY_CHARS} "
-            "characters (of any script: keys are stored as text, not as paths)"
-        )
+    key = _bounded_text(key, "metric key", InvalidValueError, MAX_KEY_CHARS, shown=40, with_value=True,
+                        why="of any script: keys are stored as text, not as paths")
     _check_utf8(key, "metric key", InvalidValueError)
     bad = _CONTROL.search(key)
     if bad:

@@ -75,6 +75,7 @@ class UnchangedRun:
     writers_lost: list[dict]  # the writer files that recorded write_errors
 
 
+@dataclass(slots=True, eq=False)
 class RunEntry:
     """One run as the catalog has it (validated by ``run.json``'s fingerprint when handed out).
 
@@ -82,18 +83,14 @@ class RunEntry:
     usable field of run.json) is parsed only when asked for.
     """
 
-    __slots__ = ("catalog", "project", "run_id", "light", "_meta", "_meta_text", "unreadable", "problems")
-
-    def __init__(self, catalog: Catalog, project: str, run_id: str, light: dict, meta: dict | None,
-                 meta_text: str | None, unreadable: bool, problems: list[str]):
-        self.catalog = catalog
-        self.project = project
-        self.run_id = run_id
-        self.light = light
-        self._meta = meta
-        self._meta_text = meta_text
-        self.unreadable = unreadable
-        self.problems = problems
+    catalog: Catalog
+    project: str
+    run_id: str
+    light: dict
+    _meta: dict | None  # parsed run.json, or None until asked for
+    _meta_text: str | None  # its text when the catalog had it at hand
+    unreadable: bool
+    problems: list[str]
 
     @property
     def paths(self) -> RunPaths:
