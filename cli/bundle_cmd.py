@@ -46,9 +46,11 @@ def export(
     from trackstore.errors import UsageError
     from trackstore.read.listing import list_runs, resolve_runs
     from trackstore.store.clock import parse_iso
+    from trackstore.store.files import format_bytes
     from trackstore.store.layout import resolve_root
-    from trackstore.store.units import format_bytes, parse_since, parse_size
     from trackstore.upkeep import bundle
+
+    from .quantities import parse_since, parse_size
 
     root_path = resolve_root(root)
     if compress and gzip:

@@ -56,9 +56,11 @@ def gc(
     --fix` has dealt with them (or --force).
     """
     from trackstore.errors import UsageError
+    from trackstore.store.files import format_bytes
     from trackstore.store.layout import resolve_root
-    from trackstore.store.units import format_bytes, parse_duration, parse_size
     from trackstore.upkeep import gc as G
+
+    from .quantities import parse_duration, parse_size
 
     targets = tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip())
     check_targets(targets, root, "--require-synced-to")

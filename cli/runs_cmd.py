@@ -83,8 +83,8 @@ RUN_SORT_COLUMNS = ("project", "run_id", "name", "status", "created_at", "ended_
 
 def parse_since(value: str, now: float | None = None) -> datetime:
     """``7d`` / ``12h`` / ``90min`` / ``2w`` ago, or an ISO date/time, as an aware UTC datetime
-    (the one duration vocabulary: trackstore.store.units)."""
-    from trackstore.store.units import parse_since as since_ts
+    (the one duration vocabulary: cli/quantities.py)."""
+    from .quantities import parse_since as since_ts
 
     return datetime.fromtimestamp(since_ts(value, "--since", now), tz=timezone.utc)
 

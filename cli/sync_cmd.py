@@ -92,8 +92,9 @@ def sync(
     """Replay stored runs to a tracking platform: original steps and timestamps, exactly once, resumable."""
     from trackstore.errors import UsageError
     from trackstore.store.layout import resolve_root
-    from trackstore.store.units import parse_duration
     from trackstore.sync import SyncOptions, TargetOptions
+
+    from .quantities import parse_duration
 
     fmt = Format(SummaryFormat(fmt).value)
     if jobs is not None and jobs < 1:
@@ -417,7 +418,7 @@ def status(
     if fmt is not Format.table:
         emit(rows, fmt)
         return
-    from trackstore.store.units import format_bytes
+    from trackstore.store.files import format_bytes
 
     current: dict[tuple[str, str, bool], int] = {}
     shown = []

@@ -122,7 +122,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, runtime_checkable
 
-from trackstore.errors import LockHeldError, TrackstoreError, UsageError
+# RetryableError and PermanentError live in the one exception tree and are re-exported here,
+# where adapters (ours and third parties') import them from
+from trackstore.errors import LockHeldError, UsageError
+from trackstore.errors import PermanentError as PermanentError
+from trackstore.errors import RetryableError as RetryableError
 from trackstore.store.cursor import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
 
 #: every metric key of the run being synced, read by the engine at the first call (``prepare``)
@@ -170,14 +174,6 @@ def require_client(package: str, minimum: tuple[int, ...], target: str) -> None:
 OPENED_CREATED = "created"    # no remote run existed: a new one was made
 OPENED_FOUND = "found"        # the remote run existed (found by the cursor's id or by its marker)
 OPENED_REPLACED = "replaced"  # the cursor's remote run is gone for good and a new one was made
-
-
-class RetryableError(TrackstoreError):
-    """Transient failure: the engine retries with exponential backoff and jitter."""
-
-
-class PermanentError(TrackstoreError):
-    """Retrying cannot help (auth, deleted remote object, rejected value): stop this run."""
 
 
 @dataclass

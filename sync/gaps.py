@@ -32,15 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trackstore.errors import CorruptFileError, StoreError
+from trackstore.errors import CorruptFileError
+from trackstore.errors import GapError as GapError  # raised by the engine as gaps.GapError
 from trackstore.read.listing import lost_rows
 from trackstore.store.layout import PROJECT_PREFIX, RUN_PREFIX, RunPaths, is_part_name
 from trackstore.store.parts import part_row_ids
 from trackstore.store.ranges import RangeSet
-
-
-class GapError(StoreError):
-    """A run's sync stopped: part files it cannot read hide rows the target does not hold."""
 
 
 @dataclass

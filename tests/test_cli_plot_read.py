@@ -1,4 +1,4 @@
-"""A terminal plot reads without colour at 80 columns (issue 18): the legend below the chart,
+"""A terminal plot reads without colour at 80 columns: the legend below the chart,
 integer step ticks, one marker per run, and each bucket's extremes so a spike shows."""
 
 from __future__ import annotations

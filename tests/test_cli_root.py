@@ -1,5 +1,5 @@
 """Wrong paths never succeed, reading never writes, fixed-set options refuse other values, and a
-read-only store can still be read and exported (issue 13, "Wrong paths succeed").
+read-only store can still be read and exported.
 
 Every test runs the real CLI in a subprocess. The read-only store is a real read-only bind
 mount, made in a private mount namespace of the CLI's own process (``unshare --mount``), so

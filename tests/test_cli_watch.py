@@ -1,4 +1,4 @@
-"""`sync --watch` prints what changed, not the whole summary and "already up to date" every pass (issue 18)."""
+"""`sync --watch` prints what changed, not the whole summary and "already up to date" every pass."""
 
 from __future__ import annotations
 

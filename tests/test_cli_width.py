@@ -1,4 +1,4 @@
-"""What the CLI prints fits a terminal of 80 or 120 columns (issue 18).
+"""What the CLI prints fits a terminal of 80 or 120 columns.
 
 The tables of `runs`, `status`, `gc --dry-run` and the sync summary are rendered at a fixed
 width (COLUMNS, as a pipe or cron sees it, and once through a pseudo-terminal) on the demo

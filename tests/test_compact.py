@@ -3,9 +3,11 @@ swaps kind folders atomically for readers, and recovers from a crash at any poin
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
+import sys
 import textwrap
 import time
 
@@ -350,8 +352,18 @@ def test_cli_compact(root):
     assert '"files_after": 1' in out.stdout and len(p.parts("metrics")) == 1
 
 
-def test_swap_method_reports_exchange_here(root):
-    assert C.swap_method(root) in ("exchange", "rename")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "renameat2"),
+                    reason="the atomic exchange is renameat2(RENAME_EXCHANGE), a Linux call")
+def test_a_local_linux_filesystem_gets_the_atomic_exchange(root, monkeypatch):
+    """Local Linux filesystems (ext4, tmpfs, xfs, btrfs: where tests run) swap a kind folder in one
+    atomic exchange, so no reader ever sees it absent; the probe leaves nothing behind, and a
+    filesystem that refuses the exchange is answered with the two-rename swap."""
+    assert C.swap_method(root) == "exchange"
+    assert list(root.iterdir()) == []  # the probe folders are gone
+    p = make_run(root, chunks=3)
+    assert C.compact_run(p).swap == "exchange"
+    monkeypatch.setattr(C, "_exchange", lambda a, b: False)
+    assert C.swap_method(root) == "rename"
 
 
 def test_sync_half_compact_sync_rest_is_exact_at_the_target(root, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Durations typed on the command line have one vocabulary (trackstore.store.units): a number
+"""Durations typed on the command line have one vocabulary (trackstore.cli.quantities): a number
 needs a unit, ``m`` (minutes or months?) and months/years are refused, and a refused
 ``gc --older-than`` in a cron line deletes nothing."""
 
@@ -8,9 +8,9 @@ import pytest
 
 from tests.fixtures.stores import make_run, mark_synced
 from tests.helpers import run_cli
+from trackstore.cli.quantities import parse_duration, parse_since
 from trackstore.errors import UsageError
 from trackstore.read.listing import list_runs
-from trackstore.store.units import parse_duration, parse_since
 
 DAY = 86400
 

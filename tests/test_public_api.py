@@ -67,3 +67,27 @@ def test_watch_function_survives_the_submodule_import():
             "print(watch is trackstore.watch, callable(trackstore.watch))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
+
+
+def test_every_error_is_in_the_one_tree_and_keeps_its_old_import_path():
+    """The errors of sync adapters, sync gaps and the wandb drop-in live in trackstore.errors,
+    keep their bases and exit codes, and are the same classes under their old module paths."""
+    from trackstore import errors
+    from trackstore.compat import wandb as wandb_dropin
+    from trackstore.sync import adapter, gaps
+
+    assert adapter.RetryableError is errors.RetryableError
+    assert adapter.PermanentError is errors.PermanentError
+    assert gaps.GapError is errors.GapError
+    assert wandb_dropin.NotSupportedError is errors.NotSupportedError
+    assert issubclass(errors.GapError, errors.StoreError) and errors.GapError.exit_code == errors.EXIT_STORE
+    assert issubclass(errors.NotSupportedError, errors.UsageError) and issubclass(errors.NotSupportedError,
+                                                                                     NotImplementedError)
+    assert errors.NotSupportedError.exit_code == errors.EXIT_USAGE
+    for cls in (errors.RetryableError, errors.PermanentError):
+        assert cls.__bases__ == (errors.TrackstoreError,) and cls.exit_code == errors.EXIT_ERROR
+    drawn = errors.__doc__ or ""
+    for name in dir(errors):
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, errors.TrackstoreError):
+            assert f" {name}" in drawn, f"{name} is missing from the tree in trackstore/errors.py"

@@ -218,7 +218,7 @@ def test_proxy_flag_does_not_rewrite_the_environment(root, monkeypatch):
 
 def test_a_cursor_with_an_open_session_is_never_settled(root):
     """gc and the no-change skip must not trust ``acked`` while a session is unconfirmed."""
-    from trackstore.store.ledger import Cursor, is_fully_synced, settled, summarize_cursor
+    from trackstore.store.ledger import Cursor, fully_synced_from_parts, settled, summarize_cursor
 
     run = trackstore.init("p", root=root)
     run.log({"a": 1.0}, step=0)
@@ -229,10 +229,10 @@ def test_a_cursor_with_an_open_session_is_never_settled(root):
     from trackstore.store.ledger import load_cursor
 
     c = load_cursor(root, "memory", "memory:default", "p", run.id)
-    assert is_fully_synced(info.paths, c, "finished") and settled(summarize_cursor(c, {}), "finished")
+    assert fully_synced_from_parts(info.paths, c, "finished") and settled(summarize_cursor(c, {}), "finished")
     c.session = {"acked": {}, "skipped": {}, "remote": {}}
     c = Cursor.from_json(c.to_json())
-    assert not is_fully_synced(info.paths, c, "finished") and not settled(summarize_cursor(c, {}), "finished")
+    assert not fully_synced_from_parts(info.paths, c, "finished") and not settled(summarize_cursor(c, {}), "finished")
 
 
 def test_a_cli_sync_builds_one_adapter_and_checks_it_online(root, monkeypatch):

@@ -45,8 +45,10 @@ class Recorder(MemoryAdapter):
         self.events.setdefault(run.run_id, []).append((what, value))
 
     def open_run(self, run, cursor):
+        knew = bool(cursor.remote_id)  # the cursor the sync loaded already names the remote run
         opened = super().open_run(run, cursor)
         self._note(run, "open", opened)
+        self._note(run, "knew remote", knew)
         return opened
 
     def sync_metadata(self, run, cursor):
@@ -166,9 +168,12 @@ class PlanModel(RuleBasedStateMachine):
                 continue
             assert res.plan == plan, (plan, res.plan)
             [(_, opened)] = [e for e in events if e[0] == "open"]
-            assert plan.remote in (OPEN, FIND_OR_CREATE)
+            [(_, knew)] = [e for e in events if e[0] == "knew remote"]
+            assert plan.remote == (OPEN if knew else FIND_OR_CREATE), (plan, events)
             if plan.remote == OPEN:
                 assert opened == "found", (plan, events)
+            else:  # found by its marker (a lost cursor) or created; never "replaced"
+                assert opened in ("found", "created"), (plan, events)
             assert plan.metadata == (("metadata", None) in events), (plan, events)
             statuses = [v for w, v in events if w == "status"]
             assert statuses == ([plan.status] if plan.status else []), (plan, events)

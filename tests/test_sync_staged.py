@@ -11,17 +11,17 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
-from trackstore.store.ledger import Cursor, fully_synced
+from trackstore.store.ledger import Cursor, fully_synced_from_pending
 from trackstore.store.ranges import RangeSet
 
 
 def test_fully_synced_does_not_count_a_staged_cursor_unless_asked():
     c = Cursor("wandb", "offline:/x/wandb e/p", "p", "r", acked={"metrics": RangeSet()}, synced_status="finished")
-    assert fully_synced(c, "finished", {"metrics": 0})
+    assert fully_synced_from_pending(c, "finished", {"metrics": 0})
     c.staged = True
-    assert not fully_synced(c, "finished", {"metrics": 0})
-    assert fully_synced(c, "finished", {"metrics": 0}, count_staged=True)
-    assert not fully_synced(c, "finished", {"metrics": 3}, count_staged=True)  # still needs every row
+    assert not fully_synced_from_pending(c, "finished", {"metrics": 0})
+    assert fully_synced_from_pending(c, "finished", {"metrics": 0}, count_staged=True)
+    assert not fully_synced_from_pending(c, "finished", {"metrics": 3}, count_staged=True)  # still needs every row
     assert Cursor.from_json(c.to_json()).staged
     # a cursor written before the field existed: the adapter's recorded mode says it
     old = {k: v for k, v in c.to_json().items() if k != "staged"}

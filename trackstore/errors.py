@@ -6,15 +6,23 @@ The hierarchy::
     ├── InvalidNameError(ValueError)  a project/run/artifact name cannot become a path   exit 2
     ├── InvalidValueError(ValueError) a logged value or key is not acceptable            exit 2
     ├── UsageError                  bad command-line input, bad argument combination    exit 2
+    │   └── NotSupportedError(NotImplementedError)  a wandb feature the drop-in lacks
     ├── RunNotFoundError            a run reference matches no run                      exit 3
     ├── AmbiguousRunError           a run reference matches several runs                exit 3
     ├── StoreError                  the store on disk is damaged or unreadable          exit 4
-    │   └── CorruptFileError        one data file cannot be read (names the file)
+    │   ├── CorruptFileError        one data file cannot be read (names the file)
+    │   └── GapError                unreadable parts hide rows a sync target lacks: run blocked
     ├── WriteError                  data could not be written (reported at finish)      exit 4
     ├── QueryError                  a SQL query failed or was refused                   exit 5
     ├── LockHeldError               another process holds the lock (sync, gc)           exit 6
     ├── TargetUnreachableError      a sync target cannot be reached                     exit 7
-    └── BundleError                 an export/import bundle is invalid or tampered      exit 9
+    ├── BundleError                 an export/import bundle is invalid or tampered      exit 9
+    ├── RetryableError              a sync target failed for now: the engine retries    exit 1
+    └── PermanentError              a sync target refused for good: that run stops     exit 1
+
+A subclass keeps its parent's exit code. RetryableError and PermanentError are what a sync
+adapter raises from ``send`` and friends (:mod:`trackstore.sync.adapter`, which re-exports
+them); the engine catches them per run, so a pass ends with exit 8 rather than their own code.
 
 Exit 8 (some runs synced, others failed or were blocked) is the sync command's own summary of a
 pass, not an exception.
@@ -120,3 +128,19 @@ class BundleError(TrackstoreError):
     """An export bundle is malformed, tampered with or conflicts with the store."""
 
     exit_code = EXIT_BUNDLE
+
+
+class NotSupportedError(UsageError, NotImplementedError):
+    """A wandb feature the trackstore drop-in (:mod:`trackstore.compat.wandb`) does not cover."""
+
+
+class GapError(StoreError):
+    """A run's sync stopped: part files it cannot read hide rows the target does not hold."""
+
+
+class RetryableError(TrackstoreError):
+    """Transient failure: the engine retries with exponential backoff and jitter."""
+
+
+class PermanentError(TrackstoreError):
+    """Retrying cannot help (auth, deleted remote object, rejected value): stop this run."""

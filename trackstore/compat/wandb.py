@@ -42,6 +42,7 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from ..errors import NotSupportedError as NotSupportedError  # wandb.NotSupportedError to scripts
 from ..errors import UsageError
 from ..records.histogram import Histogram as _TsHistogram
 
@@ -53,10 +54,6 @@ _RESUME_VALUES = (None, False, True, "allow", "must", "auto", "never")
 _IGNORED_INIT_ARGS = {"settings", "reinit", "save_code", "anonymous", "magic", "allow_val_change", "force"}
 # init arguments that are fine when off, and not covered when on
 _OFF_ONLY_INIT_ARGS = {"sync_tensorboard", "monitor_gym", "tensorboard", "fork_from", "resume_from"}
-
-
-class NotSupportedError(UsageError, NotImplementedError):
-    """A wandb feature the trackstore drop-in does not cover."""
 
 
 class NotSupportedAttribute(NotSupportedError, AttributeError):

@@ -51,9 +51,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidNameError, InvalidValueError, UsageError
-from ..store.files import sha256_file, warn
+from ..store.files import sha256_file
 from ..store.layout import ARTIFACT_FILES_DIR, ARTIFACT_LOCK, ARTIFACT_MANIFEST, ARTIFACT_STAGING_PREFIX
 from ..store.names import validate_artifact_name
+from ..store.notices import warn
 from ..store.values import as_step, json_safe
 from .sink import RecordSink
 

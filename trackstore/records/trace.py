@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from ..errors import InvalidValueError, UsageError
 from ..store.clock import ts_now
-from ..store.files import warn
+from ..store.notices import warn
 from ..store.values import as_index, as_step
 from .samples import as_score, clean_text, encode_json, plain
 from .sink import RecordSink

@@ -1,14 +1,14 @@
-"""Small file helpers shared across the core: hashing, sizing, and loud warnings.
+"""What files weigh and hash to: a file's sha256, a folder's bytes, and bytes as people read them.
 
 Kept in one place so artifacts, bundles, gc and the CLI agree on what "the size of a run" and
-"the sha256 of a file" mean.
+"the sha256 of a file" mean, and print sizes the same way (1024-based units: KiB, MiB, ...).
+Nothing here changes a file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
 
 CHUNK = 1 << 20
 
@@ -36,19 +36,10 @@ def tree_bytes(path: str | os.PathLike) -> int:
     return total
 
 
-def warn(msg: str) -> None:
-    """A loud warning on stderr that never raises (used where training must not be disturbed)."""
-    _say(f"WARNING: {msg}")
-
-
-def warn_note(msg: str) -> None:
-    """An informational line on stderr (why something takes a moment) that never raises."""
-    _say(msg)
-
-
-def _say(line: str) -> None:
-    try:
-        sys.stderr.write(f"trackstore: {line}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``: bytes in 1024-based units, whole bytes below 1 KiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

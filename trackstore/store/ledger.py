@@ -37,9 +37,9 @@ from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DI
 
 __all__ = ["STEPS", "TERMINAL", "CURSOR_ERRORS", "Cursor", "check_cursor", "destination_id", "sync_root",
            "cursor_path", "load_cursor", "save_cursor", "scan_cursors", "iter_cursors", "read_row_ids", "row_ids",
-           "pending_counts", "is_fully_synced", "fully_synced", "cursor_files", "summarize_cursor",
-           "damaged_cursor_summary", "cached_cursor_summary", "status_to_push", "settled", "cursor_settled",
-           "unchanged_since_ack", "sync_state_cursors", "sync_state_rows"]
+           "pending_counts", "fully_synced_from_parts", "fully_synced_from_pending", "cursor_files",
+           "summarize_cursor", "damaged_cursor_summary", "cached_cursor_summary", "status_to_push", "settled",
+           "cursor_settled", "unchanged_since_ack", "sync_state_cursors", "sync_state_rows"]
 
 TERMINAL = ("finished", "failed", "crashed")
 
@@ -198,23 +198,30 @@ def pending_counts(paths: RunPaths, cursor: Cursor | None, *, ids: Mapping[str, 
     return out
 
 
-def is_fully_synced(paths: RunPaths, cursor: Cursor, run_status: str, *,
-                    ids: Mapping[str, Any] | None = None, count_staged: bool = False) -> bool:
-    """True when every stored row is acknowledged and the final status has been pushed, at a
-    destination that is not a staging area (or, with ``count_staged``, at any).
+def fully_synced_from_parts(paths: RunPaths, cursor: Cursor, run_status: str, *,
+                            ids: Mapping[str, Any] | None = None, count_staged: bool = False) -> bool:
+    """Whether the run is fully synced to this cursor's destination, counting its pending rows
+    from the run folder's part files (:func:`pending_counts`; ``ids`` spares re-reading them).
 
-    Rows of damaged parts are not counted (see :func:`read_row_ids`).
+    True when every stored row is acknowledged and the final status has been pushed, at a
+    destination that is not a staging area (or, with ``count_staged``, at any). Rows of damaged
+    parts are not counted (see :func:`read_row_ids`). The decision itself is
+    :func:`fully_synced_from_pending`; when the cursor alone says no, no part is read.
     """
-    if not fully_synced(cursor, run_status, {}, count_staged=count_staged):  # the cursor alone says no
+    if not fully_synced_from_pending(cursor, run_status, {}, count_staged=count_staged):
         return False
-    return fully_synced(cursor, run_status, pending_counts(paths, cursor, ids=ids), count_staged=count_staged)
+    pending = pending_counts(paths, cursor, ids=ids)
+    return fully_synced_from_pending(cursor, run_status, pending, count_staged=count_staged)
 
 
-def fully_synced(cursor: Cursor, run_status: str, pending: Mapping[str, int], *, count_staged: bool = False) -> bool:
-    """:func:`is_fully_synced` from the run's pending rows per kind (:func:`pending_counts`, or
-    a :func:`summarize_cursor` made from the catalog's part records). A staged cursor
-    (:attr:`Cursor.staged`: its rows have not left this machine) is never fully synced unless
-    ``count_staged`` says to count it."""
+def fully_synced_from_pending(cursor: Cursor, run_status: str, pending: Mapping[str, int], *,
+                              count_staged: bool = False) -> bool:
+    """Whether the run is fully synced to this cursor's destination, decided from pending row
+    counts per kind the caller already has (:func:`pending_counts`, or a
+    :func:`summarize_cursor` made from the catalog's part records); reads nothing.
+
+    A staged cursor (:attr:`Cursor.staged`: its rows have not left this machine) is never fully
+    synced unless ``count_staged`` says to count it."""
     return ((count_staged or not cursor.staged) and not cursor.in_doubt and cursor.session is None
             and run_status in TERMINAL and cursor.synced_status == run_status and not any(pending.values()))
 

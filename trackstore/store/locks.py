@@ -587,7 +587,7 @@ def reading(root: str | os.PathLike, *, job: str) -> Iterator[None]:
             raise LockHeldError(f"{who}; {job} needs the store unchanged: wait for it to finish, or retry later")
         time.sleep(POLL_S)
     if got is None:
-        from .files import warn_note
+        from .notices import warn_note
 
         if read_only_filesystem(root):
             warn_note(f"note: {root} is on a read-only filesystem: nothing can change it, "

@@ -463,7 +463,7 @@ def compact_finished_run(paths: RunPaths, *, max_bytes: int | None = None) -> Co
             result.skipped = "being synced"
             return result
         if size > _FINISH_NOTE_BYTES:
-            from .files import warn_note
+            from .notices import warn_note
 
             warn_note(f"merging the part files of run {paths.run_id} ({size / 1e6:.0f} MB) so queries read "
                       "few files; this takes a few seconds")

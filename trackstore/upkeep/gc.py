@@ -86,7 +86,7 @@ from ..store.layout import (
 from ..store.ledger import (
     TERMINAL,
     Cursor,
-    fully_synced,
+    fully_synced_from_pending,
     pending_counts,
     read_row_ids,
     scan_cursors,
@@ -237,7 +237,7 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
         if damaged:
             return _damage_verdict(root, damaged)
         pending = {id(c): pending_counts(info.paths, c, ids=ids) for c in cursors}
-    complete = {id(c): fully_synced(c, info.status, pending[id(c)], count_staged=policy.count_staged)
+    complete = {id(c): fully_synced_from_pending(c, info.status, pending[id(c)], count_staged=policy.count_staged)
                 for c in cursors}
     if policy.require_synced_to:
         missing = [t for t in policy.require_synced_to if not any(c.target == t and complete[id(c)] for c in cursors)]

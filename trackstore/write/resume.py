@@ -16,8 +16,8 @@ from ..errors import UsageError
 from ..store import meta as _meta
 from ..store.atomic import is_temp_file
 from ..store.clock import iso
-from ..store.files import warn
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths
+from ..store.notices import warn
 
 _KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
 TEMP_GRACE_S = 60.0  # only temp files older than this are a dead writer's leftovers

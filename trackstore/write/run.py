@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
 from ..errors import InvalidValueError, UsageError, WriteError
 from ..store import meta as _meta
 from ..store.clock import iso, ts_now
-from ..store.files import warn
 from ..store.host import environment_info, hostname, process_start_ticks
 from ..store.layout import RunPaths, new_run_id, new_writer_id, resolve_root, run_paths
 from ..store.names import validate_run_id
+from ..store.notices import warn
 from ..store.text import escape_surrogates
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, stored_as_is
 from . import endings

@@ -31,8 +31,8 @@ from itertools import chain
 from typing import Any, Callable, Mapping, cast
 
 from ..store.arrays import column, from_numpy, string_array
-from ..store.files import warn
 from ..store.layout import RunPaths, part_file_name
+from ..store.notices import warn
 from ..store.parts import write_part
 
 DEFAULT_FLUSH_INTERVAL = 2.0

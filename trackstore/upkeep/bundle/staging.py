@@ -73,7 +73,7 @@ def read_manifest(tf: tarfile.TarFile, first: tarfile.TarInfo | None, bundle) ->
 
 def _check_space(root: Path, need: int) -> None:
     """Refuse up front when the files the manifest lists cannot fit on the store's disk."""
-    from ...store.units import format_bytes
+    from ...store.files import format_bytes
 
     free = shutil.disk_usage(root).free
     if need > free:

@@ -1,6 +1,7 @@
 """Parsing the human units users type on the command line: durations (``7d``) and sizes (``2G``).
 
-Durations have one vocabulary (:data:`DURATION_UNITS`) and one parser (:func:`parse_duration`),
+Only the command line reads these spellings (the library takes seconds and bytes), so they live
+in the CLI. Durations have one vocabulary (:data:`DURATION_UNITS`) and one parser (:func:`parse_duration`),
 used by every option that takes one (``gc --older-than``, ``sync --since``, ``runs --since``,
 ``export --since``). A number without a unit, ``m`` (minutes or months?) and months or years
 (no fixed length) are refused rather than guessed: a guess in a ``gc ... --yes`` cron line
@@ -12,8 +13,8 @@ from __future__ import annotations
 import re
 import time
 
-from ..errors import UsageError
-from .clock import parse_iso
+from trackstore.errors import UsageError
+from trackstore.store.clock import parse_iso
 
 # the one vocabulary of duration units: spelling -> seconds (matched case-insensitively)
 DURATION_UNITS = {"s": 1, "sec": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -76,10 +77,3 @@ def parse_size(text: str) -> int:
         raise UsageError(f"invalid size {text!r}: use a number with K, M, G or T (e.g. 200G)")
     return int(float(m.group(1)) * 1024 ** _SIZE_POW[m.group(2).lower()])
 
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

@@ -1,4 +1,4 @@
-"""Reading what is on disk honestly (issue 13).
+"""Readers show what is on disk: a damaged run.json, or a stale one after a crash, breaks nothing.
 
 * One run.json with values no reader can use (an out-of-range step, wrong types, missing
   fields, not an object, not JSON, not UTF-8) never breaks a command for the whole store: the
