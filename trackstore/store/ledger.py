@@ -184,7 +184,7 @@ def pending_counts(paths: RunPaths, cursor: Cursor | None, *, ids: Mapping[str, 
     """
     import pyarrow.compute as pc
 
-    out = {}
+    out: dict[str, int] = {}
     for kind in KINDS:
         kind_ids = ids[kind] if ids is not None and kind in ids else row_ids(paths, kind)
         if kind_ids.num_rows == 0:
