@@ -58,6 +58,7 @@ def gc(
     from trackstore.errors import UsageError
     from trackstore.store.files import format_bytes
     from trackstore.store.layout import resolve_root
+    from trackstore.store.vocab import ENDED_ORDER, KeepReason
     from trackstore.upkeep import gc as G
 
     from .quantities import parse_duration, parse_size
@@ -69,7 +70,7 @@ def gc(
         max_size=parse_size(max_size) if max_size is not None else None,
         keep_last=keep_last,
         project=project,
-        statuses=tuple(status) if status else G.TERMINAL,
+        statuses=tuple(status) if status else ENDED_ORDER,
         require_synced_to=targets,
         include_unsynced=include_unsynced,
         count_staged=count_staged,
@@ -77,8 +78,8 @@ def gc(
     )
     root_path = resolve_root(root)
     plan = G.plan(root_path, policy)
-    rows = [c.row(plan.created_at) for c in plan.runs if show_kept or c.delete or fmt is not Format.table]
-    rows = [r for r in rows if r["reason"] != "other project"]
+    shown_runs = [c for c in plan.runs if not c.kept(KeepReason.OTHER_PROJECT)]  # --project: the others are not news
+    rows = [c.row(plan.created_at) for c in shown_runs if show_kept or c.delete or fmt is not Format.table]
     con = console(stderr=fmt is not Format.table)
     if fmt is Format.table:
         if rows:
@@ -90,7 +91,7 @@ def gc(
                  drop_order=["ended_at", "project", "status", "name"])
     else:
         emit(rows, fmt, columns=["action", *COLUMNS])
-    kept = G.describe_kept(c for c in plan.keep if c.reason != "other project")
+    kept = G.describe_kept(c for c in shown_runs if not c.delete)
     if kept:
         con.print("kept: " + ", ".join(f"{n:,} {why}" for why, n in sorted(kept.items())), highlight=False)
     if not plan.delete:

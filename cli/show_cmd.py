@@ -16,6 +16,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from trackstore.store.vocab import Kind
+
 from .common import RUN_REF, Format, FormatOpt, RootOpt, cell, console, emit, literal, short_ids, store_run_ids
 
 TOP_KEYS = 12  # metric keys shown without --all-keys
@@ -166,7 +168,7 @@ def _records_table(counts: dict) -> object:
             return f" at step {c['first_step']}"
         return f" at {c['steps']:,} steps ({c['first_step']}..{c['last_step']})"
 
-    mt, sa, sp, hi, ar = (counts[k] for k in ("metrics", "samples", "spans", "histograms", "artifacts"))
+    mt, sa, sp, hi, ar = (counts[k] for k in (Kind.METRICS, Kind.SAMPLES, Kind.SPANS, Kind.HISTOGRAMS, Kind.ARTIFACTS))
     lines = [
         ("metrics", f"{plural(mt['keys'], 'key')}, {plural(mt['points'], 'point')}"
                     + (f", steps {mt['first_step']}..{mt['last_step']}" if mt["keys"] else "")),

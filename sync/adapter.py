@@ -128,6 +128,7 @@ from trackstore.errors import LockHeldError, UsageError
 from trackstore.errors import PermanentError as PermanentError
 from trackstore.errors import RetryableError as RetryableError
 from trackstore.store.cursor import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
+from trackstore.store.vocab import Kind
 
 #: every metric key of the run being synced, read by the engine at the first call (``prepare``)
 MetricKeys = Callable[[], list[str]]
@@ -231,9 +232,9 @@ class Capabilities:
     the destination (MLflow's store kind, wandb's and SwanLab's modes)."""
 
     #: record kinds this target can hold; rows of other kinds are reported as unsupported
-    kinds: tuple[str, ...] = ("metrics",)
+    kinds: tuple[str, ...] = (Kind.METRICS,)
     #: rows per ``send`` call, per kind (the engine never sends more; 500 for a kind not named)
-    batch_sizes: Mapping[str, int] = field(default_factory=lambda: {"metrics": 1000})
+    batch_sizes: Mapping[str, int] = field(default_factory=lambda: {Kind.METRICS: 1000})
     #: kinds whose batches must not split a group of rows sharing this column (e.g. a trace)
     group_columns: Mapping[str, str] = field(default_factory=dict)
     #: spans become one record per trajectory through :mod:`.trajectories` (so a trajectory

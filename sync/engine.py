@@ -41,6 +41,7 @@ from trackstore.store.cursor import Cursor
 from trackstore.store.layout import resolve_root
 from trackstore.store.ledger import CURSOR_ERRORS, cursor_path, load_cursor, save_cursor, unchanged_since_ack
 from trackstore.store.redact import redact_text
+from trackstore.store.vocab import REPLAY_ORDER, TERMINAL, Kind, RunStatus
 
 from . import gaps, plan, verify
 from .adapter import (
@@ -57,9 +58,6 @@ from .adapter import (
 from .batches import batch_id_of, batch_ids, not_acked, row_batches, row_ranges, step_batches
 from .plan import RunPlan
 from .trajectories import NO_ROOT_SPAN, rootless_rows
-
-KIND_ORDER = ("metrics", "histograms", "samples", "spans", "artifacts")
-TERMINAL = ("finished", "failed", "crashed")
 
 
 @dataclass
@@ -171,7 +169,7 @@ def unchanged_runs(root: Path, target: str, destination: str, opts: SyncOptions,
 def up_to_date_result(info: RunInfo) -> RunResult:
     """The result of a run :func:`unchanged_runs` found: nothing to send, nothing opened (the plan
     :meth:`Engine.plan` would make: both ask :func:`trackstore.store.ledger.settled`)."""
-    nothing = dict.fromkeys(KIND_ORDER, 0)
+    nothing = dict.fromkeys(REPLAY_ORDER, 0)
     return RunResult(info.project, info.run_id, info.name, info.status, up_to_date=True,
                      pending=nothing, write_errors=info.write_errors(),
                      plan=plan.skipped(info.project, info.run_id, info.status, plan.UP_TO_DATE, pending=nothing))
@@ -221,7 +219,7 @@ class Engine:
     def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
         """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
         tables, unreadable = {}, []
-        for kind in KIND_ORDER:
+        for kind in REPLAY_ORDER:
             damaged: dict = {}
             tables[kind] = read_kind(info.paths, kind, exclude=cursor.acked.get(kind), damaged=damaged)
             unreadable += gaps.unreadable_parts(info.paths, kind, damaged)
@@ -303,7 +301,7 @@ class Engine:
             for batch in batches:
                 for reason, n in self.adapter.unsupported(kind, batch).items():
                     predicted[reason] = predicted.get(reason, 0) + n
-            if kind == "spans" and self.caps.whole_trajectories and info.status != "running" and table.num_rows:
+            if kind == Kind.SPANS and self.caps.whole_trajectories and info.status != RunStatus.RUNNING and table.num_rows:
                 n = rootless_rows(table)  # what the sync's ready_trajectories will skip
                 if n:
                     predicted[NO_ROOT_SPAN] = predicted.get(NO_ROOT_SPAN, 0) + n
@@ -314,8 +312,8 @@ class Engine:
         """What a sync holds back of the pending rows: a live run's newest step (it may still
         grow), for a target that takes one row per step (:meth:`_send_steps`), and the rows of
         it per kind; ``(None, {})`` when nothing is held."""
-        merged = [k for k in KIND_ORDER if k in self.caps.merge_steps and tables[k].num_rows]
-        if info.status != "running" or not merged:
+        merged = [k for k in REPLAY_ORDER if k in self.caps.merge_steps and tables[k].num_rows]
+        if info.status != RunStatus.RUNNING or not merged:
             return None, {}
         import pyarrow.compute as pc
 
@@ -391,14 +389,14 @@ class Engine:
         if cursor.in_doubt:
             self._reconcile(info, cursor, res)
             # the reconciled rows are acknowledged now: they are no longer pending
-            for kind in KIND_ORDER:
+            for kind in REPLAY_ORDER:
                 tables[kind] = tables[kind].filter(not_acked(cursor.acked.get(kind), tables[kind]))
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
-        merged = {k: tables[k] for k in KIND_ORDER if k in self.caps.merge_steps}
+        merged = {k: tables[k] for k in REPLAY_ORDER if k in self.caps.merge_steps}
         if any(t.num_rows for t in merged.values()):
             self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
-        for kind in KIND_ORDER:
+        for kind in REPLAY_ORDER:
             table = tables[kind]
             if table.num_rows and kind not in merged:
                 self._send_kind(kind, table, cursor, res, doubtful=doubtful)

@@ -56,6 +56,7 @@ from trackstore.errors import UsageError
 from trackstore.store.clock import parse_iso
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
+from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
 from .adapter import (
     OPENED_CREATED,
@@ -88,7 +89,8 @@ PARAM_NAMING_TAG = HIDDEN + "param_names"  # "/": the run's params are named as 
 MAX_KEY = 250
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
-MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "KILLED", "running": "RUNNING"}
+MLFLOW_STATUS = {RunStatus.FINISHED: "FINISHED", RunStatus.FAILED: "FAILED", RunStatus.CRASHED: "KILLED",
+                 RunStatus.RUNNING: "RUNNING"}
 
 
 
@@ -120,9 +122,9 @@ def _ms(iso_value: str | None) -> int | None:
 class MlflowAdapter(Adapter):
     name = "mlflow"
     CAPABILITIES = Capabilities(
-        kinds=("metrics", "histograms", "samples", "spans", "artifacts"),
-        batch_sizes={"metrics": 999, "histograms": 200, "samples": 500, "spans": 200, "artifacts": 20},
-        group_columns={"spans": "trace_id"},
+        kinds=REPLAY_ORDER,
+        batch_sizes={Kind.METRICS: 999, Kind.HISTOGRAMS: 200, Kind.SAMPLES: 500, Kind.SPANS: 200, Kind.ARTIFACTS: 20},
+        group_columns={Kind.SPANS: "trace_id"},
         wants_metric_keys=True,  # two keys that sanitize alike get distinct names: decided over all of them
         whole_trajectories=True,
         preimport=("mlflow", "mlflow.tracking", "mlflow.entities"))
@@ -379,13 +381,13 @@ class MlflowAdapter(Adapter):
 
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         rid = cursor.remote["run_id"]
-        if kind == "metrics":
+        if kind == Kind.METRICS:
             return self._send_metrics(rid, rows, cursor, batch_id)
-        if kind in ("samples", "histograms"):
+        if kind in (Kind.SAMPLES, Kind.HISTOGRAMS):
             return self._send_table_files(rid, kind, rows, cursor)
-        if kind == "artifacts":
+        if kind == Kind.ARTIFACTS:
             return self._send_artifacts(rid, rows, cursor)
-        if kind == "spans":
+        if kind == Kind.SPANS:
             from .mlflow_traces import send_traces
 
             return send_traces(self, rows, cursor)
@@ -451,7 +453,7 @@ class MlflowAdapter(Adapter):
         import pyarrow as pa
 
         rid = cursor.remote["run_id"]
-        if kind != "metrics":
+        if kind != Kind.METRICS:
             # artifact files and traces are addressed by name / trace tag: resending them is a
             # no-op overwrite (files) or skipped after a search (traces)
             return rows
@@ -494,7 +496,7 @@ class MlflowAdapter(Adapter):
         tags = [RunTag(k, v) for k, v in wanted.items() if have.get(k) != v]
         for i in range(0, len(tags), 100):
             self.call("set summary tags", self.client.log_batch, rid, tags=tags[i:i + 100])
-        if status == "running":
+        if status == RunStatus.RUNNING:
             if remote is None or remote.info.status != "RUNNING":
                 self.call("reopen run", self.client.update_run, rid, status="RUNNING")
             return
@@ -515,7 +517,7 @@ class MlflowAdapter(Adapter):
 
     def unsupported(self, kind: str, rows) -> dict[str, int]:
         out: dict[str, int] = {}
-        if kind == "metrics" and rows.num_rows:
+        if kind == Kind.METRICS and rows.num_rows:
             import pyarrow.compute as pc
 
             nulls = rows.column("value").null_count

@@ -35,6 +35,7 @@ import uuid
 from typing import Any, Callable, Collection
 
 from trackstore.records.samples import decode_row
+from trackstore.store.vocab import Kind
 
 from .keys import mlflow_key
 
@@ -197,7 +198,7 @@ def send_records(adapter, rid: str, kind: str, rows, cursor):
 
     result = SendResult()
     client = adapter.client
-    if kind == "samples":
+    if kind == Kind.SAMPLES:
         @cache
         def existing(folder: str) -> frozenset[str]:
             return frozenset(f.path for f in adapter.call("list sample tables", client.list_artifacts, rid, folder))
@@ -208,7 +209,7 @@ def send_records(adapter, rid: str, kind: str, rows, cursor):
         tables = histogram_tables(rows)
     for path, table in tables.items():
         adapter.call(f"log {kind}", client.log_dict, rid, table, path)
-    if kind == "samples":
+    if kind == Kind.SAMPLES:
         run = adapter.call("get run", client.get_run, rid)
         value, left_out = listed_tables(run.data.tags.get(LOGGED_ARTIFACTS), list(tables))
         if value is not None:

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 from trackstore.records.samples import decode_json
+from trackstore.store.vocab import RunStatus
 
 from .adapter import SendResult
 from .trajectories import ready_trajectories
@@ -177,7 +178,7 @@ def send_traces(adapter, rows, cursor) -> SendResult:
     client = adapter.client
     rid = cursor.remote["run_id"]
     exp_id = cursor.remote["experiment_id"]
-    run_live = getattr(adapter, "_run_status", "finished") == "running"
+    run_live = getattr(adapter, "_run_status", RunStatus.FINISHED) == RunStatus.RUNNING
     for trace_id, root, spans in ready_trajectories(rows, run_live, result):
         existing = adapter.call("search traces", client.search_traces, locations=[exp_id],
                                filter_string=f"tags.`{TRACE_TAG}` = '{trace_id}'", max_results=1,

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from trackstore.store.cursor import Cursor
-from trackstore.store.ledger import TERMINAL, cursor_settled, status_to_push
+from trackstore.store.ledger import cursor_settled, status_to_push
+from trackstore.store.vocab import TERMINAL
 
 #: :attr:`RunPlan.remote`: the remote run the cursor knows is opened
 OPEN = "open"

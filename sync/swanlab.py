@@ -65,6 +65,7 @@ from trackstore.errors import UsageError
 from trackstore.store.layout import target_dir
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
+from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
 from .adapter import (
     OPENED_CREATED,
@@ -92,7 +93,7 @@ MODES = {"cloud": "online", "online": "online", "offline": "offline", "local": "
 DEFAULT_HOST = "https://api.swanlab.cn"
 #: the oldest swanlab client this target runs with (what the tests run; pyproject's floor)
 MIN_SWANLAB = (0, 10, 3)
-FINISH_STATE = {"finished": "success", "failed": "crashed", "crashed": "aborted"}
+FINISH_STATE = {RunStatus.FINISHED: "success", RunStatus.FAILED: "crashed", RunStatus.CRASHED: "aborted"}
 MAX_KEY = 512
 MAX_STEP = 2 ** 48
 #: seconds SwanLab cloud may need to count a cut session's steps before a resume sees them
@@ -120,10 +121,10 @@ def experiment_id(project: str, run_id: str) -> str:
 class SwanlabAdapter(Adapter):
     name = "swanlab"
     CAPABILITIES = Capabilities(
-        kinds=("metrics", "histograms", "samples", "spans", "artifacts"),
-        batch_sizes={"metrics": 10000, "histograms": 500, "samples": 1000, "spans": 2000, "artifacts": 50},
+        kinds=REPLAY_ORDER,
+        batch_sizes={Kind.METRICS: 10000, Kind.HISTOGRAMS: 500, Kind.SAMPLES: 1000, Kind.SPANS: 2000, Kind.ARTIFACTS: 50},
         # SwanLab takes one value per (key, step): a step must never straddle two batches
-        group_columns={"metrics": "step", "histograms": "step", "samples": "step", "spans": "step"},
+        group_columns={Kind.METRICS: "step", Kind.HISTOGRAMS: "step", Kind.SAMPLES: "step", Kind.SPANS: "step"},
         confirms_on_close=True,  # rows are durable once the session's finish is confirmed
         max_jobs=1, why_max_jobs="swanlab.init keeps one run per process")
 
@@ -395,7 +396,7 @@ class SwanlabAdapter(Adapter):
 
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         state = self._cursor.remote
-        if kind == "metrics":
+        if kind == Kind.METRICS:
             result, points = self._plan_metrics(rows, state, self._info, sending=True)
             try:
                 for (s, t), data in points.items():
@@ -403,11 +404,11 @@ class SwanlabAdapter(Adapter):
             except Exception as exc:
                 raise self._wrap(exc, "log") from exc
             return result
-        if kind in ("samples", "histograms", "spans"):
+        if kind in (Kind.SAMPLES, Kind.HISTOGRAMS, Kind.SPANS):
             result, groups = self._plan_media(kind, rows, state, self._info, sending=True)
             self._log_media(kind, groups)
             return result
-        if kind == "artifacts":
+        if kind == Kind.ARTIFACTS:
             return self._send_artifacts(rows)
         result = SendResult()
         result.skip(f"swanlab cannot hold {kind}", rows.num_rows)
@@ -484,15 +485,15 @@ class SwanlabAdapter(Adapter):
         groups)``: the skips and deferred rows, and the admitted ``(key, step, rows)`` groups."""
         result = SendResult()
         data = rows.to_pylist()
-        if kind == "spans":
-            groups, deferred = self._trajectory_groups(data, result, live=run is not None and run.status == "running")
+        if kind == Kind.SPANS:
+            groups, deferred = self._trajectory_groups(data, result, live=run is not None and run.status == RunStatus.RUNNING)
             result.defer(deferred)
         else:
             groups = {}
             for i, r in enumerate(data):
-                key = f"samples/{r.get('split') or 'val'}" if kind == "samples" else r["key"]
+                key = f"samples/{r.get('split') or 'val'}" if kind == Kind.SAMPLES else r["key"]
                 # a histogram is one chart: each row is its own value; samples of a step form one list
-                gid = (int(r["step"]), swanlab_key(key), i if kind == "histograms" else 0)
+                gid = (int(r["step"]), swanlab_key(key), i if kind == Kind.HISTOGRAMS else 0)
                 groups.setdefault(gid, []).append(r)
         seen: set = set()
         admitted = []
@@ -505,7 +506,7 @@ class SwanlabAdapter(Adapter):
             doubt = sending and self._doubtful(kind, group[0])
             if self._admit(state, key, step, doubt, seen, result, len(group), media=True):
                 admitted.append((key, step, group))
-        if kind == "histograms" and self.mode == "local" and data:
+        if kind == Kind.HISTOGRAMS and self.mode == "local" and data:
             result.skipped[HIST_LOCAL] = 0
         return result, admitted
 
@@ -515,9 +516,9 @@ class SwanlabAdapter(Adapter):
         try:
             for key, step, group in groups:
                 first = group[0]
-                if kind == "samples":
+                if kind == Kind.SAMPLES:
                     value = [swanlab.Text(text, caption=caption) for caption, text in sample_items(group)]
-                elif kind == "histograms":
+                elif kind == Kind.HISTOGRAMS:
                     value = histogram_chart(first)
                 else:
                     value = [swanlab.Text(text, caption=caption) for caption, text in trajectory_items(group)]
@@ -576,10 +577,10 @@ class SwanlabAdapter(Adapter):
             self._run.config.update({k: v for k, v in self._config(run, status).items() if k.startswith("trackstore.")})
         except Exception as exc:
             raise self._wrap(exc, "config") from exc
-        if status == "running":
+        if status == RunStatus.RUNNING:
             return  # a resumed run: the session closes at the end of this sync, still "running" in config
         error = None
-        if status != "finished":
+        if status != RunStatus.FINISHED:
             parts = [f"trackstore status {status}"]
             if run.meta.get("exit_code") is not None:
                 parts.append(f"exit_code={run.meta['exit_code']}")
@@ -605,11 +606,11 @@ class SwanlabAdapter(Adapter):
         engine hands a dry run's batches in the sync's order, so second and late values for a
         (key, step) are predicted too."""
         run, state = self._plan if self._plan is not None else (None, {})
-        if kind == "metrics":
+        if kind == Kind.METRICS:
             result, _points = self._plan_metrics(rows, state, run, sending=False)
-        elif kind in ("samples", "histograms", "spans"):
+        elif kind in (Kind.SAMPLES, Kind.HISTOGRAMS, Kind.SPANS):
             result, _groups = self._plan_media(kind, rows, state, run, sending=False)
-        elif kind == "artifacts":
+        elif kind == Kind.ARTIFACTS:
             result = SendResult()
             run_dir = Path(run.paths.dir) if run is not None else None
             for r in rows.to_pylist():

@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from trackstore.errors import TargetUnreachableError
+from trackstore.store.vocab import REPLAY_ORDER, Kind
 
 from .adapter import (
     OPENED_CREATED,
@@ -44,7 +45,7 @@ from .adapter import (
     TargetOptions,
 )
 
-KINDS = ("metrics", "histograms", "samples", "spans", "artifacts")
+KINDS = REPLAY_ORDER  # every kind, in the order the engine replays them
 FAULTS = ("fail_before", "fail_after", "timeout", "drop", "abort_before", "abort_after")
 
 
@@ -93,7 +94,7 @@ class MemoryAdapter(Adapter):
 
     name = "memory"
     # small batches: many batches, many boundaries for faults
-    CAPABILITIES = Capabilities(kinds=KINDS, batch_sizes={k: 7 for k in KINDS}, group_columns={"spans": "trace_id"})
+    CAPABILITIES = Capabilities(kinds=KINDS, batch_sizes={k: 7 for k in KINDS}, group_columns={Kind.SPANS: "trace_id"})
 
     def __init__(self, options: TargetOptions, target: MemoryTarget):
         super().__init__(options)
@@ -185,8 +186,8 @@ class StepMemoryAdapter(MemoryAdapter):
     step the run already committed is a violation the target records."""
 
     name = "memory-steps"
-    CAPABILITIES = replace(MemoryAdapter.CAPABILITIES, merge_steps=("metrics", "histograms", "samples"),
-                           batch_sizes={STEPS: 7, "spans": 7, "artifacts": 7})
+    CAPABILITIES = replace(MemoryAdapter.CAPABILITIES, merge_steps=(Kind.METRICS, Kind.HISTOGRAMS, Kind.SAMPLES),
+                           batch_sizes={STEPS: 7, Kind.SPANS: 7, Kind.ARTIFACTS: 7})
 
     def destination(self) -> str:
         return f"memory-steps:{self.target.name}"

@@ -69,6 +69,7 @@ from typing import Any
 
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
+from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
 from .adapter import (
     OPENED_CREATED,
@@ -89,7 +90,7 @@ from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
 from .wandb_tables import TURN_COLUMNS, history_table, table_rows, turn_rows
 
-STEP_KINDS = ("metrics", "histograms", "samples")
+STEP_KINDS = (Kind.METRICS, Kind.HISTOGRAMS, Kind.SAMPLES)
 MARKER = "trackstore/batch"
 MAX_TABLE_ROWS = 10_000          # wandb.Table.MAX_ROWS for tables logged to history
 MAX_BINS = 512                   # wandb.Histogram limit for np_histogram
@@ -153,12 +154,12 @@ def _seconds(ts) -> float:
 class WandbAdapter(Adapter):
     name = "wandb"
     CAPABILITIES = Capabilities(
-        kinds=("metrics", "histograms", "samples", "spans", "artifacts"),
-        batch_sizes={"steps": 5000, "spans": 200, "artifacts": 20},
+        kinds=REPLAY_ORDER,
+        batch_sizes={"steps": 5000, Kind.SPANS: 200, Kind.ARTIFACTS: 20},
         # wandb takes one row per step: the engine sends these kinds together, whole steps
         merge_steps=STEP_KINDS,
         # a trajectory or an artifact version never straddles two batches
-        group_columns={"spans": "trace_id", "artifacts": "digest"},
+        group_columns={Kind.SPANS: "trace_id", Kind.ARTIFACTS: "digest"},
         whole_trajectories=True,
         reconcile_before_retry=False,  # send stages each batch id: a retry waits for it, never logs it twice
         max_jobs=1, why_max_jobs="wandb.init keeps one run per process")
@@ -338,15 +339,15 @@ class WandbAdapter(Adapter):
     def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
         if kind == STEPS:
             result = self._send_steps(rows, cursor, batch_id)
-            for k in ("metrics", "histograms"):
+            for k in (Kind.METRICS, Kind.HISTOGRAMS):
                 table = rows.tables.get(k)
                 if table is not None and table.num_rows:
                     for key, wk in renamed("wandb", table.column("key").unique().to_pylist()).items():
                         result.skipped[rename_reason("wandb", key, wk)] = 0
             return result
-        if kind == "spans":
+        if kind == Kind.SPANS:
             return self._send_spans(rows, cursor, batch_id)
-        if kind == "artifacts":
+        if kind == Kind.ARTIFACTS:
             return self._send_artifacts(rows, cursor, batch_id)
         result = SendResult()
         result.skip(f"wandb cannot hold {kind}", rows.num_rows)
@@ -389,16 +390,16 @@ class WandbAdapter(Adapter):
             row: dict[str, Any] = {}
             owner: dict[str, tuple[str, dict]] = {}
             samples: dict[str, list[dict]] = {}
-            metric_ts = [r["ts"] for k, r in items if k == "metrics"]
+            metric_ts = [r["ts"] for k, r in items if k == Kind.METRICS]
             wall = max(metric_ts or [r["ts"] for _, r in items])
             for k, r in items:
-                if k == "metrics":
+                if k == Kind.METRICS:
                     if r["value"] is None:
                         skip(k, NULL, r)
                         continue
                     key = wandb_key(r["key"])
                     value = r["value"]
-                elif k == "histograms":
+                elif k == Kind.HISTOGRAMS:
                     key = wandb_key(r["key"])
                     counts, edges = rebin(list(r["counts"]), list(r["edges"]))
                     value = wandb.Histogram(np_histogram=(counts, edges))
@@ -431,7 +432,7 @@ class WandbAdapter(Adapter):
 
         wandb = self._import()
         result = SendResult()
-        live = self._info is not None and self._info.status == "running"
+        live = self._info is not None and self._info.status == RunStatus.RUNNING
         data, turn_data = [], []
         for trace_id, root, spans in ready_trajectories(rows, live, result):
             turn_data += turn_rows(trace_id, root, spans)
@@ -537,11 +538,11 @@ class WandbAdapter(Adapter):
             self._wb.summary.update(summary)
         except Exception as exc:
             raise self._wrap(exc, "summary") from exc
-        if status == "running":
+        if status == RunStatus.RUNNING:
             return
         code = meta.get("exit_code")
-        code = int(code) if code is not None else (0 if status == "finished" else 1)
-        if status != "finished" and code == 0:
+        code = int(code) if code is not None else (0 if status == RunStatus.FINISHED else 1)
+        if status != RunStatus.FINISHED and code == 0:
             code = 1
         self._finish_open(code)
 
@@ -582,7 +583,7 @@ class WandbAdapter(Adapter):
                 rows = rows.filter(pc.invert(pc.fill_null(late, False)))
                 if not rows.num_rows:
                     return out
-        if kind == "metrics":
+        if kind == Kind.METRICS:
             nulls = rows.column("value").null_count
             if nulls:
                 out[NULL] = nulls
@@ -593,11 +594,11 @@ class WandbAdapter(Adapter):
             pairs = list(zip(steps, keys))
             if len(set(pairs)) < len(pairs):
                 out[SECOND] = len(pairs) - len(set(pairs))
-        elif kind == "histograms":
+        elif kind == Kind.HISTOGRAMS:
             wide = sum(1 for c in rows.column("counts").to_pylist() if len(c) > MAX_BINS)
             if wide:
                 out[f"histograms over {MAX_BINS} bins re-binned (adjacent bins merged)"] = 0
-        elif kind == "samples":
+        elif kind == Kind.SAMPLES:
             groups: dict[tuple, int] = {}
             for s, sp in zip(rows.column("step").to_pylist(), rows.column("split").to_pylist()):
                 groups[(s, sp)] = groups.get((s, sp), 0) + 1
@@ -624,7 +625,7 @@ def _held(kind: str, r: dict, history: dict[int, dict]) -> bool:
     row = history.get(r["step"])
     if row is None:
         return False
-    if kind == "samples":
+    if kind == Kind.SAMPLES:
         return f"samples/{r['split'] or 'val'}" in row
     return wandb_key(r["key"]) in row
 

@@ -22,6 +22,8 @@ import os
 from argparse import Namespace
 from typing import Any, Iterable, Mapping
 
+from ..store.vocab import RunStatus
+
 try:
     from lightning.fabric.utilities.rank_zero import rank_zero_only
     from lightning.pytorch.loggers import Logger
@@ -31,7 +33,7 @@ except ImportError:  # the standalone pytorch_lightning package
     from pytorch_lightning.loggers.logger import rank_zero_experiment
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-_STATUS = {"success": "finished", "finished": "finished", "failed": "failed"}
+_STATUS = {"success": RunStatus.FINISHED, "finished": RunStatus.FINISHED, "failed": RunStatus.FAILED}
 
 
 class TrackstoreLogger(Logger):
@@ -100,5 +102,5 @@ class TrackstoreLogger(Logger):
     def finalize(self, status: str) -> None:
         if self._run is None or self._run.finished:
             return
-        self._run.finish(status=_STATUS.get(status, "finished"),
-                         error=None if status != "failed" else "Lightning reported the fit as failed")
+        self._run.finish(status=_STATUS.get(status, RunStatus.FINISHED),
+                         error=None if status != RunStatus.FAILED else "Lightning reported the fit as failed")

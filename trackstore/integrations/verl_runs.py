@@ -28,6 +28,8 @@ import threading
 import weakref
 from typing import Any
 
+from ..store.vocab import RunStatus
+
 BACKEND = "trackstore"
 ENV_RUN_ID = "TRACKSTORE_RUN_ID"
 MARK = "__trackstore_patched__"
@@ -89,7 +91,7 @@ def _join_or_create(project: str, experiment: str) -> Any:
 
     run_id = os.environ.get(ENV_RUN_ID) or None
     if run_id is None:
-        running = [r for r in listing.list_runs(project=project, status="running") if not experiment or r.name == experiment]
+        running = [r for r in listing.list_runs(project=project, status=RunStatus.RUNNING) if not experiment or r.name == experiment]
         if running:
             run_id = running[-1].run_id
     if run_id is None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..records.samples import decode_json, decode_row
 from ..store.arrays import to_pylist
+from ..store.vocab import Kind
 from .views import run_sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,7 +65,7 @@ def record_counts(con, run: RunInfo) -> dict[str, dict[str, Any]]:
 
 def kind_steps(con, run: RunInfo, kind: str) -> list[int]:
     """The distinct steps at which the run holds ``samples`` or ``spans``, ascending."""
-    if kind not in ("samples", "spans"):
+    if kind not in (Kind.SAMPLES, Kind.SPANS):
         raise ValueError(f"kind must be samples or spans, got {kind!r}")
     table = run_sql(con, f"SELECT DISTINCT step FROM {kind} WHERE {_ONE_RUN} AND step IS NOT NULL ORDER BY step",
                     _params(run))

@@ -35,6 +35,7 @@ from ..store.catalog import column_max, column_max_time
 from ..store.clock import iso, parse_iso, parse_time
 from ..store.layout import RunPaths, resolve_root
 from ..store.meta import RunJsonWarning
+from ..store.vocab import Kind, RunStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.catalog import Catalog, RunEntry
@@ -131,7 +132,7 @@ class RunInfo:
         """What the data on disk says (crashed runs only; None otherwise, nothing is read)."""
         if not self._extent_known:
             self._extent_known = True
-            if self.status == "crashed":
+            if self.status == RunStatus.CRASHED:
                 self._extent = (catalog_extent(self._entry.catalog, self.project, self.run_id)
                                 if self._entry is not None else data_extent(self.paths))
         return self._extent
@@ -161,7 +162,7 @@ class RunInfo:
     def list_row(self) -> dict[str, Any]:
         """:meth:`row` without ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``:
         what a listing filters, sorts and shows, without parsing the rest of run.json."""
-        if self._meta is None and self._entry is not None and self.status != "crashed":
+        if self._meta is None and self._entry is not None and self.status != RunStatus.CRASHED:
             return _list_row(self.project, self.run_id, self.status, self._entry.light)  # the common case
         get = self._light
         return {
@@ -288,7 +289,7 @@ def data_extent(paths: RunPaths) -> DataExtent:
                 md = pq.read_metadata(part)
                 ts = column_max_time(md, "ts")
                 found.last_ts = _larger(found.last_ts, ts if ts is not None else os.stat(part).st_mtime)
-                if kind == "metrics":
+                if kind == Kind.METRICS:
                     found.last_step = _larger(found.last_step, column_max(md, "step"))
             except (OSError, ValueError):  # pyarrow's errors derive from these
                 continue
@@ -341,7 +342,7 @@ def catalog_extent(catalog: Catalog, project: str, run_id: str) -> DataExtent:
             if p.last_ts is None:  # the footer cannot be read: passed over, as data_extent does
                 continue
             found.last_ts = _larger(found.last_ts, p.last_ts)
-            if kind == "metrics":
+            if kind == Kind.METRICS:
                 found.last_step = _larger(found.last_step, p.last_step)
     return found
 
@@ -358,14 +359,14 @@ def from_catalog(catalog: Catalog, project: str, run_id: str, unreadable: bool) 
     if entry.problems:
         _warn(paths, entry.problems, "shown as missing; run `trackstore doctor`")
     writers = None
-    recorded = entry.light.get("status") or "running"
-    if recorded != "running":
+    recorded = entry.light.get("status") or RunStatus.RUNNING
+    if recorded != RunStatus.RUNNING:
         status = recorded
     else:
         writers = catalog.writers(project, run_id)
         status = _meta.effective_status(entry.meta if not writers else {"status": recorded}, writers)
     info = RunInfo(paths, None, status, writers, entry.problems, entry.unreadable, entry=entry)
-    if status == "crashed":  # what listings show of it comes from the data: derive it while the catalog is open
+    if status == RunStatus.CRASHED:  # what listings show of it comes from the data: derive it while the catalog is open
         info.extent  # noqa: B018
         info.writers  # noqa: B018
     return info

@@ -29,11 +29,12 @@ from ..store.layout import (
     resolve_root,
 )
 from ..store.parts import check_part, part_schema
+from ..store.vocab import Kind
 
 RECORD_KINDS = _schema.KINDS  # metrics, samples, spans, histograms, artifacts
 # each kind's part files, relative to a run folder
-KIND_GLOB = {k: f"{k}/*{PART_SUFFIX}" for k in RECORD_KINDS}
-KIND_GLOB["artifacts"] = f"{ARTIFACTS_DIR}/{MANIFEST_DIR}/*{PART_SUFFIX}"
+KIND_GLOB: dict[str, str] = {k: f"{k}/*{PART_SUFFIX}" for k in RECORD_KINDS}
+KIND_GLOB[Kind.ARTIFACTS] = f"{ARTIFACTS_DIR}/{MANIFEST_DIR}/*{PART_SUFFIX}"
 _KIND_FOLDER = {k: KIND_GLOB[k].rsplit("/", 1)[0].replace("/", os.sep) for k in RECORD_KINDS}
 
 
@@ -101,7 +102,7 @@ def scan_parts(root: str | os.PathLike | None = None, only: set[tuple[str, str]]
             if fp == "-":
                 continue
             rel_d = d[len(head):] if d.startswith(head) else d
-            linked = run_linked or (kind == "artifacts" and os.path.islink(f"{run_dir}{os.sep}{ARTIFACTS_DIR}")) \
+            linked = run_linked or (kind == Kind.ARTIFACTS and os.path.islink(f"{run_dir}{os.sep}{ARTIFACTS_DIR}")) \
                 or os.path.islink(d)
             old = listed.get(rel_d)
             if not linked and fp and old is not None and old[0] == fp and _known_parts(

@@ -24,6 +24,7 @@ from ..errors import CorruptFileError
 from ..store import schema as _schema
 from ..store.last_rows import COLUMN as LAST_OF_KEY
 from ..store.layout import RunPaths
+from ..store.vocab import Kind
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -83,7 +84,7 @@ def _each_part(paths: RunPaths, on_corrupt: str, read) -> list:
             raise exc
         warn_skipped(path, exc.detail, stacklevel=5)
 
-    return each_part(paths, "metrics", read_file, damaged)
+    return each_part(paths, Kind.METRICS, read_file, damaged)
 
 
 def _row_groups_for(pf, wanted: Sequence[str]) -> list[int]:

@@ -22,6 +22,7 @@ from typing import Any
 from ..store.catalog import PartsSummary, UnchangedRun, open_catalog
 from ..store.layout import resolve_root
 from ..store.ledger import CURSOR_ERRORS, cached_cursor_summary, cursor_files, damaged_cursor_summary
+from ..store.vocab import Kind
 from .listing import RunInfo, from_catalog, lost_rows
 
 STATUS_COLUMNS = ("target", "destination", "project", "run_id", "status", "pending_metrics", "pending_other",
@@ -76,7 +77,7 @@ def status_rows(root: str | os.PathLike | None = None, *, target: str | None = N
                 size = catalog.run_bytes(*key)
             return {"target": target, "destination": destination, "project": key[0], "run_id": key[1],
                     "status": status, "pending_metrics": None if damaged else pending.get("metrics", 0),
-                    "pending_other": None if damaged else sum(v for k, v in pending.items() if k != "metrics"),
+                    "pending_other": None if damaged else sum(v for k, v in pending.items() if k != Kind.METRICS),
                     "bytes": size,
                     "synced_status": summary["synced_status"] if summary else None,
                     "last_sync_at": summary["last_sync_at"] if summary else None,

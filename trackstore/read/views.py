@@ -74,6 +74,7 @@ from ..store.layout import (
     resolve_root,
 )
 from ..store.parts import find_unreadable
+from ..store.vocab import Kind
 from .guard import check_read_only, clean_error, mentions_sync_state
 from .part_scan import KIND_GLOB, RECORD_KINDS, scan_parts, warn_skipped
 from .part_scan import SkippedFileWarning as SkippedFileWarning  # the views' warning, named here too
@@ -320,13 +321,13 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
     bound_on = _binding_file(binding, kind) if files and not union else None
     _set_sources(con, kind, [bound_on] if bound_on else sources if files else [])
     con.execute(_raw_view_sql(kind, sources, union))
-    if kind == "spans":
+    if kind == Kind.SPANS:
         # A span may have an 'unfinished' checkpoint row and a final row: keep the final one
         # (else the latest checkpoint), per run and (trace_id, span_id).
         con.execute("CREATE VIEW spans AS SELECT * FROM _raw_spans QUALIFY row_number() OVER ("
                     "PARTITION BY project, run_id, trace_id, span_id "
                     "ORDER BY (status <> 'unfinished') DESC, seq DESC, writer DESC) = 1")
-    elif kind == "metrics":  # last_of_key serves the latest view (trackstore.store.last_rows), not users
+    elif kind == Kind.METRICS:  # last_of_key serves the latest view (trackstore.store.last_rows), not users
         con.execute(f"CREATE VIEW metrics AS SELECT * EXCLUDE ({LAST_OF_KEY}) FROM _raw_metrics")
     else:
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _raw_{kind}")
@@ -522,9 +523,9 @@ def _locate_damage(con, sql: str) -> tuple[str, str] | None:
         return None
     only = None if only_json is None else {tuple(x) for x in json.loads(only_json)}
     text = sql.lower()
-    kinds = [k for k in RECORD_KINDS if k in text]
+    kinds: list[str] = [k for k in RECORD_KINDS if k in text]
     if "latest" in text or "metric_summary" in text:
-        kinds.append("metrics")
+        kinds.append(Kind.METRICS)
     good = scan_parts(root, only).files
     probe = duckdb.connect(":memory:")
     try:

@@ -56,6 +56,7 @@ from ..store.layout import ARTIFACT_FILES_DIR, ARTIFACT_LOCK, ARTIFACT_MANIFEST,
 from ..store.names import validate_artifact_name
 from ..store.notices import warn
 from ..store.values import as_step, json_safe
+from ..store.vocab import Kind
 from .sink import RecordSink
 
 CHUNK = 8 << 20
@@ -148,7 +149,7 @@ def log_artifact(run: RecordSink, path: str | os.PathLike, name: str | None = No
               "was NOT stored (free space or fix permissions and log it again)")
         return None
     for f in version.files:
-        run.append("artifacts", _row(version, f))
+        run.append(Kind.ARTIFACTS, _row(version, f))
     return version
 
 

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 from ..errors import InvalidValueError, UsageError
 from ..store.text import escape_surrogates, storable
 from ..store.values import INT64_MAX, as_index, as_step, json_safe, to_float64
+from ..store.vocab import Kind
 from .sink import RecordSink
 
 RESERVED = ("input", "output", "score", "sample_index")
@@ -171,7 +172,7 @@ def log_samples(run: RecordSink, rows: Iterable[Any], step: int | None = None, s
             r["sample_index"], r["step"], r["split"], r["ts"] = index, step, split, ts
         counters[(step, split)] = nxt
     for r in built:
-        run.append("samples", r)
+        run.append(Kind.SAMPLES, r)
     return len(built)
 
 

@@ -58,6 +58,7 @@ from ..errors import InvalidValueError, UsageError
 from ..store.clock import ts_now
 from ..store.notices import warn
 from ..store.values import as_index, as_step
+from ..store.vocab import Kind
 from .samples import as_score, clean_text, encode_json, plain
 from .sink import RecordSink
 
@@ -442,7 +443,7 @@ class Span:
             warn(f"span {self.name!r}: could not encode its data ({exc!r}); this row is stored without it")
             row = self._row(status, with_data=False)
         try:
-            self.trace.run.append("spans", row)
+            self.trace.run.append(Kind.SPANS, row)
             return True
         except UsageError:
             warn(f"span {self.name!r} ended after run {self.trace.run.id} finished; it was not recorded")

@@ -45,11 +45,12 @@ from typing import Callable, Iterator, TypeVar
 
 from ..errors import UsageError
 from .names import validate_project, validate_run_id
+from .vocab import KINDS as KINDS  # re-exported: many modules take KINDS from the layout
+from .vocab import Kind
 
 ENV_ROOT = "TRACKSTORE_DIR"
-# The record kinds, in the order of trackstore.store.schema.SCHEMAS (which checks it): each is a
-# folder of part files in a run (artifacts: artifacts/_manifest/).
-KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
+# KINDS (trackstore.store.vocab): the record kinds, in the order of trackstore.store.schema.SCHEMAS
+# (which checks it): each is a folder of part files in a run (artifacts: artifacts/_manifest/).
 DEFAULT_ROOT = "tsruns"
 RUN_FILE = "run.json"
 WRITERS_DIR = "_writers"
@@ -347,7 +348,7 @@ class RunPaths:
         return self.writers_dir / f"{writer_id}.json"
 
     def kind_dir(self, kind: str) -> Path:
-        if kind == "artifacts":
+        if kind == Kind.ARTIFACTS:
             return self.dir / ARTIFACTS_DIR / MANIFEST_DIR
         return self.dir / kind
 

@@ -34,14 +34,13 @@ from .atomic import read_json, write_json_atomic
 from .clock import iso
 from .cursor import STEPS, Cursor, check_cursor, destination_id
 from .layout import DESTINATION_FILE, KINDS, PROJECT_PREFIX, RUN_PREFIX, SYNC_DIR, RunPaths, relist
+from .vocab import TERMINAL
 
 __all__ = ["STEPS", "TERMINAL", "CURSOR_ERRORS", "Cursor", "check_cursor", "destination_id", "sync_root",
            "cursor_path", "load_cursor", "save_cursor", "scan_cursors", "iter_cursors", "read_row_ids", "row_ids",
            "pending_counts", "fully_synced_from_parts", "fully_synced_from_pending", "cursor_files",
            "summarize_cursor", "damaged_cursor_summary", "cached_cursor_summary", "status_to_push", "settled",
            "cursor_settled", "unchanged_since_ack", "sync_state_cursors", "sync_state_rows"]
-
-TERMINAL = ("finished", "failed", "crashed")
 
 
 def sync_root(root: Path) -> Path:
@@ -184,7 +183,7 @@ def pending_counts(paths: RunPaths, cursor: Cursor | None, *, ids: Mapping[str, 
     """
     import pyarrow.compute as pc
 
-    out = {}
+    out: dict[str, int] = {}
     for kind in KINDS:
         kind_ids = ids[kind] if ids is not None and kind in ids else row_ids(paths, kind)
         if kind_ids.num_rows == 0:

@@ -51,6 +51,7 @@ from . import meta as _meta
 from .atomic import fsync_dir
 from .layout import MERGE_MARKER, MERGE_STAGING_PREFIX, RunPaths, is_part_name, merged_part_name, parse_part_name
 from .ranges import RangeSet
+from .vocab import Kind, RunStatus
 
 DEFAULT_TARGET_BYTES = 256 << 20  # inputs of one merged file, compressed bytes on disk
 LIVE_SETTLE_S = 0.02  # see replace_kind_dir: merges of runs that readers may be watching right now
@@ -311,7 +312,7 @@ def _merge(files: list[Path], kind: str):
         raise ValueError("duplicate (writer, seq) rows")
     if len(ids.writers()) != 1:
         raise ValueError(f"files named as one writer's hold rows of {len(ids.writers())} writers")
-    if kind != "metrics":  # metrics are clustered by key when written (write_part(by_key=True))
+    if kind != Kind.METRICS:  # metrics are clustered by key when written (write_part(by_key=True))
         table = table.take(pc.sort_indices(table, sort_keys=[("seq", "ascending")]))
     return table, ids
 
@@ -348,7 +349,7 @@ def _build_merged(staging: Path, kind: str, parts: list[Path], groups: list[list
         writer = ids.writers()[0]
         span = ids.to_json()[writer]
         name = merged_part_name(writer, span[0][0], span[-1][1])
-        write_part(staging / name, table, kind, by_key=kind == "metrics")
+        write_part(staging / name, table, kind, by_key=kind == Kind.METRICS)
         check = RangeSet()
         check.add_table(read_part(staging / name, kind, columns=["writer", "seq"]))
         if check != ids:
@@ -366,7 +367,7 @@ def compact_run(paths: RunPaths, *, kinds: Iterable[str] | None = None, target_b
     from .schema import KINDS
 
     result = CompactResult(paths.project, paths.run_id)
-    if _meta.any_writer_alive(paths) or _meta.run_status(paths) == "running":
+    if _meta.any_writer_alive(paths) or _meta.run_status(paths) == RunStatus.RUNNING:
         result.skipped = "a writer is alive"
         return result
     if not dry_run:

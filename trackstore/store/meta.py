@@ -38,6 +38,7 @@ from .atomic import read_json, write_json_atomic
 from .clock import parse_iso, parse_time
 from .host import PID_MAX, hostname, pid_alive
 from .layout import RunPaths
+from .vocab import RUN_STATUSES, RunStatus
 
 _WRITER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a file name: no "/", no leading "."
 
@@ -45,7 +46,7 @@ HEARTBEAT_INTERVAL_S = 10.0
 STALE_AFTER_S = 120.0
 META_VERSION = 1
 
-STATUSES = ("running", "finished", "failed", "crashed")
+STATUSES = RUN_STATUSES  # running, finished, failed, crashed (trackstore.store.vocab)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -244,7 +245,7 @@ def read_writer_files(paths: RunPaths) -> list[dict]:
 
 def writer_alive(info: dict, now: float | None = None, this_host: str | None = None) -> bool:
     """Is the process behind this heartbeat file still writing? See the module docstring."""
-    if info.get("status", "running") != "running":
+    if info.get("status", RunStatus.RUNNING) != RunStatus.RUNNING:
         return False
     now = time.time() if now is None else now
     this_host = hostname() if this_host is None else this_host
@@ -263,25 +264,25 @@ def ended_status(writers: list[dict]) -> str | None:
     """
     if not writers or any(writer_alive(w) for w in writers):
         return None
-    states = [w.get("status", "running") for w in writers]
-    if "running" in states:  # recorded running but dead: it died without finishing
-        return "crashed"
-    states = [s for s in states if s != "crashed"]
+    states = [w.get("status", RunStatus.RUNNING) for w in writers]
+    if RunStatus.RUNNING in states:  # recorded running but dead: it died without finishing
+        return RunStatus.CRASHED
+    states = [s for s in states if s != RunStatus.CRASHED]
     if not states:
-        return "crashed"
-    return "failed" if "failed" in states else "finished"
+        return RunStatus.CRASHED
+    return RunStatus.FAILED if RunStatus.FAILED in states else RunStatus.FINISHED
 
 
 def effective_status(meta: dict, writers: list[dict], now: float | None = None) -> str:
     """The status a reader should report: ``crashed`` for a running run with no live writer."""
-    status = meta.get("status") or "running"
-    if status != "running":
+    status = meta.get("status") or RunStatus.RUNNING
+    if status != RunStatus.RUNNING:
         return status
     if writers:
         if any(writer_alive(w, now) for w in writers):
-            return "running"
-        return ended_status(writers) or "crashed"
-    return "running" if writer_alive({"status": "running", **meta}, now) else "crashed"
+            return RunStatus.RUNNING
+        return ended_status(writers) or RunStatus.CRASHED
+    return RunStatus.RUNNING if writer_alive({"status": RunStatus.RUNNING, **meta}, now) else RunStatus.CRASHED
 
 
 def run_status(paths: RunPaths) -> str | None:

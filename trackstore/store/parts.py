@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from ..errors import CorruptFileError, StoreError
 from .layout import RunPaths, parse_part_name, relist
 from .ranges import RangeSet
+from .vocab import Kind
 
 T = TypeVar("T")
 _THREADED_ROWS = 262_144
@@ -51,13 +52,13 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tail = 0
     row_group = 1 << 20
-    if kind == "metrics":
+    if kind == Kind.METRICS:
         from .last_rows import mark_last_rows
 
         if by_key:
             table = sort_by_key(table)
         table, tail = mark_last_rows(table)
-        target = schema.with_metadata(schema.METRICS_FILE, "metrics")
+        target = schema.with_metadata(schema.METRICS_FILE, Kind.METRICS)
         try:  # the writer's tables have the file's types already: no cast (and no pyarrow.compute import)
             table = pa.Table.from_arrays(table.columns, schema=target)
         except (TypeError, ValueError, pa.ArrowInvalid):

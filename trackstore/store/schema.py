@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .layout import KINDS as _layout_kinds
+from .vocab import KINDS, Kind
 
 SCHEMA_VERSION = 2  # 2: metrics parts gained last_of_key (docs/format.md, section 6)
 FORMAT_KEY = b"trackstore.schema_version"
@@ -150,30 +150,30 @@ ARTIFACTS = pa.schema(
 )
 
 SCHEMAS: dict[str, pa.Schema] = {
-    "metrics": METRICS,
-    "samples": SAMPLES,
-    "spans": SPANS,
-    "histograms": HISTOGRAMS,
-    "artifacts": ARTIFACTS,
+    Kind.METRICS: METRICS,
+    Kind.SAMPLES: SAMPLES,
+    Kind.SPANS: SPANS,
+    Kind.HISTOGRAMS: HISTOGRAMS,
+    Kind.ARTIFACTS: ARTIFACTS,
 }
 
-KINDS = tuple(SCHEMAS)
-if KINDS != _layout_kinds:  # pragma: no cover - the layout names the same kinds, in this order
-    raise AssertionError(f"trackstore.store.layout.KINDS {_layout_kinds} != {KINDS}")
+# KINDS (trackstore.store.vocab, also trackstore.store.layout.KINDS): the kinds of SCHEMAS, in its order
+if tuple(SCHEMAS) != KINDS:  # pragma: no cover - one schema per kind, in the format's order
+    raise AssertionError(f"trackstore.store.vocab.KINDS {KINDS} != {tuple(SCHEMAS)}")
 
 # Each kind's rows as they are logged and as readers return them: the file schemas minus the
 # columns write_part derives (metrics' last_of_key, an index for the latest view).
-ROWS: dict[str, pa.Schema] = {**SCHEMAS, "metrics": METRIC_POINTS}
+ROWS: dict[str, pa.Schema] = {**SCHEMAS, Kind.METRICS: METRIC_POINTS}
 
 # Parquet writer settings per kind. Monotonic integers are delta-encoded and floats are
 # byte-stream-split before zstd: together they keep noisy float64 metrics near 9 bytes/point.
 _DELTA = "DELTA_BINARY_PACKED"
 ENCODINGS: dict[str, dict[str, str]] = {
-    "metrics": {"step": _DELTA, "seq": _DELTA, "ts": _DELTA, "value": "BYTE_STREAM_SPLIT"},
-    "samples": {"seq": _DELTA, "ts": _DELTA, "sample_index": _DELTA},
-    "spans": {"seq": _DELTA, "ts": _DELTA},
-    "histograms": {"seq": _DELTA, "ts": _DELTA},
-    "artifacts": {"seq": _DELTA},
+    Kind.METRICS: {"step": _DELTA, "seq": _DELTA, "ts": _DELTA, "value": "BYTE_STREAM_SPLIT"},
+    Kind.SAMPLES: {"seq": _DELTA, "ts": _DELTA, "sample_index": _DELTA},
+    Kind.SPANS: {"seq": _DELTA, "ts": _DELTA},
+    Kind.HISTOGRAMS: {"seq": _DELTA, "ts": _DELTA},
+    Kind.ARTIFACTS: {"seq": _DELTA},
 }
 
 

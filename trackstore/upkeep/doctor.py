@@ -79,6 +79,7 @@ from ..store.layout import (
     resolve_root,
 )
 from ..store.ledger import CURSOR_ERRORS
+from ..store.vocab import RunStatus
 
 TEMP_AGE_S = 600.0
 
@@ -256,7 +257,8 @@ def _check_run_json(paths: RunPaths, writers: list[dict], live: bool, now: float
                            if doc.problems else f"run.json lacks required fields: {', '.join(doc.missing)}",
                            fix_it, severity="error" if doc.problems else "warning"))
     meta = doc.meta
-    if meta.get("status") in (None, "running") and not live and _meta.effective_status(meta, writers, now) == "crashed":
+    if (meta.get("status") in (None, RunStatus.RUNNING) and not live
+            and _meta.effective_status(meta, writers, now) == RunStatus.CRASHED):
         out.append(Finding("stuck_running", paths.run_file,
                            "the run crashed (recorded as running, no writer is alive); readers report it crashed "
                            "with last_step and ended_at from its data",
@@ -377,7 +379,7 @@ def _rebuild_run_json(paths: RunPaths) -> dict:
     first = min(mtimes) if mtimes else time.time()
     last = max(mtimes) if mtimes else time.time()
     return {"format_version": _meta.META_VERSION, "project": paths.project, "run_id": paths.run_id,
-            "name": paths.run_id, "status": "crashed", "created_at": iso(first), "ended_at": iso(last),
+            "name": paths.run_id, "status": RunStatus.CRASHED, "created_at": iso(first), "ended_at": iso(last),
             "updated_at": iso(last), "config": {}, "tags": [], "summary": {},
             "recovered_by": "trackstore doctor", "recovered_at": iso(time.time())}
 
@@ -387,10 +389,10 @@ def _mark_crashed(paths: RunPaths) -> str | None:
     from ..read.listing import load_run
 
     info = load_run(paths)
-    if info is None or info.status != "crashed":
+    if info is None or info.status != RunStatus.CRASHED:
         return None
     meta = dict(info.meta)
-    meta.update(status="crashed", ended_at=info.ended_at or iso(time.time()),
+    meta.update(status=RunStatus.CRASHED, ended_at=info.ended_at or iso(time.time()),
                 crash_detected_by="trackstore doctor", crash_detected_at=iso(time.time()))
     if info.last_step is not None:
         meta["last_step"] = info.last_step
@@ -410,7 +412,7 @@ def _repair_run_json(paths: RunPaths, f: Finding, q: _Quarantine) -> str | None:
         return None  # changed meanwhile, or a writer is live and owns the file
     rebuilt = _rebuild_run_json(paths)  # what the folder tells, under what could be read
     meta = {**rebuilt, **{k: v for k, v in info.meta.items() if v is not None or k not in rebuilt}}
-    ended = (info.ended_at or meta.get("ended_at")) if info.status != "running" else None
+    ended = (info.ended_at or meta.get("ended_at")) if info.status != RunStatus.RUNNING else None
     meta.update(status=info.status, ended_at=ended)
     step = max((s for s in (info.last_step, data_extent(paths).last_step) if s is not None), default=None)
     if step is not None:

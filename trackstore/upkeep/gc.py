@@ -48,6 +48,9 @@ The promises:
 * **Sync cursors are archived, not dropped.** A deleted run's cursors move to
   ``<root>/_sync/_gc/`` (invisible to sync and the ``sync_state`` view). Importing the same
   run again from a bundle restores them, so it is never uploaded twice.
+* **Reasons are codes.** Each kept run carries a :class:`~trackstore.store.vocab.KeepReason`
+  (:attr:`Candidate.kept_for`) that logic and the CLI branch on, and its sentence
+  (:attr:`Candidate.reason`) that people read; nothing parses the sentence.
 
 Selection, precisely: the filters (``project``, ``statuses``, ``older_than``, ``keep_last`` per
 project — the newest N runs of each project are kept —, sync state, locks) define the
@@ -84,7 +87,6 @@ from ..store.layout import (
     resolve_root,
 )
 from ..store.ledger import (
-    TERMINAL,
     Cursor,
     fully_synced_from_pending,
     pending_counts,
@@ -93,9 +95,28 @@ from ..store.ledger import (
     summarize_cursor,
 )
 from ..store.parts import find_unreadable
+from ..store.vocab import ENDED_ORDER, TERMINAL, KeepReason, RunStatus
 
-CHANGED = "changed since the plan"
-CHANGED_WHILE_PLANNING = "changed while gc was planning; run gc again"
+ELIGIBLE = "eligible"  # the reason shown for a run gc deletes
+#: kept runs :func:`compactable` leaves alone: live, or not gc's to decide about now
+NOT_COMPACTED = frozenset((KeepReason.LIVE, KeepReason.OTHER_PROJECT, KeepReason.BEING_SYNCED,
+                           KeepReason.SYNC_UNNAMED, KeepReason.CHANGED_SINCE_PLAN, KeepReason.CHANGED_WHILE_PLANNING))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a run is kept: the code, and the details its sentence is filled with."""
+
+    code: KeepReason
+    details: dict = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return self.code.say(**self.details)
+
+    @property
+    def summary(self) -> str:
+        return self.code.summary.format(**self.details)
 
 
 @dataclass
@@ -106,7 +127,7 @@ class Policy:
     max_size: int | None = None
     keep_last: int | None = None
     project: str | None = None
-    statuses: tuple[str, ...] = TERMINAL
+    statuses: tuple[str, ...] = ENDED_ORDER
     require_synced_to: tuple[str, ...] = ()
     include_unsynced: bool = False
     count_staged: bool = False
@@ -117,7 +138,7 @@ class Policy:
             raise UsageError("say what to delete: --older-than 30d, --max-size 200G and/or --keep-last N")
         bad = [s for s in self.statuses if s not in TERMINAL]
         if bad:
-            raise UsageError(f"gc deletes only ended runs; --status must be one of {', '.join(TERMINAL)} "
+            raise UsageError(f"gc deletes only ended runs; --status must be one of {', '.join(ENDED_ORDER)} "
                              f"(got {', '.join(bad)}). Live runs are never deleted.")
         if self.keep_last is not None and self.keep_last < 0:
             raise UsageError("--keep-last must be >= 0")
@@ -130,7 +151,8 @@ class Candidate:
     info: RunInfo
     ended_ts: float
     delete: bool = False
-    reason: str = ""
+    reason: str = ""  # what people read: ELIGIBLE, or the sentence of ``kept_for``
+    kept_for: Verdict | None = None  # why the run is kept (None: it is to be deleted, or not decided yet)
     fingerprint: frozenset | None = None  # of the runs selected for deletion, taken before deciding
     _bytes: int | None = field(default=None, repr=False)
 
@@ -141,6 +163,14 @@ class Candidate:
         if self._bytes is None:
             self._bytes = run_bytes(self.info)
         return self._bytes
+
+    def keep(self, verdict: Verdict) -> None:
+        """Keep the run, for ``verdict``."""
+        self.delete, self.kept_for, self.reason = False, verdict, verdict.text
+
+    def kept(self, *codes: KeepReason) -> bool:
+        """Is the run kept for one of ``codes``?"""
+        return self.kept_for is not None and self.kept_for.code in codes
 
     @property
     def project(self) -> str:
@@ -206,7 +236,7 @@ def end_time(info: RunInfo) -> float:
         return time.time()
 
 
-def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | None = None) -> str | None:
+def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | None = None) -> Verdict | None:
     """None when sync state allows deleting the run, else why it must be kept.
 
     Damage comes first: an unreadable cursor or part file hides how much is still unsynced,
@@ -221,11 +251,11 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
         return None
     cursors, unreadable = scan_cursors(root, project=info.project, run_id=info.run_id)
     if unreadable:
-        return f"sync state unreadable: {_listing(root, unreadable)}; run `trackstore doctor` (--force deletes anyway)"
+        return Verdict(KeepReason.SYNC_STATE_UNREADABLE, {"files": _listing(root, unreadable)})
     if not cursors:
         if policy.include_unsynced and not policy.require_synced_to:
             return _damage_verdict(root, damaged_parts(info.paths))
-        return "never synced (sync it first, or pass --include-unsynced)"
+        return Verdict(KeepReason.NEVER_SYNCED)
     records = _kept_records(info, seen)
     if records is not None:  # the catalog's row ids of exactly these files: none is read again
         damaged = [info.paths.kind_dir(k) / p.name for k, recs in records.items() for p in recs if p.damaged]
@@ -244,17 +274,16 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
         if missing:
             staged = " (staged only, not uploaded: --count-staged counts it)" if any(
                 c.target in missing and c.staged for c in cursors) and not policy.count_staged else ""
-            return f"not fully synced to {', '.join(missing)}{staged} (required by --require-synced-to)"
+            return Verdict(KeepReason.NOT_SYNCED_TO_REQUIRED, {"targets": ", ".join(missing), "staged": staged})
         return None
     synced_to = cursors if policy.count_staged else [c for c in cursors if not c.staged]
     if not synced_to:
         c = cursors[0]
-        return (f"only staged on this machine ({c.target} {c.destination}), not uploaded: upload it and sync "
-                "it to the platform, or pass --count-staged")
+        return Verdict(KeepReason.ONLY_STAGED, {"target": c.target, "destination": c.destination})
     for c in synced_to:
         if not complete[id(c)]:
-            return (f"not fully synced to {c.target} {c.destination}: {_behind(info, c, pending[id(c)])} "
-                    "(use --force to delete anyway)")
+            return Verdict(KeepReason.NOT_FULLY_SYNCED, {"target": c.target, "destination": c.destination,
+                                                         "behind": _behind(info, c, pending[id(c)])})
     return None
 
 
@@ -298,7 +327,7 @@ def damaged_parts(paths: RunPaths) -> list[Path]:
     return [Path(p) for p in find_unreadable(parts) if os.path.exists(p)]
 
 
-def _damage_verdict(root: Path, damaged: list[Path]) -> str | None:
+def _damage_verdict(root: Path, damaged: list[Path]) -> Verdict | None:
     """Why a run with unreadable parts is kept, naming the doctor run that quarantines them:
     a plain ``doctor`` reads footers only, so pages damaged behind a good footer need ``--deep``
     (a file that vanished meanwhile counts as unreadable: the plain doctor is the first step)."""
@@ -306,7 +335,7 @@ def _damage_verdict(root: Path, damaged: list[Path]) -> str | None:
         return None
     deep = not find_unreadable(str(p) for p in damaged)
     fix = "trackstore doctor --deep --fix" if deep else "trackstore doctor --fix"
-    return f"damaged parts: {_listing(root, damaged)}; run `{fix}` to quarantine them (--force deletes anyway)"
+    return Verdict(KeepReason.DAMAGED_PARTS, {"files": _listing(root, damaged), "fix": fix})
 
 
 def _listing(root: Path, files: list[Path]) -> str:
@@ -397,39 +426,38 @@ def plan(root: str | Path | None, policy: Policy, *, now: float | None = None) -
         # the reasons that need no more than the listing first; a run's writer and claim files
         # are read only for a run that could otherwise be deleted
         if policy.project is not None and info.project != policy.project:
-            c.reason = "other project"
-        elif info.status == "running":
-            c.reason = "live: a writer is running"
+            c.keep(Verdict(KeepReason.OTHER_PROJECT))
+        elif info.status == RunStatus.RUNNING:
+            c.keep(Verdict(KeepReason.LIVE))
         elif info.status not in policy.statuses:
-            c.reason = f"status {info.status} not selected"
+            c.keep(Verdict(KeepReason.STATUS_NOT_SELECTED, {"status": info.status}))
         elif policy.older_than_s is not None and now - c.ended_ts < policy.older_than_s:
-            c.reason = f"ended {(now - c.ended_ts) / 86400:.1f} days ago (newer than --older-than)"
+            c.keep(Verdict(KeepReason.NEWER, {"days": (now - c.ended_ts) / 86400}))
         elif (info.project, info.run_id) in protected:
-            c.reason = f"one of the {policy.keep_last} newest runs of its project (--keep-last)"
+            c.keep(Verdict(KeepReason.KEEP_LAST, {"keep_last": policy.keep_last}))
         elif live(info.paths):
-            c.reason = "live: a writer is running"
+            c.keep(Verdict(KeepReason.LIVE))
         elif unnamed:
-            c.reason = f"a sync is running and did not say which runs ({unnamed[0].describe()})"
+            c.keep(Verdict(KeepReason.SYNC_UNNAMED, {"lock": unnamed[0].describe()}))
         elif _locks.run_in_use(info.project, info.run_id, named):
-            c.reason = "being synced right now"
+            c.keep(Verdict(KeepReason.BEING_SYNCED))
         else:
             # Fingerprint first, then confirm what was listed and read the sync state: whatever
             # changes after this point shows at the re-check before deletion.
             c.fingerprint = fingerprint(root, info.paths)
-            verdict = (CHANGED_WHILE_PLANNING if _changed_while_planning(info)
+            verdict = (Verdict(KeepReason.CHANGED_WHILE_PLANNING) if _changed_while_planning(info)
                        else sync_verdict(root, info, policy, c.fingerprint))
             if verdict:
-                c.reason = verdict
+                c.keep(verdict)
             else:
                 c.delete = True
-                c.reason = "eligible"
+                c.reason = ELIGIBLE
         result.runs.append(c)
     if policy.max_size is not None:
         total = result.store_bytes
         for c in sorted(result.delete, key=lambda c: (c.ended_ts, c.run_id)):
             if total <= policy.max_size:
-                c.delete = False
-                c.reason = "store within --max-size"
+                c.keep(Verdict(KeepReason.WITHIN_MAX_SIZE))
             else:
                 total -= c.bytes
     for c in result.delete:
@@ -566,7 +594,7 @@ def take_out(root: Path, lock: _locks.Lock, c: Candidate) -> Path | None:
             _remove_tree(entry)
     finally:
         lock.set_info(**{run_claims.DELETING: None})
-    c.reason = f"{CHANGED} ({why}); run gc again"
+    c.keep(Verdict(KeepReason.CHANGED_SINCE_PLAN, {"why": why}))
     return None
 
 
@@ -600,8 +628,7 @@ def compactable(the_plan: Plan, policy: Policy) -> list[RunPaths]:
     ``trackstore gc --compact`` merges, so old runs cost few files even when they stay."""
     out = []
     for c in the_plan.keep:
-        if c.info.status not in TERMINAL or c.reason.startswith(("live", "other project", "being synced", "a sync",
-                                                                    CHANGED, CHANGED_WHILE_PLANNING)):
+        if c.info.status not in TERMINAL or c.kept(*NOT_COMPACTED):
             continue
         if policy.older_than_s is not None and the_plan.created_at - c.ended_ts < policy.older_than_s:
             continue
@@ -616,11 +643,10 @@ def gc(root: str | Path | None, policy: Policy, *, dry_run: bool = False) -> tup
 
 
 def describe_kept(candidates: Iterable[Candidate]) -> dict[str, int]:
-    """How many runs were kept for each kind of reason (reason text up to the first ": " or " (")."""
+    """How many runs were kept for each kind of reason (:attr:`KeepReason.summary`)."""
     out: dict[str, int] = {}
     for c in candidates:
-        key = c.reason.split(" (")[0].split(": ")[0]  # not ":" alone: a destination URL holds one
-        if c.reason.startswith("ended "):
-            key = "newer than --older-than"
-        out[key] = out.get(key, 0) + 1
+        if c.kept_for is not None:
+            key = c.kept_for.summary
+            out[key] = out.get(key, 0) + 1
     return out

@@ -23,6 +23,8 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from ..store.vocab import RunStatus
+
 
 class EndableRun(Protocol):
     """What the hooks use of a :class:`trackstore.write.run.Run` (its own internals included)."""
@@ -119,8 +121,8 @@ def _exit_status() -> tuple[str | None, int | None, str | None]:
     if code is None or code == 0:
         return None, None, None
     if isinstance(code, int):
-        return "failed", code, f"exited with sys.exit({code})"
-    return "failed", 1, f"exited with sys.exit({str(code)[:200]!r})"
+        return RunStatus.FAILED, code, f"exited with sys.exit({code})"
+    return RunStatus.FAILED, 1, f"exited with sys.exit({str(code)[:200]!r})"
 
 
 def _finish_at_exit() -> None:
@@ -131,7 +133,7 @@ def _finish_at_exit() -> None:
     with signals_deferred():
         for run in list(joined_runs):  # this process only helped: its ending is not the run's
             try:
-                run.finish(status="finished")
+                run.finish(status=RunStatus.FINISHED)
             except Exception as exc:  # atexit context: report, never raise
                 sys.stderr.write(f"trackstore: WARNING: finishing joined run {run.id}: {exc}\n")
         for run in list(live_runs):
@@ -181,7 +183,7 @@ def _handle_sigterm(signum, frame):
         return
     # No merging of part files here: a pre-empted job has seconds before SIGKILL, and the data
     # is what must be safe. `trackstore compact` merges such runs later.
-    _finish_all(status="failed", error=_SIGTERM_ERROR, compact=False)
+    _finish_all(status=RunStatus.FAILED, error=_SIGTERM_ERROR, compact=False)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 

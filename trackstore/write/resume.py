@@ -18,8 +18,8 @@ from ..store.atomic import is_temp_file
 from ..store.clock import iso
 from ..store.layout import PART_SUFFIX, RUN_FILE, RunPaths
 from ..store.notices import warn
+from ..store.vocab import KINDS, Kind, RunStatus
 
-_KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
 TEMP_GRACE_S = 60.0  # only temp files older than this are a dead writer's leftovers
 
 
@@ -89,16 +89,16 @@ def close_dead_writers(paths: RunPaths, now: float) -> None:
     writers = _meta.read_writer_files(paths)
     alive = {w.get("writer_id") for w in writers if _meta.writer_alive(w)}
     for w in writers:
-        if w.get("status", "running") == "running" and w.get("writer_id") not in alive:
+        if w.get("status", RunStatus.RUNNING) == RunStatus.RUNNING and w.get("writer_id") not in alive:
             try:
-                _meta.write_writer_file(paths, {**w, "status": "crashed", "closed_at": iso(now)}, durable=True)
+                _meta.write_writer_file(paths, {**w, "status": RunStatus.CRASHED, "closed_at": iso(now)}, durable=True)
             except (OSError, ValueError):  # ValueError: a record whose writer id is not a file name
                 pass
     from ..store.run_claims import dead_claims, release_claim
 
     for claim in dead_claims(paths):
         release_claim(claim)
-    dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in _KINDS)]
+    dirs = [paths.dir, paths.writers_dir, *(paths.kind_dir(k) for k in KINDS)]
     for d in dirs:
         try:
             entries = list(d.iterdir())
@@ -137,7 +137,7 @@ def max_step_on_disk(paths: RunPaths, meta: dict) -> int:
     """Largest step of any metric already stored (from Parquet footers; cheap)."""
     best = meta.get("last_step")
     best = -1 if best is None else int(best)
-    parts = paths.parts("metrics")
+    parts = paths.parts(Kind.METRICS)
     if parts:
         import pyarrow.parquet as pq
 

@@ -35,6 +35,7 @@ from ..store.names import validate_run_id
 from ..store.notices import warn
 from ..store.text import escape_surrogates
 from ..store.values import INT64_MAX, as_step, json_safe, normalize, stored_as_is
+from ..store.vocab import Kind, RunStatus
 from . import endings
 from .resume import close_dead_writers, max_step_on_disk
 from .resume import joining as resume_claim
@@ -84,7 +85,7 @@ class Run:
             "started_at": iso(time.time()),
             "command": list(sys.argv),
             "heartbeat_at": iso(time.time()),
-            "status": "running",
+            "status": RunStatus.RUNNING,
         }
         _meta.write_writer_file(paths, self._writer_info, durable=True)
         self._meta_parts = -1  # writer.parts_written when run.json was last written
@@ -177,7 +178,7 @@ class Run:
     def _log_histograms(self, hists: Mapping[str, Any], step: int) -> None:
         ts = ts_now()
         for key, hist in hists.items():
-            self._writer.append("histograms", hist.to_row(key=key, step=step, ts=ts))
+            self._writer.append(Kind.HISTOGRAMS, hist.to_row(key=key, step=step, ts=ts))
 
     # ------------------------------------------------------------------ the record sink
     # What the record kinds (samples, traces, artifacts) use of a run: the members of
@@ -228,9 +229,9 @@ class Run:
         if self._finished:
             return
         if idle:
-            self._writer_info.update(status="finished", ended_at=iso(time.time()))
+            self._writer_info.update(status=RunStatus.FINISHED, ended_at=iso(time.time()))
         else:
-            self._writer_info.update(status="running", ended_at=None)
+            self._writer_info.update(status=RunStatus.RUNNING, ended_at=None)
         _meta.write_writer_file(self.paths, self._writer_info, durable=idle)
 
     def flush(self) -> bool:
@@ -275,7 +276,7 @@ class Run:
         with self._meta_lock:
             on_disk = _meta.read_run_json(self.paths) or {}
             meta = dict(self._meta)
-            if self._finished and meta.get("status") == "running" and on_disk.get("status") not in (None, "running"):
+            if self._finished and meta.get("status") == RunStatus.RUNNING and on_disk.get("status") not in (None, RunStatus.RUNNING):
                 meta.update(status=on_disk["status"], ended_at=on_disk.get("ended_at"))
             auto = dict(on_disk.get("summary_auto") or {})
             user = dict(on_disk.get("summary_user") or {})
@@ -341,7 +342,7 @@ class Run:
                 return
             error = error or self._failed_error
             if status is None:
-                status = "failed" if (error or (exit_code not in (None, 0))) else "finished"
+                status = RunStatus.FAILED if (error or (exit_code not in (None, 0))) else RunStatus.FINISHED
             if status not in _meta.STATUSES:
                 raise UsageError(f"status must be one of {', '.join(_meta.STATUSES)}, got {status!r}")
             self._run_finish_callbacks()  # e.g. spans still open now are kept, as 'unfinished'
@@ -368,8 +369,8 @@ class Run:
     def _end(self, status: str, exit_code: int | None, error: str | None, compact: bool = True):
         report = self._writer.close()
         if not report.ok:  # a run missing rows never looks complete
-            if status == "finished":
-                status = "failed"
+            if status == RunStatus.FINISHED:
+                status = RunStatus.FAILED
             error = error or f"some data could not be stored: {report.describe()}"
         now = time.time()
         self._writer_info.update(status=status, ended_at=iso(now), heartbeat_at=iso(now))
@@ -390,7 +391,7 @@ class Run:
             if last:
                 final = _meta.ended_status(writers) or status
                 self._meta.update(status=final, ended_at=iso(now))
-                errors = [w["error"] for w in writers if w.get("error") and w.get("status") == "failed"]
+                errors = [w["error"] for w in writers if w.get("error") and w.get("status") == RunStatus.FAILED]
                 if error or errors:
                     self._meta["error"] = error or errors[-1]
                 if exit_code is not None:
@@ -445,7 +446,7 @@ class Run:
             self.finish()
         else:
             err = "".join(traceback.format_exception_only(exc_type, exc)).strip()
-            self.finish(status="failed", error=err, exit_code=1)
+            self.finish(status=RunStatus.FAILED, error=err, exit_code=1)
 
     # ------------------------------------------------------------------ other record kinds
     # Each kind lives in its own module, imported on first use so `import trackstore` stays cheap.
@@ -565,7 +566,7 @@ def init(
             attempts = list(meta.get("attempts") or [])
             cfg = dict(meta.get("config") or {})
             cfg.update(json_safe(dict(config or {})))
-            meta.update(status="running", ended_at=None, config=cfg, resumed_at=iso(now))
+            meta.update(status=RunStatus.RUNNING, ended_at=None, config=cfg, resumed_at=iso(now))
             meta.pop("error", None)
             meta.pop("exit_code", None)
             if name is not None:
@@ -584,7 +585,7 @@ def init(
                 "project": paths.project,
                 "run_id": paths.run_id,
                 "name": name or paths.run_id,
-                "status": "running",
+                "status": RunStatus.RUNNING,
                 "created_at": iso(now),
                 "ended_at": None,
                 **env,

@@ -34,6 +34,7 @@ from ..store.arrays import column, from_numpy, string_array
 from ..store.layout import RunPaths, part_file_name
 from ..store.notices import warn
 from ..store.parts import write_part
+from ..store.vocab import Kind
 
 DEFAULT_FLUSH_INTERVAL = 2.0
 DEFAULT_FLUSH_ROWS = 1_000_000  # points; about 70 MB of buffered Python objects at 50 keys per call
@@ -152,7 +153,7 @@ class Writer:
     def log_metrics(self, step: int, ts: float, values: Mapping[str, Any]) -> None:
         """Buffer the points of one ``log`` call. ``values`` must be the caller's own copy."""
         if self._failing and self._pending_bytes >= self.max_pending_bytes:
-            self._count_dropped("metrics", len(values))
+            self._count_dropped(Kind.METRICS, len(values))
             return
         self._metrics.append((step, ts, values))
         self._buffered += len(values)
@@ -247,7 +248,7 @@ class Writer:
             self._buffered = 0
             points = sum(len(v) for _s, _t, v in batch)
             if points:
-                self._queue("metrics", self._metrics_table, batch, points)
+                self._queue(Kind.METRICS, self._metrics_table, batch, points)
             top = max(s for s, _t, _v in batch)
             self.max_step = top if self.max_step is None else max(self.max_step, top)
         for kind, rows in list(self._rows.items()):
@@ -283,7 +284,7 @@ class Writer:
         (a value that changed after the check, a type nobody foresaw): each row or point is
         tried alone and only those that fail are left out.
         """
-        if kind == "metrics":
+        if kind == Kind.METRICS:
             kept_batch = []
             kept = 0
             for step, ts, values in payload:
@@ -449,7 +450,7 @@ class Writer:
         out = {kind: len(rows) for kind, rows in self._rows.items() if rows}
         points = sum(len(v) for _s, _t, v in list(self._metrics))
         if points:
-            out["metrics"] = points
+            out[Kind.METRICS] = points
         return out
 
     @property

@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass
 
 from ..layout import ARTIFACTS_DIR, KINDS, MANIFEST_DIR, RUN_FILE, WRITERS_DIR
+from ..vocab import TERMINAL, Kind, RunStatus
 from .rows import RunRow
 
 RACY_S = 3.0  # a fingerprint younger than this (file-system time vs the clock) is not trusted later
 SEP = os.sep
 # each kind's folder inside a run folder (trackstore.store.layout.RunPaths.kind_dir), as text
-KIND_DIRS = {k: (f"{ARTIFACTS_DIR}{os.sep}{MANIFEST_DIR}" if k == "artifacts" else k) for k in KINDS}
-FINAL = frozenset(("finished", "failed", "crashed"))
+KIND_DIRS: dict[str, str] = {k: (f"{ARTIFACTS_DIR}{os.sep}{MANIFEST_DIR}" if k == Kind.ARTIFACTS else k) for k in KINDS}
 
 
 def fingerprint(path: str | os.PathLike, now: float | None = None) -> str | None:
@@ -88,11 +88,11 @@ WRITERS = Need(writers=True)
 #: the parts in short (:meth:`~.cache.Catalog.parts_summary`)
 PARTS = Need(parts=True)
 #: a listing's row of a run that ended and whose status no longer depends on its data
-LISTING = Need(ended=frozenset(("finished", "failed")), meta=True)
+LISTING = Need(ended=frozenset((RunStatus.FINISHED, RunStatus.FAILED)), meta=True)
 #: the run folder's bytes (with the parts' digest they were counted under)
 FOLDER_BYTES = Need(parts=True, bytes=True)
 #: everything ``status`` shows of a run that ended, from its row alone
-UNCHANGED = Need(ended=FINAL, meta=True, parts=True, writers=True, bytes=True, same_folder=True)
+UNCHANGED = Need(ended=TERMINAL, meta=True, parts=True, writers=True, bytes=True, same_folder=True)
 
 
 class Look:
@@ -162,7 +162,7 @@ def _parts_hold(row: RunRow, same_folder: bool, look: Look) -> bool:
         look.has_artifacts = os.path.isdir(f"{look.run_dir}{SEP}{ARTIFACTS_DIR}")
     for i, kind in enumerate(KINDS):
         old = fps[i]
-        if old == "-" and folder_same and (kind != "artifacts" or fps[-1] == "-"):
+        if old == "-" and folder_same and (kind != Kind.ARTIFACTS or fps[-1] == "-"):
             continue  # did not exist, and its parent folder did not change
         if not same(old, look.kind(kind)):
             return False

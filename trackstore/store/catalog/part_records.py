@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..layout import KINDS, relist
 from ..ranges import RangeSet
+from ..vocab import Kind
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
         md = pq.read_metadata(path)
         ts = column_max_time(md, "ts")
         last_ts = ts if ts is not None else st.st_mtime
-        if kind == "metrics":
+        if kind == Kind.METRICS:
             last_step = column_max(md, "step")
     except FileNotFoundError:
         raise
