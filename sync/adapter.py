@@ -34,9 +34,9 @@ defaults of the optional ones):
     marker stored on the remote run where the target allows: MLflow's tag
     ``trackstore.run_id``), or create it; set ``cursor.remote_id`` and keep what else is needed
     in ``cursor.remote``. Calling it any number of times yields the same remote run: a run is
-    never created twice. Return :data:`OPENED_CREATED`, :data:`OPENED_FOUND` (the run existed:
+    never created twice. Return ``Opened.CREATED``, ``Opened.FOUND`` (the run existed:
     when the cursor knew no remote run, a lost cursor or a new spelling of the destination, the
-    engine reconciles every batch before sending it), or :data:`OPENED_REPLACED` when the
+    engine reconciles every batch before sending it), or ``Opened.REPLACED`` when the
     remote run the cursor pointed at is gone for good (purged by ``mlflow gc``, a wiped server
     at the same address) and a new one was created: the engine then forgets what it had
     acknowledged and replays the whole run into the new one.
@@ -128,7 +128,7 @@ from trackstore.errors import LockHeldError, UsageError
 from trackstore.errors import PermanentError as PermanentError
 from trackstore.errors import RetryableError as RetryableError
 from trackstore.store.cursor import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
-from trackstore.store.vocab import Kind
+from trackstore.store.vocab import Kind, Word
 
 #: every metric key of the run being synced, read by the engine at the first call (``prepare``)
 MetricKeys = Callable[[], list[str]]
@@ -171,10 +171,16 @@ def require_client(package: str, minimum: tuple[int, ...], target: str) -> None:
                          f"{package}>={need} (the version it is tested with): pip install -U '{package}>={need}'")
 
 
-#: what :meth:`Adapter.open_run` returns
-OPENED_CREATED = "created"    # no remote run existed: a new one was made
-OPENED_FOUND = "found"        # the remote run existed (found by the cursor's id or by its marker)
-OPENED_REPLACED = "replaced"  # the cursor's remote run is gone for good and a new one was made
+class Opened(Word):
+    """What :meth:`Adapter.open_run` returns (plain words: they compare equal to the strings)."""
+
+    CREATED = "created"    # no remote run existed: a new one was made
+    FOUND = "found"        # the remote run existed (found by the cursor's id or by its marker)
+    REPLACED = "replaced"  # the cursor's remote run is gone for good and a new one was made
+
+
+# the names adapters written before :class:`Opened` import
+OPENED_CREATED, OPENED_FOUND, OPENED_REPLACED = Opened.CREATED, Opened.FOUND, Opened.REPLACED
 
 
 @dataclass

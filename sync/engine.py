@@ -45,11 +45,10 @@ from trackstore.store.vocab import REPLAY_ORDER, TERMINAL, Kind, RunStatus
 
 from . import gaps, plan, verify
 from .adapter import (
-    OPENED_FOUND,
-    OPENED_REPLACED,
     STEPS,
     Adapter,
     MetricKeys,
+    Opened,
     PermanentError,
     RetryableError,
     SendResult,
@@ -367,14 +366,14 @@ class Engine:
         self.progress.run_started(info, total)
         had_remote = run_plan.remote == plan.OPEN
         opened = self._call(res, lambda: self.adapter.open_run(info, cursor))
-        if opened == OPENED_REPLACED or opened is True:
+        if opened == Opened.REPLACED or opened is True:
             tables, unreadable = self._replay_from_scratch(info, cursor, res)
             self._stop_on_gaps(res, unreadable, cursor)  # rows the old run held must go again
         if self.caps.confirms_on_close:
             cursor.begin_session()
         # a cursor that knew no remote run (new destination spelling, lost or quarantined
         # cursor) met a run the target already holds: ask before sending anything
-        doubtful = opened == OPENED_FOUND and not had_remote
+        doubtful = opened == Opened.FOUND and not had_remote
         if doubtful and any(t.num_rows for t in tables.values()):
             res.notes.append(f"the {self.target} run already existed but this cursor knew nothing of it "
                              "(a new or renamed destination, or a lost cursor): every batch is reconciled "

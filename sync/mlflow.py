@@ -52,25 +52,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trackstore.errors import UsageError
+from trackstore.errors import PermanentError, RetryableError, UsageError
 from trackstore.store.clock import parse_iso
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
-from .adapter import (
-    OPENED_CREATED,
-    OPENED_FOUND,
-    OPENED_REPLACED,
-    Adapter,
-    Capabilities,
-    MetricKeys,
-    PermanentError,
-    RetryableError,
-    SendResult,
-    TargetOptions,
-    require_client,
-)
+from .adapter import Adapter, Capabilities, MetricKeys, Opened, SendResult, TargetOptions, require_client
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
 from .mlflow_experiments import Experiments, runs_page
@@ -281,7 +269,7 @@ class MlflowAdapter(Adapter):
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {remote_id}`)")
             if r is not None:
                 cursor.remote["experiment_id"] = r.info.experiment_id
-                return OPENED_FOUND
+                return Opened.FOUND
         # every experiment of the name: a run made in another copy is found, not made again
         found = self.call("search runs", self.client.search_runs, exp_ids,
                          filter_string=f"tags.`{RUN_TAG}` = '{run.run_id}'", run_view_type=ViewType.ALL,
@@ -293,7 +281,7 @@ class MlflowAdapter(Adapter):
                                      f"{self.destination()}; restore it (`mlflow runs restore --run-id {r.info.run_id}`)")
             cursor.remote.update(run_id=r.info.run_id, experiment_id=r.info.experiment_id)
             cursor.remote_id = r.info.run_id
-            return OPENED_FOUND
+            return Opened.FOUND
         meta = run.meta
         tags = {RUN_TAG: run.run_id, PROJECT_TAG: run.project, "mlflow.runName": run.name}
         created = self.call("create run", self.client.create_run, exp_ids[0], start_time=_ms(meta.get("created_at")),
@@ -302,7 +290,7 @@ class MlflowAdapter(Adapter):
         cursor.remote_id = created.info.run_id
         # a cursor that pointed at a run MLflow no longer has (purged by `mlflow gc`, or a new
         # empty store at the same address): what it acknowledged is not there any more
-        return OPENED_REPLACED if gone else OPENED_CREATED
+        return Opened.REPLACED if gone else Opened.CREATED
 
     def sync_metadata(self, run, cursor) -> list[str]:
         from mlflow.entities import Param, RunTag

@@ -61,24 +61,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trackstore.errors import UsageError
+from trackstore.errors import PermanentError, RetryableError, UsageError
 from trackstore.store.layout import target_dir
 from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text, redact_url
 from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
-from .adapter import (
-    OPENED_CREATED,
-    OPENED_FOUND,
-    Adapter,
-    Capabilities,
-    MetricKeys,
-    PermanentError,
-    RetryableError,
-    SendResult,
-    TargetOptions,
-    require_client,
-)
+from .adapter import Adapter, Capabilities, MetricKeys, Opened, SendResult, TargetOptions, require_client
 from .http import classify, probe, proxy_environment
 from .keys import rename_reason, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
@@ -251,7 +240,7 @@ class SwanlabAdapter(Adapter):
         if self._log_fn is None:
             self._notes.append(f"original point times not kept: swanlab {swanlab.__version__} is not a client "
                                f"version trackstore verified its timestamp path with; points carry sync time")
-        return OPENED_FOUND if known else OPENED_CREATED
+        return Opened.FOUND if known else Opened.CREATED
 
     def _settle(self, cursor) -> None:
         """Cloud only: before re-sending rows of a cut session, give the server time to count

@@ -34,11 +34,10 @@ from trackstore.errors import TargetUnreachableError
 from trackstore.store.vocab import REPLAY_ORDER, Kind
 
 from .adapter import (
-    OPENED_CREATED,
-    OPENED_FOUND,
     STEPS,
     Adapter,
     Capabilities,
+    Opened,
     RetryableError,
     SendResult,
     StepBatch,
@@ -112,15 +111,15 @@ class MemoryAdapter(Adapter):
         marker = (run.project, run.run_id)
         rid = cursor.remote_id
         if rid in self.target.runs:
-            return OPENED_FOUND
+            return Opened.FOUND
         for rid, remote in self.target.runs.items():  # the marker: a lost cursor finds its run
             if remote.marker == marker:
                 cursor.remote_id = rid
-                return OPENED_FOUND
+                return Opened.FOUND
         rid = f"r{len(self.target.runs)}"
         self.target.runs[rid] = MemoryRun(marker)
         cursor.remote_id = rid
-        return OPENED_CREATED
+        return Opened.CREATED
 
     def sync_metadata(self, run, cursor) -> list[str]:
         self.target.runs[cursor.remote_id].meta = {"name": run.name, "config": run.meta.get("config")}

@@ -67,19 +67,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trackstore.errors import PermanentError, RetryableError
 from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
 from .adapter import (
-    OPENED_CREATED,
-    OPENED_FOUND,
     STEPS,
     Adapter,
     Capabilities,
     MetricKeys,
-    PermanentError,
-    RetryableError,
+    Opened,
     SendResult,
     StepBatch,
     TargetOptions,
@@ -296,7 +294,7 @@ class WandbAdapter(Adapter):
                                     f"--include-online {run_dir.parent}` to upload it")
             self._last_step = max(durable, server)
         # offline logs are found through the cursor: a cursor without them cannot see earlier ones
-        return OPENED_FOUND if known else OPENED_CREATED
+        return Opened.FOUND if known else Opened.CREATED
 
     def sync_metadata(self, run, cursor) -> list[str]:
         wb = self._wb

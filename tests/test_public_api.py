@@ -91,3 +91,16 @@ def test_every_error_is_in_the_one_tree_and_keeps_its_old_import_path():
         obj = getattr(errors, name)
         if isinstance(obj, type) and issubclass(obj, errors.TrackstoreError):
             assert f" {name}" in drawn, f"{name} is missing from the tree in trackstore/errors.py"
+
+
+def test_open_run_outcomes_are_plain_words_under_old_and_new_names():
+    """An adapter written against the old constants returns the same words the engine compares
+    with :class:`Opened` (what a cursor or a log line then holds is the plain word)."""
+    import json
+
+    from trackstore.sync import adapter
+
+    assert [adapter.OPENED_CREATED, adapter.OPENED_FOUND, adapter.OPENED_REPLACED] == ["created", "found", "replaced"]
+    assert adapter.Opened("found") is adapter.Opened.FOUND == "found"
+    assert json.dumps(list(adapter.Opened)) == '["created", "found", "replaced"]'
+    assert f"{adapter.Opened.REPLACED}" == "replaced"

@@ -184,28 +184,11 @@ class RunInfo:
 
     def row(self) -> dict[str, Any]:
         """The run as a flat record with the columns of the ``runs`` view."""
-        m = self.meta
-        return {
-            "project": self.project,
-            "run_id": self.run_id,
-            "name": self.name,
-            "status": self.status,
-            "created_at": m.get("created_at"),
-            "ended_at": self.ended_at,
-            "updated_at": m.get("updated_at") or m.get("created_at"),
-            "last_step": self.last_step,
-            "host": m.get("host"),
-            "user": m.get("user"),
-            "tags": list(m.get("tags") or []),
-            "notes": m.get("notes"),
-            "group": m.get("group"),
-            "job_type": m.get("job_type"),
-            "config": m.get("config") or {},
-            "summary": m.get("summary") or {},
-            "exit_code": m.get("exit_code"),
-            "error": m.get("error"),
-            "write_errors": m.get("write_errors"),
-        }
+        m = self.meta  # parsed first: :meth:`list_row` then reads the same fields from it
+        more = {"notes": m.get("notes"), "config": m.get("config") or {}, "summary": m.get("summary") or {},
+                "error": m.get("error"), "write_errors": m.get("write_errors")}
+        listed = self.list_row()
+        return {column: listed[column] if column in listed else more[column] for column in (*RUN_COLUMNS, "write_errors")}
 
     def view_row(self, *, light: bool = False) -> dict[str, Any]:
         """:meth:`row` with the types of the ``runs`` SQL view: times as aware UTC datetimes,

@@ -25,7 +25,7 @@ import copy
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .ranges import RangeSet, RangeValueError, check_count
 
@@ -265,21 +265,19 @@ def check_cursor(data: Any) -> dict:
         if not isinstance(data.get(key), str):
             raise RangeValueError(key, f"{data.get(key)!r} is not a string")
 
-    def sets(value: Any, field: str) -> None:
+    def per_kind(value: Any, field: str, what: str, check: Callable[[Any, str], Any]) -> None:
         if value is None:
             return
         if not isinstance(value, dict):
-            raise RangeValueError(field, f"must be an object of kind -> row-id set, not {type(value).__name__}")
-        for kind, ids in value.items():
-            RangeSet.from_json(ids, f"{field}.{kind}")
+            raise RangeValueError(field, f"must be an object of kind -> {what}, not {type(value).__name__}")
+        for kind, item in value.items():
+            check(item, f"{field}.{kind}")
+
+    def sets(value: Any, field: str) -> None:
+        per_kind(value, field, "row-id set", RangeSet.from_json)
 
     def counts(value: Any, field: str) -> None:
-        if value is None:
-            return
-        if not isinstance(value, dict):
-            raise RangeValueError(field, f"must be an object of kind -> count, not {type(value).__name__}")
-        for kind, n in value.items():
-            check_count(n, f"{field}.{kind}")
+        per_kind(value, field, "count", check_count)
 
     sets(data.get("acked"), "acked")
     sets(data.get("recheck"), "recheck")

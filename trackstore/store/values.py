@@ -254,18 +254,13 @@ def json_safe(obj: Any, _depth: int = 0) -> Any:
         return {escape_surrogates(str(k)): json_safe(v, _depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [json_safe(v, _depth + 1) for v in obj]
-    item = getattr(obj, "item", None)
-    if callable(item):
-        try:
-            return json_safe(item(), _depth + 1)
-        except Exception:
-            pass
-    tolist = getattr(obj, "tolist", None)
-    if callable(tolist):
-        try:
-            return json_safe(tolist(), _depth + 1)
-        except Exception:
-            pass
+    for convert in ("item", "tolist"):  # a numpy/torch scalar, then an array
+        method = getattr(obj, convert, None)
+        if callable(method):
+            try:
+                return json_safe(method(), _depth + 1)
+            except Exception:
+                pass
     if hasattr(obj, "__fspath__"):
         return escape_surrogates(str(obj))
     return escape_surrogates(repr(obj))
