@@ -315,18 +315,35 @@ def check_project(root: Path, project: str, most: int = 10) -> None:
     """Refuse a project that has no run in the store (exit 3), listing the projects there are,
     the closest to ``project`` first (:func:`trackstore.read.refs.closest`)."""
     from trackstore.errors import RunNotFoundError
+
+    problem = unknown_project(root, project, most)
+    if problem:
+        raise RunNotFoundError(problem)
+
+
+def note_unknown_project(root: Path, project: str | None) -> None:
+    """For a filter (``runs``, ``gc``, ``compact``, ``sync`` with ``--project``): say on stderr
+    that ``project`` has no run, with the projects there are, and go on. Not an error: a cron
+    line may name a project whose first run has not started yet."""
+    problem = unknown_project(root, project) if project else None
+    if problem:
+        echo_err(f"note: {problem}")
+
+
+def unknown_project(root: Path, project: str, most: int = 10) -> str | None:
+    """None when ``project`` has a run in the store, else the sentence saying it has none,
+    with the projects there are, closest first."""
     from trackstore.read.refs import closest
     from trackstore.store.catalog import run_folders
 
     projects = {p for p, _run_id in run_folders(root)}
     if project in projects:
-        return
+        return None
     if not projects:
-        raise RunNotFoundError(f"no project {project!r} in {root}: the store has no runs")
+        return f"no project {project!r} in {root}: the store has no runs"
     ranked = closest(project, sorted(projects), everything=True)
     more = f" (and {len(ranked) - most} more)" if len(ranked) > most else ""
-    raise RunNotFoundError(f"no project {project!r} in {root}; its projects, closest first: "
-                           f"{', '.join(ranked[:most])}{more}")
+    return f"no project {project!r} in {root}; its projects, closest first: {', '.join(ranked[:most])}{more}"
 
 
 def short_time(value: Any) -> str:

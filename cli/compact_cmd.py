@@ -6,7 +6,19 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, plural, store_run_ids
+from .common import (
+    RUN_REF,
+    Format,
+    FormatOpt,
+    RootOpt,
+    Steps,
+    WideOpt,
+    console,
+    emit,
+    note_unknown_project,
+    plural,
+    store_run_ids,
+)
 
 COLUMNS = ["project", "run_id", "kind", "files_before", "files_after", "rows", "bytes_before", "bytes_after", "note"]
 
@@ -33,6 +45,7 @@ def compact(
     from trackstore.upkeep.compact import compact as do_compact
 
     root_path = resolve_root(root)
+    note_unknown_project(root_path, project)
     infos = resolve_runs(runs, root_path) if runs else list_runs(root_path, project=project)
     if project:
         infos = [i for i in infos if i.project == project]

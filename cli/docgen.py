@@ -62,6 +62,13 @@ any other value with exit code 2, listing the valid ones.
 | 9 | the bundle is invalid, tampered with or conflicts with the store |
 
 Individual commands may document further codes (gc, doctor) in their help.
+
+A name that matches nothing is answered with the closest names there are: a run reference
+(exit 3, "did you mean"), `plot -k` (the closest keys), `trace --sample-index` (the indices
+that exist), `export --project` (exit 3, the projects, closest first). `runs`, `gc`, `compact`
+and `sync` take `--project` as a filter: a project without runs is not an error there (a cron
+line may name one whose first run has not started), but a `note:` on stderr names the projects
+the store has, closest first, and the exit code is what it would be otherwise.
 """
 
 

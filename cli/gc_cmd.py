@@ -23,6 +23,7 @@ from .common import (
     console,
     emit,
     literal,
+    note_unknown_project,
     plural,
     store_run_ids,
 )
@@ -77,6 +78,7 @@ def gc(
         force=force,
     )
     root_path = resolve_root(root)
+    note_unknown_project(root_path, project)
     plan = G.plan(root_path, policy)
     shown_runs = [c for c in plan.runs if not c.kept(KeepReason.OTHER_PROJECT)]  # --project: the others are not news
     rows = [c.row(plan.created_at) for c in shown_runs if show_kept or c.delete or fmt is not Format.table]

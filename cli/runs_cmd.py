@@ -18,6 +18,7 @@ from .common import (
     WideOpt,
     choices,
     emit,
+    note_unknown_project,
     plural,
     store_run_ids,
 )
@@ -63,6 +64,10 @@ def runs(
             table = run_sql(con, sql, values)
         hint_text_numbers(where, values, table.num_rows)
         rows = to_pylist(table)
+    if not rows and project:
+        from trackstore.store.layout import resolve_root
+
+        note_unknown_project(resolve_root(root), project)  # a mistyped -p is told, not just "0 runs"
     for r in rows:
         for col in ("config", "summary"):
             if isinstance(r.get(col), str):

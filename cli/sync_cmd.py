@@ -31,6 +31,7 @@ from .common import (
     console,
     echo_err,
     emit,
+    note_unknown_project,
     one_line,
     plural,
     say_where,
@@ -101,6 +102,7 @@ def sync(
         raise UsageError(f"--jobs {jobs}: the number of runs synced at once must be 1 or more")
     mode = _check_mode(to, mode)
     root_path = resolve_root(root)
+    note_unknown_project(root_path, project)
     opts = SyncOptions(runs=list(runs or []), project=project, since_s=parse_duration(since, "--since") if since else None,
                        finished_only=finished_only, include_synced=all_runs, dry_run=dry_run,
                        max_retries=max_retries, batch_size=batch_size, verify=verify)

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -213,6 +214,22 @@ def python_child(code: str, *, env: dict | None = None, **kw) -> subprocess.Pope
     full_env = {**os.environ, **(env or {})}
     return subprocess.Popen([sys.executable, "-c", code], env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
+
+
+def kill9(child: subprocess.Popen) -> None:
+    """SIGKILL a :func:`python_child` (no handler, no flush: a crash) and reap it."""
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    child.stdout.close()
+    child.stderr.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` until it holds; fail the test saying ``what`` did not happen."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
 
 
 def fake_old_client(tmp_path, dist: str, version: str) -> dict:

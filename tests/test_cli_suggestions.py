@@ -68,3 +68,17 @@ def test_export_unknown_project_lists_projects_closest_first(store, tmp_path):
         assert out.returncode == 3, out.stderr
         assert "no project 'grpo'" in out.stderr and "grpo-math, demo-grpo" in out.stderr, out.stderr
         assert not (tmp_path / "b.tar").exists()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["gc", "--older-than", "1d", "--dry-run"], ["compact", "--dry-run"],
+                                     ["sync", "--to", "mlflow", "--dry-run"]])
+def test_a_filter_naming_no_project_says_so_and_goes_on(store, tmp_path, command):
+    """runs/gc/compact/sync -p filter rather than name: a project without runs is no error (a
+    cron line may name one whose first run has not started), but a mistyped one is told, with
+    the projects there are, instead of a silent "0 runs" or "nothing to do"."""
+    extra = ["--uri", f"sqlite:///{tmp_path / 'm.db'}"] if command[0] == "sync" else []
+    out = run_cli(*command, "-p", "grpo", *extra, root=store, env={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "note: no project 'grpo'" in out.stderr and "grpo-math, demo-grpo" in out.stderr, out.stderr
+    known = run_cli(*command, "-p", "grpo-math", *extra, root=store, env={"COLUMNS": "80"})
+    assert known.returncode == 0 and "note:" not in known.stderr, known.stdout + known.stderr

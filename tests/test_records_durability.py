@@ -12,7 +12,7 @@ import time
 import duckdb
 import pyarrow.parquet as pq
 
-from tests.helpers import python_child
+from tests.helpers import kill9, python_child
 from trackstore.read.listing import list_runs
 from trackstore.records.samples import decode_row
 from trackstore.records.trace import latest_rows
@@ -26,13 +26,6 @@ def wait_for(pred, timeout=60.0, every=0.02):
             return True
         time.sleep(every)
     return False
-
-
-def kill9(child):
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    child.stdout.close()
-    child.stderr.close()
 
 
 def read_parts(paths: RunPaths, kind: str) -> list[dict]:

@@ -14,7 +14,6 @@ import contextlib
 import io
 import json
 import shutil
-import signal
 import textwrap
 import time
 import warnings
@@ -26,7 +25,7 @@ from hypothesis import strategies as st
 
 import trackstore
 from tests.fixtures.stores import make_run
-from tests.helpers import python_child, run_cli
+from tests.helpers import kill9, python_child, run_cli, wait_for
 from trackstore.cli.main import main as cli_main
 from trackstore.read.listing import list_runs
 from trackstore.read.reader import read_kind
@@ -263,15 +262,10 @@ def kill_after_flush(root: Path) -> RunPaths:
     child = python_child(CHILD.format(root=str(root)))
     try:
         assert child.stdout.readline().strip() == "logged", child.stderr.read()
-        deadline = time.monotonic() + 60
-        while read_kind(paths, "metrics").num_rows < 37 or read_kind(paths, "samples").num_rows < 1:
-            assert time.monotonic() < deadline, "the child never flushed"
-            time.sleep(0.02)
+        wait_for(lambda: read_kind(paths, "metrics").num_rows >= 37 and read_kind(paths, "samples").num_rows >= 1,
+                 "the child never flushed")
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-        child.stdout.close()
-        child.stderr.close()
+        kill9(child)
     return paths
 
 

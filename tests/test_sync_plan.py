@@ -188,6 +188,9 @@ class PlanModel(RuleBasedStateMachine):
                 assert remote.status == plan.status
         for kind in KINDS:
             assert not [i for i, n in self.target.rows(kind).items() if n > 1], kind
+        if report is not None and not fault:  # a sync without faults leaves every run at the target
+            at_target = {r.marker for r in self.target.runs.values()}
+            assert {("p", info.run_id) for info in infos} <= at_target, (infos, at_target)
 
     def teardown(self):
         freshness.RACY_S = self._racy

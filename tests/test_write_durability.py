@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import textwrap
 import time
 
 import pyarrow.parquet as pq
 
-from tests.helpers import python_child, run_cli
+from tests.helpers import kill9, python_child, run_cli
 from trackstore.read.listing import list_runs
 from trackstore.store import clock as tsclock
 from trackstore.store import host as tshost
@@ -50,13 +49,6 @@ def start_logger(root, run_id):
     child = python_child(LOGGER.format(root=str(root), run_id=run_id, keys=KEYS))
     assert child.stdout.readline().strip() == "started", child.stderr.read()
     return child
-
-
-def kill9(child):
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    child.stdout.close()
-    child.stderr.close()
 
 
 def check_parts_complete(paths: RunPaths) -> int:

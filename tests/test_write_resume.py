@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import textwrap
 import time
 
@@ -14,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trackstore
-from tests.helpers import python_child
+from tests.helpers import kill9, python_child, wait_for
 from trackstore.read.listing import list_runs
 from trackstore.store import meta as tsmeta
 from trackstore.store.layout import RunPaths
@@ -40,14 +39,9 @@ def crash_first_attempt(root) -> RunPaths:
     paths = RunPaths(root, "res", "r1")
     child = python_child(FIRST.format(root=str(root)))
     assert child.stdout.readline().strip() == "logged", child.stderr.read()
-    deadline = time.monotonic() + 60
-    while sum(pq.ParquetFile(p).metadata.num_rows for p in paths.parts("metrics")) < 240:
-        assert time.monotonic() < deadline, "the first attempt never flushed"
-        time.sleep(0.02)
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    child.stdout.close()
-    child.stderr.close()
+    wait_for(lambda: sum(pq.ParquetFile(p).metadata.num_rows for p in paths.parts("metrics")) >= 240,
+             "the first attempt never flushed")
+    kill9(child)
     return paths
 
 
