@@ -13,7 +13,8 @@
   structured value as JSON text; trackstore's own ``ts``/``seq``/``writer``/``json_fields`` are
   left out. A table is named by its step (``step_000000200.json``, and ``step_000000200_2.json``
   for a second table of one step), the names kept in the cursor so a resend overwrites
-  (:func:`table_name`).
+  (:func:`table_name`); without that record (a lost cursor) the step's tables at the target are
+  read and the rows they hold are left out (:func:`sample_tables`).
 * histograms -> one bar chart image per (key, step) in MLflow's step-image layout
   (``images/<key>+step+<step>+timestamp+<ms>+<id>.png`` and a ``+compressed.webp``, with the
   run tag ``mlflow.loggedImages``, as ``MlflowClient.log_image(key=..., step=...)`` writes it),
@@ -62,12 +63,20 @@ def cell(value: Any) -> Any:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def sample_tables(rows, given: dict | None = None, existing: Callable[[str], Collection[str]] | None = None) -> dict[str, dict]:
+def sample_tables(rows, given: dict | None = None, existing: Callable[[str], Collection[str]] | None = None,
+                  read: Callable[[str], dict] | None = None) -> dict[str, dict]:
     """``{artifact path: {"columns": [...], "data": [[...], ...]}}`` for a batch of sample rows,
-    one table per (split, step), named by :func:`table_name`."""
+    one table per (split, step), named by :func:`table_name`.
+
+    ``existing`` and ``read`` (list a folder of the remote run, read one of its tables) are given
+    when the cursor's record of names does not cover the run (a lost cursor, a run an earlier
+    trackstore sent): batches are then cut anew and may group a step's rows otherwise than the
+    tables already there, so the rows those tables hold are left out (:func:`_not_held`) and
+    what remains becomes the step's next table: every sample is in its step's tables once."""
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in rows.to_pylist():
         groups.setdefault((str(r.get("split") or "val"), int(r.get("step") or 0)), []).append(r)
+    given = {} if given is None else given
     out = {}
     for (split, step), rs in groups.items():
         decoded = [decode_row(r) for r in rs]
@@ -76,9 +85,43 @@ def sample_tables(rows, given: dict | None = None, existing: Callable[[str], Col
             for k in d:
                 if k not in columns and k not in _INTERNAL:
                     columns.append(k)
-        name = table_name(split, step, rs[0], {} if given is None else given, existing)
-        out[name] = {"columns": columns, "data": [[cell(d.get(c)) for c in columns] for d in decoded]}
+        data = [[cell(d.get(c)) for c in columns] for d in decoded]
+        if existing is not None and read is not None:
+            keep = _not_held(split, step, columns, data, given, existing, read)
+            rs, data = [r for r, k in zip(rs, keep) if k], [row for row, k in zip(data, keep) if k]
+            if not rs:
+                continue
+        out[table_name(split, step, rs[0], given, existing)] = {"columns": columns, "data": data}
     return out
+
+
+_IDENTITY = ("sample_index", "input", "output", "score")  # what tells two samples of a step apart
+
+
+def _not_held(split: str, step: int, columns: list[str], data: list[list], given: dict,
+              existing: Callable[[str], Collection[str]], read: Callable[[str], dict]) -> list[bool]:
+    """Per row of ``data``: True when no table of ``(split, step)`` at the target holds it yet
+    (compared on the identity columns both have). The step's numbered tables are entered in
+    ``given`` first, so a new table takes the number after the last one there."""
+    folder = f"trackstore/samples/{mlflow_key(split)}"
+    prefix = f"{folder}/step_{step:09d}"
+    mine = re.compile(re.escape(prefix) + r"(?:_(\d+))?\.json")
+    there = [n for n in sorted(existing(folder)) if n == f"{prefix}.json" or (n.startswith(f"{prefix}_") and n.endswith(".json"))]
+    numbers = [int(m.group(1) or 1) for n in there if (m := mine.fullmatch(n))]
+    firsts = given.setdefault(split, {}).setdefault(str(step), [])
+    while len(firsts) < max(numbers, default=0):
+        firsts.append(f"held:{len(firsts) + 1}")  # a table at the target this record did not name
+    held: list[tuple[list[int], set[tuple]]] = []
+    for name in there:
+        table = read(name)
+        cols = list(table.get("columns") or [])
+        shared = [c for c in _IDENTITY if c in cols and c in columns]
+        if shared:
+            at = [cols.index(c) for c in shared]
+            held.append(([columns.index(c) for c in shared],
+                         {tuple(json.dumps(row[i], sort_keys=True) for i in at) for row in table.get("data") or []}))
+    return [not any(tuple(json.dumps(row[i], sort_keys=True) for i in mine_at) in rows for mine_at, rows in held)
+            for row in data]
 
 
 def table_name(split: str, step: int, first: dict, given: dict, existing: Callable[[str], Collection[str]] | None = None) -> str:
@@ -203,8 +246,14 @@ def send_records(adapter, rid: str, kind: str, rows, cursor):
         def existing(folder: str) -> frozenset[str]:
             return frozenset(f.path for f in adapter.call("list sample tables", client.list_artifacts, rid, folder))
 
+        def read(path: str) -> dict:
+            with tempfile.TemporaryDirectory(prefix="trackstore-table-") as tmp:
+                local = adapter.call("read a sample table", client.download_artifacts, rid, path, tmp)
+                return json.loads(Path(local).read_text(encoding="utf-8"))
+
         covered = TABLES in cursor.remote
-        tables = sample_tables(rows, cursor.remote.setdefault(TABLES, {}), None if covered else existing)
+        tables = sample_tables(rows, cursor.remote.setdefault(TABLES, {}), None if covered else existing,
+                               None if covered else read)
     else:
         tables = histogram_tables(rows)
     for path, table in tables.items():

@@ -122,3 +122,28 @@ def test_sample_tables_are_named_by_step_once_across_an_in_doubt_resend(root, tm
     if named_by == "this-version":
         assert listed == files
         assert _rows(client, rid, files) == ["a", "b", "c", "d", "e"]
+
+
+def test_a_lost_cursor_resends_a_two_table_step_without_duplicate_rows(root, tmp_path):
+    """A step whose samples reached MLflow as two tables (rows logged after the step was
+    synced): after the cursor is lost, the sync finds the run by its marker and sends every
+    batch again, now grouped differently. Every sample is in the step's tables once."""
+    from trackstore.store.ledger import cursor_path, load_cursor
+
+    uri = mlflow_sqlite_uri(tmp_path)
+    run = trackstore.init("tables", name="lost", root=root)
+    _samples(run, ["a", "b", "c"])
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+    _samples(run, ["d", "e"])
+    run.finish()
+    assert run_cli("sync", "--to", "mlflow", "--uri", uri, root=root).returncode == 0
+    rid = load_cursor(root, "mlflow", uri, "tables", run.id).remote["run_id"]
+    client = MlflowClient(tracking_uri=uri)
+    assert _rows(client, rid, _tables(client, rid)[0]) == ["a", "b", "c", "d", "e"]
+    cursor_path(root, "mlflow", uri, "tables", run.id).unlink()  # lost (a wiped disk, a new machine)
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert load_cursor(root, "mlflow", uri, "tables", run.id).remote["run_id"] == rid  # found, not created
+    files, listed = _tables(client, rid)
+    assert _rows(client, rid, files) == ["a", "b", "c", "d", "e"], files
+    assert listed == files

@@ -69,31 +69,24 @@ __all__ = [
     "BundleError",
 ]
 
-_LAZY = {
-    # the write path too: `import trackstore.cli.main` (every CLI start) pays for none of it
-    "init": ("write.run", "init"),
-    "log": ("write.run", "log"),
-    "finish": ("write.run", "finish"),
-    "current_run": ("write.run", "current_run"),
-    "Run": ("write.run", "Run"),
-    "Histogram": ("records.histogram", "Histogram"),
-    "connect": ("read.views", "connect"),
-    "query": ("read.views", "query"),
-    "wide": ("read.views", "wide"),
-    "traced": ("records.trace", "traced"),
-    "configure": ("records.trace", "configure"),
-    "watch": ("integrations.watch", "watch"),
-    "unwatch": ("integrations.watch", "unwatch"),
+# the write path too: `import trackstore.cli.main` (every CLI start) pays for none of it
+_LAZY_BY_MODULE = {
+    "write.run": ("init", "log", "finish", "current_run", "Run"),
+    "records.histogram": ("Histogram",),
+    "read.views": ("connect", "query", "wide"),
+    "records.trace": ("traced", "configure"),
+    "integrations.watch": ("watch", "unwatch"),
 }
+_LAZY = {name: module for module, names in _LAZY_BY_MODULE.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
     # Everything but the version and the errors loads on first use only.
-    target = _LAZY.get(name)
-    if target is None:
+    module_name = _LAZY.get(name)
+    if module_name is None:
         raise AttributeError(f"module 'trackstore' has no attribute {name!r}")
     import importlib
 
-    module = importlib.import_module(f".{target[0]}", __name__)
-    value = globals()[name] = getattr(module, target[1])
+    module = importlib.import_module(f".{module_name}", __name__)
+    value = globals()[name] = getattr(module, name)
     return value

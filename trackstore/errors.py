@@ -46,45 +46,40 @@ EXIT_BUNDLE = 9
 
 
 class TrackstoreError(Exception):
-    """Base class of every error trackstore raises on purpose."""
+    """Base class of every error trackstore raises on purpose. A subclass names its exit code
+    in its bases (``class UsageError(TrackstoreError, exit_code=EXIT_USAGE)``), else keeps its
+    parent's."""
 
     exit_code: int = EXIT_ERROR
 
+    def __init_subclass__(cls, *, exit_code: int | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
-class InvalidNameError(TrackstoreError, ValueError):
+
+class InvalidNameError(TrackstoreError, ValueError, exit_code=EXIT_USAGE):
     """A name that would become part of a path (project, run id, artifact) is not valid."""
 
-    exit_code = EXIT_USAGE
 
-
-class InvalidValueError(TrackstoreError, ValueError):
+class InvalidValueError(TrackstoreError, ValueError, exit_code=EXIT_USAGE):
     """A value or key passed to ``log`` (or a sibling) cannot be stored."""
 
-    exit_code = EXIT_USAGE
 
-
-class UsageError(TrackstoreError):
+class UsageError(TrackstoreError, exit_code=EXIT_USAGE):
     """The caller combined arguments that do not make sense together."""
 
-    exit_code = EXIT_USAGE
 
-
-class RunNotFoundError(TrackstoreError, LookupError):
+class RunNotFoundError(TrackstoreError, LookupError, exit_code=EXIT_NOT_FOUND):
     """A run reference (id, id prefix or project/name) matched no run."""
 
-    exit_code = EXIT_NOT_FOUND
 
-
-class AmbiguousRunError(TrackstoreError, LookupError):
+class AmbiguousRunError(TrackstoreError, LookupError, exit_code=EXIT_NOT_FOUND):
     """A run reference matched more than one run; the message lists the candidates."""
 
-    exit_code = EXIT_NOT_FOUND
 
-
-class StoreError(TrackstoreError):
+class StoreError(TrackstoreError, exit_code=EXIT_STORE):
     """The store on disk cannot be used as it is."""
-
-    exit_code = EXIT_STORE
 
 
 class CorruptFileError(StoreError):
@@ -100,34 +95,24 @@ class CorruptFileError(StoreError):
         super().__init__(msg)
 
 
-class WriteError(TrackstoreError):
+class WriteError(TrackstoreError, exit_code=EXIT_STORE):
     """Data could not be written to disk even after retries (raised at finish, never in log)."""
 
-    exit_code = EXIT_STORE
 
-
-class QueryError(TrackstoreError):
+class QueryError(TrackstoreError, exit_code=EXIT_QUERY):
     """A SQL query failed, or was refused because it would modify the store."""
 
-    exit_code = EXIT_QUERY
 
-
-class LockHeldError(TrackstoreError):
+class LockHeldError(TrackstoreError, exit_code=EXIT_LOCKED):
     """Another live process holds the lock this operation needs."""
 
-    exit_code = EXIT_LOCKED
 
-
-class TargetUnreachableError(TrackstoreError):
+class TargetUnreachableError(TrackstoreError, exit_code=EXIT_UNREACHABLE):
     """The sync target could not be reached (network down, server not running)."""
 
-    exit_code = EXIT_UNREACHABLE
 
-
-class BundleError(TrackstoreError):
+class BundleError(TrackstoreError, exit_code=EXIT_BUNDLE):
     """An export bundle is malformed, tampered with or conflicts with the store."""
-
-    exit_code = EXIT_BUNDLE
 
 
 class NotSupportedError(UsageError, NotImplementedError):
