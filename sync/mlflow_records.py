@@ -43,6 +43,10 @@ from .keys import mlflow_key
 LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
 LOGGED_IMAGES = "mlflow.loggedImages"
 TABLES = "tables"  # cursor.remote: the sample tables' first rows per split and step (table_name)
+# cursor.remote: the record of names began when the run already had sample tables (a lost
+# cursor, a run an earlier trackstore sent): every batch is checked against the tables there
+PARTIAL = "tables_partial"
+SAMPLES_FOLDER = "trackstore/samples"
 MAX_TAG_VALUE = 8000
 _INTERNAL = ("ts", "seq", "writer", "json_fields", "split")
 _IMAGE_KEY_OK = re.compile(r"[a-zA-Z0-9_\-./ ]+")
@@ -69,8 +73,8 @@ def sample_tables(rows, given: dict | None = None, existing: Callable[[str], Col
     one table per (split, step), named by :func:`table_name`.
 
     ``existing`` and ``read`` (list a folder of the remote run, read one of its tables) are given
-    when the cursor's record of names does not cover the run (a lost cursor, a run an earlier
-    trackstore sent): batches are then cut anew and may group a step's rows otherwise than the
+    while the cursor's record of names does not cover the run (:data:`PARTIAL`: it began after a
+    lost cursor, or on a run an earlier trackstore sent): batches are then cut anew and may group a step's rows otherwise than the
     tables already there, so the rows those tables hold are left out (:func:`_not_held`) and
     what remains becomes the step's next table: every sample is in its step's tables once."""
     groups: dict[tuple[str, int], list[dict]] = {}
@@ -95,6 +99,10 @@ def sample_tables(rows, given: dict | None = None, existing: Callable[[str], Col
     return out
 
 
+def _table_folder(split: str) -> str:
+    return f"{SAMPLES_FOLDER}/{mlflow_key(split)}"
+
+
 _IDENTITY = ("sample_index", "input", "output", "score")  # what tells two samples of a step apart
 
 
@@ -103,7 +111,7 @@ def _not_held(split: str, step: int, columns: list[str], data: list[list], given
     """Per row of ``data``: True when no table of ``(split, step)`` at the target holds it yet
     (compared on the identity columns both have). The step's numbered tables are entered in
     ``given`` first, so a new table takes the number after the last one there."""
-    folder = f"trackstore/samples/{mlflow_key(split)}"
+    folder = _table_folder(split)
     prefix = f"{folder}/step_{step:09d}"
     mine = re.compile(re.escape(prefix) + r"(?:_(\d+))?\.json")
     there = [n for n in sorted(existing(folder)) if n == f"{prefix}.json" or (n.startswith(f"{prefix}_") and n.endswith(".json"))]
@@ -136,7 +144,7 @@ def table_name(split: str, step: int, first: dict, given: dict, existing: Callab
     lists the files of a split's folder, asked only for a run this record does not cover yet:
     a table an earlier trackstore named after its first row
     (``step_<step>_<writer>_<seq>.json``) keeps that name, never written twice."""
-    folder = f"trackstore/samples/{mlflow_key(split)}"
+    folder = _table_folder(split)
     firsts = given.setdefault(split, {}).setdefault(str(step), [])
     key = f"{first['writer']}:{first['seq']}"
     if key not in firsts:
@@ -251,9 +259,12 @@ def send_records(adapter, rid: str, kind: str, rows, cursor):
                 local = adapter.call("read a sample table", client.download_artifacts, rid, path, tmp)
                 return json.loads(Path(local).read_text(encoding="utf-8"))
 
-        covered = TABLES in cursor.remote
-        tables = sample_tables(rows, cursor.remote.setdefault(TABLES, {}), None if covered else existing,
-                               None if covered else read)
+        if TABLES not in cursor.remote:  # the record begins: were tables there before it?
+            cursor.remote[TABLES] = {}
+            if adapter.call("list sample tables", client.list_artifacts, rid, SAMPLES_FOLDER):
+                cursor.remote[PARTIAL] = True
+        partial = bool(cursor.remote.get(PARTIAL))
+        tables = sample_tables(rows, cursor.remote[TABLES], existing if partial else None, read if partial else None)
     else:
         tables = histogram_tables(rows)
     for path, table in tables.items():

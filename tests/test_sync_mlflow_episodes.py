@@ -124,10 +124,12 @@ def test_sample_tables_are_named_by_step_once_across_an_in_doubt_resend(root, tm
         assert _rows(client, rid, files) == ["a", "b", "c", "d", "e"]
 
 
-def test_a_lost_cursor_resends_a_two_table_step_without_duplicate_rows(root, tmp_path):
+@pytest.mark.parametrize("batch", [[], ["--batch-size", "2"]], ids=["one-batch", "batches-of-2"])
+def test_a_lost_cursor_resends_a_two_table_step_without_duplicate_rows(root, tmp_path, batch):
     """A step whose samples reached MLflow as two tables (rows logged after the step was
     synced): after the cursor is lost, the sync finds the run by its marker and sends every
-    batch again, now grouped differently. Every sample is in the step's tables once."""
+    batch again, now grouped differently, in one batch or in several (each checked against
+    the tables there, not only the first). Every sample is in the step's tables once."""
     from trackstore.store.ledger import cursor_path, load_cursor
 
     uri = mlflow_sqlite_uri(tmp_path)
@@ -141,7 +143,7 @@ def test_a_lost_cursor_resends_a_two_table_step_without_duplicate_rows(root, tmp
     client = MlflowClient(tracking_uri=uri)
     assert _rows(client, rid, _tables(client, rid)[0]) == ["a", "b", "c", "d", "e"]
     cursor_path(root, "mlflow", uri, "tables", run.id).unlink()  # lost (a wiped disk, a new machine)
-    res = run_cli("sync", "--to", "mlflow", "--uri", uri, root=root)
+    res = run_cli("sync", "--to", "mlflow", "--uri", uri, *batch, root=root)
     assert res.returncode == 0, res.stdout + res.stderr
     assert load_cursor(root, "mlflow", uri, "tables", run.id).remote["run_id"] == rid  # found, not created
     files, listed = _tables(client, rid)
