@@ -322,9 +322,9 @@ def check_project(root: Path, project: str, most: int = 10) -> None:
 
 
 def note_unknown_project(root: Path, project: str | None) -> None:
-    """For a filter (``runs``, ``gc``, ``compact``, ``sync`` with ``--project``): say on stderr
-    that ``project`` has no run, with the projects there are, and go on. Not an error: a cron
-    line may name a project whose first run has not started yet."""
+    """For a filter (``runs``, ``gc``, ``compact``, ``sync`` with ``--project``) that selected
+    nothing: say on stderr that ``project`` has no run, with the projects there are, and go on.
+    Not an error: a cron line may name a project whose first run has not started yet."""
     problem = unknown_project(root, project) if project else None
     if problem:
         echo_err(f"note: {problem}")

@@ -45,10 +45,11 @@ def compact(
     from trackstore.upkeep.compact import compact as do_compact
 
     root_path = resolve_root(root)
-    note_unknown_project(root_path, project)
     infos = resolve_runs(runs, root_path) if runs else list_runs(root_path, project=project)
     if project:
         infos = [i for i in infos if i.project == project]
+        if not infos:
+            note_unknown_project(root_path, project)
     with Steps("compact", total=len(infos)) as step:
         results = do_compact(root_path, [i.paths for i in infos], dry_run=dry_run, target_bytes=target_mb << 20,
                              on_run=lambda paths: step(paths.run_id))

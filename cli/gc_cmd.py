@@ -78,9 +78,10 @@ def gc(
         force=force,
     )
     root_path = resolve_root(root)
-    note_unknown_project(root_path, project)
     plan = G.plan(root_path, policy)
     shown_runs = [c for c in plan.runs if not c.kept(KeepReason.OTHER_PROJECT)]  # --project: the others are not news
+    if not shown_runs and project:
+        note_unknown_project(root_path, project)
     rows = [c.row(plan.created_at) for c in shown_runs if show_kept or c.delete or fmt is not Format.table]
     con = console(stderr=fmt is not Format.table)
     if fmt is Format.table:

@@ -53,10 +53,10 @@ def forget_handled_interrupt() -> None:
 
     When a KeyboardInterrupt passes through code run by ``eval``/``exec`` of a string (the
     standard library does this in ``collections.namedtuple`` and ``dataclasses``, so in almost
-    every import), CPython marks it "unhandled"; under ``python -m trackstore...`` it then kills its
-    own process with SIGINT at exit even though the command caught the interrupt, and the caller
-    sees -2, not 130, after a message saying how to resume. Running any code through the same entry point clears the mark
-    (CPython's ``run_eval_code_obj`` resets it first thing).
+    every import), CPython marks it "unhandled"; under ``python -m trackstore...`` it then kills
+    its own process with SIGINT at exit even though the command caught the interrupt, and the
+    caller sees -2, not 130, after a message saying how to resume. Running any code through the
+    same entry point clears the mark (CPython's ``run_eval_code_obj`` resets it first thing).
     """
     import ctypes
 
