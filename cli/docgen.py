@@ -60,6 +60,7 @@ any other value with exit code 2, listing the valid ones.
 | 7 | the sync target is unreachable |
 | 8 | partial failure: some runs failed, others succeeded |
 | 9 | the bundle is invalid, tampered with or conflicts with the store |
+| 10 | the sync destination refused for good: access denied, no such bucket, a read-only or full filesystem (`sync --to store`) |
 
 Individual commands may document further codes (gc, doctor) in their help.
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from trackstore.errors import TargetUnreachableError, TrackstoreError, UsageError
+from trackstore.errors import TargetRefusedError, TargetUnreachableError, TrackstoreError, UsageError
 from trackstore.read.listing import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import read_kind
 from trackstore.store.clock import iso
@@ -342,7 +342,7 @@ class Engine:
         except RetryableError as exc:
             n = self.opts.max_retries
             self._fail(cursor, res, f"gave up after {n} {'retry' if n == 1 else 'retries'}: {exc}", "unreachable")
-        except UsageError as exc:  # the whole sync is misconfigured: stop it (exit 2), not only this run
+        except (UsageError, TargetRefusedError) as exc:  # the whole sync is misconfigured or refused: stop it
             res.error, res.error_kind = str(exc), "error"
             raise
         except TrackstoreError as exc:

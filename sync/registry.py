@@ -23,6 +23,7 @@ _BUILTIN = {
     "wandb": "trackstore.sync.wandb:WandbAdapter",
     "wandb-offline": "trackstore.sync.wandb:WandbOfflineAdapter",
     "swanlab": "trackstore.sync.swanlab:SwanlabAdapter",
+    "store": "trackstore.sync.replica:ReplicaAdapter",
 }
 
 

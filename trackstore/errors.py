@@ -17,6 +17,8 @@ The hierarchy::
     ├── LockHeldError               another process holds the lock (sync, gc)           exit 6
     ├── TargetUnreachableError      a sync target cannot be reached                     exit 7
     ├── BundleError                 an export/import bundle is invalid or tampered      exit 9
+    ├── TargetRefusedError          a sync destination refused for good (access denied,
+    │                               no such bucket, read-only or full filesystem)       exit 10
     ├── RetryableError              a sync target failed for now: the engine retries    exit 1
     └── PermanentError              a sync target refused for good: that run stops     exit 1
 
@@ -43,6 +45,7 @@ EXIT_LOCKED = 6
 EXIT_UNREACHABLE = 7
 EXIT_PARTIAL = 8
 EXIT_BUNDLE = 9
+EXIT_REFUSED = 10
 
 
 class TrackstoreError(Exception):
@@ -113,6 +116,12 @@ class TargetUnreachableError(TrackstoreError, exit_code=EXIT_UNREACHABLE):
 
 class BundleError(TrackstoreError, exit_code=EXIT_BUNDLE):
     """An export bundle is malformed, tampered with or conflicts with the store."""
+
+
+class TargetRefusedError(TrackstoreError, exit_code=EXIT_REFUSED):
+    """The sync destination refused what no retry can fix and every run would meet alike:
+    access denied, no such bucket, a read-only or full filesystem. The sync stops (it is not
+    one run's failure)."""
 
 
 class NotSupportedError(UsageError, NotImplementedError):

@@ -1,0 +1,298 @@
+"""The ``store`` target: replicate runs into a team store on S3-compatible storage or a shared path.
+
+``trackstore sync --to store --uri s3://BUCKET/PREFIX`` (or ``--uri /shared/team``) makes the
+destination a *replica*: itself a valid trackstore store, read by trackstore (``--root``) and
+by plain DuckDB, Spark, Polars, Ray Data or Trino globs (docs/team-store.md; the layout is
+docs/format.md section 12). The engine is the same as every target's: exactly once, resumable,
+``--jobs``, from cron. What this adapter promises:
+
+* **Parts are written once, create-only, and never rewritten.** A batch of one kind becomes
+  one part per writer, ``<kind>/part-<writer>-<first seq>-<last seq>.parquet``, written with
+  :meth:`~trackstore.store.objects.ObjectFolder.put_new`; each row (``writer``, ``seq``) is in
+  exactly one part of the replica. A plain glob over ``project=*/run=*/<kind>/*.parquet``
+  therefore never counts a row twice nor meets a half-written file, whatever the source store
+  does meanwhile (compaction rewrites local parts; the replica never sees it).
+* **Reconcile reads the replica.** The rows of a batch in doubt (SIGKILL, a connection cut
+  before or after the request arrived, a lost cursor) that a replica part already holds are
+  not sent again: the run's parts of that kind are read (``writer`` and ``seq``). A create-only
+  write that meets its own name holds the same rows (the name is the rows' range) and counts as
+  done; a part of that name with other rows is refused, never overwritten.
+* **Artifacts**: a version's files are copied (create-only) before the manifest rows that name
+  them, so a reader never finds a manifest row whose file is missing.
+* **run.json** is the source's, with the status as readers there see it, and a ``replica``
+  object naming the source store (:func:`trackstore.store.identity.store_identity`: id, host,
+  root) and when it was replicated. It is replaced atomically (S3 PUT; rename on a path).
+* **Two stores, one run id**: a run whose replica ``run.json`` names another source store is
+  refused with a one-line error naming both (a copied store, or a run carried by a bundle into
+  a second store): never merged silently.
+* **The destination** is checked before a pass (:meth:`check_online`): an unreachable endpoint
+  is exit 7, missing credentials exit 2, access denied, a missing bucket and a read-only or full
+  filesystem exit 10 (:class:`~trackstore.errors.TargetRefusedError`); a folder that holds
+  files and is not a replica (a mistyped path) is refused before anything is written. The
+  first pass writes ``_replica.json`` at its root.
+* Credentials come from the standard AWS variables or ``AWS_PROFILE``
+  (:mod:`trackstore.store.objects`); the destination string has none.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from trackstore.errors import PermanentError, TargetRefusedError, UsageError
+from trackstore.store import objects
+from trackstore.store.clock import iso
+from trackstore.store.identity import store_identity
+from trackstore.store.layout import ARTIFACTS_DIR, MANIFEST_DIR, PART_PREFIX, PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX
+from trackstore.store.ranges import RangeSet
+from trackstore.store.vocab import KINDS, Kind
+
+from .adapter import Adapter, Capabilities, Opened, SendResult
+
+#: the file at a replica's root that says it is one
+REPLICA_MARKER = "_replica.json"
+REPLICA_FORMAT = "trackstore-replica"
+REPLICA_VERSION = 1
+RUN_FILE = "run.json"
+
+
+def kind_folder(kind: str) -> str:
+    """A kind's part folder inside a run folder (artifacts: their manifest's)."""
+    return f"{ARTIFACTS_DIR}/{MANIFEST_DIR}" if kind == Kind.ARTIFACTS else str(kind)
+
+
+def run_prefix(project: str, run_id: str) -> str:
+    return f"{PROJECT_PREFIX}{project}/{RUN_PREFIX}{run_id}/"
+
+
+def part_key(project: str, run_id: str, kind: str, writer: str, first: int, last: int) -> str:
+    return f"{run_prefix(project, run_id)}{kind_folder(kind)}/{PART_PREFIX}{writer}-{first:012d}-{last:012d}{PART_SUFFIX}"
+
+
+def part_bytes(table, kind: str) -> bytes:
+    """``table`` as a part file of ``kind`` (the store's own writer: encodings, metadata)."""
+    from trackstore.store import schema
+    from trackstore.store.parts import write_part
+
+    if kind != Kind.METRICS:
+        table = table.select(schema.SCHEMAS[kind].names).cast(schema.with_metadata(schema.SCHEMAS[kind], kind))
+    with tempfile.TemporaryDirectory(prefix="trackstore-replica-") as tmp:
+        path = Path(tmp) / "part.parquet"
+        write_part(path, table, kind)
+        return path.read_bytes()
+
+
+def row_ids_of(data: bytes) -> RangeSet:
+    """The row ids (``writer``, ``seq``) of a part's bytes."""
+    import pyarrow.parquet as pq
+
+    t = pq.ParquetFile(io.BytesIO(data)).read(columns=["writer", "seq"])
+    ids = RangeSet()
+    ids.add_table(t)
+    return ids
+
+
+class ReplicaAdapter(Adapter):
+    """Replication into a team store (see the module docstring)."""
+
+    name = "store"
+    CAPABILITIES = Capabilities(
+        kinds=KINDS,
+        # big batches: one part per writer and kind per pass keeps the replica's files few
+        batch_sizes={k: 1_000_000 for k in KINDS} | {Kind.ARTIFACTS: 10_000},
+        default_jobs=8,
+    )
+
+    def __init__(self, options):
+        super().__init__(options)
+        if not options.uri:
+            raise UsageError("sync --to store needs --uri: s3://BUCKET/PREFIX or a shared path")
+        self.folder = objects.open_location(options.uri, timeout=options.timeout)
+        if isinstance(self.folder, objects.PathFolder) and options.store_root:
+            src = Path(options.store_root).resolve()
+            dst = self.folder.path.resolve()
+            if dst == src or src in dst.parents or dst in src.parents:
+                raise UsageError(f"--uri {options.uri} overlaps the store being synced ({src}): "
+                                 "a replica needs a folder of its own")
+        self._lock = threading.Lock()
+        self._marked = False
+        self._source: dict | None = None
+        self._runs: dict[str, Any] = {}  # remote id -> RunPaths (artifact files are read from there)
+
+    # ------------------------------------------------------------------ the destination
+    def destination(self) -> str:
+        return self.folder.url
+
+    def check_online(self) -> None:
+        objects.check_reachable(self.folder)
+        self._ensure_replica()
+
+    def _ensure_replica(self) -> None:
+        """Make sure the folder is a replica (or empty, then mark it one); once per adapter."""
+        with self._lock:
+            if self._marked:
+                return
+            marker = self.folder.get(REPLICA_MARKER)
+            if marker is None:
+                stray = next((o.key for o in self.folder.listing() if not o.key.startswith(".")), None)
+                if stray is not None:
+                    raise UsageError(f"{self.folder.url} holds files ({stray}) and is not a trackstore replica "
+                                     f"(no {REPLICA_MARKER}): give sync --to store an empty folder or a replica")
+                body = {"format": REPLICA_FORMAT, "version": REPLICA_VERSION, "created_at": iso(time.time())}
+                self.folder.put_new(REPLICA_MARKER, json.dumps(body).encode())
+            else:
+                try:
+                    ok = json.loads(marker).get("format") == REPLICA_FORMAT
+                except (ValueError, AttributeError):
+                    ok = False
+                if not ok:
+                    raise UsageError(f"{self.folder.url}/{REPLICA_MARKER} is not a trackstore replica marker")
+            self._marked = True
+
+    def _source_store(self) -> dict:
+        if self._source is None:
+            if not self.options.store_root:
+                raise UsageError("sync --to store needs the source store's root")
+            ident = store_identity(self.options.store_root)
+            self._source = {"store_id": ident["store_id"], "host": ident.get("host"), "root": ident.get("root")}
+        return self._source
+
+    # ------------------------------------------------------------------ runs
+    def open_run(self, run, cursor) -> str:
+        self._ensure_replica()
+        base = run_prefix(run.project, run.run_id)
+        existing = self._read_json(base + RUN_FILE)
+        if existing is not None:
+            self._check_same_source(run, existing)
+        rid = f"{run.project}/{run.run_id}"
+        with self._lock:
+            self._runs[rid] = run.paths
+        had = cursor.remote_id is not None
+        cursor.remote_id = rid
+        if existing is None:
+            self.folder.put(base + RUN_FILE, self._run_json(run, run.status))
+            return Opened.REPLACED if had else Opened.CREATED
+        return Opened.FOUND
+
+    def _check_same_source(self, run, existing: dict) -> None:
+        theirs = (existing.get("replica") or {}).get("source") or {}
+        mine = self._source_store()
+        if theirs.get("store_id") and theirs["store_id"] != mine["store_id"]:
+            raise PermanentError(
+                f"{run.project}/{run.run_id} at {self.folder.url} was replicated from another store "
+                f"({theirs.get('host')}:{theirs.get('root')}); this store ({mine['host']}:{mine['root']}) holds "
+                "the same run id (a copied store, or a run imported from a bundle): not merged. "
+                "Keep one copy, or delete the replica's with trackstore gc --root URI --run ID")
+
+    def sync_metadata(self, run, cursor) -> list[str]:
+        key = run_prefix(run.project, run.run_id) + RUN_FILE
+        body = self._run_json(run, run.status)
+        if self.folder.get(key) != body:
+            self.folder.put(key, body)
+        return []
+
+    def finish_run(self, run, cursor, status: str) -> None:
+        self.folder.put(run_prefix(run.project, run.run_id) + RUN_FILE, self._run_json(run, status))
+
+    def _run_json(self, run, status: str) -> bytes:
+        meta = dict(run.meta)
+        meta["status"] = str(status)
+        meta["replica"] = {"source": self._source_store(), "replicated_at": iso(time.time())}
+        return json.dumps(meta, ensure_ascii=False, allow_nan=True, indent=1, default=str).encode()
+
+    def _read_json(self, key: str) -> dict | None:
+        data = self.folder.get(key)
+        if data is None:
+            return None
+        try:
+            found = json.loads(data)
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    # ------------------------------------------------------------------ rows
+    def send(self, kind: str, rows, cursor, batch_id: str) -> SendResult:
+        import pyarrow.compute as pc
+
+        project, _, run_id = cursor.remote_id.partition("/")
+        if kind == Kind.ARTIFACTS:
+            self._copy_artifact_files(project, run_id, rows, cursor)
+        writers = rows.column("writer").unique().to_pylist()
+        for writer in writers:
+            part = rows.filter(pc.equal(rows.column("writer"), writer)) if len(writers) > 1 else rows
+            seqs = part.column("seq")
+            first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
+            key = part_key(project, run_id, kind, writer, first, last)
+            if not self.folder.put_new(key, part_bytes(part, kind)):
+                there = self.folder.get(key)
+                mine = RangeSet()
+                mine.add_table(part)
+                if there is None or row_ids_of(there) != mine:
+                    raise PermanentError(f"{self.folder.url}/{key} exists with other rows: two stores share "
+                                         f"writer {writer!r}? The replica keeps what it has")
+        return SendResult()
+
+    def _copy_artifact_files(self, project: str, run_id: str, rows, cursor) -> None:
+        paths = self._runs.get(cursor.remote_id)
+        if paths is None:
+            raise PermanentError(f"{cursor.remote_id}: artifact rows before the run was opened")
+        base = run_prefix(project, run_id)
+        for rel in dict.fromkeys(rows.column("path").to_pylist()):
+            src = Path(paths.dir) / rel
+            try:
+                data = src.read_bytes()
+            except FileNotFoundError:
+                raise PermanentError(f"{src}: an artifact file named by the manifest is missing") from None
+            self.folder.put_new(base + rel, data)  # exists already: the same immutable file
+
+    def reconcile(self, kind: str, rows, cursor, batch_id: str):
+        import pyarrow.compute as pc
+
+        project, _, run_id = cursor.remote_id.partition("/")
+        held = self.held_rows(project, run_id, kind)
+        if not held:
+            return rows
+        return rows.filter(pc.invert(held.mask(rows)))
+
+    def held_rows(self, project: str, run_id: str, kind: str) -> RangeSet:
+        """The row ids the replica holds for one run's kind (read from its parts)."""
+        held = RangeSet()
+        prefix = f"{run_prefix(project, run_id)}{kind_folder(kind)}/"
+        for obj in self.folder.listing(prefix):
+            name = obj.key.rsplit("/", 1)[-1]
+            if "/" in obj.key[len(prefix):] or not name.endswith(PART_SUFFIX) or name.startswith("."):
+                continue
+            data = self.folder.get(obj.key)
+            if data is not None:
+                held.update(row_ids_of(data))
+        return held
+
+    def verify(self, run, cursor) -> dict[str, int]:
+        import pyarrow.parquet as pq
+
+        counts: dict[str, int] = {}
+        for kind in KINDS:
+            prefix = f"{run_prefix(run.project, run.run_id)}{kind_folder(kind)}/"
+            n = 0
+            for obj in self.folder.listing(prefix):
+                if obj.key.endswith(PART_SUFFIX) and "/" not in obj.key[len(prefix):]:
+                    data = self.folder.get(obj.key)
+                    if data is not None:
+                        n += pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+            if n:
+                counts[kind] = n
+        return counts
+
+    def view(self, cursor) -> list[str]:
+        uri = self.options.uri or ""
+        where = uri if objects.is_remote(uri) else os.fspath(Path(uri).expanduser().absolute())
+        return [f"trackstore runs --root {where}"]
+
+
+__all__ = ["ReplicaAdapter", "REPLICA_MARKER", "TargetRefusedError"]
