@@ -347,8 +347,11 @@ def _print_views(runs, target: str, limit: int = 10) -> None:
     lines = _view_lines(runs)
     if not lines:
         return
-    print(f"to see them in {target}'s UI, open:" if not any(" " in line for line in lines) else
-          f"to see them in {target}'s UI, run and open:")
+    if all(line.startswith("trackstore ") for line in lines):  # a team store: read with trackstore itself
+        print("to read them, run:")
+    else:
+        print(f"to see them in {target}'s UI, open:" if not any(" " in line for line in lines) else
+              f"to see them in {target}'s UI, run and open:")
     for line in lines[:limit]:
         print(visible(f"  {line}"))
     if len(lines) > limit:

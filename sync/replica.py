@@ -203,6 +203,8 @@ class ReplicaAdapter(Adapter):
     def _run_json(self, run, status: str) -> bytes:
         meta = dict(run.meta)
         meta["status"] = str(status)
+        if status != "running" and not meta.get("ended_at"):
+            meta["ended_at"] = run.ended_at  # a crashed run: its last sign of life, as readers here see it
         meta["replica"] = {"source": self._source_store(), "replicated_at": iso(time.time())}
         return json.dumps(meta, ensure_ascii=False, allow_nan=True, indent=1, default=str).encode()
 
