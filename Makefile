@@ -110,7 +110,7 @@ $(FW_BIN)/python:
 
 $(FW_VENV)/.installed: pyproject.toml | $(FW_BIN)/python
 	$(FW_BIN)/pip install --quiet $(TORCH_PIP_ARGS) torch==2.13.0
-	$(FW_BIN)/pip install --quiet -e ".[frameworks]"
+	flock .pip-editable.lock $(FW_BIN)/pip install --quiet -e ".[frameworks]"
 	touch $@
 
 install-frameworks: $(FW_VENV)/.installed
@@ -122,10 +122,12 @@ $(SPARK_BIN)/python:
 	$(PYTHON) -m venv $(SPARK_VENV)
 	$(SPARK_BIN)/python -m pip install --quiet --upgrade pip
 
-# pyspark, pytest and trackstore itself (its core dependencies: DuckDB and pyarrow, no extras)
+# pyspark, pytest and trackstore itself (its core dependencies: DuckDB and pyarrow, no extras).
+# The framework and Spark venvs install this checkout in the background at the same time: the
+# editable builds share its build folders, so they take turns (flock, util-linux).
 $(SPARK_VENV)/.installed: pyproject.toml | $(SPARK_BIN)/python
 	$(SPARK_BIN)/pip install --quiet pyspark==4.3.0 "pytest>=8,<9.2"
-	$(SPARK_BIN)/pip install --quiet -e .
+	flock .pip-editable.lock $(SPARK_BIN)/pip install --quiet -e .
 	touch $@
 
 install-spark: $(SPARK_VENV)/.installed
@@ -137,5 +139,5 @@ bench: install-test
 	$(BIN)/python benchmarks/log_throughput.py
 
 clean:
-	rm -rf $(VENV) $(FW_VENV) $(FW_VENV).install.* $(FW_VENV).test.* $(SPARK_VENV) $(SPARK_VENV).test.* \
+	rm -rf .pip-editable.lock $(VENV) $(FW_VENV) $(FW_VENV).install.* $(FW_VENV).test.* $(SPARK_VENV) $(SPARK_VENV).test.* \
 	  $(DEMO_ROOT) build dist *.egg-info
