@@ -328,6 +328,7 @@ class WeedS3:
         self.secret_key = WEED_SECRET_KEY
         self.ports = dict(zip(_WEED_SERVICES, weed_ports()))
         self._proc: subprocess.Popen | None = None
+        self._started = False  # once started, the ports never change
 
     @property
     def port(self) -> int:
@@ -386,6 +387,20 @@ class WeedS3:
         # with a key in its environment the S3 gateway refuses every request not signed with it
         env.update({"HOME": str(home), "NO_PROXY": "*", "no_proxy": "*",
                     "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
+        # a first start may lose a port it picked to another process in the meantime (weed then
+        # exits): it picks new ones. A restart keeps its ports, as clients know them.
+        attempts = 1 if self._started else 3
+        for attempt in range(attempts):
+            code = self._launch(env, timeout)
+            if code is None:
+                self._started = True
+                return
+            if attempt + 1 < attempts:
+                self.ports = dict(zip(_WEED_SERVICES, weed_ports()))
+        raise RuntimeError(f"weed mini exited with code {code} during startup:\n{self.log_tail()}")
+
+    def _launch(self, env: dict[str, str], timeout: float) -> int | None:
+        """Start weed and wait until it answers (None), or its exit code if it exits first."""
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.command)}\n".encode())
             log.flush()
@@ -397,9 +412,9 @@ class WeedS3:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._reap_group(signal.SIGKILL)
-                raise RuntimeError(f"weed mini exited with code {code} during startup:\n{self.log_tail()}")
+                return code
             if self._answers(probe):
-                return
+                return None
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"weed mini did not answer on {self.endpoint} within {timeout:.0f} s:\n{self.log_tail()}")
