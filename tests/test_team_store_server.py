@@ -13,6 +13,7 @@ too, where PySpark and Java are installed (the test extra does not install them)
 
 from __future__ import annotations
 
+import os
 import shutil
 import urllib.error
 import urllib.request
@@ -113,12 +114,18 @@ def test_objects_survive_a_restart_and_a_kill(tmp_path):
     try:
         store = server.store("p")
         obstore.put(store, "before-stop", b"1", mode="create")
+        group = server.pid
         server.stop()
         assert not server.running
+        with pytest.raises(ProcessLookupError):  # the whole process group is gone
+            os.killpg(group, 0)
         server.start()
         assert bytes(obstore.get(store, "before-stop").bytes()) == b"1"
         obstore.put(store, "before-kill", b"2", mode="create")
         server.kill()
+        assert not [p for p in Path("/tmp").glob("seaweedfs-*.sock")  # what weed leaves when killed
+                    if any(p.name.endswith(f"-{port}.sock") or p.name.endswith(f"-{port + 10000}.sock")
+                           for port in server.ports.values())]
         server.start()
         assert _keys(store) == ["before-kill", "before-stop"]
         with pytest.raises(AlreadyExistsError):  # still create-only after the restart
