@@ -253,6 +253,8 @@ def mlflow_experiment_name(request) -> str:
 # --- SeaweedFS: a real S3 server for the team store (docs/team-store.md) --------------------------
 
 WEED_BUCKET = "team"
+# a bucket of its own for the readiness probe's object, so that no test's listing ever sees it
+WEED_PROBE_BUCKET = "weed-ready"
 WEED_ACCESS_KEY = "trackstore-test"
 WEED_SECRET_KEY = "trackstore-test-secret"
 WEED_START_TIMEOUT_S = 60.0  # 0.6-0.9 s idle
@@ -345,8 +347,12 @@ class WeedS3:
         return [str(weed_binary()), "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
+                # the master's raft state, resumed, made about one restart in ten wait ~15 s for
+                # an election before assigning writes; the volumes' heartbeats rebuild what a
+                # single master needs (20 restarts, every object read back intact)
+                "-master.resumeState=false",
                 f"-master.port={p['master']}", f"-volume.port={p['volume']}", f"-filer.port={p['filer']}",
-                f"-s3.port={p['s3']}", f"-admin.port={p['admin']}", f"-bucket={self.bucket}"]
+                f"-s3.port={p['s3']}", f"-admin.port={p['admin']}", f"-bucket={self.bucket},{WEED_PROBE_BUCKET}"]
 
     def env(self) -> dict[str, str]:
         """The standard AWS variables a client (obstore, the trackstore CLI) needs for this server."""
@@ -354,14 +360,14 @@ class WeedS3:
                 "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
 
     def store(self, prefix: str | None = None, *, bucket: str | None = None, secret_key: str | None = None,
-              retries: int = 3):
+              retries: int = 3, timeout: str = "30s"):
         """An obstore ``S3Store`` on this server (``prefix`` inside ``bucket``), configured
         explicitly rather than from the environment."""
         from obstore.store import S3Store
 
         return S3Store(bucket or self.bucket, prefix=prefix, endpoint=self.endpoint, region="us-east-1",
                        access_key_id=self.access_key, secret_access_key=secret_key or self.secret_key,
-                       client_options={"allow_http": True, "connect_timeout": "2s", "timeout": "30s"},
+                       client_options={"allow_http": True, "connect_timeout": "2s", "timeout": timeout},
                        retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=20),
                                      "backoff": {"init_backoff": timedelta(milliseconds=50),
                                                  "max_backoff": timedelta(seconds=1), "base": 2}})
@@ -407,13 +413,13 @@ class WeedS3:
             self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
-        probe = self.store(retries=0)
+        probes = (self.store(retries=0, timeout="2s"), self.store(bucket=WEED_PROBE_BUCKET, retries=0, timeout="2s"))
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._reap_group(signal.SIGKILL)
                 return code
-            if self._answers(probe):
+            if self._answers(*probes):
                 return None
             time.sleep(0.1)
         self.kill()
@@ -439,14 +445,19 @@ class WeedS3:
         except OSError:
             return "(no server log)"
 
-    def _answers(self, probe) -> bool:
+    def _answers(self, bucket, probe_bucket) -> bool:
+        """True once the bucket lists with the key and an object can be written and read back.
+        A listing alone is not enough: after a restart the filer answers it (and lists every
+        object) before the volume server has told the master its volumes, and until then reads
+        of existing objects fail with 500 and writes may wait many seconds."""
         import obstore
 
         try:
-            obstore.list_with_delimiter(probe)
-        except Exception:  # refused, reset, 404 while the bucket is being created, ...
+            obstore.list_with_delimiter(bucket)
+            obstore.put(probe_bucket, "probe", b"ready")
+            return bytes(obstore.get(probe_bucket, "probe").bytes()) == b"ready"
+        except Exception:  # refused, reset, 404 while the bucket is made, 500 while volumes are unknown
             return False
-        return True
 
     def _signal_group(self, sig: int) -> None:
         assert self._proc is not None
