@@ -275,3 +275,22 @@ def test_gc_on_a_replica_path_deletes_old_runs_parts_first(root, tmp_path):
     assert n == d == 30 * 4
     res = run_cli("gc", "--older-than", "0d", "--force", root=replica)
     assert res.returncode == 2 and "--force is for a local store" in res.stderr
+
+
+def test_a_filesystem_without_hard_links_still_gets_whole_create_only_parts(root, tmp_path, monkeypatch):
+    """Some shared mounts refuse hard links (EPERM): parts are renamed into place instead,
+    still whole and still never replaced."""
+    import errno
+    import os
+
+    from trackstore.store.objects import PathFolder
+
+    def no_links(src, dst, *a, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    folder = PathFolder(tmp_path / "team")
+    assert folder.put_new("project=p/run=r/metrics/part-a.parquet", b"first") is True
+    assert folder.put_new("project=p/run=r/metrics/part-a.parquet", b"second") is False
+    assert folder.get("project=p/run=r/metrics/part-a.parquet") == b"first"
+    assert not list((tmp_path / "team").rglob(".*.tmp"))
