@@ -313,3 +313,19 @@ def test_a_replica_on_a_fuse_shared_filesystem_reads_the_same_over_s3(root, s3_p
     rows = json.loads(by_s3.stdout)
     assert all(r["n"] == r["d"] for r in rows) and sum(r["n"] for r in rows) == source_rows(root)
     assert not list(replica.rglob(".*.tmp")), "a temp file was left on the shared filesystem"
+
+
+def test_a_first_read_of_many_runs_shows_progress_on_a_terminal_only(root, s3_prefix, tmp_path, monkeypatch):
+    from tests.helpers import cli_in_pty
+
+    make_runs(root, 26, steps=2, keys=1)
+    assert sync_s3(root, s3_prefix).returncode == 0
+    for name, value in {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    piped = run_cli("sql", "SELECT count(*) AS n FROM samples", "--root", s3_prefix.uri, "--format", "json")
+    assert piped.returncode == 0 and json.loads(piped.stdout) == [{"n": 26}], piped.stderr
+    assert "fetching" not in piped.stderr  # a script's stderr stays quiet
+    monkeypatch.setenv("TRACKSTORE_CACHE_DIR", str(tmp_path / "cache2"))
+    code, out = cli_in_pty("sql", "SELECT count(*) AS n FROM samples", "--root", s3_prefix.uri, columns=80)
+    assert code == 0, out
+    assert "fetching from the team store" in out, out
