@@ -294,3 +294,13 @@ def test_a_filesystem_without_hard_links_still_gets_whole_create_only_parts(root
     assert folder.put_new("project=p/run=r/metrics/part-a.parquet", b"second") is False
     assert folder.get("project=p/run=r/metrics/part-a.parquet") == b"first"
     assert not list((tmp_path / "team").rglob(".*.tmp"))
+
+
+def test_credentials_written_into_the_uri_are_refused_and_never_echoed(root):
+    make_runs(root, 1)
+    res = sync_store(root, "s3://AKIAEXAMPLE:hunter2secret@team/lab")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "hunter2secret" not in res.stdout + res.stderr and "AKIAEXAMPLE" not in res.stdout + res.stderr
+    assert "holds no credentials" in res.stderr
+    res = run_cli("runs", "--root", "s3://AKIAEXAMPLE:hunter2secret@team/lab")
+    assert res.returncode == 2 and "hunter2secret" not in res.stdout + res.stderr

@@ -338,6 +338,9 @@ def open_location(uri: str | os.PathLike, *, timeout: float = 30.0, env: dict[st
     text = os.fspath(uri)
     if text.startswith(S3_SCHEME):
         bucket, _, prefix = text[len(S3_SCHEME):].partition("/")
+        if "@" in bucket:  # s3://KEY:SECRET@bucket: never echo it
+            raise UsageError("an S3 location holds no credentials: use s3://BUCKET/PREFIX with AWS_ACCESS_KEY_ID "
+                             "and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)")
         if not bucket or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,254}", bucket):
             raise UsageError(f"{text!r} is not an S3 location: use s3://BUCKET/PREFIX")
         if any(p in (".", "..") for p in prefix.split("/")):
