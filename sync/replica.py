@@ -39,7 +39,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -76,16 +75,12 @@ def part_key(project: str, run_id: str, kind: str, writer: str, first: int, last
 
 
 def part_bytes(table, kind: str) -> bytes:
-    """``table`` as a part file of ``kind`` (the store's own writer: encodings, metadata)."""
-    from trackstore.store import schema
-    from trackstore.store.parts import write_part
+    """``table`` as a part file of ``kind``, encoded in memory by the store's own encoder."""
+    from trackstore.store import parts, schema
 
     if kind != Kind.METRICS:
         table = table.select(schema.SCHEMAS[kind].names).cast(schema.with_metadata(schema.SCHEMAS[kind], kind))
-    with tempfile.TemporaryDirectory(prefix="trackstore-replica-") as tmp:
-        path = Path(tmp) / "part.parquet"
-        write_part(path, table, kind)
-        return path.read_bytes()
+    return parts.part_bytes(table, kind)
 
 
 def row_ids_of(data: bytes) -> RangeSet:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from ..errors import CorruptFileError, StoreError
 from .layout import RunPaths, parse_part_name, relist
@@ -43,13 +43,30 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
     A writer's own flushes stay in log order: sorting and string statistics would cost the
     training loop's flush more than they save a part that holds a few seconds of points.
     """
+    from .atomic import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, part_encoder(table, kind, by_key=by_key))
+
+
+def part_bytes(table, kind: str, *, by_key: bool = False) -> bytes:
+    """The bytes :func:`write_part` would write, made in memory (a part bound elsewhere than
+    this filesystem: the team store's replica)."""
+    import io
+
+    sink = io.BytesIO()
+    part_encoder(table, kind, by_key=by_key)(sink)
+    return sink.getvalue()
+
+
+def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], None]:
+    """A function writing ``table`` as a part of ``kind`` into a binary file object: the one
+    encoding of every part (:func:`write_part`, :func:`part_bytes`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from . import schema
-    from .atomic import write_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tail = 0
     row_group = 1 << 20
     if kind == Kind.METRICS:
@@ -83,7 +100,7 @@ def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
             else:
                 out.write_table(table, row_group_size=row_group)
 
-    write_atomic(path, _write)
+    return _write
 
 
 # A key-clustered part is cut into about this many row groups (within the bounds below): enough
