@@ -127,6 +127,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, runtime
 from trackstore.errors import LockHeldError, UsageError
 from trackstore.errors import PermanentError as PermanentError
 from trackstore.errors import RetryableError as RetryableError
+from trackstore.read.reader import WholePart as WholePart  # a whole local part, for Capabilities.whole_parts
 from trackstore.store.cursor import STEPS as STEPS  # a step-merged batch's kind (StepBatch)
 from trackstore.store.vocab import Kind, Word
 
@@ -274,6 +275,11 @@ class Capabilities:
     #: SDK modules imported once before worker threads start (a first import racing in several
     #: threads can see a partly initialised module)
     preimport: tuple[str, ...] = ()
+    #: kinds the target stores as local part files unchanged (the team store): a part none of
+    #: whose rows are acknowledged goes to ``send`` as a :class:`WholePart` (its bytes and row
+    #: ids, never decoded); the other rows go as tables. ``reconcile`` may answer a WholePart
+    #: with the rows it lacks as a table.
+    whole_parts: tuple[str, ...] = ()
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Iterator
 
 from trackstore.store.ranges import RangeSet
 
-from .adapter import STEPS, StepBatch
+from .adapter import STEPS, StepBatch, WholePart
 
 
 def row_ranges(table) -> RangeSet:
@@ -37,6 +37,8 @@ def not_acked(acked: RangeSet | None, table):
 
 def batch_ids(kind: str, batch) -> dict[str, RangeSet]:
     """The row ids of a batch, per kind."""
+    if isinstance(batch, WholePart):
+        return {kind: batch.ids}
     if kind == STEPS:
         return {k: row_ranges(t) for k, t in batch.tables.items()}
     return {kind: row_ranges(batch)}
@@ -49,6 +51,15 @@ def batch_id_of(kind: str, batch) -> str:
     for k, ids in batch_ids(kind, batch).items():
         h.update(repr((k, ids.to_json()) if kind == STEPS else ids.to_json()).encode())
     return h.hexdigest()[:16]
+
+
+def concat_rows(a, b):
+    """Two tables of one kind's rows as one, in replay order ``(step, writer, seq)``."""
+    import pyarrow as pa
+
+    table = pa.concat_tables([a, b.select(a.column_names).cast(a.schema)])
+    keys = [("step", "ascending")] if "step" in table.column_names else []
+    return table.sort_by(keys + [("writer", "ascending"), ("seq", "ascending")])
 
 
 def row_batches(table, size: int, group: str | None = None) -> Iterator:

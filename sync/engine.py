@@ -35,7 +35,7 @@ from typing import Callable, Iterable
 
 from trackstore.errors import TargetRefusedError, TargetUnreachableError, TrackstoreError, UsageError
 from trackstore.read.listing import RunInfo, list_runs, resolve_runs
-from trackstore.read.reader import read_kind
+from trackstore.read.reader import WholePart, read_kind, read_kind_parts
 from trackstore.store.clock import iso
 from trackstore.store.cursor import Cursor
 from trackstore.store.layout import resolve_root
@@ -54,7 +54,7 @@ from .adapter import (
     SendResult,
     StepBatch,
 )
-from .batches import batch_id_of, batch_ids, not_acked, row_batches, row_ranges, step_batches
+from .batches import batch_id_of, batch_ids, concat_rows, not_acked, row_batches, row_ranges, step_batches
 from .plan import RunPlan
 from .trajectories import NO_ROOT_SPAN, rootless_rows
 
@@ -189,6 +189,7 @@ class Engine:
         self.destination = adapter.destination()
         self._rng = random.Random(opts.seed)
         self._quarantined: dict | None = None  # (project, run_id) -> parts doctor moved away, read once
+        self._whole: dict = {}  # (project, run_id) -> kind -> WholePart: the run being planned only
 
     # ------------------------------------------------------------------ public
     def sync(self, runs: Iterable[RunInfo]) -> SyncReport:
@@ -216,13 +217,29 @@ class Engine:
         return unchanged_runs(self.root, self.target, self.destination, self.opts, runs)
 
     def pending_tables(self, info: RunInfo, cursor: Cursor) -> tuple[dict, list[gaps.UnreadablePart]]:
-        """The rows not acknowledged yet, per kind in replay order, and the parts that could not be read."""
-        tables, unreadable = {}, []
+        """The rows not acknowledged yet, per kind in replay order, and the parts that could not be
+        read. For a kind the target takes as whole parts (:attr:`Capabilities.whole_parts`), the
+        parts none of whose rows are acknowledged are kept aside, undecoded (:meth:`whole_parts`),
+        and the table holds the other pending rows."""
+        tables, unreadable, whole = {}, [], {}
         for kind in REPLAY_ORDER:
             damaged: dict = {}
-            tables[kind] = read_kind(info.paths, kind, exclude=cursor.acked.get(kind), damaged=damaged)
+            if kind in self.caps.whole_parts:
+                whole[kind], tables[kind] = read_kind_parts(info.paths, kind, exclude=cursor.acked.get(kind),
+                                                            damaged=damaged)
+            else:
+                tables[kind] = read_kind(info.paths, kind, exclude=cursor.acked.get(kind), damaged=damaged)
             unreadable += gaps.unreadable_parts(info.paths, kind, damaged)
+        self._whole = {(info.project, info.run_id): whole}  # one run's bytes at a time
         return tables, unreadable
+
+    def whole_parts(self, info: RunInfo) -> dict[str, list[WholePart]]:
+        """The whole parts :meth:`pending_tables` last kept aside for ``info``, per kind."""
+        return self._whole.get((info.project, info.run_id), {})
+
+    def _pending_counts(self, info: RunInfo, tables: dict) -> dict[str, int]:
+        whole = self.whole_parts(info)
+        return {k: t.num_rows + sum(p.num_rows for p in whole.get(k, ())) for k, t in tables.items()}
 
     def _check_gaps(self, res: RunResult, unreadable: list[gaps.UnreadablePart], cursor: Cursor) -> str | None:
         """Record what is missing; the message that stops the run when unreadable parts hide unsent rows."""
@@ -264,11 +281,13 @@ class Engine:
         self._recover(cursor, res)
         self.adapter.prepare(info, cursor, self._metric_keys(info))
         tables, unreadable = self.pending_tables(info, cursor)
-        res.pending = {k: t.num_rows for k, t in tables.items()}
+        res.pending = self._pending_counts(info, tables)
         res.write_errors = gaps.write_errors(info.meta, info.writers)
         blocked = self._check_gaps(res, unreadable, cursor)
         recheck = sum(cursor.recheck[k].overlap(row_ranges(t)) for k, t in tables.items()
                       if t.num_rows and cursor.recheck.get(k))
+        recheck += sum(cursor.recheck[k].overlap(p.ids) for k, parts in self.whole_parts(info).items()
+                       if cursor.recheck.get(k) for p in parts)
         held_step, held = self._held_back(info, tables)
         res.plan = plan.decide(info.project, info.run_id, info.status, cursor, res.pending,
                                held=held, held_step=held_step, recheck=recheck, blocked=blocked,
@@ -374,7 +393,8 @@ class Engine:
         # a cursor that knew no remote run (new destination spelling, lost or quarantined
         # cursor) met a run the target already holds: ask before sending anything
         doubtful = opened == Opened.FOUND and not had_remote
-        if doubtful and any(t.num_rows for t in tables.values()):
+        whole = self.whole_parts(info)
+        if doubtful and any(n for n in self._pending_counts(info, tables).values()):
             res.notes.append(f"the {self.target} run already existed but this cursor knew nothing of it "
                              "(a new or renamed destination, or a lost cursor): every batch is reconciled "
                              "with what the target holds before it is sent")
@@ -384,18 +404,32 @@ class Engine:
             for kind, table in tables.items():
                 if table.num_rows:
                     cursor.mark_recheck(kind, row_ranges(table))
+                for part in whole.get(kind, ()):
+                    cursor.mark_recheck(kind, part.ids)
         save_cursor(self.root, cursor)
         if cursor.in_doubt:
             self._reconcile(info, cursor, res)
             # the reconciled rows are acknowledged now: they are no longer pending
             for kind in REPLAY_ORDER:
                 tables[kind] = tables[kind].filter(not_acked(cursor.acked.get(kind), tables[kind]))
+                acked = cursor.acked.get(kind)
+                if acked and whole.get(kind):  # a part some of whose rows were just acknowledged: as rows
+                    touched = [p for p in whole[kind] if acked.overlap(p.ids)]
+                    whole[kind] = [p for p in whole[kind] if p not in touched]
+                    for p in touched:
+                        rows = p.rows(kind)
+                        tables[kind] = concat_rows(tables[kind], rows.filter(not_acked(acked, rows)))
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
         merged = {k: tables[k] for k in REPLAY_ORDER if k in self.caps.merge_steps}
         if any(t.num_rows for t in merged.values()):
             self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
         for kind in REPLAY_ORDER:
+            for part in whole.get(kind, ()):  # local parts sent as they are (Capabilities.whole_parts)
+                self._deliver(kind, part, cursor, res, doubtful=doubtful)
+                self.progress.advanced(part.num_rows)
+                if self.on_batch is not None:
+                    self.on_batch()
             table = tables[kind]
             if table.num_rows and kind not in merged:
                 self._send_kind(kind, table, cursor, res, doubtful=doubtful)
@@ -456,7 +490,7 @@ class Engine:
         res.notes.append(f"the {self.target} run this run was synced to no longer exists; "
                          "created a new one and replayed the whole run into it")
         tables, unreadable = self.pending_tables(info, cursor)
-        res.pending = {k: t.num_rows for k, t in tables.items()}
+        res.pending = self._pending_counts(info, tables)
         return tables, unreadable
 
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult, *, doubtful: bool = False) -> None:

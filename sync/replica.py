@@ -12,6 +12,11 @@ docs/format.md section 12). The engine is the same as every target's: exactly on
   exactly one part of the replica. A plain glob over ``project=*/run=*/<kind>/*.parquet``
   therefore never counts a row twice nor meets a half-written file, whatever the source store
   does meanwhile (compaction rewrites local parts; the replica never sees it).
+* **A local part goes as it is** when none of its rows is at the replica yet (every part of a
+  run never replicated; :attr:`~.adapter.Capabilities.whole_parts`): its bytes, never decoded
+  nor encoded again, under the name of its writer and rows' range. A part some of whose rows
+  are here already (a lost ledger met a replica, a compaction merged parts replicated one by
+  one) goes as its missing rows, encoded anew.
 * **Reconcile reads the replica.** The rows of a batch in doubt (SIGKILL, a connection cut
   before or after the request arrived, a lost cursor) that a replica part already holds are
   not sent again: the run's parts of that kind are read (``writer`` and ``seq``). A create-only
@@ -52,7 +57,7 @@ from trackstore.store.layout import ARTIFACTS_DIR, MANIFEST_DIR, PART_PREFIX, PA
 from trackstore.store.ranges import RangeSet
 from trackstore.store.vocab import KINDS, Kind
 
-from .adapter import Adapter, Capabilities, Opened, SendResult
+from .adapter import Adapter, Capabilities, Opened, SendResult, WholePart
 
 #: the file at a replica's root that says it is one
 REPLICA_MARKER = "_replica.json"
@@ -111,6 +116,9 @@ class ReplicaAdapter(Adapter):
         # big batches: one part per writer and kind per pass keeps the replica's files few
         batch_sizes={k: 1_000_000 for k in KINDS} | {Kind.ARTIFACTS: 10_000},
         default_jobs=8,
+        # a local part none of whose rows is here yet is stored as it is: no decoding, no encoding
+        # (artifacts go as rows: their files are copied before the manifest rows naming them)
+        whole_parts=(Kind.METRICS, Kind.SAMPLES, Kind.SPANS, Kind.HISTOGRAMS),
     )
 
     def __init__(self, options):
@@ -237,22 +245,32 @@ class ReplicaAdapter(Adapter):
         import pyarrow.compute as pc
 
         project, _, run_id = cursor.remote_id.partition("/")
+        if isinstance(rows, WholePart):
+            writers = rows.ids.writers()
+            if len(writers) != 1:  # a part of several writers (none is made so): as rows
+                return self.send(kind, rows.rows(kind), cursor, batch_id)
+            self._put_part(project, run_id, kind, writers[0], rows.ids, rows.data)
+            return SendResult()
         if kind == Kind.ARTIFACTS:
             self._copy_artifact_files(project, run_id, rows, cursor)
         writers = rows.column("writer").unique().to_pylist()
         for writer in writers:
             part = rows.filter(pc.equal(rows.column("writer"), writer)) if len(writers) > 1 else rows
-            seqs = part.column("seq")
-            first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
-            key = part_key(project, run_id, kind, writer, first, last)
-            if not self.folder.put_new(key, part_bytes(part, kind)):
-                there = self.folder.get(key)
-                mine = RangeSet()
-                mine.add_table(part)
-                if there is None or row_ids_of(there) != mine:
-                    raise PermanentError(f"{self.folder.url}/{key} exists with other rows: two stores share "
-                                         f"writer {writer!r}? The replica keeps what it has")
+            mine = RangeSet()
+            mine.add_table(part)
+            self._put_part(project, run_id, kind, writer, mine, part_bytes(part, kind))
         return SendResult()
+
+    def _put_part(self, project: str, run_id: str, kind: str, writer: str, ids: RangeSet, data: bytes) -> None:
+        """Write one part of one writer's rows ``ids``, create-only, named by their range. A part
+        of that name already there holds the same rows (a retry of a write that arrived)."""
+        spans = ids.to_json()[writer]
+        key = part_key(project, run_id, kind, writer, spans[0][0], spans[-1][1])
+        if not self.folder.put_new(key, data):
+            there = self.folder.get(key)
+            if there is None or row_ids_of(there) != ids:
+                raise PermanentError(f"{self.folder.url}/{key} exists with other rows: two stores share "
+                                     f"writer {writer!r}? The replica keeps what it has")
 
     def _copy_artifact_files(self, project: str, run_id: str, rows, cursor) -> None:
         paths = self._runs.get(cursor.remote_id)
@@ -274,6 +292,10 @@ class ReplicaAdapter(Adapter):
         held = self.held_rows(project, run_id, kind)
         if not held:
             return rows
+        if isinstance(rows, WholePart):
+            if not held.overlap(rows.ids):
+                return rows
+            rows = rows.rows(kind)  # some of it is here: the rest as rows
         return rows.filter(pc.invert(held.mask(rows)))
 
     def held_rows(self, project: str, run_id: str, kind: str) -> RangeSet:

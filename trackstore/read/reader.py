@@ -37,9 +37,6 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
     to act on, as sync does. ``skip_corrupt=True`` leaves it out without a word (the caller
     should report it; ``trackstore doctor`` quarantines it).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     from ..store import schema
 
     need = None
@@ -53,6 +50,16 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
             raise exc
 
     tables = each_part(paths, kind, lambda part: read_rows(part, kind, need), on_damaged)
+    return _in_replay_order(tables, kind, need, exclude)
+
+
+def _in_replay_order(tables: list, kind: str, need: list[str] | None, exclude: RangeSet | None):
+    """Parts' rows as one table minus ``exclude``, sorted ``(step, writer, seq)``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..store import schema
+
     if not tables:
         names = need or schema.ROWS[kind].names
         # (Table.from_pylist and Schema.empty_table import pandas: 0.2-0.3 s; see arrays.py)
@@ -63,3 +70,70 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
     keys = [("step", "ascending")] if "step" in table.column_names else []
     keys += [("writer", "ascending"), ("seq", "ascending")]
     return table.sort_by(keys)
+
+
+class WholePart:
+    """A local part file every row of which is pending, handed to a sync target as it is (its
+    bytes, read once) for a target that stores parts unchanged (the team store): no decoding,
+    no encoding. ``ids`` are its row ids (``writer``, ``seq``), ``num_rows`` its rows."""
+
+    def __init__(self, path: Path, data: bytes, ids: RangeSet, num_rows: int):
+        self.path, self.data, self.ids, self.num_rows = path, data, ids, num_rows
+
+    def __repr__(self) -> str:
+        return f"WholePart({self.path.name}, {self.num_rows} rows)"
+
+    def rows(self, kind: str):
+        """Its rows, decoded (when a target must look at them after all)."""
+        import io
+
+        import pyarrow.parquet as pq
+
+        from ..store.parts import conform
+
+        return conform(pq.read_table(io.BytesIO(self.data)), kind)
+
+
+def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
+                    damaged: dict[Path, CorruptFileError] | None = None) -> tuple[list[WholePart], object]:
+    """:func:`read_kind` for a target that takes whole parts: the parts none of whose rows are
+    in ``exclude``, read as bytes and checked (format version, the kind's columns, row ids)
+    without decoding their data; and every other pending row, decoded as :func:`read_kind`
+    returns them. A part that does not check out is handled as :func:`read_kind` handles it."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from ..store import schema
+    from ..store.parts import schema_problem
+
+    whole: list[WholePart] = []
+    partial: list = []
+
+    def one(part: Path):
+        data = part.read_bytes()  # FileNotFoundError: a compaction swapped the folder; each_part lists again
+        try:
+            pf = pq.ParquetFile(io.BytesIO(data))
+            version = schema.file_version(pf.schema_arrow.metadata)
+            problem = schema_problem(pf.schema_arrow, kind)
+            ids_table = pf.read(columns=["writer", "seq"]) if problem is None else None
+        except Exception:  # damaged framing or footer: read_rows names the damage
+            return ("rows", read_rows(part, kind))
+        if (version is not None and version > schema.SCHEMA_VERSION) or ids_table is None \
+                or ids_table.column("writer").null_count or ids_table.column("seq").null_count:
+            return ("rows", read_rows(part, kind))  # read_rows refuses it, saying why
+        ids = RangeSet()
+        ids.add_table(ids_table)
+        if exclude and exclude.overlap(ids):
+            return ("rows", read_rows(part, kind))  # partly acknowledged: its pending rows only
+        return ("whole", WholePart(part, data, ids, pf.metadata.num_rows))
+
+    def on_damaged(path, exc):
+        if damaged is not None:
+            damaged[path] = exc  # by path: a listing taken again after a swap records it once
+        else:
+            raise exc
+
+    for how, item in each_part(paths, kind, one, on_damaged):
+        (whole if how == "whole" else partial).append(item)
+    return whole, _in_replay_order(partial, kind, None, exclude)
