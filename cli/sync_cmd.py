@@ -41,9 +41,8 @@ from .common import (
 from .sync_progress import CronProgress, RichProgress
 from .sync_watch import WatchStop, in_pass
 
-TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline, swanlab, or "
-                                        "store (a team store: --uri s3://BUCKET/PREFIX or a shared path; "
-                                        "or one registered by a plugin).")]
+TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline, swanlab, store "
+                                        "(a team store), or a plugin's.")]
 SummaryFormat = choices("SummaryFormat", ("table", "json"))
 Mode = choices("Mode", ("online", "offline", "local", "cloud"))
 # the --mode values each built-in target takes (a plugin's target gets any of them)
@@ -75,14 +74,13 @@ def sync(
     fmt: Annotated[SummaryFormat, typer.Option("--format", "-f", help="Summary format: table or json.")] = SummaryFormat.table,
     wide: WideOpt = False,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Sync up to N runs at once, each under its own "
-                                                "lock (default: 8 for an MLflow server, else 1; wandb and SwanLab "
+                                                "lock (default: 8 for an MLflow server or a store, else 1; wandb, SwanLab "
                                                 "always 1). See docs/sync.md.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for runs another sync is sending to this destination "
                                        "instead of skipping them (exit code 6).")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
                                                "a sqlite store under the trackstore root); wandb base URL; store: "
-                                               "s3://BUCKET/PREFIX or a path (S3 settings from the AWS_* "
-                                               "variables or AWS_PROFILE).")] = None,
+                                               "s3://BUCKET/PREFIX or a path.")] = None,
     entity: Annotated[Optional[str], typer.Option("--entity", help="wandb entity / SwanLab workspace.")] = None,
     remote_project: Annotated[Optional[str], typer.Option("--remote-project", help="wandb/SwanLab project to write to "
                                                           "(default: the trackstore project).")] = None,

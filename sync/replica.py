@@ -154,12 +154,18 @@ class ReplicaAdapter(Adapter):
             marker = self.folder.get(REPLICA_MARKER)
             if marker is None:
                 stray = next((o.key for o in self.folder.listing() if not o.key.startswith(".")), None)
-                if stray is not None:
-                    raise UsageError(f"{self.folder.url} holds files ({stray}) and is not a trackstore replica "
-                                     f"(no {REPLICA_MARKER}): give sync --to store an empty folder or a replica")
-                body = {"format": REPLICA_FORMAT, "version": REPLICA_VERSION, "created_at": iso(time.time())}
-                self.folder.put_new(REPLICA_MARKER, json.dumps(body).encode())
-            else:
+                if stray is None:
+                    body = {"format": REPLICA_FORMAT, "version": REPLICA_VERSION, "created_at": iso(time.time())}
+                    if not self.folder.put_new(REPLICA_MARKER, json.dumps(body).encode()):
+                        marker = self.folder.get(REPLICA_MARKER)  # another worker or process was first
+                else:
+                    # another worker (sync() with jobs > 1 makes one adapter each) or process may
+                    # have marked the empty folder and begun writing since the first look
+                    marker = self.folder.get(REPLICA_MARKER)
+                    if marker is None:
+                        raise UsageError(f"{self.folder.url} holds files ({stray}) and is not a trackstore replica "
+                                         f"(no {REPLICA_MARKER}): give sync --to store an empty folder or a replica")
+            if marker is not None:
                 try:
                     ok = json.loads(marker).get("format") == REPLICA_FORMAT
                 except (ValueError, AttributeError):

@@ -304,3 +304,35 @@ def test_credentials_written_into_the_uri_are_refused_and_never_echoed(root):
     assert "holds no credentials" in res.stderr
     res = run_cli("runs", "--root", "s3://AKIAEXAMPLE:hunter2secret@team/lab")
     assert res.returncode == 2 and "hunter2secret" not in res.stdout + res.stderr
+
+
+
+def test_a_worker_that_looked_before_another_marked_the_replica_still_agrees(root, tmp_path):
+    """sync() with several workers makes one adapter each, and each checks the destination: one
+    that found no marker, then (a moment later) the marker another worker wrote and its first
+    parts, must take it for the replica it now is, not for a folder of someone else's files."""
+    from trackstore.store.objects import PathFolder
+    from trackstore.sync import open_adapter, sync
+    from trackstore.sync.adapter import TargetOptions
+    from trackstore.sync.engine import SyncOptions
+
+    make_runs(root, 12, steps=5, keys=2)
+    replica = tmp_path / "team"
+    first = open_adapter(root, "store", TargetOptions(uri=str(replica)))
+    first.check_online()  # the first worker marks the folder
+
+    class LookedEarlier(PathFolder):
+        looks = 0
+
+        def get(self, key):
+            if key == "_replica.json" and not self.looks:
+                self.looks += 1
+                return None  # what it saw before the first worker wrote
+            return super().get(key)
+
+    late = open_adapter(root, "store", TargetOptions(uri=str(replica)))
+    late.folder = LookedEarlier(replica)
+    late.check_online()
+    report = sync(root, first, SyncOptions(), jobs=4)
+    assert [r.error for r in report.runs if not r.ok] == []
+    assert_exact(root, replica)

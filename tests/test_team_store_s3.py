@@ -329,3 +329,4 @@ def test_a_first_read_of_many_runs_shows_progress_on_a_terminal_only(root, s3_pr
     code, out = cli_in_pty("sql", "SELECT count(*) AS n FROM samples", "--root", s3_prefix.uri, columns=80)
     assert code == 0, out
     assert "fetching from the team store" in out, out
+
