@@ -1,13 +1,15 @@
 # The two commands of the README's quick start:
 #   make demo   create .venv, install, log a simulated RL run, query it, sync it to MLflow, show it
 #   make test   create .venv, install everything the tests need, lint and type-check, run the whole suite
-#               (then the framework tests: make test-frameworks, in their own venv)
+#               (then the framework tests: make test-frameworks, and the Spark test: make test-spark,
+#               each in its own venv)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_ROOT ?= demo-store
 
-.PHONY: demo test lint install install-test install-browser clean bench install-frameworks test-frameworks
+.PHONY: demo test lint install install-test install-browser clean bench install-frameworks test-frameworks \
+        install-spark test-spark
 
 # The framework test environment (verl, Ray, Transformers, TRL, Lightning on CPU torch) is a
 # separate venv so the main one stays small; torch==2.13.0 is the CPU build (docs/integrations.md).
@@ -16,6 +18,11 @@ FW_BIN  := $(FW_VENV)/bin
 # Where the CPU torch wheel comes from: the development/CI machines have it in pip's find-links;
 # elsewhere use  make test TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP_ARGS ?=
+
+# The Spark test (a replica read by Spark in local mode, tests/spark) has its own venv too:
+# pyspark is a 456 MB download that makes a 688 MB venv, and needs a Java (17) on the machine.
+SPARK_VENV ?= .venv-spark
+SPARK_BIN  := $(SPARK_VENV)/bin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,16 +78,25 @@ PYTEST_WORKERS ?= 3
 # background while lint and the main suite run, which keeps the whole of `make test` within CI's
 # 15 minutes (run one after the other, the framework tests alone added about 100 s). Their output
 # is in $(FW_VENV).test.log; its summary is printed at the end, and the whole log if they failed.
+# The Spark venv (about 40 s of pip) and its test (about 20 s) run beside them the same way, their
+# output in $(SPARK_VENV).test.log.
 test: install-test install-browser
-	@rm -f $(FW_VENV).test.rc; \
+	@rm -f $(FW_VENV).test.rc $(SPARK_VENV).test.rc; \
 	( { $(MAKE) --no-print-directory install-frameworks && $(MAKE) --no-print-directory test-frameworks; } \
 	  > $(FW_VENV).test.log 2>&1; echo $$? > $(FW_VENV).test.rc ) & \
+	( { $(MAKE) --no-print-directory install-spark && $(MAKE) --no-print-directory test-spark; } \
+	  > $(SPARK_VENV).test.log 2>&1; echo $$? > $(SPARK_VENV).test.rc ) & \
 	status=0; \
 	$(MAKE) --no-print-directory lint && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup || status=$$?; \
-	echo "waiting for the framework tests (log: $(FW_VENV).test.log)"; wait; \
+	echo "waiting for the framework and Spark tests (logs: $(FW_VENV).test.log, $(SPARK_VENV).test.log)"; wait; \
+	failed=0; \
 	if [ "$$(cat $(FW_VENV).test.rc 2>/dev/null)" != 0 ]; then \
-	  tail -n 80 $(FW_VENV).test.log; echo "the framework venv or its tests failed"; exit 1; fi; \
-	echo "framework tests:"; tail -n 3 $(FW_VENV).test.log; \
+	  tail -n 80 $(FW_VENV).test.log; echo "the framework venv or its tests failed"; failed=1; \
+	else echo "framework tests:"; tail -n 3 $(FW_VENV).test.log; fi; \
+	if [ "$$(cat $(SPARK_VENV).test.rc 2>/dev/null)" != 0 ]; then \
+	  tail -n 80 $(SPARK_VENV).test.log; echo "the Spark venv or its test failed"; failed=1; \
+	else echo "Spark test:"; tail -n 3 $(SPARK_VENV).test.log; fi; \
+	[ $$failed = 0 ] || exit 1; \
 	[ $$status = 0 ] || exit $$status
 
 # ruff (lint + import order) over everything, mypy over the core package; both configured in pyproject.toml
@@ -94,7 +110,7 @@ $(FW_BIN)/python:
 
 $(FW_VENV)/.installed: pyproject.toml | $(FW_BIN)/python
 	$(FW_BIN)/pip install --quiet $(TORCH_PIP_ARGS) torch==2.13.0
-	$(FW_BIN)/pip install --quiet -e ".[frameworks]"
+	flock .pip-editable.lock $(FW_BIN)/pip install --quiet -e ".[frameworks]"
 	touch $@
 
 install-frameworks: $(FW_VENV)/.installed
@@ -102,8 +118,26 @@ install-frameworks: $(FW_VENV)/.installed
 test-frameworks: install-frameworks
 	$(FW_BIN)/python -m pytest -q tests/integrations
 
+$(SPARK_BIN)/python:
+	$(PYTHON) -m venv $(SPARK_VENV)
+	$(SPARK_BIN)/python -m pip install --quiet --upgrade pip
+
+# pyspark, pytest and trackstore itself (its core dependencies: DuckDB and pyarrow, no extras).
+# The framework and Spark venvs install this checkout in the background at the same time: the
+# editable builds share its build folders, so they take turns (flock, util-linux).
+$(SPARK_VENV)/.installed: pyproject.toml | $(SPARK_BIN)/python
+	$(SPARK_BIN)/pip install --quiet pyspark==4.3.0 "pytest>=8,<9.2"
+	flock .pip-editable.lock $(SPARK_BIN)/pip install --quiet -e .
+	touch $@
+
+install-spark: $(SPARK_VENV)/.installed
+
+test-spark: install-spark
+	$(SPARK_BIN)/python -m pytest -q tests/spark
+
 bench: install-test
 	$(BIN)/python benchmarks/log_throughput.py
 
 clean:
-	rm -rf $(VENV) $(FW_VENV) $(FW_VENV).install.* $(FW_VENV).test.* $(DEMO_ROOT) build dist *.egg-info
+	rm -rf .pip-editable.lock $(VENV) $(FW_VENV) $(FW_VENV).install.* $(FW_VENV).test.* $(SPARK_VENV) $(SPARK_VENV).test.* \
+	  $(DEMO_ROOT) build dist *.egg-info

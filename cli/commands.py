@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare": ("compare_cmd", "compare", "Compare runs: config differences and metrics side by side."),
     "ui": ("ui_cmd", "ui", "Serve a local dashboard of the store in the browser (read-only, live)."),
     "demo": ("demo_cmd", "demo", "Log a simulated GRPO run into the store."),
-    "sync": ("sync_cmd", "sync", "Replay runs to MLflow, wandb or SwanLab, exactly once."),
+    "sync": ("sync_cmd", "sync", "Replay runs to MLflow, wandb, SwanLab or a team store, exactly once."),
     "status": ("sync_cmd", "status", "Sync state per run and target: pending rows, last error."),
     "run": ("run_cmd", "run", "Run a script whose `import wandb` logs to the store."),
     "compact": ("compact_cmd", "compact", "Merge small part files of runs."),

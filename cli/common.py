@@ -44,7 +44,33 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
     """
     from trackstore.store.layout import resolve_root
 
+    if value is not None and str(value).startswith("s3:/"):
+        raise _no_replica_here(ctx)
     return resolve_root(value, must_exist=True, source=_root_source(ctx, param), option="--root")
+
+
+#: the commands that read a team store on S3 (``--root s3://BUCKET/PREFIX``) through a local copy
+REPLICA_READERS = ("runs", "show", "sql", "plot", "compare", "samples", "trace", "ui", "gc")
+
+
+def _no_replica_here(ctx: typer.Context) -> Exception:
+    from trackstore.errors import UsageError
+
+    return UsageError(f"{ctx.info_name} works on a local store; a team store at s3://... is read by "
+                      f"{', '.join(REPLICA_READERS[:-1])} and cleaned by gc (a shared path works everywhere)")
+
+
+def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Path:
+    """:func:`existing_root` for the commands that also read a team store on S3: ``--root
+    s3://BUCKET/PREFIX`` becomes the local copy of that replica, brought in step first
+    (:func:`trackstore.read.replica_copy.local_copy`; ``runs`` fetches only the runs' run.json)."""
+    from trackstore.store.objects import is_remote
+
+    if value is not None and is_remote(value):
+        from trackstore.read.replica_copy import local_copy
+
+        return local_copy(value, metadata_only=ctx.info_name == "runs")
+    return existing_root(ctx, param, None if value is None else Path(value))
 
 
 def new_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:
@@ -63,6 +89,32 @@ RootOpt = Annotated[
     Optional[Path],
     typer.Option("--root", envvar="TRACKSTORE_DIR", help=_ROOT_HELP + " It must exist.",
                  show_default=False, callback=existing_root),
+]
+def gc_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Path | str:
+    """``gc``'s root: a local store (a Path, as :func:`existing_root`), or a team store (the
+    replica's URI as given, a str): ``s3://BUCKET/PREFIX``, or a path holding ``_replica.json``."""
+    from trackstore.read.replica_copy import REPLICA_MARKER
+    from trackstore.store.objects import is_remote
+
+    if value is not None and (is_remote(value) or (Path(value).expanduser() / REPLICA_MARKER).is_file()):
+        return value
+    return existing_root(ctx, param, None if value is None else Path(value))
+
+
+GcRootOpt = Annotated[
+    Optional[str],
+    typer.Option("--root", envvar="TRACKSTORE_DIR", metavar="PATH|URI",
+                 help=_ROOT_HELP + " It must exist. A team store (s3://BUCKET/PREFIX, or a replica's path) "
+                 "is cleaned by age alone: see docs/team-store.md.", show_default=False, callback=gc_root),
+]
+
+
+# the readers that also take a team store on S3: runs, show, sql, plot, compare, samples, trace, ui
+ReaderRootOpt = Annotated[
+    Optional[str],
+    typer.Option("--root", envvar="TRACKSTORE_DIR", metavar="PATH|URI",
+                 help=_ROOT_HELP + " It must exist. s3://BUCKET/PREFIX reads a team store (a replica).",
+                 show_default=False, callback=reader_root),
 ]
 # demo, run and import write runs: the first run written creates the root
 NewRootOpt = Annotated[

@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, FormatOpt, OutputOpt, RootOpt, cell, console, emit, literal
+from .common import RUN_REF, Format, FormatOpt, OutputOpt, ReaderRootOpt, cell, console, emit, literal
 from .sql_cmd import StrictOpt, open_store
 
 STATS = ("last", "min", "max", "last_step")
@@ -18,7 +18,7 @@ STATS = ("last", "min", "max", "last_step")
 
 def compare(
     runs: Annotated[List[str], typer.Argument(help=f"Two or more runs: {RUN_REF}.")],
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Metric keys to compare (repeatable; globs like 'critic/*'). Default: all.")] = None,
     all_config: Annotated[bool, typer.Option("--all-config", help="Show every config key, not only those that differ.")] = False,
     fmt: FormatOpt = Format.table,

@@ -16,7 +16,7 @@ import typer
 from .common import (
     Format,
     FormatOpt,
-    RootOpt,
+    GcRootOpt,
     Steps,
     WideOpt,
     check_targets,
@@ -32,7 +32,7 @@ COLUMNS = ["project", "run_id", "name", "status", "ended_at", "age_days", "bytes
 
 
 def gc(
-    root: RootOpt = None,
+    root: GcRootOpt = None,
     older_than: Annotated[Optional[str], typer.Option("--older-than", help="Only runs that ended longer ago than this: a number and a unit, s, min, h, d or w (30d, 12h, 90min, 2w; 0d: any age). A number without a unit, m (minutes or months?), months and years are refused.")] = None,
     max_size: Annotated[Optional[str], typer.Option("--max-size", help="Delete oldest eligible runs until the store holds at most this much (e.g. 200G).")] = None,
     keep_last: Annotated[Optional[int], typer.Option("--keep-last", help="Always keep the N newest runs of each project.")] = None,
@@ -64,6 +64,18 @@ def gc(
 
     from .quantities import parse_duration, parse_size
 
+    if isinstance(root, str):
+        local_only = {"--max-size": max_size is not None, "--require-synced-to": bool(require_synced_to),
+                      "--include-unsynced": include_unsynced, "--count-staged": count_staged, "--force": force,
+                      "--compact": compact}
+        given = [name for name, on in local_only.items() if on]
+        if given:
+            raise UsageError(f"{given[0]} is for a local store; a team store's gc selects by --older-than, "
+                             "--project, --status and --keep-last")
+        _gc_replica(root, parse_duration(older_than, "--older-than") if older_than is not None else None,
+                    project=project, statuses=tuple(status) if status else ENDED_ORDER, keep_last=keep_last,
+                    dry_run=dry_run, yes=yes, show_kept=show_kept, fmt=fmt, wide=wide)
+        return
     targets = tuple(t.strip() for t in (require_synced_to or "").split(",") if t.strip())
     check_targets(targets, root, "--require-synced-to")
     policy = G.Policy(
@@ -135,3 +147,52 @@ def _compact(root_path, plan, policy, enabled: bool, con) -> None:
     before = sum(k.files_before for r in changed for k in r.kinds)
     after = sum(k.files_after for r in changed for k in r.kinds)
     con.print(f"compacted {plural(len(changed), 'kept run')}: {plural(before, 'part file')} -> {after}")
+
+
+def _gc_replica(uri: str, older_than_s, *, project, statuses, keep_last, dry_run: bool, yes: bool, show_kept: bool,
+                fmt, wide: bool) -> None:
+    """gc of a team store (trackstore.upkeep.replica_gc): plan, show, confirm, delete."""
+    from trackstore.errors import UsageError
+    from trackstore.store.files import format_bytes
+    from trackstore.store.objects import check_reachable, open_location
+    from trackstore.store.vocab import KeepReason
+    from trackstore.upkeep import replica_gc as R
+
+    folder = open_location(uri)
+    check_reachable(folder)
+    plan = R.plan(folder, older_than_s=older_than_s, project=project, statuses=statuses, keep_last=keep_last)
+    shown_runs = [r for r in plan.runs if r.code is not KeepReason.OTHER_PROJECT]  # --project: not news
+    rows = [r.row(plan.created_at) for r in shown_runs if show_kept or r.delete or fmt is not Format.table]
+    con = console(stderr=fmt is not Format.table)
+    if fmt is Format.table:
+        if rows:
+            shown = [{**r, "bytes": format_bytes(r["bytes"])} for r in rows]
+            emit(shown, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS,
+                 title=f"{'would delete' if dry_run else 'to delete'} from {folder.url}: "
+                       f"{plural(len(plan.delete), 'run')}, {format_bytes(plan.freed_bytes)}",
+                 wide=wide, labels={"ended_at": "ended", "age_days": "days"},
+                 drop_order=["ended_at", "project", "status", "name"])
+    else:
+        emit(rows, fmt, columns=["action", *COLUMNS])
+    kept = R.describe_kept(shown_runs)
+    if kept:
+        con.print("kept: " + ", ".join(f"{n:,} {why}" for why, n in sorted(kept.items())), highlight=False)
+    if not plan.delete:
+        con.print("nothing to delete")
+        return
+    if dry_run:
+        con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes:,} bytes); nothing deleted",
+                  highlight=False)
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("gc needs confirmation and there is no terminal to ask: pass --yes (e.g. from cron), "
+                             "or --dry-run to only see the plan; nothing deleted")
+        if not typer.confirm(f"Delete {plural(len(plan.delete), 'run')} ({format_bytes(plan.freed_bytes)}) "
+                             f"from {folder.url}?", default=False):
+            con.print("nothing deleted")
+            raise typer.Exit(1)
+    with Steps("gc", total=len(plan.delete)) as step:
+        freed = R.execute(folder, plan, on_deleted=lambda r: step(r.run_id))
+    con.print(f"deleted {plural(len(plan.delete), 'run')} from {folder.url}, freed {format_bytes(freed)} "
+              f"({freed:,} bytes)", highlight=False)

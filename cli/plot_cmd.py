@@ -15,7 +15,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, RootOpt, choices, emit, plural, visible
+from .common import RUN_REF, Format, ReaderRootOpt, choices, emit, plural, visible
 from .sql_cmd import StrictOpt, report_skipped_files
 
 XAxis = choices("XAxis", ("step", "time"))
@@ -24,7 +24,7 @@ XAxis = choices("XAxis", ("step", "time"))
 def plot(
     runs: Annotated[List[str], typer.Argument(help=f"Runs to plot: {RUN_REF}.")],
     key: Annotated[List[str], typer.Option("--key", "-k", help="Metric key to plot (repeatable; globs like 'actor/*' allowed). One chart per key.")],
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     smooth: Annotated[Optional[int], typer.Option("--smooth", "-s", min=1, help="Trailing moving average over N logged points.")] = None,
     x: Annotated[XAxis, typer.Option("--x", help="X axis: 'step', or 'time' (seconds since the run's first point).")] = XAxis.step,
     points: Annotated[int, typer.Option("--points", min=2, help="Downsample each curve to at most this many points.")] = 1000,

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from .common import RUN_REF, RootOpt, choices, console, literal, ranges_text, visible
+from .common import RUN_REF, ReaderRootOpt, choices, console, literal, ranges_text, visible
 
 RecordFormat = choices("RecordFormat", ("table", "json", "jsonl"))
 FoldOpt = Annotated[bool, typer.Option("--full", help="Show long texts whole instead of their first lines.")]
@@ -31,7 +31,7 @@ FOLD_CHARS = 600  # ...and this many characters
 
 def samples(
     run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Only samples of this step (default: every step, newest first).")] = None,
     split: Annotated[Optional[str], typer.Option("--split", help="Only samples of this split (val, train, ...).")] = None,
     grep: Annotated[Optional[str], typer.Option("--grep", "-g", help="Only samples whose input or output contains this text (case-insensitive).")] = None,
@@ -79,7 +79,7 @@ def samples(
 
 def trace(
     run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Trajectories of this step (default: the last step that has any).")] = None,
     sample_index: Annotated[Optional[int], typer.Option("--sample-index", "-i", help="Only the trajectories of this sample (prompt) index.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most this many trajectories (0 = all).")] = 5,

@@ -14,7 +14,7 @@ from .common import (
     Format,
     FormatOpt,
     OutputOpt,
-    RootOpt,
+    ReaderRootOpt,
     WideOpt,
     choices,
     emit,
@@ -29,7 +29,7 @@ LIST_COLUMNS = ["project", "run_id", "name", "status", "last_step", "updated_at"
 
 
 def runs(
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this project.")] = None,
     status: Annotated[
         Optional[List[RunStatus]],

@@ -18,7 +18,7 @@ import typer
 
 from trackstore.store.vocab import Kind
 
-from .common import RUN_REF, Format, FormatOpt, RootOpt, cell, console, emit, literal, short_ids, store_run_ids
+from .common import RUN_REF, Format, FormatOpt, ReaderRootOpt, cell, console, emit, literal, short_ids, store_run_ids
 
 TOP_KEYS = 12  # metric keys shown without --all-keys
 CONFIG_KEYS = 25  # config keys shown without --all-keys
@@ -66,7 +66,7 @@ def top_keys(keys: list[str], n: int = TOP_KEYS) -> list[str]:
 def show(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Only these metric keys in the overview (repeatable; globs like 'actor/*').")] = None,
     all_keys: Annotated[bool, typer.Option("--all-keys", "-a", help="List every metric key and every config key, not a chosen few.")] = False,
     fmt: FormatOpt = Format.table,

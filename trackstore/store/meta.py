@@ -278,6 +278,10 @@ def effective_status(meta: dict, writers: list[dict], now: float | None = None) 
     status = meta.get("status") or RunStatus.RUNNING
     if status != RunStatus.RUNNING:
         return status
+    if isinstance(meta.get("replica"), dict):
+        # a team store's copy (docs/format.md section 12): the status the source's readers saw at
+        # replication; no heartbeat here says more (the writer runs on another machine)
+        return status
     if writers:
         if any(writer_alive(w, now) for w in writers):
             return RunStatus.RUNNING

@@ -95,6 +95,7 @@ class KeepReason(Word):
     ONLY_STAGED = "only-staged"
     NOT_FULLY_SYNCED = "not-fully-synced"
     WITHIN_MAX_SIZE = "within-max-size"
+    BEING_REPLICATED = "being-replicated"
 
     @property
     def text(self) -> str:
@@ -134,6 +135,9 @@ _KEEP_TEXT: dict[KeepReason, tuple[str, str]] = {
                                         "not fully synced to {targets}"),
     KeepReason.ONLY_STAGED: ("only staged on this machine ({target} {destination}), not uploaded: upload it and "
                              "sync it to the platform, or pass --count-staged", "only staged on this machine"),
+    KeepReason.BEING_REPLICATED: ("replicated within the last hour ({minutes} min ago): a sync may still be "
+                                  "writing it",
+                                  "replicated within the last hour"),
     KeepReason.NOT_FULLY_SYNCED: ("not fully synced to {target} {destination}: {behind} "
                                   "(use --force to delete anyway)", "not fully synced to {target} {destination}"),
     KeepReason.WITHIN_MAX_SIZE: ("store within --max-size", "store within --max-size"),

@@ -1,0 +1,277 @@
+"""The team store on a shared path: ``sync --to store --uri PATH`` makes a replica that is itself a
+store, exact after every ending of a sync, safe for plain globbing readers at every moment.
+
+Plain readers here are DuckDB's own ``read_parquet`` over the hive glob of docs/format.md, as a
+user's notebook would run it, never trackstore's views. The S3 side is tests/test_team_store_s3.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import trackstore
+from tests.helpers import run_cli, spawn_cli
+
+KINDS = ("metrics", "samples", "spans", "histograms")
+
+
+def make_runs(root: Path, n: int, *, steps: int = 30, keys: int = 4, project: str = "team", finish: bool = True):
+    runs = []
+    for i in range(n):
+        run = trackstore.init(project, name=f"r{i}", root=root, config={"i": i})
+        for s in range(steps):
+            run.log({f"loss/k{k}": s + k / 10 + i for k in range(keys)}, step=s)
+        run.log_samples([{"input": f"p{i}", "output": f"r{i}", "score": 0.5}], step=steps - 1)
+        if finish:
+            run.finish()
+        runs.append(run)
+    return runs
+
+
+def plain_rows(replica: Path, kind: str = "metrics") -> tuple[int, int]:
+    """(rows, distinct row ids) a plain DuckDB glob sees in the replica right now."""
+    files = f"{replica}/project=*/run=*/{kind}/*.parquet"
+    if not list(replica.glob(f"project=*/run=*/{kind}/*.parquet")):
+        return 0, 0
+    con = duckdb.connect()
+    return con.execute(f"SELECT count(*), count(DISTINCT (writer, seq)) FROM read_parquet('{files}', "
+                   "hive_partitioning = true, union_by_name = true)").fetchone()
+
+
+def source_rows(root: Path, kind: str = "metrics") -> int:
+    return trackstore.query(f"SELECT count(*) AS n FROM {kind}", root=root).column("n")[0].as_py()
+
+
+def sync_store(root: Path, replica, *extra: str, timeout: float = 300):
+    return run_cli("sync", "--to", "store", "--uri", str(replica), *extra, root=root, timeout=timeout)
+
+
+def assert_exact(root: Path, replica: Path) -> None:
+    for kind in KINDS:
+        n, distinct = plain_rows(replica, kind)
+        assert n == distinct, f"{kind}: a row counted twice in the replica"
+        assert n == source_rows(root, kind), kind
+
+
+def test_replica_is_a_store_that_plain_readers_and_trackstore_read(root, tmp_path):
+    make_runs(root, 3)
+    replica = tmp_path / "team"
+    res = sync_store(root, replica, "--verify")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_exact(root, replica)
+    marker = json.loads((replica / "_replica.json").read_text())
+    assert marker["format"] == "trackstore-replica"
+    # every run's run.json names the store it came from
+    ident = json.loads((root / "_store.json").read_text())
+    metas = [json.loads(p.read_text()) for p in replica.glob("project=*/run=*/run.json")]
+    assert len(metas) == 3
+    assert {m["replica"]["source"]["store_id"] for m in metas} == {ident["store_id"]}
+    assert {m["status"] for m in metas} == {"finished"}
+    # trackstore itself reads the replica as a store
+    res = run_cli("sql", "SELECT count(*) AS n FROM metrics", "--format", "json", root=replica)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["n"] == source_rows(root)
+    # and a second pass has nothing to do
+    res = sync_store(root, replica)
+    assert res.returncode == 0 and "up to date" in res.stdout + res.stderr, res.stdout + res.stderr
+
+
+def test_parts_are_written_once_and_never_rewritten(root, tmp_path):
+    """A live run's growth, local compaction and a resume add parts; none is ever replaced."""
+    run = make_runs(root, 1, finish=False)[0]
+    replica = tmp_path / "team"
+    assert sync_store(root, replica).returncode == 0
+    first = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in replica.rglob("*.parquet")}
+    for s in range(30, 60):
+        run.log({"loss/k0": float(s)}, step=s)
+    run.finish()
+    assert run_cli("compact", root=root).returncode == 0
+    assert sync_store(root, replica).returncode == 0
+    resumed = trackstore.init("team", resume=run.id, root=root)
+    resumed.log({"loss/k0": 99.0}, step=60)
+    resumed.finish()
+    assert sync_store(root, replica).returncode == 0
+    after = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in replica.rglob("*.parquet")}
+    assert all(after.get(p) == v for p, v in first.items()), "a replica part was rewritten or removed"
+    assert len(after) > len(first)
+    assert_exact(root, replica)
+    writers = {p.name.split("-0000")[0] for p in replica.glob("project=*/run=*/metrics/*.parquet")}
+    assert len(writers) == 2, writers  # the resumed attempt's writer has parts of its own
+
+
+def test_a_lost_cursor_resends_nothing_the_replica_holds(root, tmp_path):
+    make_runs(root, 2)
+    replica = tmp_path / "team"
+    assert sync_store(root, replica).returncode == 0
+    shutil.rmtree(root / "_sync")  # the ledger is gone: every run looks unsynced
+    res = sync_store(root, replica, "--format", "json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_exact(root, replica)
+    assert all(r["reconciled"] > 0 for r in json.loads(res.stdout)["runs"]), res.stdout
+
+
+def test_sigkill_at_random_moments_then_a_rerun_is_exact(root, tmp_path):
+    make_runs(root, 12, steps=200, keys=8)
+    replica = tmp_path / "team"
+    rng = random.Random(7)
+    for _ in range(6):
+        child = spawn_cli("sync", "--to", "store", "--uri", str(replica), "--jobs", "2", "--root", str(root))
+        time.sleep(rng.uniform(0.2, 2.5))
+        child.kill()
+        child.wait(timeout=30)
+        for kind in KINDS:  # at every moment in between, no row twice
+            n, distinct = plain_rows(replica, kind)
+            assert n == distinct, kind
+    res = sync_store(root, replica)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_exact(root, replica)
+
+
+def test_two_stores_replicate_into_one_prefix_and_a_copied_run_is_refused(tmp_path):
+    a, b, replica = tmp_path / "a", tmp_path / "b", tmp_path / "team"
+    make_runs(a, 2, project="lab")
+    make_runs(b, 3, project="lab")
+    assert sync_store(a, replica).returncode == 0
+    assert sync_store(b, replica).returncode == 0
+    res = run_cli("sql", "SELECT count(DISTINCT run_id) AS n FROM metrics", "--format", "json", root=replica)
+    assert json.loads(res.stdout)[0]["n"] == 5
+    sources = {json.loads(p.read_text())["replica"]["source"]["store_id"]
+               for p in replica.glob("project=*/run=*/run.json")}
+    assert len(sources) == 2
+    # a run of a copied into b (as a bundle would carry it) meets a's copy at the replica
+    src = next((a / "project=lab").iterdir())
+    shutil.copytree(src, b / "project=lab" / src.name)
+    before = plain_rows(replica)
+    res = sync_store(b, replica)
+    assert res.returncode == 8, res.stdout + res.stderr
+    assert "replicated from another store" in res.stdout + res.stderr
+    assert "not merged" in res.stdout + res.stderr
+    assert plain_rows(replica) == before
+
+
+def test_a_glob_reader_never_double_counts_during_replication_compaction_and_gc(root, tmp_path):
+    """A DuckDB glob over the replica in a loop while a live run grows, the store compacts and
+    gcs, and sync replicates again and again: every answer has each row at most once, and the
+    final answer has every row."""
+    done = make_runs(root, 4, steps=40)
+    live = make_runs(root, 1, finish=False)[0]
+    replica = tmp_path / "team"
+    stop = threading.Event()
+    seen: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.append(plain_rows(replica))
+            except duckdb.IOException as exc:  # a file gone between listing and reading is the only excuse
+                errors.append(exc)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for round_ in range(5):
+            for s in range(40 + round_ * 10, 50 + round_ * 10):
+                live.log({"loss/k0": float(s)}, step=s)
+            live.flush() if hasattr(live, "flush") else None
+            assert sync_store(root, replica).returncode == 0
+            assert run_cli("compact", root=root).returncode == 0
+        assert run_cli("gc", "--older-than", "0d", "--include-unsynced", "--yes", "--project", "team",
+                       root=root).returncode in (0, 6)
+        live.finish()
+        assert sync_store(root, replica).returncode == 0
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert seen and all(n == d for n, d in seen), "a reader counted a row twice"
+    assert len(done) == 4
+    n, d = plain_rows(replica)
+    assert n == d and n >= max(x for x, _ in seen)
+
+
+def test_a_folder_that_is_not_a_replica_is_refused_before_anything_is_written(root, tmp_path):
+    make_runs(root, 1)
+    home = tmp_path / "mine"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    res = sync_store(root, home)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "not a trackstore replica" in res.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+    res = sync_store(root, root / "inside")
+    assert res.returncode == 2 and "overlaps the store" in res.stderr
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A tmpfs of its own (read-only, or tiny): needs root and the right to mount, else skips."""
+    import subprocess
+
+    made = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(made)}"
+        point.mkdir()
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "trackstore-test", str(point)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+        made.append(point)
+        return point
+
+    yield mount
+    for point in made:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def test_a_read_only_filesystem_is_exit_10_with_one_line(root, small_mount):
+    make_runs(root, 1)
+    ro = small_mount("ro,size=1m")
+    res = sync_store(root, ro / "team")
+    assert res.returncode == 10, res.stdout + res.stderr
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Read-only file system" in lines[0], res.stderr
+
+
+def test_a_full_filesystem_is_exit_10_and_leaves_nothing_half_written(root, small_mount):
+    make_runs(root, 6, steps=400, keys=10)
+    full = small_mount("size=96k")
+    res = sync_store(root, full / "team")
+    assert res.returncode == 10, res.stdout + res.stderr
+    assert "No space left on device" in res.stderr, res.stderr
+    assert not list(full.rglob(".*.tmp")), "a temp file was left behind"
+    for kind in KINDS:  # what did land is whole and counted once
+        n, distinct = plain_rows(full / "team", kind)
+        assert n == distinct
+
+
+def test_gc_on_a_replica_path_deletes_old_runs_parts_first(root, tmp_path):
+    from trackstore.store.objects import open_location
+    from trackstore.upkeep import replica_gc
+
+    make_runs(root, 3)
+    replica = tmp_path / "team"
+    assert sync_store(root, replica).returncode == 0
+    res = run_cli("gc", "--older-than", "0d", "--dry-run", "--show-kept", "--format", "json", root=replica)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert {r["action"] for r in rows} == {"keep"}  # just replicated: a sync may still be writing
+    assert {r["reason"] for r in rows} == {rows[0]["reason"]} and "replicated" in rows[0]["reason"]
+    folder = open_location(replica)
+    plan = replica_gc.plan(folder, older_than_s=0, now=time.time() + 7200, keep_last=1)
+    assert len(plan.delete) == 2
+    replica_gc.execute(folder, plan)
+    assert len(list(replica.glob("project=*/run=*/run.json"))) == 1
+    n, d = plain_rows(replica)
+    assert n == d == 30 * 4
+    res = run_cli("gc", "--older-than", "0d", "--force", root=replica)
+    assert res.returncode == 2 and "--force is for a local store" in res.stderr

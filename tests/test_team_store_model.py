@@ -1,0 +1,185 @@
+"""The team store as a state machine (Hypothesis, stateful): whatever the source store and the
+link do, a replica never holds a row twice nor a row the source does not have, and a clean sync
+makes it exact.
+
+Random histories of runs logging every kind, finishing, resuming and compacting, and of syncs
+to a replica on a path (the real ``store`` target and engine) that meet faults in the replica's
+folder: a write that lands and whose answer is lost (a cut after delivery), a write refused
+before it lands (a cut before), a sync killed right after a write landed, and a lost ledger.
+After every step the replica's parts are read the way a plain reader would (every
+``*.parquet`` of its run folders).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import trackstore
+from trackstore.errors import RetryableError
+from trackstore.store import objects
+from trackstore.sync.adapter import TargetOptions
+from trackstore.sync.engine import Engine, SyncOptions, select_runs
+from trackstore.sync.replica import ReplicaAdapter
+
+EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "12"))
+KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+class Killed(BaseException):
+    """The sync process dies here (not an Exception: nothing in the engine catches it)."""
+
+
+class FaultyFolder(objects.PathFolder):
+    """A real folder whose ``put_new`` meets the fault planned for its n-th call."""
+
+    def __init__(self, path: Path, faults: list):
+        super().__init__(path)
+        self.faults = faults
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        fault = self.faults.pop(0) if self.faults else None
+        if fault == "cut_before":
+            raise RetryableError("connection reset before the request arrived")
+        written = super().put_new(key, data)
+        if fault == "cut_after":
+            raise RetryableError("connection reset after the request arrived")
+        if fault == "killed_after":
+            raise Killed()
+        return written
+
+
+class ReplicaModel(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.base = Path(tempfile.mkdtemp(prefix="ts-replica-"))
+        self.root, self.replica = self.base / "store", self.base / "team"
+        self.runs: list = []
+        self.step = 0
+        self.faults: list = []
+
+    @precondition(lambda self: len(self.runs) < 3)
+    @rule()
+    def start(self):
+        run = trackstore.init("p", name=f"r{len(self.runs)}", root=self.root, flush_interval=3600)
+        run.flush()
+        self.runs.append(run)
+
+    @precondition(lambda self: self._live())
+    @rule(r=st.integers(0, 2), kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3), n=st.integers(1, 5))
+    def log(self, r, kinds, n):
+        run = self._pick(r)
+        for i in range(n):
+            self.step += 1
+            s = self.step
+            kind = kinds[i % len(kinds)]
+            if kind == "metrics":
+                run.log({"a": float(s), "b": 2.0 * s}, step=s)
+            elif kind == "histograms":
+                run.log({"h": trackstore.Histogram([1.0, float(s)])}, step=s)
+            elif kind == "samples":
+                run.log_samples([{"input": f"q{s}", "output": "a"}], step=s)
+            elif kind == "spans":
+                with run.trace(step=s, sample_index=0) as tr:
+                    with tr.span("assistant", inputs="hi", outputs="ho"):
+                        pass
+            else:
+                art = self.base / f"a{s}.bin"
+                art.write_bytes(b"w" * s)
+                run.log_artifact(art, name=f"ckpt{s}", type="model")
+        run.flush()
+
+    @precondition(lambda self: self._live())
+    @rule(r=st.integers(0, 2))
+    def finish(self, r):
+        self._pick(r).finish(compact=False)
+
+    @precondition(lambda self: [r for r in self.runs if r.finished] and len(self._live()) < 3)
+    @rule(r=st.integers(0, 2))
+    def resume(self, r):
+        ended = [x for x in self.runs if x.finished]
+        old = ended[r % len(ended)]
+        run = trackstore.init("p", run_id=old.run_id, resume=True, root=self.root, flush_interval=3600)
+        self.runs[self.runs.index(old)] = run
+
+    @rule()
+    def compact(self):
+        from trackstore.store.layout import iter_run_dirs, run_paths
+        from trackstore.upkeep.compact import compact
+
+        if self.root.exists():
+            compact(self.root, [run_paths(self.root, p, r) for p, r, _ in iter_run_dirs(self.root)])
+
+    @rule()
+    def lose_the_ledger(self):
+        shutil.rmtree(self.root / "_sync", ignore_errors=True)
+
+    @precondition(lambda self: self.runs)
+    @rule(fault=st.sampled_from([None, "cut_before", "cut_after", "killed_after"]), clean=st.integers(0, 1))
+    def sync(self, fault, clean):
+        self.faults[:] = [None] * clean + ([fault] if fault else [])
+        try:
+            self._engine().sync(select_runs(self.root, SyncOptions()))
+        except Killed:
+            pass
+        self.faults[:] = []
+
+    @invariant()
+    def never_a_row_twice_nor_one_the_source_lacks(self):
+        for kind in KINDS:
+            held = self._replica_ids(kind)
+            assert not [i for i, n in held.items() if n > 1], f"{kind}: a row twice in the replica"
+            assert set(held) <= self._source_ids(kind), f"{kind}: a row the source does not have"
+
+    def teardown(self):
+        try:
+            for run in self._live():
+                run.finish(compact=False)
+            if self.runs:  # a clean sync makes the replica exact
+                self._engine().sync(select_runs(self.root, SyncOptions()))
+                for kind in KINDS:
+                    assert set(self._replica_ids(kind)) == self._source_ids(kind), kind
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def _live(self):
+        return [r for r in self.runs if not r.finished]
+
+    def _pick(self, r):
+        live = self._live()
+        return live[r % len(live)]
+
+    def _engine(self) -> Engine:
+        adapter = ReplicaAdapter(TargetOptions(uri=str(self.replica), store_root=str(self.root)))
+        adapter.folder = FaultyFolder(self.replica, self.faults)
+        return Engine(self.root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0))
+
+    def _replica_ids(self, kind: str) -> Counter:
+        import pyarrow.parquet as pq
+
+        folder = "artifacts/_manifest" if kind == "artifacts" else kind
+        ids: Counter = Counter()
+        for part in self.replica.glob(f"project=*/run=*/{folder}/*.parquet"):
+            t = pq.read_table(part, columns=["writer", "seq"])
+            ids.update(zip(t.column("writer").to_pylist(), t.column("seq").to_pylist()))
+        return ids
+
+    def _source_ids(self, kind: str) -> set:
+        if not self.root.exists():
+            return set()
+        t = trackstore.query(f"SELECT writer, seq FROM {kind}", root=self.root)
+        return set(zip(t.column("writer").to_pylist(), t.column("seq").to_pylist()))
+
+
+ReplicaModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=15, deadline=None,
+                                          database=None, suppress_health_check=list(HealthCheck))
+TestReplicaModel = ReplicaModel.TestCase

@@ -1,0 +1,259 @@
+"""The team store on S3: ``sync --to store --uri s3://...`` against a real SeaweedFS server
+(tests/servers.py), through a proxy that cuts connections before and after a request arrives,
+killed with SIGKILL; trackstore's readers and gc over ``--root s3://``; Polars and DuckDB
+reading the replica directly; the errors a user meets, each one line with its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+
+import trackstore
+from tests.helpers import run_cli, spawn_cli
+from tests.proxy import FaultyProxy
+from tests.test_team_store import KINDS, make_runs, source_rows
+
+pytest.importorskip("obstore")
+
+# one SeaweedFS server per worker: keep this module's tests together
+pytestmark = pytest.mark.xdist_group("weed_s3")
+
+
+def dataset_rows(prefix, kind: str = "metrics") -> tuple[int, int]:
+    """(rows, distinct row ids) a plain reader sees: a fresh listing of the replica through
+    pyarrow's S3 filesystem, queried by DuckDB (the docs/team-store.md recipe)."""
+    import duckdb
+    import pyarrow.dataset as ds
+    from pyarrow import fs
+
+    server = prefix.server
+    s3 = fs.S3FileSystem(endpoint_override=server.endpoint, scheme="http", access_key=server.access_key,
+                         secret_key=server.secret_key, region="us-east-1")
+    base = f"{server.bucket}/{prefix.key}"
+    files = [f.path for f in s3.get_file_info(fs.FileSelector(base, recursive=True, allow_not_found=True))
+             if f.type == fs.FileType.File and f.path.endswith(".parquet") and f"/{kind}/" in f.path
+             and "/_" not in f.path[len(base):] and not f.base_name.startswith(".")]
+    if not files:
+        return 0, 0
+    data = ds.dataset(files, filesystem=s3, format="parquet", partitioning="hive", partition_base_dir=base)
+    con = duckdb.connect()
+    con.register("rows", data.to_table(columns=["writer", "seq"]))
+    return con.execute("SELECT count(*), count(DISTINCT (writer, seq)) FROM rows").fetchone()
+
+
+def sync_s3(root, prefix, *extra: str, env: dict | None = None, timeout: float = 300):
+    return run_cli("sync", "--to", "store", "--uri", prefix.uri, *extra, root=root,
+                   env={**prefix.env, **(env or {})}, timeout=timeout)
+
+
+def assert_exact(root, prefix) -> None:
+    for kind in KINDS:
+        n, distinct = dataset_rows(prefix, kind)
+        assert n == distinct, f"{kind}: a row twice in the replica"
+        assert n == source_rows(root, kind), kind
+
+
+def test_replicate_to_s3_and_read_it_back_with_trackstore(root, s3_prefix, tmp_path):
+    make_runs(root, 2, project="123")
+    make_runs(root, 1, project="grpo 数学")
+    res = sync_s3(root, s3_prefix, "--verify")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_exact(root, s3_prefix)
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    listed = run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    local = run_cli("runs", "--format", "json", root=root)
+    strip = lambda rows: sorted((r["project"], r["run_id"], r["status"], r["last_step"], r["ended_at"]) for r in rows)  # noqa: E731
+    assert strip(json.loads(listed.stdout)) == strip(json.loads(local.stdout))
+    q = "SELECT project, run_id, key, count(*) AS n, sum(value) AS s FROM metrics GROUP BY ALL ORDER BY ALL"
+    over = run_cli("sql", q, "--root", s3_prefix.uri, "--format", "json", env=env)
+    here = run_cli("sql", q, "--format", "json", root=root)
+    assert over.returncode == 0, over.stderr
+    assert json.loads(over.stdout) == json.loads(here.stdout)
+    assert {r["project"] for r in json.loads(over.stdout)} == {"123", "grpo 数学"}
+    run_id = json.loads(local.stdout)[0]["run_id"]
+    shown = run_cli("show", run_id, "--root", s3_prefix.uri, env=env)
+    assert shown.returncode == 0 and run_id in shown.stdout, shown.stderr
+    samples = run_cli("samples", run_id, "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert samples.returncode == 0, samples.stderr
+    # a new run replicated later is seen by the next command (the copy follows the replica)
+    make_runs(root, 1, project="later")
+    assert sync_s3(root, s3_prefix).returncode == 0
+    listed = run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert "later" in {r["project"] for r in json.loads(listed.stdout)}
+    # readers only read: the replica holds what sync wrote and nothing else
+    keys = [o["path"] for batch in __import__("obstore").list(s3_prefix.store()) for o in batch]
+    assert not [k for k in keys if "_catalog" in k or "_locks" in k]
+
+
+def test_polars_over_s3_gives_what_duckdb_gives_over_the_source(root, s3_prefix):
+    pl = pytest.importorskip("polars")
+    make_runs(root, 3, project="123")
+    assert sync_s3(root, s3_prefix).returncode == 0
+    server = s3_prefix.server
+    frame = pl.scan_parquet(
+        f"{s3_prefix.uri}/project=*/run=*/metrics/*.parquet", hive_partitioning=True,
+        hive_schema={"project": pl.String, "run": pl.String}, missing_columns="insert",
+        storage_options={"aws_endpoint_url": server.endpoint, "aws_access_key_id": server.access_key,
+                         "aws_secret_access_key": server.secret_key, "aws_region": "us-east-1",
+                         "aws_allow_http": "true"},
+    ).group_by("project", "run", "key").agg(pl.len().alias("n"), pl.col("value").sum().alias("s")).collect()
+    got = sorted((r["project"], r["run"], r["key"], r["n"], round(r["s"], 6)) for r in frame.to_dicts())
+    want = trackstore.query("SELECT project, run_id, key, count(*) AS n, sum(value) AS s FROM metrics GROUP BY ALL",
+                            root=root).to_pylist()
+    assert got == sorted((r["project"], r["run_id"], r["key"], r["n"], round(r["s"], 6)) for r in want)
+
+
+def test_connections_cut_before_and_after_delivery_end_with_an_exact_replica(root, s3_prefix):
+    make_runs(root, 6, steps=60)
+    with FaultyProxy("127.0.0.1", s3_prefix.server.port) as proxy:
+        proxy.random_cuts(probability=0.4, seed=5, max_bytes={"up": 3000, "down": 400}, direction=("up", "down"))
+        env = {"AWS_ENDPOINT_URL": proxy.url}
+        for _ in range(20):
+            res = sync_s3(root, s3_prefix, "--max-retries", "3", "--timeout", "10", env=env)
+            assert res.returncode in (0, 7, 8), res.stdout + res.stderr
+            if res.returncode == 0:
+                break
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert proxy.stats().cuts > 0
+    assert_exact(root, s3_prefix)
+
+
+def test_sigkill_during_s3_replication_then_a_rerun_is_exact(root, s3_prefix):
+    make_runs(root, 10, steps=150, keys=6)
+    rng = random.Random(3)
+    for _ in range(5):
+        child = spawn_cli("sync", "--to", "store", "--uri", s3_prefix.uri, "--root", str(root),
+                          env=s3_prefix.env)
+        time.sleep(rng.uniform(0.3, 2.0))
+        child.kill()
+        child.wait(timeout=30)
+        n, distinct = dataset_rows(s3_prefix)
+        assert n == distinct
+    res = sync_s3(root, s3_prefix)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_exact(root, s3_prefix)
+
+
+def test_a_reader_looping_over_s3_never_double_counts_while_runs_grow_and_compact(root, s3_prefix):
+    make_runs(root, 2, steps=40)
+    live = make_runs(root, 1, finish=False)[0]
+    stop = threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def reader():
+        while not stop.is_set():
+            seen.append(dataset_rows(s3_prefix))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for round_ in range(4):
+            for s in range(40 + round_ * 10, 50 + round_ * 10):
+                live.log({"loss/k0": float(s)}, step=s)
+            assert sync_s3(root, s3_prefix).returncode == 0
+            assert run_cli("compact", root=root).returncode == 0
+        live.finish()
+        assert sync_s3(root, s3_prefix).returncode == 0
+    finally:
+        stop.set()
+        t.join()
+    assert len(seen) > 3 and all(n == d for n, d in seen), "a reader counted a row twice"
+    assert_exact(root, s3_prefix)
+
+
+def test_gc_on_s3_deletes_old_runs_and_readers_follow(root, s3_prefix, tmp_path):
+    from trackstore.store.objects import open_location
+    from trackstore.upkeep import replica_gc
+
+    make_runs(root, 3)
+    assert sync_s3(root, s3_prefix).returncode == 0
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    dry = run_cli("gc", "--root", s3_prefix.uri, "--older-than", "0d", "--dry-run", env=env)
+    assert dry.returncode == 0 and "nothing to delete" in dry.stdout, dry.stdout + dry.stderr
+    assert len(json.loads(run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env).stdout)) == 3
+    import os
+
+    saved = dict(os.environ)
+    os.environ.update(s3_prefix.env)
+    try:
+        folder = open_location(s3_prefix.uri)
+        plan = replica_gc.plan(folder, older_than_s=0, now=time.time() + 7200, keep_last=1)
+        assert len(plan.delete) == 2
+        replica_gc.execute(folder, plan)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert len(json.loads(run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env).stdout)) == 1
+    n, d = dataset_rows(s3_prefix)
+    assert n == d == 30 * 4
+
+
+@pytest.mark.parametrize("case,code,words", [
+    ("bad secret", 10, "access denied"),
+    ("no bucket", 10, "no such bucket"),
+    ("dead endpoint", 7, "cannot reach"),
+    ("no credentials", 2, "no S3 credentials"),
+])
+def test_s3_trouble_is_one_line_with_its_exit_code(root, s3_prefix, case, code, words):
+    make_runs(root, 1)
+    env = dict(s3_prefix.env)
+    uri = s3_prefix.uri
+    if case == "bad secret":
+        env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"
+    elif case == "no bucket":
+        uri = f"s3://no-such-bucket/{s3_prefix.key}"
+    elif case == "dead endpoint":
+        from tests.servers import free_port
+
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
+    else:
+        env.pop("AWS_ACCESS_KEY_ID")
+        env.pop("AWS_SECRET_ACCESS_KEY")
+    for args in (("sync", "--to", "store", "--uri", uri, "--root", str(root)), ("runs", "--root", uri)):
+        res = run_cli(*args, env={**env, **({"AWS_ACCESS_KEY_ID": ""} if case == "no credentials" else {})})
+        assert res.returncode == code, (args, res.stdout + res.stderr)
+        lines = [x for x in res.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and words in lines[0], (args, res.stderr)
+        assert s3_prefix.server.secret_key not in res.stdout + res.stderr
+    # nothing partial: no replica marker or part was written anywhere by the refused sync
+    import obstore
+
+    if case != "no bucket":
+        assert not [o for batch in obstore.list(s3_prefix.store()) for o in batch]
+
+
+def test_a_named_profile_supplies_the_credentials_which_are_never_stored(root, s3_prefix, tmp_path):
+    import os
+    from pathlib import Path
+
+    make_runs(root, 1)
+    server = s3_prefix.server
+    aws = Path(os.environ["HOME"]) / ".aws"
+    aws.mkdir()
+    (aws / "credentials").write_text(f"[team]\naws_access_key_id = {server.access_key}\n"
+                                     f"aws_secret_access_key = {server.secret_key}\n")
+    (aws / "config").write_text(f"[profile team]\nregion = us-east-1\nendpoint_url = {server.endpoint}\n")
+    env = {"AWS_PROFILE": "team", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_ENDPOINT_URL": "",
+           "HOME": os.environ["HOME"], "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    res = run_cli("sync", "--to", "store", "--uri", s3_prefix.uri, "--format", "json", root=root, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    listed = run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 1, listed.stderr
+    secret = server.secret_key.encode()
+    for where in (root, tmp_path / "cache"):
+        for f in where.rglob("*"):
+            if f.is_file():
+                assert secret not in f.read_bytes(), f
+    import obstore
+
+    store = s3_prefix.store()
+    for batch in obstore.list(store):
+        for o in batch:
+            assert secret not in bytes(obstore.get(store, o["path"]).bytes()), o["path"]
+    assert secret.decode() not in res.stdout + res.stderr

@@ -1,0 +1,131 @@
+"""Readers over a team store on S3: a local copy of the replica, kept in step, read like any store.
+
+``trackstore runs|show|sql|plot|compare|samples|trace|ui --root s3://BUCKET/PREFIX`` read a
+replica (docs/team-store.md) through :func:`local_copy`, which brings a folder on this machine
+in step with it and returns that folder; every reader then works on it unchanged, read-only,
+with the SQL guard confining queries to it (it holds the replica and nothing else). Chosen over
+querying S3 directly (a pyarrow dataset over ``S3FileSystem``, or s3fs registered with DuckDB,
+both measured in docs/performance.md) because every reader, the dashboard included, then works
+as on a local store, and a replica's parts never change once written, so each is downloaded
+once. What it promises:
+
+* **In step at each call.** One recursive listing of the prefix (a few LIST requests per
+  thousand objects); an object whose size and entity tag the copy already has is not fetched
+  again; a new or changed one (``run.json`` is rewritten as a run progresses) is downloaded
+  to a hidden temp name and renamed into place; one the replica no longer has (gc) is removed.
+  A reader therefore sees the replica as it was at the listing, never a half-downloaded file.
+* **Only what readers need.** ``metadata_only`` (``runs``) fetches the ``run.json`` files;
+  otherwise every part file and run.json too. Artifact payload files (``artifacts/<name>/v<n>/
+  files/...``) are not copied: listings show them from their manifest; fetch one with the
+  platform's own tools.
+* **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
+  other things) is a :class:`~trackstore.errors.UsageError` (exit 2), as a local root that is
+  not a store is: a mistyped prefix never reads as an empty team store.
+* **One updater at a time** per copy (a lock in the copy's ``_locks/``); readers of the copy
+  are never blocked. The copy lives under ``$TRACKSTORE_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/trackstore``, else ``~/.cache/trackstore``, in ``replicas/<destination
+  id>``: safe to delete at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..errors import UsageError
+from ..store import locks, objects
+from ..store.atomic import write_bytes_atomic
+from ..store.cursor import destination_id
+
+REPLICA_MARKER = "_replica.json"
+INDEX_FILE = "_replica_copy.json"  # key -> [size, etag] of each object the copy holds
+FETCH_THREADS = 16
+
+_RUN_FILE = re.compile(r"^project=[^/]+/run=[^/]+/run\.json$")
+_PART = re.compile(r"^project=[^/]+/run=[^/]+/(metrics|samples|spans|histograms|artifacts/_manifest)/[^/.][^/]*\.parquet$")
+_ARTIFACT_META = re.compile(r"^project=[^/]+/run=[^/]+/artifacts/[^/]+/v\d+/manifest\.json$")
+
+
+def cache_dir(env=None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("TRACKSTORE_CACHE_DIR"):
+        return Path(env["TRACKSTORE_CACHE_DIR"]).expanduser()
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "trackstore"
+
+
+def wanted(key: str, metadata_only: bool) -> bool:
+    """Whether the local copy holds ``key`` (see the module docstring)."""
+    if key == REPLICA_MARKER or _RUN_FILE.match(key):
+        return True
+    return not metadata_only and bool(_PART.match(key) or _ARTIFACT_META.match(key))
+
+
+def local_copy(uri: str, *, metadata_only: bool = False, env=None) -> Path:
+    """The folder of this machine holding replica ``uri`` in step (see the module docstring)."""
+    folder = objects.open_location(uri, env=env)
+    objects.check_reachable(folder)
+    copy = cache_dir(env) / "replicas" / destination_id("store", folder.url)
+    copy.mkdir(parents=True, exist_ok=True)
+    with locks.acquire(copy, "replica-copy", wait=True, timeout=600, info={"replica": folder.url}):
+        listing = {o.key: o for o in folder.listing()}
+        if REPLICA_MARKER not in listing:
+            held = f"it holds {min(listing)}" if listing else "it is empty"
+            raise UsageError(f"{folder.url} is not a trackstore replica (no {REPLICA_MARKER}; {held}): "
+                             "--root s3://... reads what sync --to store --uri s3://... wrote")
+        index = _load_index(copy)
+        want = {k: o for k, o in listing.items() if wanted(k, metadata_only)}
+        for key in [k for k in index if k not in listing]:  # gone from the replica (gc)
+            _remove(copy, key)
+            del index[key]
+        fetch = [o for k, o in want.items() if index.get(k) != [o.size, o.etag] or not (copy / k).exists()]
+
+        def get(o):
+            data = folder.get(o.key)
+            if data is None:  # deleted between the listing and now: the next call removes it
+                return o, False
+            write_bytes_atomic(_local(copy, o.key), data, durable=False)
+            return o, True
+
+        if fetch:
+            with ThreadPoolExecutor(min(FETCH_THREADS, len(fetch))) as pool:
+                for o, ok in pool.map(get, fetch):
+                    if ok:
+                        index[o.key] = [o.size, o.etag]
+        write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
+    return copy
+
+
+def _local(copy: Path, key: str) -> Path:
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UsageError(f"replica object {key!r} cannot be a path")
+    path = copy.joinpath(*parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _remove(copy: Path, key: str) -> None:
+    path = copy.joinpath(*key.split("/"))
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    folder = path.parent
+    while folder != copy:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def _load_index(copy: Path) -> dict[str, list]:
+    try:
+        data = json.loads((copy / INDEX_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
