@@ -30,9 +30,9 @@ leaves). Measured, in one run against one server:
 4. **readers**: ``trackstore runs --root SRC`` beside what a plain reader of the replica does
    for the same list (one listing with ``pyarrow.fs.S3FileSystem``, every ``run.json`` read by
    16 threads, registered with DuckDB, sorted), and a 100-run aggregate (per run and key:
-   ``count(*)``, ``avg(value)``) with ``trackstore.query`` over the local store beside DuckDB
-   over a pyarrow dataset of the replica's metrics parts (one listing, hive partitions as
-   strings, ``con.register``). Each is a fresh process timed from outside (median of
+   ``count(*)``, ``avg(value)``) over the local store (``trackstore.query`` naming the runs in
+   its SQL, and ``trackstore.connect(runs=...)``) beside DuckDB over a pyarrow dataset of the
+   replica's metrics parts (one listing, hive partitions as strings, ``con.register``). Each is a fresh process timed from outside (median of
    ``--repeat``, after one untimed run); each also prints its own in-process time. When the
    installed trackstore reads ``--root s3://...`` itself (through a local copy kept in step,
    trackstore.read.replica_copy; here in a fresh ``$TRACKSTORE_CACHE_DIR``), ``trackstore runs``
@@ -40,7 +40,11 @@ leaves). Measured, in one run against one server:
    (it makes the copy) and the following ones (in step, nothing new).
 
 Anchors measured in the same run: the server's round trip for a small request, ``python -c
-pass`` and ``trackstore --help`` (what every command pays to start).
+pass`` and ``trackstore --help`` (what every command pays to start), and the replica's own
+objects (fewer and larger than the source's files) uploaded raw from memory: what the server
+takes to store exactly what sync wrote. Beside each time, the CPU seconds of the client process
+and of the ``weed`` server over the same interval. The cursors each run leaves in the cached
+store's ``_sync/`` are removed at the end.
 """
 
 from __future__ import annotations
