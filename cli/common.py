@@ -49,6 +49,9 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
     return resolve_root(value, must_exist=True, source=_root_source(ctx, param), option="--root")
 
 
+#: a reader over s3:// shows a bar (on a terminal) when it downloads at least this many files
+FETCH_BAR_FROM = 50
+
 #: the commands that read a team store on S3 (``--root s3://BUCKET/PREFIX``) through a local copy
 REPLICA_READERS = ("runs", "show", "sql", "plot", "compare", "samples", "trace", "ui", "gc")
 
@@ -69,7 +72,19 @@ def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
     if value is not None and is_remote(value):
         from trackstore.read.replica_copy import local_copy
 
-        return local_copy(value, metadata_only=ctx.info_name == "runs")
+        shown: list[Steps] = []
+
+        def on_fetch(total: int):
+            if total < FETCH_BAR_FROM or not sys.stderr.isatty():
+                return None  # a few files, or a script's stderr: no bar
+            shown.append(Steps("fetching from the team store", total=total).__enter__())
+            return lambda key: shown[0](key.rsplit("/", 1)[-1])
+
+        try:
+            return local_copy(value, metadata_only=ctx.info_name == "runs", on_fetch=on_fetch)
+        finally:
+            for bar in shown:
+                bar.__exit__(None, None, None)
     return existing_root(ctx, param, None if value is None else Path(value))
 
 

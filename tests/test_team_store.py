@@ -275,3 +275,32 @@ def test_gc_on_a_replica_path_deletes_old_runs_parts_first(root, tmp_path):
     assert n == d == 30 * 4
     res = run_cli("gc", "--older-than", "0d", "--force", root=replica)
     assert res.returncode == 2 and "--force is for a local store" in res.stderr
+
+
+def test_a_filesystem_without_hard_links_still_gets_whole_create_only_parts(root, tmp_path, monkeypatch):
+    """Some shared mounts refuse hard links (EPERM): parts are renamed into place instead,
+    still whole and still never replaced."""
+    import errno
+    import os
+
+    from trackstore.store.objects import PathFolder
+
+    def no_links(src, dst, *a, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    folder = PathFolder(tmp_path / "team")
+    assert folder.put_new("project=p/run=r/metrics/part-a.parquet", b"first") is True
+    assert folder.put_new("project=p/run=r/metrics/part-a.parquet", b"second") is False
+    assert folder.get("project=p/run=r/metrics/part-a.parquet") == b"first"
+    assert not list((tmp_path / "team").rglob(".*.tmp"))
+
+
+def test_credentials_written_into_the_uri_are_refused_and_never_echoed(root):
+    make_runs(root, 1)
+    res = sync_store(root, "s3://AKIAEXAMPLE:hunter2secret@team/lab")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "hunter2secret" not in res.stdout + res.stderr and "AKIAEXAMPLE" not in res.stdout + res.stderr
+    assert "holds no credentials" in res.stderr
+    res = run_cli("runs", "--root", "s3://AKIAEXAMPLE:hunter2secret@team/lab")
+    assert res.returncode == 2 and "hunter2secret" not in res.stdout + res.stderr

@@ -7,6 +7,7 @@ reading the replica directly; the errors a user meets, each one line with its ex
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -257,3 +258,74 @@ def test_a_named_profile_supplies_the_credentials_which_are_never_stored(root, s
         for o in batch:
             assert secret not in bytes(obstore.get(store, o["path"]).bytes()), o["path"]
     assert secret.decode() not in res.stdout + res.stderr
+
+
+@pytest.fixture
+def fuse_mount(s3_prefix, tmp_path):
+    """The session server's bucket prefix mounted with ``weed mount`` (FUSE): the shared
+    filesystem case, on the same objects S3 serves. Skips where FUSE cannot mount."""
+    import shutil as _shutil
+    import subprocess
+
+    from tests.servers import weed_binary
+
+    point = tmp_path / "shared"
+    point.mkdir()
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse")
+    proc = subprocess.Popen([str(weed_binary()), "mount", f"-filer=127.0.0.1:{s3_prefix.server.ports['filer']}",
+                             f"-dir={point}", f"-filer.path=/buckets/{s3_prefix.server.bucket}/{s3_prefix.key}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not os.path.ismount(point):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.skip("weed mount could not mount (FUSE not permitted here?)")
+        time.sleep(0.1)
+    try:
+        yield point
+    finally:
+        fusermount = _shutil.which("fusermount3") or _shutil.which("fusermount")
+        subprocess.run([fusermount, "-u", str(point)] if fusermount else ["umount", "-l", str(point)],
+                       capture_output=True)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_a_replica_on_a_fuse_shared_filesystem_reads_the_same_over_s3(root, s3_prefix, fuse_mount, tmp_path):
+    """sync --to store into a FUSE mount (weed mount: a shared filesystem backed by the same
+    objects): create-only by hard links works there, and the replica reads the same through
+    the path and through s3://."""
+    make_runs(root, 3, project="123")
+    replica = fuse_mount / "team"
+    res = run_cli("sync", "--to", "store", "--uri", str(replica), root=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    q = "SELECT project, run_id, count(*) AS n, count(DISTINCT (writer, seq)) AS d FROM metrics GROUP BY ALL ORDER BY ALL"
+    by_path = run_cli("sql", q, "--format", "json", root=replica)
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    by_s3 = run_cli("sql", q, "--root", f"{s3_prefix.uri}/team", "--format", "json", env=env)
+    assert by_path.returncode == 0 and by_s3.returncode == 0, by_path.stderr + by_s3.stderr
+    assert json.loads(by_path.stdout) == json.loads(by_s3.stdout)
+    rows = json.loads(by_s3.stdout)
+    assert all(r["n"] == r["d"] for r in rows) and sum(r["n"] for r in rows) == source_rows(root)
+    assert not list(replica.rglob(".*.tmp")), "a temp file was left on the shared filesystem"
+
+
+def test_a_first_read_of_many_runs_shows_progress_on_a_terminal_only(root, s3_prefix, tmp_path, monkeypatch):
+    from tests.helpers import cli_in_pty
+
+    make_runs(root, 26, steps=2, keys=1)
+    assert sync_s3(root, s3_prefix).returncode == 0
+    for name, value in {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    piped = run_cli("sql", "SELECT count(*) AS n FROM samples", "--root", s3_prefix.uri, "--format", "json")
+    assert piped.returncode == 0 and json.loads(piped.stdout) == [{"n": 26}], piped.stderr
+    assert "fetching" not in piped.stderr  # a script's stderr stays quiet
+    monkeypatch.setenv("TRACKSTORE_CACHE_DIR", str(tmp_path / "cache2"))
+    code, out = cli_in_pty("sql", "SELECT count(*) AS n FROM samples", "--root", s3_prefix.uri, columns=80)
+    assert code == 0, out
+    assert "fetching from the team store" in out, out

@@ -34,6 +34,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from ..errors import UsageError
 from ..store import locks, objects
@@ -64,8 +65,11 @@ def wanted(key: str, metadata_only: bool) -> bool:
     return not metadata_only and bool(_PART.match(key) or _ARTIFACT_META.match(key))
 
 
-def local_copy(uri: str, *, metadata_only: bool = False, env=None) -> Path:
-    """The folder of this machine holding replica ``uri`` in step (see the module docstring)."""
+def local_copy(uri: str, *, metadata_only: bool = False, env=None,
+               on_fetch: Callable[[int], Callable[[str], None] | None] | None = None) -> Path:
+    """The folder of this machine holding replica ``uri`` in step (see the module docstring).
+    ``on_fetch(n)`` is told how many objects are about to be downloaded and may return a
+    callable called with each one's key as it lands (a progress bar)."""
     folder = objects.open_location(uri, env=env)
     objects.check_reachable(folder)
     copy = cache_dir(env) / "replicas" / destination_id("store", folder.url)
@@ -91,10 +95,13 @@ def local_copy(uri: str, *, metadata_only: bool = False, env=None) -> Path:
             return o, True
 
         if fetch:
+            tick = on_fetch(len(fetch)) if on_fetch is not None else None
             with ThreadPoolExecutor(min(FETCH_THREADS, len(fetch))) as pool:
                 for o, ok in pool.map(get, fetch):
                     if ok:
                         index[o.key] = [o.size, o.etag]
+                    if tick is not None:
+                        tick(o.key)
         write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
     return copy
 

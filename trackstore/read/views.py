@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import CorruptFileError, QueryError
+from ..store import objects
 from ..store import schema as _schema
 from ..store.arrays import column
 from ..store.last_rows import COLUMN as LAST_OF_KEY
@@ -111,11 +112,17 @@ def connect(root: str | os.PathLike | None = None, *, read_only: bool = True, on
     listing every run (what ``trackstore sql`` does for a query that never names it).
     A root that is not a store (missing, not a folder, other files only) raises
     :class:`~trackstore.errors.UsageError` naming it (:func:`trackstore.store.layout.check_store_root`).
+    ``root="s3://BUCKET/PREFIX"`` reads a team store: a local copy of the replica kept in step
+    (:func:`trackstore.read.replica_copy.local_copy`; docs/team-store.md).
     """
     if on_corrupt not in ("warn", "error"):
         raise ValueError("on_corrupt must be 'warn' or 'error'")
     import duckdb
 
+    if objects.is_remote(root):  # a team store on S3: its local copy, brought in step (read.replica_copy)
+        from .replica_copy import local_copy
+
+        root = local_copy(str(root))
     root_path = resolve_root(root, must_exist=True)  # a mistyped root is an error, not an empty store
     only = None if runs is None else {(r.project, r.run_id) if hasattr(r, "run_id") else tuple(r) for r in runs}
     parts = scan_parts(root_path, only)

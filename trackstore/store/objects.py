@@ -17,8 +17,9 @@ this module and nothing else to reach it. What it promises:
   stored. Secrets never appear in it, in an error message or on disk.
 * :meth:`ObjectFolder.put_new` is create-only: S3 ``If-None-Match: *``; a path: the bytes go to
   a hidden temp name in the same folder (``.<name>.<hex>.tmp``, which no ``*.parquet`` glob
-  matches), are fsynced, and are hard-linked to the final name, which fails if it exists; the
-  folder is fsynced. Either way a reader sees the whole object or nothing, and an object once
+  matches), are fsynced, and are hard-linked to the final name, which fails if it exists (on a
+  filesystem without hard links: renamed, after checking the name is free); the folder is
+  fsynced. Either way a reader sees the whole object or nothing, and an object once
   written is never replaced by this call. :meth:`ObjectFolder.put` replaces atomically (S3 PUT;
   a path: temp file and rename).
 * Errors come out as trackstore's: a connection that fails or is cut is
@@ -121,6 +122,15 @@ class PathFolder(ObjectFolder):
                     os.link(tmp, final)
                 except FileExistsError:
                     return False
+                except OSError as exc:
+                    if exc.errno not in _NO_HARD_LINKS:
+                        raise
+                    # a filesystem without hard links (some FUSE and object-backed mounts): a
+                    # rename after a look. Two writers of one name hold the same rows (a part's
+                    # name is its rows' range), so the rare race can only put equal bytes there.
+                    if final.exists():
+                        return False
+                    os.rename(tmp, final)
             finally:
                 try:
                     tmp.unlink()
@@ -183,6 +193,10 @@ class PathFolder(ObjectFolder):
             if exc.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM):
                 raise TargetRefusedError(f"{self.url}: {exc.strerror or exc}") from None
             raise
+
+
+#: what os.link raises on a filesystem that has no hard links
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS, errno.EMLINK}
 
 
 def _remove_empty_up_to(folder: Path, top: Path) -> None:
@@ -324,6 +338,9 @@ def open_location(uri: str | os.PathLike, *, timeout: float = 30.0, env: dict[st
     text = os.fspath(uri)
     if text.startswith(S3_SCHEME):
         bucket, _, prefix = text[len(S3_SCHEME):].partition("/")
+        if "@" in bucket:  # s3://KEY:SECRET@bucket: never echo it
+            raise UsageError("an S3 location holds no credentials: use s3://BUCKET/PREFIX with AWS_ACCESS_KEY_ID "
+                             "and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)")
         if not bucket or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,254}", bucket):
             raise UsageError(f"{text!r} is not an S3 location: use s3://BUCKET/PREFIX")
         if any(p in (".", "..") for p in prefix.split("/")):
