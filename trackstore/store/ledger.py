@@ -69,7 +69,7 @@ def save_cursor(root: Path, cursor: Cursor) -> None:
     if not desc.exists():
         write_json_atomic(desc, {"target": cursor.target, "destination": cursor.destination,
                                  "dest_id": cursor.dest_id, "created_at": iso(time.time())})
-    write_json_atomic(path, cursor.to_json())
+    write_json_atomic(path, cursor.to_json(), indent=None)  # rewritten several times a run: the fast encoder
 
 
 # What a damaged cursor file raises while being parsed: I/O errors, invalid JSON or UTF-8
