@@ -58,6 +58,7 @@ from .adapter import Adapter, TargetOptions
 from .engine import Engine, Progress, RunResult, SyncOptions, SyncReport, unchanged_runs, up_to_date_result
 
 SESSION_REFRESH_S = 30.0  # the declaration's heartbeat (stale only after locks.STALE_AFTER_S elsewhere)
+LOCK_BEAT_S = 2.0  # a run lock's heartbeat, at most this often (at each batch once this much time passed)
 
 
 def run_key(info: RunInfo) -> str:
@@ -292,10 +293,17 @@ class _Scheduler:
             return None
 
     def _beat(self, progress: _WorkerProgress) -> Callable[[], None]:
+        beaten: dict[int, float] = {}  # id(lock) -> when this worker last refreshed it
+
         def beat() -> None:
+            now = time.monotonic()
             for lock in (progress.lock, progress.held):
-                if lock is not None:
+                # a batch can take a millisecond (the team store): a heartbeat every few seconds
+                # is what staleness (locks.STALE_AFTER_S) needs, and a worker frozen longer than
+                # that still finds out at its next batch that its lock was taken over
+                if lock is not None and now - beaten.get(id(lock), -LOCK_BEAT_S) >= LOCK_BEAT_S:
                     lock.refresh()
+                    beaten[id(lock)] = now
             if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
                 with self.mutex:
                     if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
