@@ -12,9 +12,10 @@ docs/format.md section 12). The engine is the same as every target's: exactly on
   exactly one part of the replica. A plain glob over ``project=*/run=*/<kind>/*.parquet``
   therefore never counts a row twice nor meets a half-written file, whatever the source store
   does meanwhile (compaction rewrites local parts; the replica never sees it).
-* **A local part goes as it is** when none of its rows is at the replica yet (every part of a
-  run never replicated; :attr:`~.adapter.Capabilities.whole_parts`): its bytes, never decoded
-  nor encoded again, under the name of its writer and rows' range. A part some of whose rows
+* **A local part goes as it is** when none of its rows is at the replica yet and it is its
+  writer's only such part (a finished or compacted run; :attr:`~.adapter.Capabilities.whole_parts`):
+  its bytes, never decoded nor encoded again, under the name of its writer and rows' range. A
+  live run's many small parts go merged, as rows. A part some of whose rows
   are here already (a lost ledger met a replica, a compaction merged parts replicated one by
   one) goes as its missing rows, encoded anew.
 * **Reconcile reads the replica.** The rows of a batch in doubt (SIGKILL, a connection cut

@@ -97,9 +97,10 @@ class WholePart:
 def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
                     damaged: dict[Path, CorruptFileError] | None = None) -> tuple[list[WholePart], object]:
     """:func:`read_kind` for a target that takes whole parts: the parts none of whose rows are
-    in ``exclude``, read as bytes and checked (format version, the kind's columns, row ids)
-    without decoding their data; and every other pending row, decoded as :func:`read_kind`
-    returns them. A part that does not check out is handled as :func:`read_kind` handles it."""
+    in ``exclude`` and that are their writer's only such part, read as bytes and checked
+    (format version, the kind's columns, row ids) without decoding their data; and every other
+    pending row, decoded as :func:`read_kind` returns them (a writer's several small parts are
+    better sent merged). A part that does not check out is handled as :func:`read_kind` handles it."""
     import io
 
     import pyarrow.parquet as pq
@@ -136,4 +137,12 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
 
     for how, item in each_part(paths, kind, one, on_damaged):
         (whole if how == "whole" else partial).append(item)
-    return whole, _in_replay_order(partial, kind, None, exclude)
+    # a writer's several small parts (a live run's flushes) go as rows, merged into one: one
+    # object instead of many; a writer's one part (a finished or compacted run) goes whole
+    per_writer: dict[str, int] = {}
+    for p in whole:
+        for w in p.ids.writers():
+            per_writer[w] = per_writer.get(w, 0) + 1
+    single = [p for p in whole if all(per_writer[w] == 1 for w in p.ids.writers())]
+    partial += [p.rows(kind) for p in whole if p not in single]
+    return single, _in_replay_order(partial, kind, None, exclude)
