@@ -94,39 +94,19 @@ def gc(
     shown_runs = [c for c in plan.runs if not c.kept(KeepReason.OTHER_PROJECT)]  # --project: the others are not news
     if not shown_runs and project:
         note_unknown_project(root_path, project)
-    rows = [c.row(plan.created_at) for c in shown_runs if show_kept or c.delete or fmt is not Format.table]
-    con = console(stderr=fmt is not Format.table)
-    if fmt is Format.table:
-        if rows:
-            shown = [{**r, "bytes": format_bytes(r["bytes"])} for r in rows]
-            emit(shown, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS,
-                 title=f"{'would delete' if dry_run else 'to delete'}: {plural(len(plan.delete), 'run')}, "
-                       f"{format_bytes(plan.freed_bytes)}",
-                 wide=wide, run_ids=store_run_ids(root_path), labels={"ended_at": "ended", "age_days": "days"},
-                 drop_order=["ended_at", "project", "status", "name"])
-    else:
-        emit(rows, fmt, columns=["action", *COLUMNS])
-    kept = G.describe_kept(c for c in shown_runs if not c.delete)
-    if kept:
-        con.print("kept: " + ", ".join(f"{n:,} {why}" for why, n in sorted(kept.items())), highlight=False)
+    title = f"{'would delete' if dry_run else 'to delete'}: {plural(len(plan.delete), 'run')}, " \
+            f"{format_bytes(plan.freed_bytes)}"
+    con = _show_plan([c.row(plan.created_at) for c in shown_runs if show_kept or c.delete or fmt is not Format.table],
+                     G.describe_kept(c for c in shown_runs if not c.delete), fmt, title=title, show_kept=show_kept,
+                     wide=wide, run_ids=store_run_ids(root_path))
     if not plan.delete:
         con.print("nothing to delete")
         if not dry_run:
             G.execute(root_path, plan)  # still finishes deletions a crash interrupted
             _compact(root_path, plan, policy, compact, con)
         return
-    if dry_run:
-        con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes:,} bytes); nothing deleted",
-                  highlight=False)
+    if not _go_ahead(con, len(plan.delete), plan.freed_bytes, dry_run=dry_run, yes=yes):
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError("gc needs confirmation and there is no terminal to ask: pass --yes (e.g. from cron), "
-                             "or --dry-run to only see the plan; nothing deleted")
-        if not typer.confirm(f"Delete {plural(len(plan.delete), 'run')} ({format_bytes(plan.freed_bytes)})?",
-                             default=False):
-            con.print("nothing deleted")
-            raise typer.Exit(1)
     with Steps("gc", total=len(plan.delete)) as step:
         result = G.execute(root_path, plan, on_deleted=lambda c: step(c.run_id))
     for c in result.skipped:
@@ -152,7 +132,6 @@ def _compact(root_path, plan, policy, enabled: bool, con) -> None:
 def _gc_replica(uri: str, older_than_s, *, project, statuses, keep_last, dry_run: bool, yes: bool, show_kept: bool,
                 fmt, wide: bool) -> None:
     """gc of a team store (trackstore.upkeep.replica_gc): plan, show, confirm, delete."""
-    from trackstore.errors import UsageError
     from trackstore.store.files import format_bytes
     from trackstore.store.objects import check_reachable, open_location
     from trackstore.store.vocab import KeepReason
@@ -162,37 +141,55 @@ def _gc_replica(uri: str, older_than_s, *, project, statuses, keep_last, dry_run
     check_reachable(folder)
     plan = R.plan(folder, older_than_s=older_than_s, project=project, statuses=statuses, keep_last=keep_last)
     shown_runs = [r for r in plan.runs if r.code is not KeepReason.OTHER_PROJECT]  # --project: not news
-    rows = [r.row(plan.created_at) for r in shown_runs if show_kept or r.delete or fmt is not Format.table]
-    con = console(stderr=fmt is not Format.table)
-    if fmt is Format.table:
-        if rows:
-            shown = [{**r, "bytes": format_bytes(r["bytes"])} for r in rows]
-            emit(shown, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS,
-                 title=f"{'would delete' if dry_run else 'to delete'} from {folder.url}: "
-                       f"{plural(len(plan.delete), 'run')}, {format_bytes(plan.freed_bytes)}",
-                 wide=wide, labels={"ended_at": "ended", "age_days": "days"},
-                 drop_order=["ended_at", "project", "status", "name"])
-    else:
-        emit(rows, fmt, columns=["action", *COLUMNS])
-    kept = R.describe_kept(shown_runs)
-    if kept:
-        con.print("kept: " + ", ".join(f"{n:,} {why}" for why, n in sorted(kept.items())), highlight=False)
+    title = f"{'would delete' if dry_run else 'to delete'} from {folder.url}: {plural(len(plan.delete), 'run')}, " \
+            f"{format_bytes(plan.freed_bytes)}"
+    con = _show_plan([r.row(plan.created_at) for r in shown_runs if show_kept or r.delete or fmt is not Format.table],
+                     R.describe_kept(shown_runs), fmt, title=title, show_kept=show_kept, wide=wide)
     if not plan.delete:
         con.print("nothing to delete")
         return
-    if dry_run:
-        con.print(f"dry run: would free {format_bytes(plan.freed_bytes)} ({plan.freed_bytes:,} bytes); nothing deleted",
-                  highlight=False)
+    if not _go_ahead(con, len(plan.delete), plan.freed_bytes, dry_run=dry_run, yes=yes, where=f" from {folder.url}"):
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError("gc needs confirmation and there is no terminal to ask: pass --yes (e.g. from cron), "
-                             "or --dry-run to only see the plan; nothing deleted")
-        if not typer.confirm(f"Delete {plural(len(plan.delete), 'run')} ({format_bytes(plan.freed_bytes)}) "
-                             f"from {folder.url}?", default=False):
-            con.print("nothing deleted")
-            raise typer.Exit(1)
     with Steps("gc", total=len(plan.delete)) as step:
         freed = R.execute(folder, plan, on_deleted=lambda r: step(r.run_id))
     con.print(f"deleted {plural(len(plan.delete), 'run')} from {folder.url}, freed {format_bytes(freed)} "
               f"({freed:,} bytes)", highlight=False)
+
+
+def _show_plan(rows: list[dict], kept: dict[str, int], fmt, *, title: str, show_kept: bool, wide: bool,
+               run_ids=None):
+    """gc's plan as a table (or rows in another format) and the kept runs counted by reason; the
+    console later lines go to (stderr when the rows are data)."""
+    from trackstore.store.files import format_bytes
+
+    con = console(stderr=fmt is not Format.table)
+    if fmt is Format.table:
+        if rows:
+            shown = [{**r, "bytes": format_bytes(r["bytes"])} for r in rows]
+            emit(shown, fmt, columns=["action", *COLUMNS] if show_kept else COLUMNS, title=title, wide=wide,
+                 run_ids=run_ids, labels={"ended_at": "ended", "age_days": "days"},
+                 drop_order=["ended_at", "project", "status", "name"])
+    else:
+        emit(rows, fmt, columns=["action", *COLUMNS])
+    if kept:
+        con.print("kept: " + ", ".join(f"{n:,} {why}" for why, n in sorted(kept.items())), highlight=False)
+    return con
+
+
+def _go_ahead(con, runs: int, freed: int, *, dry_run: bool, yes: bool, where: str = "") -> bool:
+    """Whether to delete: not in a dry run (which says what it would free), and only once the
+    user said yes (``--yes``, or a terminal's answer; none: a usage error)."""
+    from trackstore.errors import UsageError
+    from trackstore.store.files import format_bytes
+
+    if dry_run:
+        con.print(f"dry run: would free {format_bytes(freed)} ({freed:,} bytes); nothing deleted", highlight=False)
+        return False
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("gc needs confirmation and there is no terminal to ask: pass --yes (e.g. from cron), "
+                             "or --dry-run to only see the plan; nothing deleted")
+        if not typer.confirm(f"Delete {plural(runs, 'run')} ({format_bytes(freed)}){where}?", default=False):
+            con.print("nothing deleted")
+            raise typer.Exit(1)
+    return True
