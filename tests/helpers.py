@@ -297,3 +297,23 @@ sys.stdin.read()
         p.kill()
         raise AssertionError(p.stderr.read())
     return p, run_id
+
+
+def log_record(run, kind: str, step: int, artifact: Path) -> None:
+    """One record of ``kind`` at ``step`` (the model tests' histories): two metrics, a histogram,
+    a sample, a trace of one span, or an artifact made from ``artifact`` (written first)."""
+    import trackstore
+
+    if kind == "metrics":
+        run.log({"a": float(step), "b": 2.0 * step}, step=step)
+    elif kind == "histograms":
+        run.log({"h": trackstore.Histogram([1.0, float(step)])}, step=step)
+    elif kind == "samples":
+        run.log_samples([{"input": f"q{step}", "output": "a"}], step=step)
+    elif kind == "spans":
+        with run.trace(step=step, sample_index=0) as tr:
+            with tr.span("assistant", inputs="hi", outputs="ho"):
+                pass
+    else:
+        artifact.write_bytes(b"w" * max(1, step % 7))
+        run.log_artifact(artifact, name=f"ckpt{step}", type="model")

@@ -76,12 +76,82 @@ def _server_env(home: Path) -> dict[str, str]:
     return env
 
 
-class MlflowServer:
+class ServerGroup:
+    """A server run as its own process group (``start_new_session``): what every test server here
+    shares. ``stop()`` is SIGTERM then SIGKILL after a grace period, ``kill()`` SIGKILL at once;
+    either ends every process of the group or raises, and reaps the leader. A subclass sets
+    ``self._proc`` (its ``subprocess.Popen``), ``log_path``, ``NAME`` and ``STOP_GRACE``, and may
+    clean up after the group in :meth:`_after_stop`."""
+
+    NAME = "server"
+    STOP_GRACE = STOP_GRACE_S
+    _proc: subprocess.Popen | None
+    log_path: Path
+
+    @property
+    def pid(self) -> int | None:
+        """The leader's pid, which is also the process group id; None when stopped."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        if self._proc is None:
+            return
+        self._signal_group(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=self.STOP_GRACE if grace is None else grace)
+        self._reap_group(signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash, not a shutdown)."""
+        if self._proc is not None:
+            self._reap_group(signal.SIGKILL)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def _signal_group(self, sig: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, sig)  # start_new_session: the group id is the leader's pid
+
+    def _reap_group(self, sig: int) -> None:
+        """Signal the group until no member is left, and reap the leader."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.STOP_GRACE
+        while time.monotonic() < deadline:
+            self._signal_group(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=0.2)
+            try:
+                os.killpg(self._proc.pid, 0)
+            except ProcessLookupError:
+                break
+        else:
+            raise RuntimeError(f"{self.NAME} process group {self._proc.pid} outlived SIGKILL for "
+                               f"{self.STOP_GRACE:.0f} s")
+        self._proc = None
+        self._after_stop()
+
+    def _after_stop(self) -> None:
+        """What a stopped group leaves behind, cleaned up (nothing by default)."""
+
+
+class MlflowServer(ServerGroup):
     """One ``mlflow server`` process group bound to a fixed port and a fixed store.
 
     ``start()`` and ``stop()`` may be called any number of times; data lives in ``workdir``
     (``mlflow.db`` and ``artifacts/``), so it survives restarts.
     """
+
+    NAME = "mlflow server"
 
     def __init__(self, workdir: Path, port: int | None = None, extra_args: Sequence[str] = (),
                  backend: str = "sqlite") -> None:
@@ -109,15 +179,6 @@ class MlflowServer:
                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
                 "--backend-store-uri", self.backend_uri,
                 "--serve-artifacts", "--artifacts-destination", str(self.artifact_dir), *self.extra_args]
-
-    @property
-    def pid(self) -> int | None:
-        """The leader's pid, which is also the process group id; None when stopped."""
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the server (no-op if running) and return once the REST API answers."""
@@ -150,28 +211,6 @@ class MlflowServer:
         self.kill()
         raise RuntimeError(f"mlflow server did not answer on {self.url} within {timeout:.0f} s:\n{self.log_tail()}")
 
-    def stop(self, grace: float = STOP_GRACE_S) -> None:
-        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
-        if self._proc is None:
-            return
-        self._signal_group(signal.SIGTERM)
-        try:
-            self._proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        self._reap_group(signal.SIGKILL)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group at once (a crash, not a shutdown)."""
-        if self._proc is not None:
-            self._reap_group(signal.SIGKILL)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
-
     def _answers(self) -> bool:
         """True once the tracking API (not just /health) serves a request."""
         req = urllib.request.Request(f"{self.url}/api/2.0/mlflow/experiments/search?max_results=1")
@@ -181,29 +220,6 @@ class MlflowServer:
                 return resp.status == 200 and "experiments" in json.loads(resp.read() or b"{}")
         except (OSError, ValueError, urllib.error.URLError):
             return False
-
-    def _signal_group(self, sig: int) -> None:
-        assert self._proc is not None
-        try:
-            os.killpg(self._proc.pid, sig)  # start_new_session: the group id is the leader's pid
-        except ProcessLookupError:
-            pass
-
-    def _reap_group(self, sig: int) -> None:
-        """Signal the group until no member is left, and reap the leader."""
-        assert self._proc is not None
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline:
-            self._signal_group(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=0.2)
-            try:
-                os.killpg(self._proc.pid, 0)
-            except ProcessLookupError:
-                break
-        else:
-            raise RuntimeError(f"mlflow server process group {self._proc.pid} outlived SIGKILL for {STOP_GRACE_S:.0f} s")
-        self._proc = None
 
 
 def _session_server(tmp_path_factory, folder: str, **kw) -> Iterator[MlflowServer]:
@@ -311,7 +327,7 @@ def weed_ports(count: int = len(_WEED_SERVICES)) -> list[int]:
     return ports
 
 
-class WeedS3:
+class WeedS3(ServerGroup):
     """One ``weed mini`` process (master, volume, filer and S3 gateway in one) on 127.0.0.1,
     with bucket ``team`` and one access key: requests signed with any other key get 403, a
     bucket that does not exist 404 (``-s3.autoCreateBucket=false``: never created on upload).
@@ -320,6 +336,9 @@ class WeedS3:
     and the ports stay the same, so objects survive restarts. No telemetry, no admin UI, no
     WebDAV, Iceberg or Lance servers.
     """
+
+    NAME = "weed"
+    STOP_GRACE = WEED_STOP_GRACE_S
 
     def __init__(self, workdir: Path, bucket: str = WEED_BUCKET) -> None:
         self.workdir = Path(workdir)
@@ -372,15 +391,6 @@ class WeedS3:
                                      "backoff": {"init_backoff": timedelta(milliseconds=50),
                                                  "max_backoff": timedelta(seconds=1), "base": 2}})
 
-    @property
-    def pid(self) -> int | None:
-        """The leader's pid, which is also the process group id; None when stopped."""
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     def start(self, timeout: float = WEED_START_TIMEOUT_S) -> None:
         """Start the server (no-op if running) and return once a signed listing of the bucket answers."""
         if self.running:
@@ -425,26 +435,6 @@ class WeedS3:
         self.kill()
         raise RuntimeError(f"weed mini did not answer on {self.endpoint} within {timeout:.0f} s:\n{self.log_tail()}")
 
-    def stop(self, grace: float = WEED_STOP_GRACE_S) -> None:
-        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
-        if self._proc is None:
-            return
-        self._signal_group(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=grace)
-        self._reap_group(signal.SIGKILL)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group at once (a crash, not a shutdown)."""
-        if self._proc is not None:
-            self._reap_group(signal.SIGKILL)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
-
     def _answers(self, bucket, probe_bucket) -> bool:
         """True once the bucket lists with the key and an object can be written and read back.
         A listing alone is not enough: after a restart the filer answers it (and lists every
@@ -459,27 +449,9 @@ class WeedS3:
         except Exception:  # refused, reset, 404 while the bucket is made, 500 while volumes are unknown
             return False
 
-    def _signal_group(self, sig: int) -> None:
-        assert self._proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._proc.pid, sig)
-
-    def _reap_group(self, sig: int) -> None:
-        """Signal the group until no member is left, reap the leader, and remove the unix
-        sockets weed leaves in /tmp (named by port) when it does not shut down cleanly."""
-        assert self._proc is not None
-        deadline = time.monotonic() + WEED_STOP_GRACE_S
-        while time.monotonic() < deadline:
-            self._signal_group(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=0.2)
-            try:
-                os.killpg(self._proc.pid, 0)
-            except ProcessLookupError:
-                break
-        else:
-            raise RuntimeError(f"weed process group {self._proc.pid} outlived SIGKILL for {WEED_STOP_GRACE_S:.0f} s")
-        self._proc = None
+    def _after_stop(self) -> None:
+        """Remove the unix sockets weed leaves in /tmp (named by port) when it does not shut
+        down cleanly."""
         for port in self.ports.values():
             for p in (port, port + WEED_GRPC_OFFSET):
                 for sock in Path("/tmp").glob(f"seaweedfs-*-{p}.sock"):

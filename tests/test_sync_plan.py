@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 import trackstore
+from tests.helpers import log_record
 from trackstore.store.catalog import freshness
 from trackstore.sync.adapter import TargetOptions
 from trackstore.sync.engine import Engine, SyncOptions, select_runs
@@ -93,21 +94,7 @@ class PlanModel(RuleBasedStateMachine):
         for i in range(n):
             self.step += 1
             s = self.step
-            kind = kinds[i % len(kinds)]
-            if kind == "metrics":
-                run.log({"a": float(s), "b": 2.0 * s}, step=s)
-            elif kind == "histograms":
-                run.log({"h": trackstore.Histogram([1.0, float(s)])}, step=s)
-            elif kind == "samples":
-                run.log_samples([{"input": f"q{s}", "output": "a"}], step=s)
-            elif kind == "spans":
-                with run.trace(step=s, sample_index=0) as tr:
-                    with tr.span("assistant", inputs="hi", outputs="ho"):
-                        pass
-            else:
-                art = self.root.parent / f"{self.root.name}-{s}.bin"
-                art.write_bytes(b"w")
-                run.log_artifact(art, name=f"ckpt{s}", type="model")
+            log_record(run, kinds[i % len(kinds)], s, self.root.parent / f"{self.root.name}-{s}.bin")
         run.flush()
 
     @precondition(lambda self: self._live())

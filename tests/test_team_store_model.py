@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import trackstore
+from tests.helpers import log_record
 from trackstore.errors import RetryableError
 from trackstore.store import objects
 from trackstore.sync.adapter import TargetOptions
@@ -81,21 +82,7 @@ class ReplicaModel(RuleBasedStateMachine):
         for i in range(n):
             self.step += 1
             s = self.step
-            kind = kinds[i % len(kinds)]
-            if kind == "metrics":
-                run.log({"a": float(s), "b": 2.0 * s}, step=s)
-            elif kind == "histograms":
-                run.log({"h": trackstore.Histogram([1.0, float(s)])}, step=s)
-            elif kind == "samples":
-                run.log_samples([{"input": f"q{s}", "output": "a"}], step=s)
-            elif kind == "spans":
-                with run.trace(step=s, sample_index=0) as tr:
-                    with tr.span("assistant", inputs="hi", outputs="ho"):
-                        pass
-            else:
-                art = self.base / f"a{s}.bin"
-                art.write_bytes(b"w" * s)
-                run.log_artifact(art, name=f"ckpt{s}", type="model")
+            log_record(run, kinds[i % len(kinds)], s, self.base / f"a{s}.bin")
         run.flush()
 
     @precondition(lambda self: self._live())
