@@ -31,7 +31,10 @@ from trackstore.sync.adapter import TargetOptions
 from trackstore.sync.engine import Engine, SyncOptions, select_runs
 from trackstore.sync.replica import ReplicaAdapter
 
-EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "12"))
+# 8 histories of 12 steps (about 40 s alone): the suite must stay within CI's 15 minutes; set
+# TRACKSTORE_MODEL_EXAMPLES to look further (a reconcile that forgot what the replica holds fails
+# within the first few)
+EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "8"))
 KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -167,6 +170,6 @@ class ReplicaModel(RuleBasedStateMachine):
         return set(zip(t.column("writer").to_pylist(), t.column("seq").to_pylist()))
 
 
-ReplicaModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=15, deadline=None,
+ReplicaModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=12, deadline=None,
                                           database=None, suppress_health_check=list(HealthCheck))
 TestReplicaModel = ReplicaModel.TestCase
