@@ -45,16 +45,10 @@ KEY_NAMES = [f"{g}/{k}" for g in ("actor", "critic", "rollout", "perf") for k in
 
 
 # ----------------------------------------------------------------------------- building
-def build_store(root: Path, n: int) -> None:
-    import pyarrow as pa
-
+def template_files(root: Path) -> tuple[dict, dict]:
+    """The run.json and writer file of a real run (made beside ``root`` and removed): the
+    templates a built store's runs copy, so they look as trackstore writes them."""
     import trackstore
-    from trackstore.store import parts as _parts
-    from trackstore.store.layout import RunPaths, part_file_name
-    from trackstore.store.ledger import Cursor, save_cursor
-    from trackstore.store.meta import write_run_json, write_writer_file
-    from trackstore.store.ranges import RangeSet
-    from trackstore.store.schema import TS_TYPE
 
     template_root = root.parent / f"{root.name}-template"
     shutil.rmtree(template_root, ignore_errors=True)
@@ -64,6 +58,20 @@ def build_store(root: Path, n: int) -> None:
     tpl_meta = json.loads(tpl_paths.run_file.read_text())
     tpl_writer = json.loads(next(tpl_paths.writers_dir.glob("*.json")).read_text())
     shutil.rmtree(template_root, ignore_errors=True)
+    return tpl_meta, tpl_writer
+
+
+def build_store(root: Path, n: int) -> None:
+    import pyarrow as pa
+
+    from trackstore.store import parts as _parts
+    from trackstore.store.layout import RunPaths, part_file_name
+    from trackstore.store.ledger import Cursor, save_cursor
+    from trackstore.store.meta import write_run_json, write_writer_file
+    from trackstore.store.ranges import RangeSet
+    from trackstore.store.schema import TS_TYPE
+
+    tpl_meta, tpl_writer = template_files(root)
 
     real_fsync = os.fsync
     os.fsync = lambda fd: None  # building only: nothing here must survive a power cut

@@ -65,7 +65,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from store_scale import KEY_NAMES, KEYS, PROJECTS, STEPS, compile_packages, ts_cmd  # noqa: E402
+from store_scale import KEY_NAMES, KEYS, PROJECTS, STEPS, compile_packages, template_files, ts_cmd  # noqa: E402
 
 CACHE = Path("/tmp/trackstore-bench-team-store")
 BUILD_VERSION = 1
@@ -82,20 +82,12 @@ def build_store(root: Path, n: int) -> None:
     import numpy as np
     import pyarrow as pa
 
-    import trackstore
     from trackstore.store.layout import RunPaths, part_file_name
     from trackstore.store.meta import write_run_json, write_writer_file
     from trackstore.store.parts import write_part
     from trackstore.store.schema import TS_TYPE
 
-    template_root = root.parent / f"{root.name}-template"
-    shutil.rmtree(template_root, ignore_errors=True)
-    with trackstore.init(project="t", name="t", root=template_root, config={"lr": 1e-6}) as run:
-        run.log({"x": 1.0}, step=0)
-        tpl_paths = run.paths
-    tpl_meta = json.loads(tpl_paths.run_file.read_text())
-    tpl_writer = json.loads(next(tpl_paths.writers_dir.glob("*.json")).read_text())
-    shutil.rmtree(template_root, ignore_errors=True)
+    tpl_meta, tpl_writer = template_files(root)
 
     real_fsync = os.fsync
     os.fsync = lambda fd: None  # building only: nothing here must survive a power cut
