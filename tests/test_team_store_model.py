@@ -31,10 +31,10 @@ from trackstore.sync.adapter import TargetOptions
 from trackstore.sync.engine import Engine, SyncOptions, select_runs
 from trackstore.sync.replica import ReplicaAdapter
 
-# 8 histories of 12 steps (about 40 s alone): the suite must stay within CI's 15 minutes; set
+# 6 histories of 12 steps (about 25 s alone): the suite must stay within CI's 15 minutes; set
 # TRACKSTORE_MODEL_EXAMPLES to look further (a reconcile that forgot what the replica holds fails
 # within the first few)
-EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("TRACKSTORE_MODEL_EXAMPLES", "6"))
 KINDS = ("metrics", "samples", "spans", "histograms", "artifacts")
 pytestmark = pytest.mark.filterwarnings("ignore")
 

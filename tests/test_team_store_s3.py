@@ -154,7 +154,7 @@ def test_a_reader_looping_over_s3_never_double_counts_while_runs_grow_and_compac
     t = threading.Thread(target=reader)
     t.start()
     try:
-        for round_ in range(4):
+        for round_ in range(3):
             for s in range(40 + round_ * 10, 50 + round_ * 10):
                 live.log({"loss/k0": float(s)}, step=s)
             assert sync_s3(root, s3_prefix).returncode == 0
@@ -164,7 +164,7 @@ def test_a_reader_looping_over_s3_never_double_counts_while_runs_grow_and_compac
     finally:
         stop.set()
         t.join()
-    assert len(seen) > 3 and all(n == d for n, d in seen), "a reader counted a row twice"
+    assert len(seen) > 2 and all(n == d for n, d in seen), "a reader counted a row twice"
     assert_exact(root, s3_prefix)
 
 
