@@ -108,7 +108,7 @@ RootOpt = Annotated[
 def gc_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Path | str:
     """``gc``'s root: a local store (a Path, as :func:`existing_root`), or a team store (the
     replica's URI as given, a str): ``s3://BUCKET/PREFIX``, or a path holding ``_replica.json``."""
-    from trackstore.read.replica_copy import REPLICA_MARKER
+    from trackstore.store.layout import REPLICA_MARKER
     from trackstore.store.objects import is_remote
 
     if value is not None and (is_remote(value) or (Path(value).expanduser() / REPLICA_MARKER).is_file()):

@@ -50,21 +50,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trackstore.errors import PermanentError, TargetRefusedError, UsageError
+from trackstore.errors import PermanentError, UsageError
 from trackstore.store import objects
 from trackstore.store.clock import iso
 from trackstore.store.identity import store_identity
-from trackstore.store.layout import ARTIFACTS_DIR, MANIFEST_DIR, PART_PREFIX, PART_SUFFIX, PROJECT_PREFIX, RUN_PREFIX
+from trackstore.store.layout import (
+    ARTIFACTS_DIR,
+    MANIFEST_DIR,
+    PART_PREFIX,
+    PART_SUFFIX,
+    REPLICA_FORMAT,
+    REPLICA_MARKER,
+    REPLICA_VERSION,
+    RUN_FILE,
+    run_key,
+)
 from trackstore.store.ranges import RangeSet
-from trackstore.store.vocab import KINDS, Kind
+from trackstore.store.vocab import KINDS, Kind, RunStatus
 
 from .adapter import Adapter, Capabilities, Opened, SendResult, WholePart
-
-#: the file at a replica's root that says it is one
-REPLICA_MARKER = "_replica.json"
-REPLICA_FORMAT = "trackstore-replica"
-REPLICA_VERSION = 1
-RUN_FILE = "run.json"
 
 
 def kind_folder(kind: str) -> str:
@@ -72,12 +76,8 @@ def kind_folder(kind: str) -> str:
     return f"{ARTIFACTS_DIR}/{MANIFEST_DIR}" if kind == Kind.ARTIFACTS else str(kind)
 
 
-def run_prefix(project: str, run_id: str) -> str:
-    return f"{PROJECT_PREFIX}{project}/{RUN_PREFIX}{run_id}/"
-
-
 def part_key(project: str, run_id: str, kind: str, writer: str, first: int, last: int) -> str:
-    return f"{run_prefix(project, run_id)}{kind_folder(kind)}/{PART_PREFIX}{writer}-{first:012d}-{last:012d}{PART_SUFFIX}"
+    return f"{run_key(project, run_id)}{kind_folder(kind)}/{PART_PREFIX}{writer}-{first:012d}-{last:012d}{PART_SUFFIX}"
 
 
 def part_bytes(table, kind: str) -> bytes:
@@ -187,7 +187,7 @@ class ReplicaAdapter(Adapter):
     # ------------------------------------------------------------------ runs
     def open_run(self, run, cursor) -> str:
         self._ensure_replica()
-        base = run_prefix(run.project, run.run_id)
+        base = run_key(run.project, run.run_id)
         existing = self._read_json(base + RUN_FILE)
         if existing is not None:
             self._check_same_source(run, existing)
@@ -211,7 +211,8 @@ class ReplicaAdapter(Adapter):
                 f"{run.project}/{run.run_id} at {self.folder.url} was replicated from another store "
                 f"({theirs.get('host')}:{theirs.get('root')}); this store ({mine['host']}:{mine['root']}) holds "
                 "the same run id (a copied store, or a run imported from a bundle): not merged. "
-                "Keep one copy, or delete the replica's with trackstore gc --root URI --run ID")
+                f"Keep one copy: delete the run from one store, or the replica's {run_key(run.project, run.run_id)} "
+                "(docs/team-store.md)")
 
     def sync_metadata(self, run, cursor) -> list[str]:
         self._put_run_json(run, run.status)
@@ -223,10 +224,10 @@ class ReplicaAdapter(Adapter):
     def _put_run_json(self, run, status: str) -> None:
         """Write the run's replica run.json, unless it already says this (the time of the
         replication aside): one request per run and pass, not one per engine call."""
-        key = run_prefix(run.project, run.run_id) + RUN_FILE
+        key = run_key(run.project, run.run_id) + RUN_FILE
         meta = dict(run.meta)
         meta["status"] = str(status)
-        if status != "running" and not meta.get("ended_at"):
+        if status != RunStatus.RUNNING and not meta.get("ended_at"):
             meta["ended_at"] = run.ended_at  # a crashed run: its last sign of life, as readers here see it
         meta["replica"] = {"source": self._source_store()}
         signature = _signature(meta)
@@ -285,7 +286,7 @@ class ReplicaAdapter(Adapter):
         paths = self._runs.get(cursor.remote_id)
         if paths is None:
             raise PermanentError(f"{cursor.remote_id}: artifact rows before the run was opened")
-        base = run_prefix(project, run_id)
+        base = run_key(project, run_id)
         for rel in dict.fromkeys(rows.column("path").to_pylist()):
             src = Path(paths.dir) / rel
             try:
@@ -310,14 +311,8 @@ class ReplicaAdapter(Adapter):
     def held_rows(self, project: str, run_id: str, kind: str) -> RangeSet:
         """The row ids the replica holds for one run's kind (read from its parts)."""
         held = RangeSet()
-        prefix = f"{run_prefix(project, run_id)}{kind_folder(kind)}/"
-        for obj in self.folder.listing(prefix):
-            name = obj.key.rsplit("/", 1)[-1]
-            if "/" in obj.key[len(prefix):] or not name.endswith(PART_SUFFIX) or name.startswith("."):
-                continue
-            data = self.folder.get(obj.key)
-            if data is not None:
-                held.update(row_ids_of(data))
+        for data in self._parts(project, run_id, kind):
+            held.update(row_ids_of(data))
         return held
 
     def verify(self, run, cursor) -> dict[str, int]:
@@ -325,16 +320,22 @@ class ReplicaAdapter(Adapter):
 
         counts: dict[str, int] = {}
         for kind in KINDS:
-            prefix = f"{run_prefix(run.project, run.run_id)}{kind_folder(kind)}/"
-            n = 0
-            for obj in self.folder.listing(prefix):
-                if obj.key.endswith(PART_SUFFIX) and "/" not in obj.key[len(prefix):]:
-                    data = self.folder.get(obj.key)
-                    if data is not None:
-                        n += pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+            n = sum(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+                    for data in self._parts(run.project, run.run_id, kind))
             if n:
                 counts[kind] = n
         return counts
+
+    def _parts(self, project: str, run_id: str, kind: str):
+        """The bytes of each part the replica holds for one run's kind."""
+        prefix = f"{run_key(project, run_id)}{kind_folder(kind)}/"
+        for obj in self.folder.listing(prefix):
+            name = obj.key[len(prefix):]
+            if "/" in name or not name.endswith(PART_SUFFIX) or name.startswith("."):
+                continue
+            data = self.folder.get(obj.key)
+            if data is not None:
+                yield data
 
     def view(self, cursor) -> list[str]:
         uri = self.options.uri or ""
@@ -342,4 +343,4 @@ class ReplicaAdapter(Adapter):
         return [f"trackstore runs --root {where}"]
 
 
-__all__ = ["ReplicaAdapter", "REPLICA_MARKER", "TargetRefusedError"]
+__all__ = ["ReplicaAdapter"]

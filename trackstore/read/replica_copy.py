@@ -40,8 +40,8 @@ from ..errors import UsageError
 from ..store import locks, objects
 from ..store.atomic import write_bytes_atomic
 from ..store.cursor import destination_id
+from ..store.layout import REPLICA_MARKER
 
-REPLICA_MARKER = "_replica.json"
 INDEX_FILE = "_replica_copy.json"  # key -> [size, etag] of each object the copy holds
 FETCH_THREADS = 16
 

@@ -64,6 +64,10 @@ PART_PREFIX = "part-"
 ARTIFACTS_DIR = "artifacts"
 MANIFEST_DIR = "_manifest"  # artifacts/_manifest/: the artifact manifest's part files
 ARTIFACT_MANIFEST = "manifest.json"  # artifacts/<name>/v<N>/manifest.json: one version's description
+# a team store's root holds this file: it is a replica (docs/format.md section 12)
+REPLICA_MARKER = "_replica.json"
+REPLICA_FORMAT = "trackstore-replica"
+REPLICA_VERSION = 1
 ARTIFACT_FILES_DIR = "files"  # artifacts/<name>/v<N>/files/: its files
 ARTIFACT_STAGING_PREFIX = ".staging-"  # artifacts/<name>/.staging-<writer>-<token>/: a version being written
 ARTIFACT_LOCK = ".lock"  # artifacts/<name>/.lock: flock taken to number a new version
@@ -364,6 +368,12 @@ class RunPaths:
         is taken again (:func:`relist`).
         """
         return relist(self.kind_dir(kind))[0]
+
+
+def run_key(project: str, run_id: str) -> str:
+    """A run folder as an object-key prefix relative to a store's root (``project=P/run=ID/``):
+    how a team store on S3 names it."""
+    return f"{PROJECT_PREFIX}{project}/{RUN_PREFIX}{run_id}/"
 
 
 def run_paths(root: Path, project: str, run_id: str) -> RunPaths:

@@ -29,12 +29,12 @@ from typing import Callable, Iterable
 
 from ..errors import UsageError
 from ..store.clock import parse_iso
+from ..store.layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, run_key
 from ..store.objects import ObjectFolder
 from ..store.vocab import ENDED_ORDER, TERMINAL, KeepReason
 
 #: a run replicated less than this long ago is kept: a sync may still be writing its parts
 REPLICATING_GRACE_S = 3600.0
-RUN_FILE = "run.json"
 
 
 @dataclass
@@ -84,15 +84,15 @@ def replica_runs(folder: ObjectFolder) -> list[ReplicaRun]:
     runs: dict[tuple[str, str], ReplicaRun] = {}
     for obj in folder.listing():
         head = obj.key.split("/", 2)
-        if len(head) < 3 or not head[0].startswith("project=") or not head[1].startswith("run="):
+        if len(head) < 3 or not head[0].startswith(PROJECT_PREFIX) or not head[1].startswith(RUN_PREFIX):
             continue
-        key = (head[0][len("project="):], head[1][len("run="):])
+        key = (head[0][len(PROJECT_PREFIX):], head[1][len(RUN_PREFIX):])
         run = runs.setdefault(key, ReplicaRun(*key))
         run.keys.append(obj.key)
         run.size += obj.size
 
     def read(run: ReplicaRun) -> None:
-        data = folder.get(f"project={run.project}/run={run.run_id}/{RUN_FILE}")
+        data = folder.get(run_key(run.project, run.run_id) + RUN_FILE)
         try:
             meta = json.loads(data) if data is not None else {}
         except ValueError:
@@ -149,7 +149,7 @@ def execute(folder: ObjectFolder, plan: ReplicaPlan, on_deleted: Callable[[Repli
     """Delete the plan's runs, parts first and run.json last; the bytes freed."""
     freed = 0
     for r in plan.delete:
-        run_json = f"project={r.project}/run={r.run_id}/{RUN_FILE}"
+        run_json = run_key(r.project, r.run_id) + RUN_FILE
         folder.delete([k for k in r.keys if k != run_json])
         folder.delete([run_json])
         freed += r.size
