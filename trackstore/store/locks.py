@@ -220,20 +220,27 @@ def declare(root: str | os.PathLike, name: str, info: dict) -> Lock:
     return lock
 
 
+def _lock_files(root: str | os.PathLike, prefix: str) -> list[Path]:
+    """The lock files whose names start with ``prefix``, in name order. The folder also holds a
+    ``.guard`` file per lock name ever used (one per run and destination synced: tens of
+    thousands in a big store), so names are filtered as strings before any path is made."""
+    d = locks_dir(root)
+    with os.scandir(d) as it:
+        names = sorted(e.name for e in it if e.name.startswith(prefix) and e.name.endswith(LOCK_SUFFIX))
+    return [d / n for n in names]
+
+
 def remove_stale_declarations(root: str | os.PathLike, prefix: str) -> int:
     """Remove the lock files made by :func:`declare` under ``prefix`` whose holder is dead (their names
     are never reused, so nobody would take them over); the number removed. Without a guard: a
     file is moved aside and checked (:func:`_take_over`), so two processes cleaning at once, or
     a live holder, lose nothing."""
-    d = locks_dir(root)
     try:
-        entries = sorted(d.iterdir())
+        entries = _lock_files(root, prefix)
     except OSError:
         return 0
     removed = 0
     for p in entries:
-        if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
-            continue
         judged = _identity(p)
         if judged is not None and _is_stale(read_json_object(p), p, STALE_AFTER_S):
             _take_over(p, judged)
@@ -252,15 +259,12 @@ def read_lock(root: str | os.PathLike, name: str, *, stale_after: float = STALE_
 
 def live_locks(root: str | os.PathLike, prefix: str = "", *, stale_after: float = STALE_AFTER_S) -> list[LockState]:
     """Every lock whose name starts with ``prefix`` and whose holder is alive."""
-    d = locks_dir(root)
     try:
-        entries = sorted(d.iterdir())
+        entries = _lock_files(root, prefix)
     except FileNotFoundError:
         return []
     out = []
     for p in entries:
-        if not p.name.endswith(LOCK_SUFFIX) or not p.name.startswith(prefix):
-            continue
         name = p.name[: -len(LOCK_SUFFIX)]
         data = read_json_object(p)
         if p.exists() and not _is_stale(data, p, stale_after):
