@@ -9,9 +9,12 @@ For each run, in order:
 3. ``adapter.sync_metadata`` pushes config, tags and notes (idempotent).
 4. For each record kind, the rows not yet acknowledged are read in replay order
    (:func:`trackstore.read.reader.read_kind`) and sent in batches. Before each batch the cursor
-   records it as in doubt; after the target acknowledges it the rows join the cursor's
-   acknowledged set. Both writes are atomic, so at every instant the cursor is either before
-   the batch (in doubt) or after it: a crash anywhere is repaired by step 2 on the next run.
+   records it as in doubt, durably; after the target acknowledges it the rows join the
+   cursor's acknowledged set in memory, and that acknowledgement is written with the next
+   batch's in-doubt mark (or the run's last save): one durable write per batch. Every write is
+   atomic, so at every instant the stored cursor has at most one batch in doubt, the one sent
+   last or being sent: a crash anywhere is repaired by step 2 on the next run (a batch whose
+   acknowledgement was not written yet is reconciled, found at the target, and not sent again).
 5. When the run has ended, ``adapter.finish_run`` pushes summary and final status.
 
 Nothing is skipped silently: a part file that cannot be read and holds rows the target lacks
@@ -190,6 +193,7 @@ class Engine:
         self._rng = random.Random(opts.seed)
         self._quarantined: dict | None = None  # (project, run_id) -> parts doctor moved away, read once
         self._whole: dict = {}  # (project, run_id) -> kind -> WholePart: the run being planned only
+        self._unsaved = False  # the cursor holds an acknowledgement not stored yet (:meth:`_deliver`)
 
     # ------------------------------------------------------------------ public
     def sync(self, runs: Iterable[RunInfo]) -> SyncReport:
@@ -363,6 +367,7 @@ class Engine:
             self._fail(cursor, res, f"gave up after {n} {'retry' if n == 1 else 'retries'}: {exc}", "unreachable")
         except (UsageError, TargetRefusedError) as exc:  # the whole sync is misconfigured or refused: stop it
             res.error, res.error_kind = str(exc), "error"
+            self._save_unsaved(cursor)
             raise
         except TrackstoreError as exc:
             self._fail(cursor, res, str(exc), "error")
@@ -370,6 +375,10 @@ class Engine:
             self._fail(cursor, res, f"{exc}; give the user running sync read access to the store", "error")
         except Exception as exc:  # a bug or an SDK surprise: never report this run as ok
             res.error, res.error_kind = redact_text(f"{type(exc).__name__}: {exc}"), "error"
+            self._save_unsaved(cursor)
+            raise
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (the CLI raises it); SIGKILL stores nothing
+            self._save_unsaved(cursor)
             raise
         finally:
             self.progress.run_ended(res)
@@ -406,7 +415,11 @@ class Engine:
                     cursor.mark_recheck(kind, row_ranges(table))
                 for part in whole.get(kind, ()):
                     cursor.mark_recheck(kind, part.ids)
-        save_cursor(self.root, cursor)
+        if doubtful or opened == Opened.REPLACED or opened is True:
+            # the rechecks, or a cursor that forgot a gone remote run, are stored before anything is
+            # sent; otherwise the first batch's in-doubt mark stores the remote id with it (a crash
+            # before that finds the remote run next time and reconciles every batch)
+            self._save(cursor)
         if cursor.in_doubt:
             self._reconcile(info, cursor, res)
             # the reconciled rows are acknowledged now: they are no longer pending
@@ -447,7 +460,7 @@ class Engine:
         cursor.last_sync_at = iso(time.time())
         cursor.last_error = None
         cursor.notes = list(dict.fromkeys(cursor.notes + res.notes))
-        save_cursor(self.root, cursor)
+        self._save(cursor)
 
     # ------------------------------------------------------------------ internals
     def _metric_keys(self, info: RunInfo) -> MetricKeys | None:
@@ -533,7 +546,7 @@ class Engine:
         cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
         # rows a session handed over and never confirmed: ask the target before sending them
         doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
-        save_cursor(self.root, cursor)
+        self._save(cursor)  # with the previous batch's acknowledgement, if it was not stored yet
         pending, result, attempt = batch, SendResult(), 0
         held = 0
         while True:
@@ -573,7 +586,9 @@ class Engine:
             what = "step" if kind == STEPS else kind
             res.notes.append(f"reconciled an interrupted {what} batch: {held} of {batch.num_rows} "
                              f"{'row was' if batch.num_rows == 1 else 'rows were'} already at the target")
-        save_cursor(self.root, cursor)
+        # stored with the next batch's in-doubt mark or the run's last save (one write per batch);
+        # a run that stops on the way stores it then (:meth:`sync_one`)
+        self._unsaved = True
 
     def _reconcile(self, info: RunInfo, cursor: Cursor, res: RunResult) -> None:
         """The batch a previous sync left in doubt: reconcile it, then send what the target lacks."""
@@ -635,6 +650,22 @@ class Engine:
         cursor.last_error = message
         cursor.last_error_at = iso(time.time())
         try:
-            save_cursor(self.root, cursor)
+            self._save(cursor)
         except OSError:
             pass
+
+    def _save(self, cursor: Cursor) -> None:
+        """Store ``cursor`` durably (atomically): every state the engine holds in memory is one
+        it may store, since a batch is marked in doubt before it is sent."""
+        save_cursor(self.root, cursor)
+        self._unsaved = False
+
+    def _save_unsaved(self, cursor: Cursor) -> None:
+        """A run stopping on an error the engine does not record (or an interrupt): store an
+        acknowledgement not stored yet, so the next sync need not reconcile that batch. Best
+        effort: without it, that batch is reconciled, never sent twice."""
+        if self._unsaved:
+            try:
+                self._save(cursor)
+            except OSError:
+                pass

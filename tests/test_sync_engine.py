@@ -274,3 +274,72 @@ def test_the_engine_and_scheduler_never_branch_on_a_target_name():
         tree = ast.parse((SYNC_DIR / module).read_text())
         found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
         assert not found, f"sync/{module} names targets {found}"
+
+
+def _counting_saves(monkeypatch, fail_from: int | None = None):
+    """Count the engine's cursor writes; from write ``fail_from`` on, the process is killed
+    instead (Abort: nothing more is written)."""
+    import trackstore.sync.engine as engine_mod
+    from trackstore.sync.testing import Abort
+
+    real, calls = engine_mod.save_cursor, []
+
+    def save(root, cursor):
+        calls.append(cursor.to_json())
+        if fail_from is not None and len(calls) >= fail_from:
+            raise Abort()
+        real(root, cursor)
+
+    monkeypatch.setattr(engine_mod, "save_cursor", save)
+    return calls
+
+
+def test_the_cursor_is_written_once_per_batch_and_once_at_the_end(root, monkeypatch):
+    _store(root, steps=20)
+    saves = _counting_saves(monkeypatch)
+    report = _engine(root, MemoryTarget(), batch_size=7).sync(select_runs(root, SyncOptions()))
+    assert report.ok, report.runs[0].error
+    # three batches: each in-doubt mark carries the previous batch's acknowledgement, the last
+    # write the last one; nothing is written before the first batch
+    assert [s["in_doubt"] is not None for s in saves] == [True, True, True, False]
+    assert [sum(b - a + 1 for _, spans in s["acked"].get("metrics", {}).items() for a, b in spans)
+            for s in saves] == [0, 7, 14, 20]
+
+
+def test_a_kill_between_an_acknowledgement_and_the_next_write_sends_nothing_twice(root, monkeypatch):
+    from trackstore.sync.testing import Abort
+
+    _store(root, steps=20)
+    target = MemoryTarget()
+    _counting_saves(monkeypatch, fail_from=2)  # batch 1 acknowledged in memory, killed before batch 2's mark
+    with pytest.raises(Abort):
+        _engine(root, target, batch_size=7).sync(select_runs(root, SyncOptions()))
+    assert len(target.rows("metrics")) == 7
+    monkeypatch.undo()
+    report = _engine(root, target, batch_size=7).sync(select_runs(root, SyncOptions()))
+    assert report.ok, report.runs[0].error
+    assert report.runs[0].reconciled == 7  # the stored cursor still had batch 1 in doubt: asked, not resent
+    assert set(target.rows("metrics").values()) == {1} and len(target.rows("metrics")) == 20
+
+
+def test_ctrl_c_after_an_acknowledgement_stores_it(root, monkeypatch):
+    from trackstore.store.ledger import load_cursor
+    from trackstore.sync.engine import Progress
+
+    _store(root, steps=20)
+    target = MemoryTarget()
+
+    class Interrupt(Progress):
+        def advanced(self, n):
+            raise KeyboardInterrupt
+
+    engine = Engine(root, MemoryAdapter(TargetOptions(store_root=str(root)), target),
+                    SyncOptions(backoff_base=0.0, seed=0, batch_size=7), Interrupt())
+    [info] = select_runs(root, SyncOptions())
+    with pytest.raises(KeyboardInterrupt):
+        engine.sync([info])
+    cursor = load_cursor(root, engine.target, engine.destination, info.project, info.run_id)
+    assert cursor.in_doubt is None and len(cursor.acked["metrics"]) == 7
+    report = _engine(root, target, batch_size=7).sync([info])
+    assert report.ok and report.runs[0].reconciled == 0
+    assert set(target.rows("metrics").values()) == {1} and len(target.rows("metrics")) == 20
