@@ -188,13 +188,18 @@ class ReplicaAdapter(Adapter):
     def open_run(self, run, cursor) -> str:
         self._ensure_replica()
         base = run_key(run.project, run.run_id)
-        existing = self._read_json(base + RUN_FILE)
-        if existing is not None:
-            self._check_same_source(run, existing)
         rid = f"{run.project}/{run.run_id}"
         with self._lock:
             self._runs[rid] = run.paths
         had = cursor.remote_id is not None
+        # a run this destination never acknowledged is most often new there: its run.json is
+        # written create-only, one request; only when that name exists is it read and checked
+        if not had and self._put_run_json(run, run.status, create_only=True):
+            cursor.remote_id = rid
+            return Opened.CREATED
+        existing = self._read_json(base + RUN_FILE)
+        if existing is not None:
+            self._check_same_source(run, existing)
         cursor.remote_id = rid
         if existing is None:
             self._put_run_json(run, run.status)
@@ -221,9 +226,10 @@ class ReplicaAdapter(Adapter):
     def finish_run(self, run, cursor, status: str) -> None:
         self._put_run_json(run, status)
 
-    def _put_run_json(self, run, status: str) -> None:
+    def _put_run_json(self, run, status: str, *, create_only: bool = False) -> bool:
         """Write the run's replica run.json, unless it already says this (the time of the
-        replication aside): one request per run and pass, not one per engine call."""
+        replication aside): one request per run and pass, not one per engine call.
+        ``create_only``: only if the replica has none (False, nothing written, when it has)."""
         key = run_key(run.project, run.run_id) + RUN_FILE
         meta = dict(run.meta)
         meta["status"] = str(status)
@@ -232,13 +238,18 @@ class ReplicaAdapter(Adapter):
         meta["replica"] = {"source": self._source_store()}
         signature = _signature(meta)
         with self._lock:
-            if self._written.get(key) == signature:
-                return
+            if not create_only and self._written.get(key) == signature:
+                return True
         meta["replica"]["replicated_at"] = iso(time.time())
         body = json.dumps(meta, ensure_ascii=False, allow_nan=True, default=str, separators=(",", ":")).encode()
-        self.folder.put(key, body)
+        if create_only:
+            if not self.folder.put_new(key, body):
+                return False
+        else:
+            self.folder.put(key, body)
         with self._lock:
             self._written[key] = signature
+        return True
 
     def _read_json(self, key: str) -> dict | None:
         data = self.folder.get(key)
