@@ -387,6 +387,12 @@ def _fsync_tree(stage: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
+def manifest_rows(version: ArtifactVersion) -> list[dict]:
+    """The rows of the ``artifacts`` kind that describe ``version``, one per file (what
+    :func:`log_artifact` appends for a new version)."""
+    return [_row(version, f) for f in version.files]
+
+
 def _row(v: ArtifactVersion, f: ArtifactFile) -> dict:
     from ..store.clock import ts_now
     from .samples import clean_text, encode_json
