@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gc": ("gc_cmd", "gc", "Delete old runs that are safely synced."),
     "export": ("bundle_cmd", "export", "Write runs (or a receipt) to a bundle for an air gap."),
     "import": ("bundle_cmd", "import_", "Verify a bundle, then add its runs or merge its receipt."),
+    "ingest": ("ingest_cmd", "ingest", "Bring runs in from wandb, SwanLab, MLflow or TensorBoard files."),
     "doctor": ("doctor_cmd", "doctor", "Find damage in the store; --fix repairs or quarantines."),
 }
 EXTRA = {"run": {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True}}}

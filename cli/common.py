@@ -723,12 +723,13 @@ class Steps:
             self.task = self.bar.add_task(self.what, total=self.total, label="")
         return self
 
-    def __call__(self, label: str = "") -> None:
+    def __call__(self, label: str = "", amount: int = 1) -> None:
+        """One step done (``amount`` of them: bytes, records...), ``label`` naming where it is."""
         import time
 
         label = one_line(label, 60)
         if self.total is not None:
-            self.done += 1
+            self.done += amount
         if self.bar is not None:
             self.bar.update(self.task, completed=self.done, label=label)
             return

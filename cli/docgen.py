@@ -18,7 +18,7 @@ edit by hand. Every command accepts `--root DIR` (default `$TRACKSTORE_DIR`, els
 ## The store root
 
 The root is `--root DIR`, else `$TRACKSTORE_DIR`, else `./tsruns` in the current directory.
-Every command but `demo`, `run` and `import` (which write runs, so they create a root that
+Every command but `demo`, `run`, `import` and `ingest` (which write runs, so they create a root that
 does not exist, as `trackstore.init` does) needs a store there, and refuses with exit code 2,
 naming the path and where it came from, when the path
 
