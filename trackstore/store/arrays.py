@@ -53,6 +53,17 @@ def constant_bools(value: bool, n: int):
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer((b"\xff" if value else b"\x00") * ((n + 7) // 8))])
 
 
+def constant_strings(value: str, n: int):
+    """A string array of ``n`` times ``value``, built at once (a writer id on every row of a part)."""
+    import numpy as np
+    import pyarrow as pa
+
+    word = value.encode("utf-8")
+    offsets = np.arange(0, (n + 1) * len(word), len(word), dtype=np.int64)
+    big = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(word * n)])
+    return big.cast(pa.string())
+
+
 _EPOCH = None
 
 

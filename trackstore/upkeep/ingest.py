@@ -362,12 +362,15 @@ def _new_rows(paths: RunPaths, kind: str, incoming):
 
 
 def _write_rows(paths: RunPaths, kind: str, table, writer: str) -> None:
+    import numpy as np
+
+    from ..store.arrays import constant_strings, from_numpy
     from ..store.layout import part_file_name
     from ..store.parts import conform, write_part
 
     pa = _pa()
-    table = table.append_column("writer", pa.array([writer] * table.num_rows, pa.string()))
-    table = table.append_column("seq", pa.array(range(table.num_rows), pa.int64()))
+    table = table.append_column("writer", constant_strings(writer, table.num_rows))
+    table = table.append_column("seq", from_numpy(np.arange(table.num_rows, dtype=np.int64), pa.int64()))
     table = conform(table, kind)
     for first in range(0, table.num_rows, PART_ROWS):
         chunk = table.slice(first, PART_ROWS)
