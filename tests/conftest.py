@@ -34,6 +34,9 @@ def hermetic_env(monkeypatch, tmp_path):
         if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRACKSTORE_DISABLE_GIT", "1")
+    # runs sample system metrics by default (trackstore.write.system); tests that count metrics
+    # rows expect only what they logged, so the sampler is on only where a test turns it on
+    monkeypatch.setenv("TRACKSTORE_SYSTEM_METRICS", "0")
     monkeypatch.setenv("COLUMNS", "200")
     home = tmp_path / "home"
     home.mkdir()

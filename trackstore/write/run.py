@@ -64,6 +64,7 @@ class Run:
         self._known_keys: set[str] = set()
         self._warned_none: set[str] = set()
         self._step = first_step
+        self._first_step = first_step
         self._finished = False
         self._done = threading.Event()  # set when finish() has completed (in whatever thread)
         self._forked = False
@@ -255,6 +256,20 @@ class Run:
             if deleted:
                 entry["deleted"] = True
             self._config_updates.append(entry)
+        self._dirty = True
+
+    def _log_system(self, values: dict[str, float]) -> None:
+        """A system metrics sample (trackstore.write.system): at the step logged last (the first
+        step before any), the counter unmoved, so it never makes a step of its own."""
+        if not self._finished:
+            try:
+                self.log(values, step=self._step - 1 if self._step > self._first_step else self._step, commit=False)
+            except UsageError:  # finished meanwhile: the sample is not needed
+                pass
+
+    def _system_opened(self, info: dict) -> None:
+        with self._meta_lock:
+            self._meta["system_metrics"] = info
         self._dirty = True
 
     def _tick(self) -> None:
@@ -498,6 +513,8 @@ def init(
     group: str | None = None,
     job_type: str | None = None,
     compact: bool | None = None,
+    system_metrics: bool | None = None,
+    system_metrics_interval: float | None = None,
 ) -> Run:
     """Start (or with ``resume=True`` continue) a run and make it the current run.
 
@@ -531,6 +548,11 @@ def init(
     few. The writer merges its own files as it goes (:mod:`trackstore.write.rolling`) and the last
     writer merges what is left when the run finishes (see :meth:`Run.finish`). Off, every
     flush stays its own file until ``trackstore compact`` (say, for rsync-friendly stores).
+
+    ``system_metrics`` (default on, off with ``TRACKSTORE_SYSTEM_METRICS=0``; never for a
+    ``join``): sample CPU, memory, disk, network and GPUs every ``system_metrics_interval``
+    seconds (default 15, or ``TRACKSTORE_SYSTEM_METRICS_INTERVAL``) into metrics under
+    ``system/`` (:mod:`trackstore.write.system`).
     """
     if join:
         if run_id is None:
@@ -543,6 +565,9 @@ def init(
         raise InvalidValueError(f"run name must be a string, got {type(name).__name__}")
     if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
         raise InvalidValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
+    if system_metrics_interval is not None and (isinstance(system_metrics_interval, bool) or not isinstance(
+            system_metrics_interval, (int, float)) or not system_metrics_interval > 0):
+        raise InvalidValueError(f"system_metrics_interval must be a number of seconds > 0, got {system_metrics_interval!r}")
     tag_list = _tags(tags)
     # Free text is stored escaped (trackstore.store.text); the run's names that are paths were
     # validated above. Escaped here, the Run holds exactly what run.json holds.
@@ -619,6 +644,14 @@ def init(
     (endings.joined_runs if join else endings.live_runs).add(run)
     endings.install_process_hooks()
     endings.current = run
+    from . import system
+
+    if not join and (system.enabled_default() if system_metrics is None else system_metrics):
+        interval = system.interval_default() if system_metrics_interval is None else float(system_metrics_interval)
+        sampler = system.SystemSampler(run._log_system, interval=interval, disk_path=str(paths.dir),
+                                       on_open=run._system_opened)
+        run.on_finish(sampler.stop)  # before the run stops taking rows, at every ending
+        sampler.start()
     # The writer thread has been loading pyarrow meanwhile; wait for it (about 0.3 s, once), so
     # that the first flush comes flush_interval from now and nothing is imported at exit.
     run._writer.ready.wait(_WRITER_START_TIMEOUT_S)
