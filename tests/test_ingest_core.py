@@ -68,6 +68,7 @@ def test_a_new_run_holds_every_point_and_its_metadata(root):
     assert meta["name"] == "exp one" and meta["status"] == "finished" and meta["host"] == "gpu7"
     assert meta["config"] == {"lr": 1e-3, "nested": {"a": [1, 2]}} and meta["summary"] == {"loss": 0.5}
     assert meta["tags"] == ["a", "b"] and meta["notes"] == "hi" and meta["pid"] is None
+    assert meta["last_step"] == 4  # what `trackstore runs` shows as the run's step
     assert meta["created_at"].startswith("2023-11-14T22:13:20") and meta["ended_at"].startswith("2023-11-14T22:15:00")
     assert meta["ingested"]["source"] == "wandb" and meta["ingested"]["source_id"] == "abc123"
     assert meta["ingested"]["unmapped"] == {"image": 4}

@@ -17,6 +17,10 @@ One module per source, each with the same two functions:
   gives what is readable, with each problem named in ``ExternalRun.problems``; it raises only
   when nothing of the run can be read.
 
+A module may also define ``merge(a: Found, b: Found) -> Found``: one run found at two of the
+locations given (a wandb run resumed into two folders named one by one) becomes one
+:class:`Found`; without it, the first is kept (the same run named twice).
+
 Sources are imported lazily: ``trackstore ingest --from wandb`` never imports mlflow.
 """
 
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from trackstore.errors import RunNotFoundError, TrackstoreError, UsageError
+from trackstore.errors import LockHeldError, RunNotFoundError, TrackstoreError, UsageError
 from trackstore.upkeep.ingest import ExternalRun, IngestResult, write_external_run
 
 SOURCES = ("wandb", "swanlab", "mlflow", "tensorboard")
@@ -71,13 +75,15 @@ def discover(source: str, locations: Iterable[str]) -> list[Found]:
     """Every run of ``source`` at ``locations``, each found once (a folder named twice, or a
     run resumed over several folders, is one run)."""
     mod = source_module(source)
+    merge = getattr(mod, "merge", None)
     found: dict[str, Found] = {}
     for loc in locations:
         items = mod.discover(str(loc))
         if not items:
             raise RunNotFoundError(f"no {source} runs found at {loc}")
         for f in items:
-            found.setdefault(f.source_id, f)
+            prev = found.get(f.source_id)
+            found[f.source_id] = f if prev is None else merge(prev, f) if merge is not None else prev
     return list(found.values())
 
 
@@ -90,7 +96,9 @@ def ingest(source: str, locations: Iterable[str] | str, *, root: str | Path | No
 
     ``project`` puts every run into that project instead of the source's own grouping (the
     wandb/SwanLab project, the MLflow experiment, ``tensorboard``). A run that cannot be read
-    or written is recorded in the report's ``failed`` and the others go on.
+    or written is recorded in the report's ``failed`` and the others go on; the store's
+    maintenance lock held by another process (:class:`~trackstore.errors.LockHeldError`) stops
+    the whole call.
     """
     from trackstore.store.layout import resolve_root
     from trackstore.store.names import validate_project
@@ -112,6 +120,8 @@ def ingest(source: str, locations: Iterable[str] | str, *, root: str | Path | No
             if project is not None:
                 run.project = project
             result = write_external_run(store, run, dry_run=dry_run)
+        except LockHeldError:
+            raise  # gc, compact, import or another ingest holds the store: stop (exit 6), nothing half done
         except TrackstoreError as exc:
             report.failed.append((found, str(exc)))
             continue

@@ -15,8 +15,9 @@ module promises:
   name, version and file), as multisets: a source read twice adds nothing, a source that grew
   adds its new rows, and a row the source really logged twice is kept twice.
 * **New rows are a new writer.** Each pass that adds rows writes them under a fresh writer id
-  with ``seq`` dense from 0, in parts of at most :data:`PART_ROWS` rows (metrics
-  key-clustered, as compaction leaves them), so ``sync`` sends exactly the new rows, once.
+  with ``seq`` dense from 0, in parts of at most :data:`PART_ROWS` rows in the source's order
+  (as a writer flushes them; ``trackstore compact`` clusters them by key later), so ``sync``
+  sends exactly the new rows, once.
 * **Nothing half-visible.** ``run.json`` is written first (atomically), then each part
   atomically (:func:`trackstore.store.parts.write_part`): a pass killed at any moment leaves a
   valid run, and the next pass brings the rest. The store's maintenance lock is held while one
@@ -127,15 +128,16 @@ class ExternalRun:
     # ------------------------------------------------------------------ what readers add
     def add_points(self, step: Sequence[int] | Any, key: Sequence[str] | Any, value: Sequence[float] | Any,
                    ts_us: Sequence[int] | Any) -> None:
-        """Scalar points as four equal-length columns (lists, numpy or Arrow arrays)."""
+        """Scalar points as four equal-length columns: lists, numpy arrays, Arrow arrays, or (the
+        fastest, no conversion per point) ``array.array`` of ``"q"`` steps and times and ``"d"`` values."""
         import pyarrow as pa
 
         n = len(step)
         if not (len(key) == len(value) == len(ts_us) == n):
             raise InvalidValueError("add_points: step, key, value and ts_us must have the same length")
         if n:
-            self._points.append((pa.array(step, pa.int64()), pa.array(key, pa.string()),
-                                 pa.array(value, pa.float64()), pa.array(ts_us, pa.int64())))
+            self._points.append((_column(step, pa.int64(), "q"), pa.array(key, pa.string()),
+                                 _column(value, pa.float64(), "d"), _column(ts_us, pa.int64(), "q")))
 
     def add_point(self, step: int, key: str, value: float | None, ts_us: int) -> None:
         self.add_points([step], [key], [value], [ts_us])
@@ -211,6 +213,22 @@ class ExternalRun:
         return table.set_column(table.schema.get_field_index("ts"), ts_field, table.column("ts").cast(schema.TS_TYPE))
 
 
+def _column(values: Any, type_: Any, code: str):
+    """An Arrow array of ``values``; a typed ``array.array`` or numpy array is copied once, whole."""
+    import array
+
+    import numpy as np
+    import pyarrow as pa
+
+    from ..store.arrays import from_numpy
+
+    if isinstance(values, array.array) and values.typecode == code:
+        return from_numpy(np.frombuffer(values, dtype=np.dtype(code)).copy(), type_)
+    if isinstance(values, np.ndarray) and values.dtype == np.dtype(code) and values.flags.c_contiguous:
+        return from_numpy(values.copy(), type_)
+    return pa.array(values, type_)
+
+
 @dataclass
 class IngestResult:
     """What one run's ingest did (or, with ``dry_run``, would do)."""
@@ -251,7 +269,7 @@ def write_external_run(root: str | Path, run: ExternalRun, *, dry_run: bool = Fa
     try:
         existing = _existing_meta(paths, run)
         new = {kind: _new_rows(paths, kind, t) if existing else t for kind, t in tables.items()}
-        _write_meta(paths, run, existing)
+        _write_meta(paths, run, existing, _last_step(tables))
         writer = None
         for kind, table in new.items():
             if table.num_rows:
@@ -374,10 +392,20 @@ def _write_rows(paths: RunPaths, kind: str, table, writer: str) -> None:
     table = conform(table, kind)
     for first in range(0, table.num_rows, PART_ROWS):
         chunk = table.slice(first, PART_ROWS)
-        write_part(paths.kind_dir(kind) / part_file_name(writer, first), chunk, kind, by_key=kind == Kind.METRICS)
+        write_part(paths.kind_dir(kind) / part_file_name(writer, first), chunk, kind)
 
 
-def _write_meta(paths: RunPaths, run: ExternalRun, existing: dict | None) -> None:
+def _last_step(tables: dict) -> int | None:
+    """The largest step the source logged (metrics, samples, histograms): run.json's ``last_step``."""
+    import pyarrow.compute as pc
+
+    steps = [pc.max(t.column("step")).as_py() for kind, t in tables.items()
+             if t.num_rows and kind != Kind.SPANS]
+    steps = [s for s in steps if s is not None]
+    return max(steps) if steps else None
+
+
+def _write_meta(paths: RunPaths, run: ExternalRun, existing: dict | None, last_step: int | None) -> None:
     from ..store import meta as _meta
     from ..store.clock import iso
     from ..store.text import escape_surrogates
@@ -398,6 +426,7 @@ def _write_meta(paths: RunPaths, run: ExternalRun, existing: dict | None) -> Non
     else:
         origin.pop("problems", None)
     text = [None if t is None else escape_surrogates(str(t)) for t in (run.name, run.notes, run.group, run.job_type)]
+    known_steps = [s for s in ((existing or {}).get("last_step"), last_step) if isinstance(s, int)]
     meta = {
         **(existing or {}),
         "format_version": _meta.META_VERSION,
@@ -412,6 +441,7 @@ def _write_meta(paths: RunPaths, run: ExternalRun, existing: dict | None) -> Non
         "pid": None,
         "config": json_safe(run.config),
         "summary": json_safe(run.summary),
+        "last_step": max(known_steps) if known_steps else None,
         "tags": [escape_surrogates(str(t)) for t in run.tags],
         "notes": text[1],
         "group": text[2],
