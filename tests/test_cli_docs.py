@@ -20,5 +20,5 @@ def test_cli_reference_is_current():
 
 def test_docs_exist_for_every_topic():
     for name in ("quickstart", "concepts", "format", "architecture", "records", "sql", "sync", "cron", "gc",
-                 "airgap", "integrations", "performance", "cli"):
+                 "airgap", "integrations", "performance", "cli", "ingest"):
         assert (Path(REPO) / "docs" / f"{name}.md").exists(), name
