@@ -22,6 +22,9 @@ from tests.servers import (  # noqa: F401  (shared fixtures)
 from tests.sync_harness import HARNESSES
 
 REPO = Path(__file__).resolve().parent.parent
+# session and module fixtures are made before the per-test environment below: their runs do not
+# sample system metrics either (trackstore.write.system)
+os.environ.setdefault("TRACKSTORE_SYSTEM_METRICS", "0")
 # AWS_: a developer's S3 endpoint, keys or profile never reach the team store's tests
 SCRUB_PREFIXES = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_", "AWS_")
 SCRUB_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",

@@ -279,3 +279,48 @@ def test_run_page_compare_and_histograms(browser, server, store):
     open_page(browser, server, f"/histograms/rl/{ids['alpha']}")
     wait_for(lambda: js(browser, "return document.querySelector('canvas.heat')"), what="the heatmap")
     shot(browser, "histograms")
+
+
+SYSTEM_RUN = r"""
+import time, trackstore
+run = trackstore.init(project="sys", root={root!r}, name="sampled", system_metrics_interval=0.2)
+for step in range(5):
+    run.log({{"loss": 1.0 / (step + 1)}}, step=step)
+    time.sleep(0.25)
+run.finish()
+print(run.id)
+"""
+
+
+def test_system_metrics_have_their_own_section_on_wall_time(browser, tmp_path):
+    root = tmp_path / "sys-store"
+    env = {**env_for(tmp_path), "TRACKSTORE_SYSTEM_METRICS": "1"}
+    made = subprocess.run([sys.executable, "-c", SYSTEM_RUN.format(root=str(root))], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    run_id = made.stdout.split()[-1]
+    server = UiServer(root, tmp_path)
+    try:
+        open_page(browser, server)
+        browser.refresh()
+        wait_for(lambda: js(browser, "return document.querySelectorAll('#runs tbody tr').length === 1"), what="the run")
+        js(browser, "document.querySelector(`#runs tr[data-run='sys/${arguments[0]}'] input.pick`).click();", run_id)
+        key = "system/cpu_utilization_percentage"
+        wait_for(lambda: js(browser, SERIES_JS, key) and js(browser, SERIES_JS, "loss"), what="the charts")
+        groups = js(browser, "return [...document.querySelectorAll('details.group')].map(d => d.dataset.group)")
+        assert groups[-1] == "system/" and "system/" not in groups[:-1]  # its own section, after the training's
+        title = js(browser, "return document.querySelector(\"details.group[data-group='system/'] summary\").textContent")
+        assert "wall time" in title
+        # the machine's charts are on wall time (x in seconds since the epoch), the training's on steps
+        assert js(browser, "return window.__ts.charts[arguments[0]].u.scales.x.time", key) is True
+        assert js(browser, "return window.__ts.charts['loss'].u.scales.x.time") is False
+        import trackstore
+
+        stored = trackstore.query("SELECT epoch(ts) AS t, value FROM metrics WHERE key = $k ORDER BY ts", {"k": key},
+                                  root=root)
+        (_label, pts), = js(browser, SERIES_JS, key)
+        assert [round(x, 3) for x, _ in pts] == [round(t, 3) for t in stored.column("t").to_pylist()]
+        js(browser, "document.querySelector(\"details.group[data-group='system/']\").scrollIntoView();")
+        shot(browser, "system-metrics")
+    finally:
+        server.stop()

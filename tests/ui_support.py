@@ -28,7 +28,8 @@ SPIKE_STEP, SPIKE_VALUE, BIG_POINTS = 654_321, 50.0, 1_000_000
 def env_for(home: Path) -> dict[str, str]:
     scrub = ("WANDB_", "MLFLOW_", "SWANLAB_", "TRACKSTORE_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(scrub) and "proxy" not in k.lower()}
-    env.update(HOME=str(home), TRACKSTORE_DISABLE_GIT="1", PYTHONUNBUFFERED="1")
+    # no system metrics in these runs (their tests count keys); a test that wants them sets it to 1
+    env.update(HOME=str(home), TRACKSTORE_DISABLE_GIT="1", PYTHONUNBUFFERED="1", TRACKSTORE_SYSTEM_METRICS="0")
     return env
 
 

@@ -114,6 +114,7 @@ async function loadRuns() {
 }
 
 // ------------------------------------------------------------------ charts
+const SYSTEM = "system/";
 const PREFERRED = ["critic/score/mean", "critic/rewards/mean", "val-core/", "val/", "eval/", "actor/entropy", "actor/pg_loss", "loss", "reward", "score", "acc"];
 
 function ema(ys, w) {
@@ -137,13 +138,15 @@ class Chart {
     this.box = el("div", { class: "chart", dataset: { key } },
       el("div", { class: "title" }, el("span", { class: "key", title: key }, key), this.reset, this.info), this.plot);
   }
+  // system metrics (keys under system/, sampled by the run's own thread) are read on wall time
+  x() { return this.key.startsWith(SYSTEM) ? "time" : this.panel.opts.x; }
   async load() {
     if (this.busy) return;
     this.busy = true;
     const p = this.panel;
     try {
       const width = Math.max(100, Math.min(2000, Math.floor((this.plot.clientWidth || 600))));
-      const d = await api("series", { run: p.refs, key: this.key, x: p.opts.x, width,
+      const d = await api("series", { run: p.refs, key: this.key, x: this.x(), width,
                                       lo: this.range ? this.range[0] : null, hi: this.range ? this.range[1] : null }, true);
       this.draw(d);
       this.loaded = true;
@@ -171,7 +174,7 @@ class Chart {
     });
     const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
     const labels = series.map(s => { const r = p.runInfo(s); return r ? r.name : s.run_id; });
-    const sig = series.map(s => s.project + "/" + s.run_id).join("|") + "|" + log + "|" + p.opts.x;
+    const sig = series.map(s => s.project + "/" + s.run_id).join("|") + "|" + log + "|" + this.x();
     if (this.u && this.sig === sig) {
       this.ignore++;
       this.u.setData(data, true);  // the data covers exactly the range asked (zoomed or whole)
@@ -184,8 +187,8 @@ class Chart {
       const self = this;
       const opts = {
         width: Math.max(200, this.plot.clientWidth || 420), height: 220,
-        scales: { x: { time: p.opts.x === "time" }, y: { distr: log ? 3 : 1 } },
-        series: [{ label: p.opts.x === "time" ? "time" : "step" },
+        scales: { x: { time: this.x() === "time" }, y: { distr: log ? 3 : 1 } },
+        series: [{ label: this.x() === "time" ? "time" : "step" },
                  ...series.map((s, i) => ({ label: labels[i], stroke: color(s.project + "/" + s.run_id), width: 1.25,
                                             spanGaps: true, points: { show: false },
                                             value: (u, v) => (v === null || v === undefined ? "—" : fmtNum(v)) }))],
@@ -271,7 +274,7 @@ class ChartPanel {
     }
     const names = [...groups.keys()].sort((a, b) => {
       const pa = PREFERRED.findIndex(p => a.startsWith(p.split("/")[0] + "/")), pb = PREFERRED.findIndex(p => b.startsWith(p.split("/")[0] + "/"));
-      return (pa < 0 ? 99 : pa) - (pb < 0 ? 99 : pb) || a.localeCompare(b);
+      return (a === SYSTEM) - (b === SYSTEM) || (pa < 0 ? 99 : pa) - (pb < 0 ? 99 : pb) || a.localeCompare(b);
     });
     for (const g of names) {
       const grid = el("div", { class: "charts" });
@@ -283,8 +286,9 @@ class ChartPanel {
         this.observer.observe(c.box);
         if (c.u) window.__ts.charts[k] = { u: c.u, data: c.data, panel: this.id };
       }
+      const title = g === SYSTEM ? `system (${groups.get(g).length}): the machine, on wall time` : `${g} (${groups.get(g).length})`;
       this.groups.appendChild(el("details", { class: "group", open: true, dataset: { group: g } },
-        el("summary", {}, `${g} (${groups.get(g).length})`), grid));
+        el("summary", {}, title), grid));
     }
   }
   redraw(rebuild) {
