@@ -317,3 +317,26 @@ def log_record(run, kind: str, step: int, artifact: Path) -> None:
     else:
         artifact.write_bytes(b"w" * max(1, step % 7))
         run.log_artifact(artifact, name=f"ckpt{step}", type="model")
+
+
+def stored_rows(root: Path, sql: str) -> list[tuple]:
+    """The rows of ``sql`` over the store at ``root`` (trackstore.connect's views)."""
+    import trackstore
+
+    con = trackstore.connect(root)
+    try:
+        return con.sql(sql).fetchall()
+    finally:
+        con.close()
+
+
+def has_swanboard() -> bool:
+    """Is SwanLab's local dashboard (its local mode needs it) installed at the version it names?"""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from trackstore.sync.swanlab_view import SWANBOARD_VERSION
+
+    try:
+        return version("swanboard") == SWANBOARD_VERSION
+    except PackageNotFoundError:
+        return False

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import run_cli
+from tests.helpers import has_swanboard, run_cli
 
 pytest.importorskip("swanlab")
 
@@ -84,13 +84,6 @@ def swanlab_child(code: str, *args: str, home: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def has_swanboard() -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("swanboard") == SWANBOARD_VERSION
-    except PackageNotFoundError:
-        return False
 
 
 needs_swanboard = pytest.mark.skipif(not has_swanboard(), reason=f"swanboard {SWANBOARD_VERSION} not installed "

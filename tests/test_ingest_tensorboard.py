@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import trackstore
+from tests.helpers import stored_rows as stored
 from trackstore.errors import UsageError
 from trackstore.sync.ingest import discover, ingest_tensorboard
 from trackstore.sync.ingest import tensorboard as tb_ingest
@@ -239,12 +239,6 @@ def accumulator_points(folder: Path) -> list:
 
 
 # ---------------------------------------------------------------------------- the store
-def stored(root, sql: str) -> list:
-    con = trackstore.connect(root)
-    try:
-        return con.sql(sql).fetchall()
-    finally:
-        con.close()
 
 
 def points(root, run_id: str) -> list:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import trackstore
+from tests.helpers import stored_rows as stored
 from trackstore.errors import UsageError
 from trackstore.sync.ingest import discover, ingest_wandb
 from trackstore.sync.ingest import wandb as wandb_ingest
@@ -177,12 +177,6 @@ def expected(records: list[dict]) -> dict:
     return out
 
 
-def stored(root, sql: str) -> list:
-    con = trackstore.connect(root)
-    try:
-        return con.sql(sql).fetchall()
-    finally:
-        con.close()
 
 
 def points(root, run_id: str) -> list:

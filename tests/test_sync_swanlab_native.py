@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import trackstore
-from tests.helpers import fake_old_client, run_cli
+from tests.helpers import fake_old_client, has_swanboard, run_cli
 
 pytest.importorskip("swanlab")
 
@@ -23,13 +23,6 @@ from trackstore.sync.swanlab_view import SWANBOARD_VERSION  # noqa: E402
 LOCAL = ["--to", "swanlab", "--mode", "local"]
 
 
-def has_swanboard() -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("swanboard") == SWANBOARD_VERSION
-    except PackageNotFoundError:
-        return False
 
 
 needs_swanboard = pytest.mark.skipif(not has_swanboard(), reason=f"swanboard {SWANBOARD_VERSION} not installed "

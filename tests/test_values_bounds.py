@@ -20,6 +20,7 @@ import pytest
 
 import trackstore
 from tests.helpers import run_cli
+from tests.helpers import stored_rows as stored
 from trackstore.records.histogram import Histogram
 
 BIG = 10 ** 400
@@ -28,12 +29,6 @@ INT64_MIN = -(2 ** 63)
 WINDOW = 3600  # flush only at finish: every row of a test shares one flush window
 
 
-def stored(root, sql: str) -> list[tuple]:
-    con = trackstore.connect(root)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def finish_cleanly(run) -> None:

@@ -379,42 +379,39 @@ def _map_hparams(loaded: _Loaded, out: ExternalRun) -> str | None:
 
     meta: dict[str, Any] = {}
     status = None
-    content = loaded.hparams.get(_HPARAMS_START)
-    if content is not None:
+
+    def parsed(key: str, parse: Callable[[bytes], Any], what: str) -> Any:
+        """The hparams summary ``key`` parsed, or None (absent; unreadable: a problem named)."""
+        content = loaded.hparams.get(key)
+        if content is None:
+            return None
         try:
-            start = metadata.parse_session_start_info_plugin_data(content)
+            return parse(content)
         except Exception as exc:  # noqa: BLE001 - TensorBoard raises HParamsError or a protobuf DecodeError
-            out.problems.append(f"hparams session start info of run {out.name!r} unreadable: {exc}")
-        else:
-            out.config.update({k: json_format.MessageToDict(v) for k, v in start.hparams.items()})
-            meta.update({k: getattr(start, k) for k in ("group_name", "model_uri", "monitor_url", "start_time_secs")
-                         if getattr(start, k)})
-    content = loaded.hparams.get(_HPARAMS_END)
-    if content is not None:
-        try:
-            end = metadata.parse_session_end_info_plugin_data(content)
-        except Exception as exc:  # noqa: BLE001
-            out.problems.append(f"hparams session end info of run {out.name!r} unreadable: {exc}")
-        else:
-            meta["session_status"] = api_pb2.Status.Name(end.status)
-            if end.status == api_pb2.STATUS_SUCCESS:
-                status = RunStatus.FINISHED
-            elif end.status == api_pb2.STATUS_FAILURE:
-                status = RunStatus.FAILED
-    content = loaded.hparams.get(_HPARAMS_EXPERIMENT)
-    if content is not None:
-        try:
-            experiment = metadata.parse_experiment_plugin_data(content)
-        except Exception as exc:  # noqa: BLE001
-            out.problems.append(f"hparams experiment of run {out.name!r} unreadable: {exc}")
-        else:
-            names = [m.name.tag for m in experiment.metric_infos if m.name.group in ("", ".")]
-            meta["metrics"] = [m.name.tag if m.name.group in ("", ".") else f"{m.name.group}/{m.name.tag}"
-                               for m in experiment.metric_infos]
-            for tag in names:
-                series = loaded.scalars.get(tag)
-                if series is not None and len(series[2]):
-                    out.summary[tag] = float(series[2][-1])
+            out.problems.append(f"hparams {what} of run {out.name!r} unreadable: {exc}")
+            return None
+
+    start = parsed(_HPARAMS_START, metadata.parse_session_start_info_plugin_data, "session start info")
+    if start is not None:
+        out.config.update({k: json_format.MessageToDict(v) for k, v in start.hparams.items()})
+        meta.update({k: getattr(start, k) for k in ("group_name", "model_uri", "monitor_url", "start_time_secs")
+                     if getattr(start, k)})
+    end = parsed(_HPARAMS_END, metadata.parse_session_end_info_plugin_data, "session end info")
+    if end is not None:
+        meta["session_status"] = api_pb2.Status.Name(end.status)
+        if end.status == api_pb2.STATUS_SUCCESS:
+            status = RunStatus.FINISHED
+        elif end.status == api_pb2.STATUS_FAILURE:
+            status = RunStatus.FAILED
+    experiment = parsed(_HPARAMS_EXPERIMENT, metadata.parse_experiment_plugin_data, "experiment")
+    if experiment is not None:
+        names = [m.name.tag for m in experiment.metric_infos if m.name.group in ("", ".")]
+        meta["metrics"] = [m.name.tag if m.name.group in ("", ".") else f"{m.name.group}/{m.name.tag}"
+                           for m in experiment.metric_infos]
+        for tag in names:
+            series = loaded.scalars.get(tag)
+            if series is not None and len(series[2]):
+                out.summary[tag] = float(series[2][-1])
     if meta:
         out.source_meta["hparams"] = meta
     return status
