@@ -167,6 +167,10 @@ def test_a_token_is_required_off_loopback(store):
         m = re.search(r"\?token=([A-Za-z0-9_-]+)", s.banner)
         assert m, s.banner
         token = m.group(1)
+        # the URL printed is one a browser can reach: the machine's name, never the wildcard address
+        import socket
+
+        assert "0.0.0.0" not in s.banner and f"http://{socket.gethostname()}:{s.port}/?token={token}" in s.banner
         assert s.request("/api/runs")[0] == 401
         assert s.request("/")[0] == 401
         assert s.request("/api/runs", {"Authorization": "Bearer wrong"})[0] == 401

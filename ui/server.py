@@ -323,9 +323,17 @@ def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | 
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (try another --port)") from None
     sock.listen(128)
     bound = sock.getsockname()[1]
-    shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
-    url = f"http://{shown}:{bound}/" + (f"?token={token}" if token else "")
+    query = f"?token={token}" if token else ""
+    wildcard = host.strip("[]") in ("0.0.0.0", "::")
+    # a wildcard address is where the server listens, not where a browser can reach it: name
+    # the machine for other machines, and loopback for this one
+    shown = socket.gethostname() if wildcard else f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+    url = f"http://{shown}:{bound}/{query}"
+    local = f"http://{'[::1]' if family == socket.AF_INET6 else '127.0.0.1'}:{bound}/{query}"
     announce(f"trackstore ui: serving {app.app.state.store.root} (read-only) at {url}")  # type: ignore[attr-defined]
+    if wildcard:
+        announce(f"listening on every interface; on this machine: {local}")
+        url = local  # what --open opens
     if token:
         announce("a token is required: share this URL only with people who may read every run of the store")
     announce("press Ctrl-C to stop")
