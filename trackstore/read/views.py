@@ -84,7 +84,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import duckdb
     import pyarrow as pa
 
-VIEWS = ("runs", *RECORD_KINDS, "sync_state", "latest", "metric_summary")
+    from ..store.layout import RunPaths
+
+VIEWS = ("runs", *RECORD_KINDS, "artifact_aliases", "sync_state", "latest", "metric_summary")
 
 SYNC_STATE_COLUMNS = (
     ("target", "string"), ("destination", "string"), ("project", "string"), ("run_id", "string"),
@@ -336,8 +338,46 @@ def _create_kind_view(con, root: Path, kind: str, files: list[str], has_bad: boo
                     "ORDER BY (status <> 'unfinished') DESC, seq DESC, writer DESC) = 1")
     elif kind == Kind.METRICS:  # last_of_key serves the latest view (trackstore.store.last_rows), not users
         con.execute(f"CREATE VIEW metrics AS SELECT * EXCLUDE ({LAST_OF_KEY}) FROM _raw_metrics")
+    elif kind == Kind.ARTIFACTS:
+        # Aliases move (trackstore.records.artifacts.alias_artifact): an alias belongs to the
+        # version that was given it last, in replay order. artifacts has one row per file, with the
+        # aliases its version holds now; the alias moves themselves are rows of event 'alias'.
+        con.execute(f"CREATE VIEW artifact_aliases AS {alias_holders_sql('_raw_artifacts')}")
+        con.execute(
+            "CREATE VIEW artifacts AS SELECT f.* EXCLUDE (event) REPLACE (h.aliases AS aliases) "
+            "FROM _raw_artifacts f LEFT JOIN (SELECT project, run_id, name, version, list(alias ORDER BY alias) "
+            "AS aliases FROM artifact_aliases GROUP BY ALL) h ON f.project = h.project AND f.run_id = h.run_id "
+            "AND f.name = h.name AND f.version = h.version WHERE f.event IS DISTINCT FROM 'alias'")
     else:
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _raw_{kind}")
+
+
+def alias_holders_sql(source: str) -> str:
+    """The query of the ``artifact_aliases`` view over ``source`` (rows of the ``artifacts``
+    kind with ``project`` and ``run_id``): each alias of each artifact belongs to the version
+    that was given it last, in log order. gc asks the same question of one run's parts
+    (:func:`aliased_versions`), so the rule lives here only. The order is sync's replay order
+    (step, then log time and sequence number), so a target ends with the holders the view shows."""
+    return ("SELECT project, run_id, name, alias, arg_max(version, o) AS version, arg_max(step, o) AS step, "
+            f"max(ts) AS ts FROM (SELECT project, run_id, name, version, step, ts, unnest(aliases) AS alias, "
+            f"{ALIAS_ORDER} AS o FROM {source} WHERE aliases IS NOT NULL) GROUP BY project, run_id, name, alias")
+
+
+def aliased_versions(paths: RunPaths) -> dict[tuple[str, int], list[str]]:
+    """``{(artifact, version): [aliases it holds now]}`` for one run, read from its manifest parts."""
+    import duckdb
+
+    parts = sorted(str(p) for p in paths.kind_dir(Kind.ARTIFACTS).glob(f"*{PART_SUFFIX}"))
+    if not parts:
+        return {}
+    source = "(SELECT '' AS project, '' AS run_id, * FROM read_parquet($files, union_by_name = true))"
+    con = duckdb.connect()
+    try:
+        rows = con.execute(f"SELECT name, version, list(alias ORDER BY alias) FROM ({alias_holders_sql(source)}) "
+                           "GROUP BY name, version", {"files": parts}).fetchall()
+    finally:
+        con.close()
+    return {(name, int(version)): list(aliases) for name, version, aliases in rows}
 
 
 def _ts(value: str | None):
@@ -449,6 +489,9 @@ def _create_sync_state_view(con, root: Path | None, only: set[tuple[str, str]] |
 # Log order of a metric row: its time, then its writer's sequence number, so two values logged
 # within one microsecond still have an order. One HUGEINT keeps arg_max a single fast pass.
 LOG_ORDER = "((epoch_us(ts)::HUGEINT << 64) + seq)"
+# The order alias moves take effect in (alias_holders_sql): sync's replay order, step first.
+# (A row compares field by field; a NULL step, of rows older than steps on artifacts, comes first.)
+ALIAS_ORDER = "row(coalesce(step, -9223372036854775808), epoch_us(ts), seq)"
 
 
 def _create_helper_views(con) -> None:

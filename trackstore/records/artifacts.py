@@ -5,8 +5,19 @@
     v = run.log_artifact("ckpt/step_100", name="policy", type="model", aliases=["best"])
     v.version, v.digest, v.dir          # 0, 'sha256 of the content', <run>/artifacts/policy/v0
 
+    run.log_checkpoint("ckpt/global_step_100", step=100, metrics={"acc": 0.7})  # by reference, a Future
+    run.alias_artifact("model-<run id>", 0, "best")                            # best moves to v0
+
 Layout and promises:
 
+* ``log_artifact(..., reference=True)`` and ``log_checkpoint`` copy nothing: see
+  :mod:`trackstore.records.artifact_refs`. Everything below about copies holds for them except
+  the copying; versions are published and deduplicated the same way
+  (:mod:`trackstore.records.artifact_versions`).
+* Aliases move: one version of a name holds an alias at a time. Aliases given at log time, to
+  identical content logged again, or by :func:`alias_artifact` take it from the version that
+  held it; each move is a row of the ``artifacts`` kind (``event = 'alias'``), so sync replays
+  moves in order, and the ``artifact_aliases`` view says who holds what.
 * ``log_artifact`` copies the content at log time into
   ``<run>/artifacts/<name>/v<N>/files/<path inside the artifact>``, with
   ``<run>/artifacts/<name>/v<N>/manifest.json`` beside it. The trainer may then overwrite,
@@ -28,7 +39,7 @@ Layout and promises:
 * Versions are content-addressed: the digest is a sha256 over every file's path, size and
   sha256 (files are hashed in 8 MiB chunks while they are copied). Logging content identical
   to a version already on disk — from this process or an earlier attempt — returns that
-  version and stores nothing new.
+  version and stores nothing new (its aliases move to it).
 * The manifest is also one ``artifacts`` row per file (:data:`trackstore.store.schema.ARTIFACTS`),
   queryable with SQL, handed to the run as a record sink (:class:`~trackstore.records.sink.RecordSink`).
 * Caller mistakes (a missing path, a bad name, unserialisable metadata) raise
@@ -39,73 +50,60 @@ Layout and promises:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
-import json
 import os
 import secrets
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidNameError, InvalidValueError, UsageError
 from ..store.files import sha256_file
-from ..store.layout import ARTIFACT_FILES_DIR, ARTIFACT_LOCK, ARTIFACT_MANIFEST, ARTIFACT_STAGING_PREFIX
+from ..store.layout import ARTIFACT_FILES_DIR, ARTIFACT_STAGING_PREFIX
 from ..store.names import validate_artifact_name
 from ..store.notices import warn
 from ..store.values import as_step, json_safe
 from ..store.vocab import Kind
+from .artifact_versions import (
+    ALIAS_EVENT,
+    COPY,
+    FILE_EVENT,
+    REFERENCE,
+    ArtifactFile,
+    ArtifactVersion,
+    alias_row,
+    list_versions,
+    manifest_rows,
+    publish,
+    stored_versions,
+)
 from .sink import RecordSink
 
+__all__ = ["log_artifact", "log_checkpoint", "alias_artifact", "list_versions", "manifest_rows", "ArtifactVersion",
+           "ArtifactFile", "COPY", "REFERENCE", "FILE_EVENT", "ALIAS_EVENT"]
+
 CHUNK = 8 << 20
-MANIFEST_VERSION = 1
 MAX_TYPE_CHARS = 64
 _FICLONE = 0x40049409  # linux/fs.h
 
 
-@dataclass
-class ArtifactFile:
-    logical_path: str  # inside the artifact, '/'-separated
-    path: str  # relative to the run folder
-    size: int
-    sha256: str
-
-
-@dataclass
-class ArtifactVersion:
-    """One stored version of an artifact. ``new`` is False when identical content was already stored."""
-
-    name: str
-    version: int
-    type: str
-    digest: str
-    dir: Path
-    files: list[ArtifactFile] = field(default_factory=list)
-    aliases: list[str] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-    step: int | None = None
-    created_at: str | None = None
-    new: bool = True
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def __repr__(self) -> str:
-        return f"<trackstore.ArtifactVersion {self.name}:v{self.version} {len(self.files)} files {self.size} bytes>"
-
-
 def log_artifact(run: RecordSink, path: str | os.PathLike, name: str | None = None, type: str = "model",
                  aliases: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None, *,
-                 step: int | None = None, hardlink: bool = False) -> ArtifactVersion | None:
+                 step: int | None = None, hardlink: bool = False, reference: bool = False):
     """Store a snapshot of the file or folder ``path`` as a version of artifact ``name``.
 
     ``name`` defaults to the file or folder name. ``step`` defaults to the run's current step.
-    Returns the :class:`ArtifactVersion` (``new=False`` if identical content already existed:
-    then nothing is written, and the given aliases and metadata are not recorded), or ``None``
-    after a warning if the copy failed for an I/O reason.
+    Aliases given here go to the new version and move away from any other version of ``name``
+    (one version holds an alias at a time); :func:`alias_artifact` moves them later.
+
+    A copy (the default; ``hardlink=True`` links instead) returns the :class:`ArtifactVersion`
+    (``new=False`` if identical content was already stored: then nothing is written and the
+    aliases move to that version), or ``None`` after a warning if the copy failed for an I/O
+    reason. ``reference=True`` copies nothing: the file list, sizes and sha256 are hashed on a
+    background thread and the call returns at once a :class:`concurrent.futures.Future` of the
+    version (``None`` if the files could not be read or changed while they were hashed); the
+    run waits for it when it finishes (see :mod:`trackstore.records.artifact_refs`).
     """
     if run.finished:
         raise UsageError(f"run {run.id} is finished; artifacts cannot be added to it")
@@ -119,6 +117,8 @@ def log_artifact(run: RecordSink, path: str | os.PathLike, name: str | None = No
         raise InvalidNameError(f"artifact name {name!r} must not start with '_' (reserved for trackstore)")
     if not isinstance(type, str) or not type or len(type) > MAX_TYPE_CHARS or not type.isprintable():
         raise InvalidValueError(f"artifact type must be a short printable string such as 'model', got {type!r:.60}")
+    if reference and hardlink:
+        raise InvalidValueError("log_artifact: reference=True copies nothing, so hardlink=True does not apply")
     alias_list = _aliases(aliases)
     meta = _metadata(metadata)
     step = as_step(run.step if step is None else step)  # an int64, or InvalidValueError naming it
@@ -129,39 +129,79 @@ def log_artifact(run: RecordSink, path: str | os.PathLike, name: str | None = No
         return None
     if not sources:
         raise InvalidValueError(f"artifact folder {str(src)!r} contains no files")
+    if reference:
+        from .artifact_refs import submit
+
+        return submit(run, src, name, type, alias_list, meta, step, sources)
 
     base = run.paths.artifacts_dir / name
     stage = base / f"{ARTIFACT_STAGING_PREFIX}{run.writer_id}-{secrets.token_hex(4)}"
     try:
         files = _stage(sources, stage, hardlink)
-        digest = _digest(files)
-        with _name_lock(base):  # dedupe check and publish are one step across processes
-            _remove_stale_staging(run, base)
-            existing = _find_digest(base, digest)
-            if existing is not None:
-                shutil.rmtree(stage, ignore_errors=True)
-                existing.new = False
-                return existing
-            version = _publish(run, base, stage, name, type, digest, files, alias_list, meta, step)
+        return publish(run, name, type, files, alias_list, meta, step, stage=stage)
     except OSError as exc:
         shutil.rmtree(stage, ignore_errors=True)
         warn(f"log_artifact({str(src)!r}, name={name!r}) failed: {exc}. Training continues; the artifact "
               "was NOT stored (free space or fix permissions and log it again)")
         return None
-    for f in version.files:
-        run.append(Kind.ARTIFACTS, _row(version, f))
-    return version
 
 
-def list_versions(run_dir: str | os.PathLike, name: str | None = None) -> list[ArtifactVersion]:
-    """Complete artifact versions stored in a run folder (from their manifest.json), by name and version."""
-    root = Path(run_dir) / "artifacts"
-    names = [name] if name is not None else sorted(p.name for p in _iterdir(root) if p.is_dir() and
-                                                    not p.name.startswith(("_", ".")))
-    out: list[ArtifactVersion] = []
-    for n in names:
-        out.extend(sorted(_versions(root / n).values(), key=lambda v: v.version))
-    return out
+def alias_artifact(run: RecordSink, name: str, version: int | ArtifactVersion, alias: str, *,
+                   step: int | None = None) -> ArtifactVersion:
+    """Give ``alias`` (``"best"``, ``"latest"``, ...) to ``version`` of artifact ``name``, moving it
+    from whichever version of ``name`` held it. Recorded as a row of the ``artifacts`` kind, so it
+    is replayed by sync in order; the ``artifacts`` and ``artifact_aliases`` views show the result.
+
+    The move is at ``step`` (default: the run's current step, and never before the version's
+    own): the ``artifacts`` rows replay in step order, and the holder of an alias is the version
+    given it last in that order.
+
+    Raises :class:`InvalidValueError` for an alias that is not a short printable string or a
+    version that is not stored (a reference still being hashed is not stored yet: wait for its
+    future first).
+    """
+    if run.finished:
+        raise UsageError(f"run {run.id} is finished; its artifact aliases cannot change")
+    name = validate_artifact_name(name)
+    number = version.version if isinstance(version, ArtifactVersion) else version
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise InvalidValueError(f"artifact version must be an int (0, 1, ...), got {number!r:.60}")
+    if not isinstance(alias, str):
+        raise InvalidValueError(f"an artifact alias is one string such as 'best', got {alias!r:.60}")
+    (one,) = _aliases([alias])  # validates it
+    stored = stored_versions(run.paths.artifacts_dir / name)
+    target = stored.get(number)
+    if target is None:
+        have = ", ".join(f"v{n}" for n in sorted(stored)) or "none"
+        raise InvalidValueError(f"artifact {name!r} of run {run.id} has no version {number} (stored: {have})")
+    at = as_step(run.step if step is None else step)
+    if step is None and target.step is not None:
+        at = max(at, target.step)
+    run.append(Kind.ARTIFACTS, alias_row(target, one, at))
+    return target
+
+
+def log_checkpoint(run: RecordSink, path: str | os.PathLike, step: int | None = None, *,
+                   metrics: Mapping[str, Any] | None = None, name: str | None = None,
+                   aliases: Iterable[str] = ("latest",), metadata: Mapping[str, Any] | None = None,
+                   reference: bool = True):
+    """A training checkpoint (file or folder) as the next version of the run's model artifact.
+
+    The artifact is ``model-<run id>`` (the name wandb's Lightning and Transformers integrations
+    give theirs, so versions of different runs never share aliases on a target), type
+    ``model``; the version gets ``aliases`` (``latest`` by default) plus ``step-<step>``, and
+    ``{"step": step, "metrics": metrics}`` (the metrics of that step) merged into ``metadata``.
+    By reference by default (``reference=False`` copies): see :func:`log_artifact` for what is
+    returned.
+    """
+    step = as_step(run.step if step is None else step)
+    meta = dict(_metadata(metadata))
+    meta["step"] = step
+    if metrics:
+        meta["metrics"] = _metadata(metrics)
+    names = [*_aliases(aliases), f"step-{step}"]
+    return log_artifact(run, path, name=name or f"model-{run.id}", type="model", aliases=names, metadata=meta,
+                        step=step, reference=reference)
 
 
 # ---------------------------------------------------------------------- validation
@@ -255,151 +295,3 @@ def _reflink(fin, fout) -> bool:
         return False
 
 
-def _digest(files: list[ArtifactFile]) -> str:
-    h = hashlib.sha256()
-    for f in sorted(files, key=lambda f: f.logical_path):
-        h.update(f"{f.logical_path}\0{f.size}\0{f.sha256}\n".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------------- versions on disk
-def _iterdir(d: Path) -> list[Path]:
-    try:
-        return list(d.iterdir())
-    except OSError:
-        return []
-
-
-def _versions(base: Path) -> dict[int, ArtifactVersion]:
-    out: dict[int, ArtifactVersion] = {}
-    for p in _iterdir(base):
-        if not (p.name.startswith("v") and p.name[1:].isdigit()):
-            continue
-        try:
-            m = json.loads((p / ARTIFACT_MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not a complete version (cannot happen through rename, but be lenient)
-        out[int(p.name[1:])] = _from_manifest(p, m)
-    return out
-
-
-def _from_manifest(vdir: Path, m: dict) -> ArtifactVersion:
-    return ArtifactVersion(
-        name=m["name"], version=int(m["version"]), type=m.get("type", ""), digest=m["digest"], dir=vdir,
-        files=[ArtifactFile(f["logical_path"], f["path"], int(f["size"]), f["sha256"]) for f in m.get("files", [])],
-        aliases=list(m.get("aliases") or []), metadata=dict(m.get("metadata") or {}), step=m.get("step"),
-        created_at=m.get("created_at"), new=True,
-    )
-
-
-def _find_digest(base: Path, digest: str) -> ArtifactVersion | None:
-    for v in sorted(_versions(base).values(), key=lambda v: v.version):
-        if v.digest == digest:
-            return v
-    return None
-
-
-@contextlib.contextmanager
-def _name_lock(base: Path):
-    """An exclusive ``flock`` on ``artifacts/<name>/.lock``; the kernel drops it if we die."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: rely on rename failing for a taken number
-        yield
-        return
-    fd = os.open(base / ARTIFACT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _remove_stale_staging(run: RecordSink, base: Path) -> None:
-    """Delete staging folders left by writers of this run that are no longer alive (killed mid-copy)."""
-    from ..store import meta as _meta
-
-    stale = [p for p in _iterdir(base) if p.name.startswith(ARTIFACT_STAGING_PREFIX)]
-    if not stale:
-        return
-    writers = {w.get("writer_id"): w for w in _meta.read_writer_files(run.paths)}
-    for p in stale:
-        owner = p.name[len(ARTIFACT_STAGING_PREFIX):].rsplit("-", 1)[0]
-        info = writers.get(owner)
-        if owner != run.writer_id and info is not None and not _meta.writer_alive(info):
-            shutil.rmtree(p, ignore_errors=True)
-
-
-def _publish(run: RecordSink, base: Path, stage: Path, name: str, type: str, digest: str, files: list[ArtifactFile],
-             aliases: list[str], meta: dict, step: int | None) -> ArtifactVersion:
-    import time
-
-    from ..store.atomic import fsync_dir
-    from ..store.clock import iso
-
-    existing = _versions(base)
-    used = [int(p.name[1:]) for p in _iterdir(base) if p.name.startswith("v") and p.name[1:].isdigit()]
-    number = max(used, default=-1) + 1
-    created = iso(time.time())
-    for _attempt in range(1000):
-        vdir = base / f"v{number}"
-        rel = vdir.relative_to(run.paths.dir).as_posix()
-        for f in files:
-            f.path = f"{rel}/{ARTIFACT_FILES_DIR}/{f.logical_path}"
-        manifest = {
-            "manifest_version": MANIFEST_VERSION, "name": name, "version": number, "type": type, "digest": digest,
-            "aliases": aliases, "metadata": meta, "step": step, "created_at": created, "writer": run.writer_id,
-            "files": [f.__dict__ for f in files],
-        }
-        _write_manifest(stage / ARTIFACT_MANIFEST, manifest)
-        _fsync_tree(stage)
-        try:
-            os.rename(stage, vdir)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            # another writer published this number first; it may even be our content
-            other = _find_digest(base, digest)
-            if other is not None and other.version not in existing:
-                shutil.rmtree(stage, ignore_errors=True)
-                other.new = False
-                return other
-            number += 1
-            continue
-        fsync_dir(base)
-        return ArtifactVersion(name=name, version=number, type=type, digest=digest, dir=vdir, files=files,
-                               aliases=aliases, metadata=meta, step=step, created_at=created, new=True)
-    raise OSError(errno.EEXIST, f"could not claim a version number under {base}")
-
-
-def _write_manifest(path: Path, manifest: dict) -> None:
-    data = json.dumps(manifest, indent=1, ensure_ascii=True, allow_nan=True).encode("ascii")
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_tree(stage: Path) -> None:
-    from ..store.atomic import fsync_dir
-
-    for dirpath, _dirs, _files in os.walk(stage):
-        fsync_dir(Path(dirpath))
-
-
-def manifest_rows(version: ArtifactVersion) -> list[dict]:
-    """The rows of the ``artifacts`` kind that describe ``version``, one per file (what
-    :func:`log_artifact` appends for a new version)."""
-    return [_row(version, f) for f in version.files]
-
-
-def _row(v: ArtifactVersion, f: ArtifactFile) -> dict:
-    from ..store.clock import ts_now
-    from .samples import clean_text, encode_json
-
-    return {
-        "name": v.name, "version": v.version, "type": v.type, "digest": v.digest, "path": clean_text(f.path),
-        "logical_path": clean_text(f.logical_path), "size": f.size, "sha256": f.sha256,
-        "aliases": v.aliases or None, "metadata": encode_json(v.metadata) if v.metadata else None,
-        "step": v.step, "ts": ts_now(),
-    }

@@ -146,6 +146,9 @@ ARTIFACTS = pa.schema(
         pa.field("step", pa.int64(), nullable=True),
         pa.field("ts", TS_TYPE, nullable=False),
         *_COMMON,
+        # appended later (nullable: older parts read NULL, which means "copy" and "file")
+        pa.field("storage", pa.string(), nullable=True),  # "copy" or "reference" (path is then absolute)
+        pa.field("event", pa.string(), nullable=True),  # "file" (a file of a version) or "alias" (a move)
     ]
 )
 

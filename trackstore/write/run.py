@@ -485,6 +485,19 @@ class Run:
 
         return log_artifact(self, path, name=name, type=type, aliases=aliases, metadata=metadata, **kw)
 
+    def log_checkpoint(self, path: str | os.PathLike, step: int | None = None, **kw: Any):
+        """A checkpoint as the next version of ``model-<run id>``, by reference, aliases ``latest``
+        and ``step-N``, ``metrics=`` as metadata (:func:`trackstore.records.artifacts.log_checkpoint`)."""
+        from ..records.artifacts import log_checkpoint
+
+        return log_checkpoint(self, path, step, **kw)
+
+    def alias_artifact(self, name: str, version: Any, alias: str):
+        """Move ``alias`` (``"best"``...) to ``version`` of artifact ``name`` (one version holds it)."""
+        from ..records.artifacts import alias_artifact
+
+        return alias_artifact(self, name, version, alias)
+
 
 def _histogram_type() -> type:
     from ..records.histogram import Histogram
