@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sql": ("sql_cmd", "sql", "Query every run with SQL (read-only)."),
     "samples": ("records_cmd", "samples", "Read a run's samples (validation generations)."),
     "trace": ("records_cmd", "trace", "Read a run's trajectories as conversation trees."),
+    "artifacts": ("artifacts_cmd", "artifacts", "List a run's artifact versions (checkpoints) and their aliases."),
     "plot": ("plot_cmd", "plot", "Draw metric curves in the terminal or as a PNG."),
     "compare": ("compare_cmd", "compare", "Compare runs: config differences and metrics side by side."),
     "ui": ("ui_cmd", "ui", "Serve a local dashboard of the store in the browser (read-only, live)."),

@@ -39,7 +39,8 @@ def gc(
     project: Annotated[Optional[str], typer.Option("--project", "-p", help="Only runs of this project.")] = None,
     status: Annotated[Optional[List[str]], typer.Option("--status", "-s", help="Only runs with this status: finished, failed, crashed (repeatable). Default: all three.")] = None,
     require_synced_to: Annotated[Optional[str], typer.Option("--require-synced-to", help="Comma-separated targets (e.g. wandb,mlflow) each of which must hold the run fully; replaces the default 'every destination it was synced to'.")] = None,
-    include_unsynced: Annotated[bool, typer.Option("--include-unsynced", help="Also delete runs never synced anywhere.")] = False,
+    include_unsynced: Annotated[bool, typer.Option("--include-unsynced", help="Also delete runs never synced anywhere (except those holding the only copy of an artifact version with an alias: see --include-aliased).")] = False,
+    include_aliased: Annotated[bool, typer.Option("--include-aliased", help="With --include-unsynced: also delete never-synced runs holding the only copy of an artifact version that has an alias (best, latest...).")] = False,
     count_staged: Annotated[bool, typer.Option("--count-staged", help="Count destinations staged on this machine (wandb offline, SwanLab offline or local folders, not uploaded yet) as synced. Without it they never are, and a run only staged is kept.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Ignore sync state entirely, also unreadable cursors and damaged part files that otherwise keep a run until `trackstore doctor --fix` (live runs and runs being synced are still kept).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be deleted and how many bytes; delete nothing.")] = False,
@@ -66,7 +67,8 @@ def gc(
 
     if isinstance(root, str):
         local_only = {"--max-size": max_size is not None, "--require-synced-to": bool(require_synced_to),
-                      "--include-unsynced": include_unsynced, "--count-staged": count_staged, "--force": force,
+                      "--include-unsynced": include_unsynced, "--include-aliased": include_aliased,
+                      "--count-staged": count_staged, "--force": force,
                       "--compact": compact}
         given = [name for name, on in local_only.items() if on]
         if given:
@@ -86,6 +88,7 @@ def gc(
         statuses=tuple(status) if status else ENDED_ORDER,
         require_synced_to=targets,
         include_unsynced=include_unsynced,
+        include_aliased=include_aliased,
         count_staged=count_staged,
         force=force,
     )

@@ -7,16 +7,20 @@ import hashlib
 import json
 import os
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trackstore
+from tests.helpers import run_cli
 from trackstore.errors import InvalidValueError
 from trackstore.records import artifact_refs
 from trackstore.records.artifact_refs import check_reference
 from trackstore.records.artifacts import list_versions
+from trackstore.upkeep import gc as G
+from trackstore.upkeep.doctor import diagnose
 
 
 def write_ckpt(folder, step: int, size: int = 1 << 20):
@@ -162,3 +166,52 @@ def test_alias_holders_are_the_last_move_of_each_alias(tmp_path_factory, moves):
         expected[alias] = version
     run.finish()
     assert aliases_now(root, "r") == expected
+
+
+def test_doctor_reports_a_vanished_or_changed_reference_and_sync_status_stays(root, tmp_path):
+    ck = write_ckpt(tmp_path / "ckpts", 5, size=100)
+    run = trackstore.init("p", root=root, run_id="r1")
+    run.log_checkpoint(ck, step=5).result(timeout=60)
+    run.finish()
+    assert [f for f in diagnose(root).findings if f.check == "artifact_reference"] == []
+    (ck / "actor" / "config.json").write_text("rewritten by the trainer")
+    (ck / "actor" / "model.safetensors").unlink()
+    found = sorted((f.path.name, f.problem.split("the file ", 1)[1].split(":")[0], f.severity)
+                   for f in diagnose(root).findings if f.check == "artifact_reference")
+    assert found == [("config.json", "changed", "warning"), ("model.safetensors", "vanished", "warning")]
+    assert diagnose(root).healthy  # the store itself is intact
+
+
+def test_gc_keeps_the_only_copy_of_an_aliased_version_unless_asked(root, tmp_path):
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"w" * 100)
+    for rid, aliases in (("aliased", ["best"]), ("plain", [])):
+        run = trackstore.init("p", root=root, run_id=rid)
+        run.log_artifact(f, name="m", aliases=aliases)
+        run.finish()
+    policy = G.Policy(older_than_s=0, include_unsynced=True)
+    plan = G.plan(root, policy, now=time.time() + 10)
+    verdicts = {c.info.run_id: c for c in plan.runs}
+    assert verdicts["plain"].delete
+    kept = verdicts["aliased"]
+    assert not kept.delete and "only copy of m:v0 (best)" in kept.reason
+    asked = G.plan(root, G.Policy(older_than_s=0, include_unsynced=True, include_aliased=True), now=time.time() + 10)
+    assert all(c.delete for c in asked.runs)
+
+
+def test_cli_lists_versions_with_their_aliases_and_reference_state(root, tmp_path):
+    ck = write_ckpt(tmp_path / "ckpts", 3, size=100)
+    run = trackstore.init("p", root=root, run_id="r1")
+    run.log_checkpoint(ck, step=3, aliases=["latest", "best"]).result(timeout=60)
+    run.finish()
+    out = run_cli("artifacts", "r1", "--format", "json", root=root)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert (row["name"], row["version"], row["storage"], row["aliases"], row["check"], row["source"]) == (
+        "model-r1", 0, "reference", ["best", "latest", "step-3"], "ok", str(ck))
+    (ck / "actor" / "model.safetensors").unlink()
+    table = run_cli("artifacts", "r1", root=root, env={"COLUMNS": "80"})
+    assert table.returncode == 0 and "vanished" in table.stdout
+    assert all(len(line) <= 80 for line in table.stdout.splitlines())
+    missing = run_cli("artifacts", "r1", "--name", "nope", root=root)
+    assert missing.returncode == 3 and "no artifact 'nope'" in missing.stderr

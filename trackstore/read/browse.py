@@ -63,6 +63,18 @@ def record_counts(con, run: RunInfo) -> dict[str, dict[str, Any]]:
     return {"samples": samples, "spans": spans, "histograms": histograms, "artifacts": artifacts}
 
 
+def artifact_versions(con, run: RunInfo, name: str | None = None) -> list[dict[str, Any]]:
+    """One row per artifact version of ``run`` (or of artifact ``name``): name, version, type,
+    storage, files, bytes, step, aliases it holds now, logged (first file's time), in name and
+    version order."""
+    where = _ONE_RUN + (" AND name = $name" if name is not None else "")
+    params = _params(run, **({"name": name} if name is not None else {}))
+    sql = ("SELECT name, version, any_value(type) AS type, coalesce(any_value(storage), 'copy') AS storage, "
+           "count(*) AS files, sum(size)::BIGINT AS bytes, any_value(step) AS step, any_value(aliases) AS aliases, "
+           f"min(ts) AS logged FROM artifacts WHERE {where} GROUP BY name, version ORDER BY name, version")
+    return to_pylist(run_sql(con, sql, params))
+
+
 def kind_steps(con, run: RunInfo, kind: str) -> list[int]:
     """The distinct steps at which the run holds ``samples`` or ``spans``, ascending."""
     if kind not in (Kind.SAMPLES, Kind.SPANS):

@@ -96,6 +96,7 @@ class KeepReason(Word):
     NOT_FULLY_SYNCED = "not-fully-synced"
     WITHIN_MAX_SIZE = "within-max-size"
     BEING_REPLICATED = "being-replicated"
+    ALIASED_ARTIFACTS = "aliased-artifacts"
 
     @property
     def text(self) -> str:
@@ -141,4 +142,6 @@ _KEEP_TEXT: dict[KeepReason, tuple[str, str]] = {
     KeepReason.NOT_FULLY_SYNCED: ("not fully synced to {target} {destination}: {behind} "
                                   "(use --force to delete anyway)", "not fully synced to {target} {destination}"),
     KeepReason.WITHIN_MAX_SIZE: ("store within --max-size", "store within --max-size"),
+    KeepReason.ALIASED_ARTIFACTS: ("holds the only copy of {what}, never synced (sync it first, or pass "
+                                   "--include-aliased)", "holds the only copy of an aliased artifact version"),
 }

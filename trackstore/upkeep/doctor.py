@@ -41,6 +41,10 @@ check                    --fix
 ``import_leftover``      staging folder of an interrupted import: quarantined
 ``stale_lock``           lock file of a dead process: removed (reported only as a warning;
                          the next acquire takes it over anyway)
+``artifact_reference``   (warning) a file of an artifact stored by reference vanished or
+                         changed since it was logged (size and modification time; with
+                         ``deep`` its sha256): reported only, the trainer's files are its own.
+                         Sync skips such a file rather than upload something else
 =======================  =====================================================================
 
 Findings are ``error`` (damage: something is unreadable or would be lost), ``warning``
@@ -213,8 +217,28 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
         if seen and not _merge_at_work(paths, kd, seen):
             out.append(Finding("compaction_leftover", kd, "an interrupted compaction left a staging folder",
                                "run `trackstore doctor --fix` (or `trackstore compact`) to resolve it"))
+    out += _check_references(paths, deep)
     if deep:
         out += _check_repeated_ids(paths)
+    return out
+
+
+def _check_references(paths: RunPaths, deep: bool) -> list[Finding]:
+    """Files of artifacts stored by reference that vanished or changed (``deep``: by sha256)."""
+    from ..records.artifact_refs import check_reference
+    from ..records.artifacts import REFERENCE, list_versions
+
+    out = []
+    for v in list_versions(paths.dir):
+        if v.storage != REFERENCE:
+            continue
+        for f in v.files:
+            problem = check_reference(f.path, f.size, f.sha256, f.mtime_ns, quick=not deep)
+            if problem is not None:
+                out.append(Finding("artifact_reference", Path(f.path),
+                                   f"artifact {v.name} v{v.version} (by reference): the file {problem}",
+                                   "sync skips it (never uploads other bytes); log the checkpoint again if it "
+                                   "was rewritten, or keep checkpoints until they are synced", severity="warning"))
     return out
 
 
@@ -446,6 +470,8 @@ def fix(report: Report) -> Report:
 def _fix_one(root, f: Finding, q: _Quarantine, archive_cursors, clean_trash, recover_kind_dir) -> str | None:
     from ..store import locks
 
+    if f.check == "artifact_reference":
+        return None  # the trainer's file: reported only
     if not f.path.exists() and f.check not in ("broken_run_json", "compaction_leftover"):
         return "already gone"
     if f.check in ("temp_file", "corrupt_parquet", "unreadable_cursor", "import_leftover"):

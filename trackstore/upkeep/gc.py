@@ -18,7 +18,9 @@ The promises:
   acknowledged and its final status pushed — to *every destination it was ever synced to*.
   A run with no sync state at all is "unsynced" and kept. ``require_synced_to=["wandb", ...]``
   replaces "every destination" with "at least one fully synced destination of each named
-  target". ``include_unsynced`` also allows runs never synced anywhere; ``force`` ignores sync
+  target". ``include_unsynced`` also allows runs never synced anywhere, except a run holding
+  the only copy of an artifact version that has an alias now (``best``, ``latest``: a copy in
+  the store, never synced), which ``include_aliased`` allows too; ``force`` ignores sync
   state entirely (still never live or locked runs).
 * **Staged is not synced.** A destination that is a staging folder on this machine (wandb
   offline, SwanLab offline or local: :attr:`trackstore.store.cursor.Cursor.staged`) holds
@@ -130,6 +132,7 @@ class Policy:
     statuses: tuple[str, ...] = ENDED_ORDER
     require_synced_to: tuple[str, ...] = ()
     include_unsynced: bool = False
+    include_aliased: bool = False
     count_staged: bool = False
     force: bool = False
 
@@ -254,6 +257,9 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
         return Verdict(KeepReason.SYNC_STATE_UNREADABLE, {"files": _listing(root, unreadable)})
     if not cursors:
         if policy.include_unsynced and not policy.require_synced_to:
+            only = [] if policy.include_aliased else aliased_copies(info.paths)
+            if only:
+                return Verdict(KeepReason.ALIASED_ARTIFACTS, {"what": ", ".join(only[:3]) + (" ..." if len(only) > 3 else "")})
             return _damage_verdict(root, damaged_parts(info.paths))
         return Verdict(KeepReason.NEVER_SYNCED)
     records = _kept_records(info, seen)
@@ -285,6 +291,22 @@ def sync_verdict(root: Path, info: RunInfo, policy: Policy, seen: frozenset | No
             return Verdict(KeepReason.NOT_FULLY_SYNCED, {"target": c.target, "destination": c.destination,
                                                          "behind": _behind(info, c, pending[id(c)])})
     return None
+
+
+def aliased_copies(paths) -> list[str]:
+    """The artifact versions of a run that hold an alias now and whose files the store holds
+    (copies: a reference's files are the trainer's, which deleting the run leaves alone), as
+    ``name:vN (alias, ...)``."""
+    from ..read.views import aliased_versions
+    from ..records.artifacts import COPY, list_versions
+
+    if not paths.artifacts_dir.is_dir():
+        return []
+    held = aliased_versions(paths)
+    if not held:
+        return []
+    return [f"{v.name}:v{v.version} ({', '.join(held[(v.name, v.version)])})" for v in list_versions(paths.dir)
+            if v.storage == COPY and (v.name, v.version) in held]
 
 
 def _kept_records(info: RunInfo, seen: frozenset | None) -> dict | None:
