@@ -64,7 +64,9 @@ def concat_rows(a, b):
 
 def row_batches(table, size: int, group: str | None = None) -> Iterator:
     """Slices of ``table`` of at most ``size`` rows in replay order; with ``group`` (a column,
-    e.g. one trace's spans), rows sharing its value stay in one batch, in first-seen order."""
+    e.g. one trace's spans), rows sharing its value stay in one batch, in first-seen order. A
+    row whose value is empty belongs to no group and keeps its place (an artifact alias move,
+    which must stay in log order among the versions around it)."""
     n = table.num_rows
     if not group:
         for start in range(0, n, size):
@@ -75,7 +77,7 @@ def row_batches(table, size: int, group: str | None = None) -> Iterator:
     values = table.column(group).to_pylist()
     order: dict = {}
     for i, v in enumerate(values):
-        order.setdefault(v, []).append(i)
+        order.setdefault(v if v != "" else ("", i), []).append(i)
     chunk: list[int] = []
     for idx in order.values():
         if chunk and len(chunk) + len(idx) > size:

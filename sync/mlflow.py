@@ -30,7 +30,9 @@ Mapping (docs/sync.md has the full table):
 * spans -> MLflow traces (one per trajectory) with original start/end times, linked to the run,
   tagged ``trackstore.trace_id``, ``step`` and ``sample_index``; searched before creation.
   A trajectory without a root span waits while the run is live, and is reported once it ended.
-* artifacts -> ``log_artifact`` under ``trackstore/artifacts/<name>/v<version>/``.
+* artifacts -> ``log_artifact`` under ``trackstore/artifacts/<name>/v<version>/``; a version of
+  type ``model`` (checkpoints) also becomes a registered model version with its aliases
+  (:mod:`trackstore.sync.mlflow_models`).
 
 Bookkeeping tags (the batch marker, the config digest) are named ``mlflow.trackstore.*``: MLflow's
 UI does not list ``mlflow.``-prefixed tags on the run page, so they stay out of the user's way.
@@ -46,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import posixpath
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +63,7 @@ from .adapter import Adapter, Capabilities, MetricKeys, Opened, SendResult, Targ
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
 from .mlflow_experiments import Experiments, runs_page
+from .mlflow_models import ModelVersions
 from .mlflow_points import HeldPoints, comparable
 
 MIN_MLFLOW = (2, 16)  # the floor of the [mlflow] extra: what the sync tests run against
@@ -112,7 +114,8 @@ class MlflowAdapter(Adapter):
     CAPABILITIES = Capabilities(
         kinds=REPLAY_ORDER,
         batch_sizes={Kind.METRICS: 999, Kind.HISTOGRAMS: 200, Kind.SAMPLES: 500, Kind.SPANS: 200, Kind.ARTIFACTS: 20},
-        group_columns={Kind.SPANS: "trace_id"},
+        # a trajectory, or an artifact version (registered as one model version), never straddles two batches
+        group_columns={Kind.SPANS: "trace_id", Kind.ARTIFACTS: "digest"},
         wants_metric_keys=True,  # two keys that sanitize alike get distinct names: decided over all of them
         whole_trajectories=True,
         preimport=("mlflow", "mlflow.tracking", "mlflow.entities"))
@@ -128,6 +131,7 @@ class MlflowAdapter(Adapter):
         self.uri = uri
         self._client = None
         self.experiments = Experiments(self)  # each project's live experiments at the destination
+        self.models = ModelVersions(self)  # registered model versions made or found
         self._run_dir = Path(".")
         self.trace_source: dict[str, str] = {}  # the training run's source, for its traces (open_run)
         self._run_keys: MetricKeys | None = None  # every metric key of the run being synced (prepare)
@@ -416,19 +420,7 @@ class MlflowAdapter(Adapter):
         return send_records(self, rid, kind, rows, cursor)
 
     def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
-        result = SendResult()
-        run_dir = self._run_dir
-        for r in rows.to_pylist():
-            local = run_dir / r["path"]
-            if not local.is_file():
-                result.skip("artifact file missing from the store", 1)
-                continue
-            art_dir = f"trackstore/artifacts/{mlflow_key(r['name'])}/v{r['version']}"
-            sub = posixpath.dirname(r["logical_path"])
-            if sub:
-                art_dir = f"{art_dir}/{sub}"
-            self.call("log artifact", self.client.log_artifact, rid, str(local), art_dir)
-        return result
+        return self.models.send(rid, self._run_dir, rows)
 
     def reconcile(self, kind: str, rows, cursor, batch_id: str):
         """Return the rows of an in-doubt batch that MLflow does not hold yet.

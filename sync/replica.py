@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from trackstore.errors import PermanentError, UsageError
+from trackstore.records.artifacts import ALIAS_EVENT, REFERENCE
 from trackstore.store import objects
 from trackstore.store.clock import iso
 from trackstore.store.identity import store_identity
@@ -298,7 +299,11 @@ class ReplicaAdapter(Adapter):
         if paths is None:
             raise PermanentError(f"{cursor.remote_id}: artifact rows before the run was opened")
         base = run_key(project, run_id)
-        for rel in dict.fromkeys(rows.column("path").to_pylist()):
+        # a reference's files stay where the trainer wrote them (the replica keeps its rows, as the
+        # source store does), and an alias move names no file
+        copies = [r["path"] for r in rows.select(["path", "storage", "event"]).to_pylist()
+                  if r["storage"] != REFERENCE and r["event"] != ALIAS_EVENT]
+        for rel in dict.fromkeys(copies):
             src = Path(paths.dir) / rel
             try:
                 data = src.read_bytes()

@@ -31,7 +31,11 @@ Mapping (the full table, with what is lost: docs/sync.md § SwanLab):
 * histograms -> ``swanlab.ECharts(echarts.Bar)`` of the precomputed bins at their steps
   (SwanLab 0.10 has no histogram type).
 * artifacts -> ``run.save(file, base_path=<run dir>, policy="now")`` as
-  ``artifacts/<name>/v<version>/files/<path in the artifact>`` (the file's path in the store).
+  ``artifacts/<name>/v<version>/files/<path in the artifact>`` (the file's path in the store);
+  a reference (a checkpoint left where the trainer wrote it), after its size and sha256 are
+  checked, as ``<its folder's name>/<path in the artifact>`` (``global_step_100/actor/...``; a
+  single file as ``<its folder's name>/<file>``).
+  SwanLab has no artifact versions, types or aliases: alias moves are skipped and counted.
 
 Exactly once. SwanLab's client does not make data durable before the session closes (its
 offline store is never flushed before ``finish``; after a SIGKILL the file can be empty), so a
@@ -97,6 +101,7 @@ SKIP_KEY = "key is empty after SwanLab's trimming of leading/trailing '.', '/' a
 SKIP_NO_STEP = "trajectory without a step (SwanLab media need one)"
 SKIP_STEP = "step outside SwanLab's range 0..2**48"
 SKIP_MISSING = "artifact file missing from the store"
+SKIP_ALIAS = "SwanLab has no artifact aliases"
 SKIP_TYPE = "key already used at SwanLab for another type (a scalar and a chart or text cannot share a key)"
 
 
@@ -539,19 +544,28 @@ class SwanlabAdapter(Adapter):
         return groups, deferred
 
     def _send_artifacts(self, rows) -> SendResult:
+        from .artifact_rows import is_alias_move, local_file
+
         result = SendResult()
         run_dir = Path(self._info.paths.dir)
         for r in rows.to_pylist():
-            local = run_dir / r["path"]
-            if not local.is_file():
-                result.skip(SKIP_MISSING)
+            if is_alias_move(r):
+                result.skip(SKIP_ALIAS)  # SwanLab has files, not artifact versions
                 continue
+            local, why = local_file(run_dir, r)
+            if local is None:
+                result.skip(why or SKIP_MISSING)
+                continue
+            # a copy keeps its path in the store; a reference is saved under its own folder's
+            # name (SwanLab names a file by its path below base_path)
+            base = run_dir if r.get("storage") != "reference" else _reference_base(local, r["logical_path"])
+            name = local.relative_to(base).as_posix()
             if self._doubtful("artifacts", r):
                 held = self._held_index()
-                if held is not None and r["path"] in held.saves:
+                if held is not None and name in held.saves:
                     continue
             try:
-                self._run.save(str(local), base_path=str(run_dir), policy="now")
+                self._run.save(str(local), base_path=str(base), policy="now")
             except Exception as exc:
                 raise self._wrap(exc, "save") from exc
         return result
@@ -609,3 +623,12 @@ class SwanlabAdapter(Adapter):
             result = SendResult()
             result.skip(f"swanlab cannot hold {kind}", rows.num_rows)
         return dict(result.skipped)
+
+
+def _reference_base(path: Path, logical_path: str) -> Path:
+    """The folder a referenced file is saved relative to: one above the artifact's own root, so
+    the saved name starts with the referenced folder's name (a single file: its folder's)."""
+    base = path.parent
+    for _ in logical_path.split("/"):
+        base = base.parent
+    return base

@@ -30,7 +30,13 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
   waits while its root span is open in a live run; one whose root span was never written (the
   run was killed mid-trajectory) waits while the run is live and is reported once it has ended.
 * artifacts -> ``wandb.Artifact(name, type, metadata)`` with the manifest's files, aliases plus
-  ``step-<N>``; identical content is the same wandb version.
+  ``step-<N>``; identical content is the same wandb version. A reference's files are checked
+  (size, sha256) and added with ``policy="immutable"`` (read where they are, not copied into
+  wandb's cache); one that vanished or changed is skipped. An alias moved later is replayed
+  the way wandb moves one: the version's content logged again with that alias (wandb keeps one
+  version per digest and gives it the alias). ``latest`` is wandb's own and goes to whatever
+  was logged last, so after such a re-log the version holding ``latest`` in the store (else
+  the newest) is logged once more, last.
 
 What wandb cannot take is counted and reported (``SendResult.skip``), never dropped silently:
 a point at a step the wandb run has already committed (logged late, after its step was
@@ -459,35 +465,76 @@ class WandbAdapter(Adapter):
         return result
 
     def _send_artifacts(self, rows, cursor, batch_id: str) -> SendResult:
+        from .artifact_rows import runs_of
 
-        wandb = self._import()
         result = SendResult()
-        run_dir = self._info.paths.dir
-        versions: dict[tuple[str, int], list[dict]] = {}
-        for r in rows.to_pylist():
-            versions.setdefault((r["name"], r["version"]), []).append(r)
-        for (name, version), files in versions.items():
-            missing = [f for f in files if not (run_dir / f["path"]).is_file()]
-            if missing:
-                result.skip("artifact file missing from the store", len(files))
+        moved: set[str] = set()
+        for group in runs_of(rows.to_pylist()):
+            if group.moves:  # an alias moved to a version sent before: log the same content again
+                # with it; wandb keeps one version per digest and moves the alias (its own way)
+                if self._log_stored_version(group.name, group.version, group.moves, result):
+                    moved.add(group.name)
                 continue
-            first = files[0]
-            metadata = _loads_obj(first.get("metadata"))
-            metadata.update({"trackstore.name": name, "trackstore.version": version, "trackstore.digest": first["digest"]})
-            if first.get("step") is not None:
-                metadata["trackstore.step"] = first["step"]
-            art = wandb.Artifact(artifact_name(name), type=first["type"] or "artifact", metadata=metadata)
-            for f in files:
-                art.add_file(str(run_dir / f["path"]), name=f["logical_path"])
-            aliases = [a for a in (first.get("aliases") or []) if a and a != "latest"]
-            if first.get("step") is not None:
-                aliases.append(f"step-{first['step']}")
-            try:
-                self._wb.log_artifact(art, aliases=list(dict.fromkeys(aliases)) or None)
-            except Exception as exc:
-                raise self._wrap(exc, f"log artifact {name}") from exc
+            files, first = group.files, group.first
+            self._log_version(group.name, group.version, files, first["type"], first["digest"], first.get("step"),
+                              _loads_obj(first.get("metadata")), list(first.get("aliases") or []), result)
+        for name in sorted(moved):
+            # wandb gives 'latest' to whatever was logged last, the re-logged version too: log the
+            # version holding it in the store (else the newest) last, so wandb agrees
+            self._log_stored_version(name, self._latest_version(name), [], result)
         self._barrier(batch_id)
         return result
+
+    def _log_stored_version(self, name: str, version: int | None, aliases: list[str], result: SendResult) -> bool:
+        from trackstore.records.artifacts import list_versions
+
+        stored = {v.version: v for v in list_versions(self._info.paths.dir, name)}.get(version) \
+            if version is not None else None
+        if stored is None:
+            result.skip("artifact version missing from the store", max(len(aliases), 1))
+            return False
+        files = [{"path": f.path, "logical_path": f.logical_path, "size": f.size, "sha256": f.sha256,
+                  "storage": stored.storage} for f in stored.files]
+        return self._log_version(name, stored.version, files, stored.type, stored.digest, stored.step,
+                                 dict(stored.metadata), aliases, result, relog=True)
+
+    def _latest_version(self, name: str) -> int | None:
+        """The version of ``name`` holding ``latest`` in the store, else its newest."""
+        from trackstore.read.views import aliased_versions
+        from trackstore.records.artifacts import list_versions
+
+        held = [v for (n, v), aliases in aliased_versions(self._info.paths).items() if n == name and "latest" in aliases]
+        if held:
+            return held[0]
+        versions = [v.version for v in list_versions(self._info.paths.dir, name)]
+        return max(versions) if versions else None
+
+    def _log_version(self, name: str, version: int, files: list[dict], type_: str, digest: str, step, metadata: dict,
+                     aliases: list[str], result: SendResult, relog: bool = False) -> bool:
+        from .artifact_rows import local_file
+
+        wandb = self._import()
+        located = [(f, *local_file(self._info.paths.dir, f)) for f in files]
+        why = next((reason for _f, _p, reason in located if reason), None)
+        if why is not None:
+            result.skip(why, len(aliases) if relog else len(files))
+            return False
+        metadata.update({"trackstore.name": name, "trackstore.version": version, "trackstore.digest": digest})
+        if step is not None:
+            metadata["trackstore.step"] = step
+        art = wandb.Artifact(artifact_name(name), type=type_ or "artifact", metadata=metadata)
+        for f, path, _ in located:
+            # a reference is read where it is (never copied into wandb's cache): it was just checked
+            art.add_file(str(path), name=f["logical_path"],
+                         policy="immutable" if f.get("storage") == "reference" else "mutable")
+        aliases = [a for a in aliases if a and a != "latest"]  # wandb gives latest to the newest itself
+        if step is not None and not relog:
+            aliases.append(f"step-{step}")
+        try:
+            self._wb.log_artifact(art, aliases=list(dict.fromkeys(aliases)) or None)
+        except Exception as exc:
+            raise self._wrap(exc, f"log artifact {name}") from exc
+        return True
 
     # ------------------------------------------------------------------ reading back
     def _logs(self, cursor, wait: bool = False) -> list[Path]:
