@@ -40,3 +40,15 @@ def spans(info) -> list[dict]:
         for f in ("inputs", "outputs", "attributes"):
             r[f] = json.loads(r[f]) if r[f] is not None else None
     return out
+
+
+def checkpoints(info) -> tuple[list, dict[str, int]]:
+    """The run's artifact versions (from their manifests) and who holds each alias now (the
+    store's own ``artifact_aliases`` view)."""
+    import trackstore
+    from trackstore.records.artifacts import list_versions
+
+    con = trackstore.connect(info.paths.root)
+    holders = dict(con.execute("SELECT alias, version FROM artifact_aliases WHERE run_id = $r",
+                               {"r": info.run_id}).fetchall())
+    return list_versions(info.paths.dir), holders

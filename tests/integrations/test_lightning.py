@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from trackstore.integrations.lightning import TrackstoreLogger  # noqa: E402
 
-from .store_read import only_run, rows  # noqa: E402
+from .store_read import checkpoints, only_run, rows  # noqa: E402
 
 
 class Tiny(L.LightningModule):
@@ -69,6 +69,29 @@ def test_fit_logs_what_lightning_logged(root, tmp_path):
     assert [v for *_, v in got] == pytest.approx([v for *_, v in want], rel=1e-6)
     assert {k for _, k, _ in got} >= {"train/loss", "val/loss", "epoch"}
     assert not (root / "tiny").exists()  # checkpoints and logs of other loggers stay out of the store
+
+
+def test_checkpoints_by_reference_with_best_moving(root, tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    ts = TrackstoreLogger(project="pl-ckpt", root=root, log_checkpoints=True)
+    saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), monitor="val/loss", save_top_k=-1,
+                            filename="e{epoch}-s{step}", auto_insert_metric_name=False)
+    t = L.Trainer(max_epochs=3, logger=ts, accelerator="cpu", devices=1, log_every_n_steps=1, callbacks=[saver],
+                  enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    t.fit(Tiny(), loader(), loader())
+
+    info = only_run(root, "pl-ckpt")
+    versions, holders = checkpoints(info)
+    files = sorted(str(p) for p in (tmp_path / "ckpt").glob("*.ckpt"))
+    assert sorted(v.source for v in versions) == files and len(files) == 3
+    assert all(v.storage == "reference" and v.type == "model" for v in versions)
+    by_source = {v.source: v for v in versions}
+    assert holders["best"] == by_source[saver.best_model_path].version
+    assert holders["latest"] == max(v.version for v in versions)
+    for path, score in saver.best_k_models.items():  # the monitored value of each, as metadata
+        assert by_source[path].metadata["metrics"]["val/loss"] == pytest.approx(float(score))
+    assert sorted(v.step for v in versions) == [4, 8, 12]  # 4 batches an epoch
 
 
 def test_failed_fit_marks_the_run_failed(root, tmp_path):

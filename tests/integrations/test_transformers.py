@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 
 from trackstore.integrations.transformers import TrackstoreCallback  # noqa: E402
 
-from .store_read import only_run, rows  # noqa: E402
+from .store_read import checkpoints, only_run, rows  # noqa: E402
 
 VOCAB = 32
 
@@ -71,6 +71,28 @@ def test_trainer_logs_metrics_config_eval_and_finishes(root, tmp_path):
     info = only_run(root, "hf-test")
     assert info.status == "finished"
     assert sorted(r["step"] for r in rows(info, "metrics") if r["key"] == "eval/loss") == [2, 4, 4]
+
+
+def test_checkpoints_by_reference_with_best_moving(root, tmp_path):
+    out = tmp_path / "out"
+    args = TrainingArguments(output_dir=str(out), run_name="ckpt", max_steps=6, logging_steps=1,
+                             eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
+                             load_best_model_at_end=True, metric_for_best_model="eval_loss",
+                             per_device_train_batch_size=4, per_device_eval_batch_size=4, learning_rate=1e-3,
+                             report_to="none", use_cpu=True, disable_tqdm=True)
+    cb = TrackstoreCallback(project="hf-ckpt", root=root, log_checkpoints=True)
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=Tokens(16), eval_dataset=Tokens(8), callbacks=[cb])
+    trainer.train()
+
+    info = only_run(root, "hf-ckpt")
+    versions, holders = checkpoints(info)
+    assert [(v.version, v.step, v.storage, v.source) for v in versions] == [
+        (i, s, "reference", str(out / f"checkpoint-{s}")) for i, s in enumerate((2, 4, 6))]
+    best_step = int(trainer.state.best_model_checkpoint.rsplit("-", 1)[1])
+    assert holders == {"latest": 2, "step-2": 0, "step-4": 1, "step-6": 2, "best": (2, 4, 6).index(best_step)}
+    evals = {log["step"]: log["eval_loss"] for log in trainer.state.log_history if "eval_loss" in log}
+    assert versions[1].metadata["metrics"]["eval/loss"] == pytest.approx(evals[4])
+    assert {f.logical_path for f in versions[0].files} >= {"model.safetensors", "trainer_state.json"}
 
 
 def test_only_the_main_process_logs(root, tmp_path):

@@ -23,7 +23,7 @@ from verl.utils.tracking import Tracking, ValidationGenerationsLogger  # noqa: E
 
 from trackstore.integrations import verl as ts_verl  # noqa: E402
 
-from .store_read import only_run, rows, spans  # noqa: E402
+from .store_read import checkpoints, only_run, rows, spans  # noqa: E402
 
 
 @pytest.fixture
@@ -420,3 +420,48 @@ def test_verls_own_wandb_backend_under_trackstore_run(store, tmp_path):
     wide = [(r["step"], json.loads(r["extra"])) for r in rows(info, "samples")]
     assert [(s, e["step"], e["input_1"], e["output_2"], e["score_2"]) for s, e in wide] == [
         (1, 1, "q1", "a2", 0.0), (2, 2, "q1", "a2", 0.0)]
+
+
+def save_like_verl(folder, step: int) -> None:
+    """What verl's trainer leaves at a checkpoint: global_step_N/{actor,data.pt}, then its tracker
+    file (written last, verl's sign that the checkpoint is complete), named by verl itself."""
+    import torch
+    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+    step_dir = folder / f"global_step_{step}"
+    (step_dir / "actor").mkdir(parents=True)
+    torch.save({"w": torch.full((64,), float(step))}, step_dir / "actor" / "model_world_size_1_rank_0.pt")
+    torch.save({"epoch": 0, "step": step}, step_dir / "data.pt")
+    with open(get_checkpoint_tracker_filename(str(folder)), "w") as f:
+        f.write(str(step))
+
+
+@pytest.mark.parametrize("switch", ["config", "env", "off"])
+def test_checkpoints_become_model_versions_by_reference(store, tmp_path, monkeypatch, switch):
+    ckpt = tmp_path / "checkpoints"
+    config = hydra_config("gsm8k_grpo", f"ckpt_{switch}")
+    config["trainer"]["default_local_dir"] = str(ckpt)
+    if switch == "config":
+        config["trainer"]["trackstore_log_model"] = True  # +trainer.trackstore_log_model=true
+    elif switch == "env":
+        monkeypatch.setenv("TRACKSTORE_LOG_CHECKPOINTS", "1")
+    tracking = Tracking(project_name="gsm8k_grpo", experiment_name=f"ckpt_{switch}",
+                        default_backend=config["trainer"]["logger"], config=config)
+    for step in range(1, 5):
+        if step % 2 == 0:  # trainer.save_freq=2: verl saves before it logs the step's metrics
+            save_like_verl(ckpt, step)
+        tracking.log(data={"critic/score/mean": step / 10, "actor/pg_loss": np.float32(0.5)}, step=step)
+    tracking.finish(exit_code=0)
+
+    info = only_run(store, "gsm8k_grpo")
+    versions, holders = checkpoints(info)
+    if switch == "off":
+        assert versions == []
+        return
+    assert [(v.name, v.version, v.step, v.storage, v.source) for v in versions] == [
+        (f"model-{info.run_id}", 0, 2, "reference", str(ckpt / "global_step_2")),
+        (f"model-{info.run_id}", 1, 4, "reference", str(ckpt / "global_step_4"))]
+    assert holders == {"latest": 1, "step-2": 0, "step-4": 1}
+    assert versions[1].metadata == {"step": 4, "metrics": {"critic/score/mean": 0.4, "actor/pg_loss": 0.5}}
+    assert sorted(f.logical_path for f in versions[0].files) == ["actor/model_world_size_1_rank_0.pt", "data.pt"]
+    assert not any((info.paths.dir / "artifacts").rglob("*.pt"))  # nothing copied into the store

@@ -14,6 +14,12 @@ installed). Promises:
 * ``save_dir`` is ``None``, so checkpoints stay under the Trainer's ``default_root_dir`` and
   never land inside the store; ``log_dir`` is the run folder; ``name`` is the run name and
   ``version`` the run id.
+* Checkpoints (``log_checkpoints=True`` or ``$TRACKSTORE_LOG_CHECKPOINTS=1``, like
+  ``WandbLogger(log_model="all")``): at each ``after_save_checkpoint`` every checkpoint file
+  the ``ModelCheckpoint`` callback holds and not logged yet becomes the next version of the
+  run's model artifact by reference (:meth:`trackstore.Run.log_checkpoint`: aliases ``latest``
+  and ``step-N``, the metrics the callback saw as metadata, hashed off the training thread),
+  and ``best`` moves to the version of ``best_model_path``.
 """
 
 from __future__ import annotations
@@ -46,8 +52,12 @@ class TrackstoreLogger(Logger):
 
     def __init__(self, project: str | None = None, name: str | None = None, *, config: Mapping[str, Any] | None = None,
                  tags: Iterable[str] | None = None, root: str | os.PathLike | None = None, run_id: str | None = None,
-                 resume: bool = False):
+                 resume: bool = False, log_checkpoints: bool | None = None):
         super().__init__()
+        self._log_checkpoints = log_checkpoints if log_checkpoints is not None else \
+            os.environ.get("TRACKSTORE_LOG_CHECKPOINTS", "").lower() in ("1", "true", "yes")
+        self._checkpoints: dict[str, Any] = {}  # checkpoint file -> its version's future
+        self._best: str | None = None
         self._project = project or os.environ.get("TRACKSTORE_PROJECT") or "lightning"
         self._name = name
         self._config = dict(config or {})
@@ -95,6 +105,36 @@ class TrackstoreLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         self.experiment.log(dict(metrics), step=step)
 
+    @rank_zero_only
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        if not self._log_checkpoints:
+            return
+        try:
+            self._log_saved(checkpoint_callback)
+        except Exception as exc:  # never into training
+            import logging
+
+            logging.getLogger("trackstore.lightning").warning("trackstore: checkpoint not logged: %s", exc)
+
+    def _log_saved(self, callback: Any) -> None:
+        run = self.experiment
+        paths = dict.fromkeys([*getattr(callback, "best_k_models", {}), getattr(callback, "last_model_path", ""),
+                               getattr(callback, "best_model_path", "")])
+        for path in paths:
+            if not path or path in self._checkpoints or not os.path.isfile(path):
+                continue
+            # the trainer's global step when ModelCheckpoint saved (its own record of it), else
+            # the step logged last
+            step = getattr(callback, "_last_global_step_saved", None)
+            if not isinstance(step, int) or step < 0:
+                step = max(run.step - 1, 0)
+            metrics = _metrics(getattr(callback, "best_k_models", {}), path, callback)
+            self._checkpoints[path] = run.log_checkpoint(path, step=step, metrics=metrics)
+        best = getattr(callback, "best_model_path", "")
+        if best and best in self._checkpoints and best != self._best:
+            self._best = best
+            self._checkpoints[best].add_done_callback(lambda f: _alias_best(run, f))
+
     def save(self) -> None:
         """Nothing to do: trackstore's writer flushes on its own timer (see the module docstring)."""
 
@@ -104,3 +144,21 @@ class TrackstoreLogger(Logger):
             return
         self._run.finish(status=_STATUS.get(status, RunStatus.FINISHED),
                          error=None if status != RunStatus.FAILED else "Lightning reported the fit as failed")
+
+
+def _metrics(best_k: Mapping[str, Any], path: str, callback: Any) -> dict[str, float] | None:
+    """The monitored value of checkpoint ``path`` (``ModelCheckpoint.best_k_models``), by its name."""
+    monitor = getattr(callback, "monitor", None)
+    if monitor is None or path not in best_k:
+        return None
+    value = best_k[path]
+    try:
+        return {str(monitor): float(value)}
+    except (TypeError, ValueError):
+        return None
+
+
+def _alias_best(run: Any, future: Any) -> None:
+    version = future.result()
+    if version is not None and not run.finished:
+        run.alias_artifact(version.name, version.version, "best")

@@ -14,6 +14,12 @@ What lands in the store, from the main process only (``state.is_world_process_ze
   becomes samples (split ``train``): prompt -> input, completion -> output, the
   reward as score when there is one reward column, every other column (rewards of several
   reward functions, advantage) kept in the sample's extra fields;
+* checkpoints (``log_checkpoints=True`` or ``$TRACKSTORE_LOG_CHECKPOINTS=1``, the counterpart of
+  ``WANDB_LOG_MODEL=checkpoint``): at each ``on_save`` the folder the Trainer just wrote,
+  ``<output_dir>/checkpoint-<global_step>``, becomes the next version of the run's model artifact
+  by reference (:meth:`trackstore.Run.log_checkpoint`: aliases ``latest`` and ``step-N``, the
+  metrics logged at that step as metadata; hashed off the training thread), and when
+  ``load_best_model_at_end`` is on, ``best`` moves to the version of ``state.best_model_checkpoint``;
 * the run is finished at ``on_train_end`` (status ``finished``); a later ``evaluate()`` continues
   the same run as a new attempt, stores its metrics and finishes it again, so nothing is lost.
 
@@ -34,6 +40,8 @@ log = logging.getLogger("trackstore.transformers")
 
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 ENV_PROJECT = "TRACKSTORE_PROJECT"
+ENV_LOG_CHECKPOINTS = "TRACKSTORE_LOG_CHECKPOINTS"
+CHECKPOINT_PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
 COMPLETIONS_DIR = "completions"
 
 
@@ -69,7 +77,12 @@ class TrackstoreCallback(TrainerCallback):
     """
 
     def __init__(self, project: str | None = None, name: str | None = None, *, root: str | os.PathLike | None = None,
-                 tags: Iterable[str] | None = None, log_completions: bool = True):
+                 tags: Iterable[str] | None = None, log_completions: bool = True, log_checkpoints: bool | None = None):
+        self.log_checkpoints = log_checkpoints if log_checkpoints is not None else \
+            os.environ.get(ENV_LOG_CHECKPOINTS, "").lower() in ("1", "true", "yes")
+        self._step_metrics: tuple[int, dict] = (-1, {})
+        self._checkpoints: dict[str, Any] = {}  # checkpoint folder -> its version's future
+        self._best: str | None = None
         self.project = project
         self.name = name
         self.root = root
@@ -112,6 +125,11 @@ class TrackstoreCallback(TrainerCallback):
             return
         self._guard("logging", self._log, args, state, model, logs)
 
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero or not self.log_checkpoints:
+            return
+        self._guard("logging the checkpoint", self._log_checkpoint, args, state)
+
     def on_train_end(self, args, state, control, **kwargs):
         if not state.is_world_process_zero or self.run is None or self.run.finished:
             return
@@ -135,9 +153,25 @@ class TrackstoreCallback(TrainerCallback):
             metrics[key] = value
         if metrics:
             run.log(metrics, step=state.global_step)
+            step, held = self._step_metrics
+            self._step_metrics = (state.global_step, {**held, **metrics} if step == state.global_step else dict(metrics))
         self._ingest_completions(args)
         if self._train_ended:  # an evaluate() after training: store it and end the attempt again
             run.finish()
+
+    def _log_checkpoint(self, args: Any, state: Any) -> None:
+        run = self._ensure_run(args, state)
+        folder = Path(args.output_dir or ".") / f"{CHECKPOINT_PREFIX}-{state.global_step}"
+        if folder.is_dir() and str(folder) not in self._checkpoints:
+            step, held = self._step_metrics
+            self._checkpoints[str(folder)] = run.log_checkpoint(folder, step=state.global_step,
+                                                                metrics=held if step == state.global_step else None)
+        best = getattr(state, "best_model_checkpoint", None)
+        if best and str(Path(best)) in self._checkpoints and best != self._best:
+            self._best = best
+            # once hashed (never wait on the training thread): versions hash in the order they
+            # were logged, so moves of best land in the order they were made
+            self._checkpoints[str(Path(best))].add_done_callback(lambda f: self._guard("moving 'best'", _alias_best, run, f))
 
     def _ingest_completions(self, args: Any) -> None:
         """Store each TRL completions file not stored yet (TRL writes it right after ``on_log``)."""
@@ -186,6 +220,12 @@ class TrackstoreCallback(TrainerCallback):
         if key not in self._warned:
             self._warned.add(key)
             log.warning("trackstore: %s", message)
+
+
+def _alias_best(run: Any, future: Any) -> None:
+    version = future.result()
+    if version is not None and not run.finished:
+        run.alias_artifact(version.name, version.version, "best")
 
 
 def register_report_to(name: str = "trackstore") -> None:

@@ -25,6 +25,10 @@ nothing more:
   they defer to verl's originals unchanged. That part lives in
   :mod:`trackstore.integrations.verl_trace`.
 
+Checkpoints: with ``+trainer.trackstore_log_model=true`` (or ``$TRACKSTORE_LOG_CHECKPOINTS=1``)
+each checkpoint verl completes under ``trainer.default_local_dir`` becomes a version of the
+run's model artifact, by reference (:class:`CheckpointWatch`).
+
 Which run: project and experiment name become the run's project and name; the whole Hydra
 config (verl passes ``OmegaConf.to_container(config, resolve=True)``) becomes the run config.
 ``$TRACKSTORE_RUN_ID`` pins the run id (and continues that run as a new attempt if it exists).
@@ -46,6 +50,7 @@ every process (metrics and samples then work; the trace backend needs verl >= 0.
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 import threading
 from typing import Any, Mapping
@@ -150,10 +155,12 @@ class VerlLogger:
         import trackstore
 
         run_id = os.environ.get(ENV_RUN_ID) or None
-        self.run = trackstore.init(project=project_name, name=experiment_name, config=_plain_config(config),
+        plain = _plain_config(config)
+        self.run = trackstore.init(project=project_name, name=experiment_name, config=plain,
                                    run_id=run_id, resume=run_id is not None, tags=["verl"])
         self._skip: set[str] = set()
         self._finished = False
+        self.checkpoints = CheckpointWatch.from_config(plain)
         register_run(project_name, experiment_name, self.run)
 
     def log(self, data: Mapping[str, Any], step: int) -> None:
@@ -165,6 +172,8 @@ class VerlLogger:
             self.run.log(data, step=step)
         except ValueError:
             self._log_one_by_one(data, step)
+        if self.checkpoints is not None:
+            self.checkpoints.poll(self.run, data, step)
 
     def _log_one_by_one(self, data: Mapping[str, Any], step: int) -> None:
         good = {}
@@ -186,6 +195,65 @@ class VerlLogger:
             self.run.finish(exit_code)
         except Exception as exc:  # finishing must not turn a successful training into a failure
             log.warning("trackstore: finishing run %s: %s", self.run.id, exc)
+
+
+# ---------------------------------------------------------------------- checkpoints
+ENV_LOG_CHECKPOINTS = "TRACKSTORE_LOG_CHECKPOINTS"
+TRACKER_FILE = "latest_checkpointed_iteration.txt"  # verl writes it once a checkpoint is complete
+
+
+class CheckpointWatch:
+    """verl's checkpoints as versions of the run's model artifact, by reference.
+
+    On with ``+trainer.trackstore_log_model=true`` (the counterpart of ``wandb_log_model``) or
+    ``$TRACKSTORE_LOG_CHECKPOINTS=1``. verl saves ``<default_local_dir>/global_step_N/`` and
+    then writes ``latest_checkpointed_iteration.txt`` (its marker that the checkpoint is
+    complete), before it logs that step's metrics. At each ``log`` the marker is ``stat``-ed (a
+    few microseconds); when it names a step not logged yet, ``global_step_N`` becomes the next
+    version of ``model-<run id>`` (:meth:`trackstore.Run.log_checkpoint`: aliases ``latest`` and
+    ``step-N``, the metrics logged at N as metadata, hashed off the training thread). With
+    ``async_save`` verl writes no marker, and no checkpoint is logged.
+    """
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.marker = os.path.join(folder, TRACKER_FILE)
+        self._seen_mtime: int | None = None
+        self._logged: set[int] = set()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> CheckpointWatch | None:
+        section = config.get("trainer")
+        trainer: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
+        on = trainer.get("trackstore_log_model") or os.environ.get(ENV_LOG_CHECKPOINTS, "").lower() in ("1", "true", "yes")
+        folder = trainer.get("default_local_dir")
+        if not on or not folder:
+            return None
+        return cls(str(folder))
+
+    def poll(self, run: Any, data: Mapping[str, Any], step: int) -> None:
+        try:
+            mtime = os.stat(self.marker).st_mtime_ns
+        except OSError:
+            return  # no checkpoint saved yet
+        if mtime == self._seen_mtime:
+            return
+        self._seen_mtime = mtime
+        try:
+            with open(self.marker, encoding="utf-8") as f:
+                saved = int(f.read().strip())
+        except (OSError, ValueError):
+            return
+        folder = os.path.join(self.folder, f"global_step_{saved}")
+        if saved in self._logged or not os.path.isdir(folder):
+            return
+        self._logged.add(saved)
+        metrics = {k: float(v) for k, v in data.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)} \
+            if saved == step else None
+        try:
+            run.log_checkpoint(folder, step=saved, metrics=metrics)
+        except Exception as exc:  # never into training
+            log.warning("trackstore: checkpoint %s not logged: %s", folder, exc)
 
 
 # ---------------------------------------------------------------------- validation generations
