@@ -465,3 +465,37 @@ def test_checkpoints_become_model_versions_by_reference(store, tmp_path, monkeyp
     assert versions[1].metadata == {"step": 4, "metrics": {"critic/score/mean": 0.4, "actor/pg_loss": 0.5}}
     assert sorted(f.logical_path for f in versions[0].files) == ["actor/model_world_size_1_rank_0.pt", "data.pt"]
     assert not any((info.paths.dir / "artifacts").rglob("*.pt"))  # nothing copied into the store
+
+
+def test_checkpoints_replay_to_wandb_with_their_aliases(store, tmp_path, monkeypatch):
+    """The same checkpoints, synced to wandb (offline) and read back with wandb's own reader:
+    one artifact version per checkpoint, the trainer's bytes, latest on the newest."""
+    import json
+
+    from tests.sync_harness import WandbHarness
+
+    ckpt = tmp_path / "checkpoints"
+    config = hydra_config("gsm8k_grpo", "ckpt_wandb")
+    config["trainer"].update(default_local_dir=str(ckpt), trackstore_log_model=True)
+    tracking = Tracking(project_name="gsm8k_grpo", experiment_name="ckpt_wandb",
+                        default_backend=config["trainer"]["logger"], config=config)
+    for step in (1, 2, 3, 4):
+        if step % 2 == 0:
+            save_like_verl(ckpt, step)
+        tracking.log(data={"critic/score/mean": step / 10}, step=step)
+    tracking.finish(exit_code=0)
+    info = only_run(store, "gsm8k_grpo")
+
+    wb = WandbHarness(tmp_path, monkeypatch)
+    env = {**os.environ, **wb.env(), "TRACKSTORE_DIR": str(store)}
+    res = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "wandb", "--format", "json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)["runs"][0]
+    assert out["result"] == "ok" and out["skipped_by_reason"] == {}, out
+    arts = [a for a in wb.artifacts("gsm8k_grpo", info.run_id) if a["type"] == "model"]
+    assert [(a["name"], a["metadata"]["trackstore.version"], sorted(a.get("aliases") or [])) for a in arts] == [
+        (f"model-{info.run_id}", 0, ["latest", "step-2"]), (f"model-{info.run_id}", 1, ["latest", "step-4"])]
+    entry = next(e for e in arts[1]["manifest"]["contents"] if e["path"] == "actor/model_world_size_1_rank_0.pt")
+    original = ckpt / "global_step_4" / "actor" / "model_world_size_1_rank_0.pt"
+    assert open(entry["local_path"], "rb").read() == original.read_bytes()
