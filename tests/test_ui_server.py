@@ -59,6 +59,7 @@ def test_m4_keeps_every_extreme_and_the_ends(tmp_path):
     """Each bucket's first, last, minimum and maximum are drawn: the plotted extremes equal the
     stored ones at every width, and so does every bucket's (an average would fail this)."""
     import trackstore
+    from trackstore.read.pyramid import level_for
     from trackstore.ui.data import Store
 
     rng = np.random.default_rng(7)
@@ -75,16 +76,16 @@ def test_m4_keeps_every_extreme_and_the_ends(tmp_path):
     for width in (10, 100, 997):
         [s] = store.series([info], "k", width=width)["series"]
         xs, ys = np.array(s["x"]), np.array(s["y"])
-        assert s["n"] == len(values) and len(xs) <= 4 * width
+        k = level_for(float(steps[-1] - steps[0]), width, "step")  # whole curves: aligned buckets
+        assert s["n"] == len(values) and len(xs) <= 4 * (width + 1)
         assert ys.max() == values.max() == s["max"] and ys.min() == values.min() == s["min"]
         assert (xs[0], ys[0]) == (0, values[0]) and (xs[-1], ys[-1]) == (steps[-1], values[-1])
         assert np.all(np.diff(xs) >= 0)
         # every point drawn is a stored point, and every bucket's min and max are drawn
         stored = dict(zip(steps.tolist(), values.tolist()))
         assert all(stored[int(x)] == y for x, y in zip(xs, ys))
-        b = np.minimum(np.floor((steps - steps[0]) * width / (steps[-1] - steps[0])), width - 1)
-        bx = np.minimum(np.floor((xs - steps[0]) * width / (steps[-1] - steps[0])), width - 1)
-        for bucket in np.unique(b)[:: max(1, width // 25)]:
+        b, bx = steps >> k, xs.astype(np.int64) >> k
+        for bucket in np.unique(b):
             assert ys[bx == bucket].max() == values[b == bucket].max()
             assert ys[bx == bucket].min() == values[b == bucket].min()
     # zoomed: only the range, at full detail when it holds few points
@@ -224,10 +225,13 @@ def test_what_the_server_writes_is_what_the_docs_say(tmp_path):
         server.stop()
     after = _every_path(root)
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-    assert changed == ["_catalog", "_catalog/catalog.sqlite"]
+    curves = [p for p in changed if p.startswith("_catalog/curves")]
+    assert curves[0] == "_catalog/curves" and len(curves) > 1 and all(p.endswith(".npz") for p in curves[1:])
+    assert [p for p in changed if p not in curves] == ["_catalog", "_catalog/catalog.sqlite"]
     doc = (REPO / "docs" / "ui.md").read_text()
     bullet = doc[doc.index("* **Read-only.**"):].split("\n* ", 1)[0]
     assert "`_catalog/catalog.sqlite`" in bullet and "`_catalog/`" in bullet and "never writes the store's data" in bullet
+    assert "`_catalog/curves/*.npz`" in bullet
 
 
 def test_api_answers(server, store):

@@ -11,9 +11,11 @@ The promises it keeps:
 * **Nothing from a request becomes a path.** A run is named by its run id (and project when two
   projects hold the same id) and found among the runs the store lists; an artifact file is
   served only when the run's manifest lists it, and its path must resolve inside the run folder.
-* **Curves keep extremes.** :meth:`Store.series` downsamples at query time with DuckDB using the
-  M4 aggregation: the x range is cut into equal buckets and each bucket contributes its first,
-  last, minimum and maximum point. A one-step spike is therefore drawn at any zoom, and the
+* **Curves keep extremes.** :meth:`Store.series` downsamples with the M4 aggregation: each
+  bucket of x contributes its first, last, minimum and maximum point. A whole curve is drawn
+  in aligned buckets (a power of two wide, :mod:`trackstore.read.pyramid`) merged from a cache
+  of each part file's buckets, so a poll of a live run computes only its new parts; a zoomed
+  range is cut into equal buckets by DuckDB over the points in it. A one-step spike is therefore drawn at any zoom, and the
   largest plotted value of a series is the largest stored value in the range. Nothing is ever
   averaged or sampled at storage time; a series shorter than four points per bucket is exact.
 * **Live runs are read as they grow.** Each run's curve is cached, keyed by what identifies its
@@ -45,6 +47,7 @@ from trackstore.read import browse
 from trackstore.read.listing import RunInfo, list_runs, load_run
 from trackstore.read.overview import flatten
 from trackstore.read.points import run_keys
+from trackstore.read.pyramid import Pyramids
 from trackstore.read.views import confine, connect, run_sql
 from trackstore.records.samples import decode_row
 from trackstore.store.layout import resolve_root
@@ -96,6 +99,7 @@ class Store:
         self._cache_bytes = 0
         self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
         self._rows: dict[tuple[str, str], tuple[tuple, bytes]] = {}  # each run's row (JSON) and what it was made from
+        self._pyramids = Pyramids(self.root)  # part summaries: whole curves cost what changed
 
     @property
     def _duck(self):
@@ -293,8 +297,9 @@ class Store:
             if not todo:
                 break
             try:
-                got = self._m4([(r.project, r.run_id, [str(p) for p in files]) for r, files, _k in todo],
-                               key, width, x, lo, hi)
+                groups = [(r.project, r.run_id, [str(p) for p in files]) for r, files, _k in todo]
+                got = self._whole(groups, key, width, x) if lo is None and hi is None else \
+                    self._m4(groups, key, width, x, lo, hi)
             except Exception as exc:  # noqa: BLE001 - a part renamed away by a compaction: list again
                 if attempt == 2 or not _vanished(exc):
                     raise
@@ -315,6 +320,13 @@ class Store:
             parts.append(f'{head}, {found.get((r.project, r.run_id), EMPTY)}}}')
         head = json.dumps({"key": key, "x": x}, ensure_ascii=False)[:-1]
         return f'{head}, "series": [{", ".join(parts)}]}}'.encode()
+
+    def _whole(self, groups: list[tuple[str, str, list[str]]], key: str, width: int, x: str) -> dict[tuple[str, str], str]:
+        """Whole curves from the part summaries (:mod:`trackstore.read.pyramid`): computed once per
+        part file, so a live run's poll reads only the parts it has not seen."""
+        curves = self._pyramids.curves(self._duck, {(p, r): files for p, r, files in groups}, key, x, width)
+        return {rid: _fragment(json.dumps(c["x"]), json.dumps(c["y"]), c["n"], c["min"], c["max"])
+                for rid, c in curves.items()}
 
     def _m4(self, groups: list[tuple[str, str, list[str]]], key: str, width: int, x: str, lo: float | None,
             hi: float | None) -> dict[tuple[str, str], str]:
