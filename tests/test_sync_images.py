@@ -217,3 +217,22 @@ def test_swanlab_offline_holds_the_pixels(root, tmp_path, monkeypatch):
         assert (pixels(f.read_bytes()) == pixels((run.dir / r["path"]).read_bytes())).all()
     again = _cli_sync(root, "--to", "swanlab", "--mode", "offline", "--logdir", str(logdir))
     assert not any(again["sent"].values())
+
+
+# ---------------------------------------------------------------------------- the team store
+def test_a_replica_holds_the_image_files_its_rows_name(root, tmp_path):
+    run = _run_with_images(root, tmp_path)
+    more = trackstore.init("imgs", root=root)
+    png = tmp_path / "red.png"
+    more.log_samples([{"input": "describe", "output": "red", "pic": trackstore.Image(png)}], step=0)
+    more.finish()
+    replica = tmp_path / "team"
+    out = _cli_sync(root, "--to", "store", "--uri", str(replica), "--verify")
+    assert out["verify_ok"] is True, out
+    for r in _stored(run):
+        copy = replica / run.dir.relative_to(root) / r["path"]
+        assert copy.read_bytes() == (run.dir / r["path"]).read_bytes()
+    ref = json.loads(trackstore.query("SELECT extra FROM samples", root=root).column("extra")[0].as_py())["pic"]
+    assert (replica / more.dir.relative_to(root) / ref["path"]).read_bytes() == png.read_bytes()
+    res = run_cli("sql", "SELECT count(*) AS n FROM images", "--format", "json", root=replica)
+    assert res.returncode == 0 and json.loads(res.stdout)[0]["n"] == 7, res.stderr
