@@ -313,3 +313,21 @@ def test_encode_png_is_a_valid_png_pillow_reads():
     ihdr = data[8:33]
     assert struct.unpack(">I", ihdr[-4:])[0] == zlib.crc32(ihdr[4:-4])
     assert os.path.basename(media.media_path(sha(data), "png")) == sha(data) + ".png"
+
+
+def test_show_counts_a_runs_images(root, pics):
+    from tests.helpers import run_cli
+
+    run = trackstore.init(project="p", root=root)
+    run.log({"a": trackstore.Image(pics[0]), "b": [trackstore.Image(pics[1]), trackstore.Image(pics[0])]}, step=0)
+    run.finish()
+    res = run_cli("show", run.id, root=root)
+    assert res.returncode == 0 and "3 images of 2 keys" in res.stdout, res.stdout + res.stderr
+
+
+def test_an_image_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, pics, monkeypatch):
+    from trackstore.records import images as I
+
+    monkeypatch.setattr(I, "MAX_IMAGE_BYTES", pics[0].stat().st_size - 1)
+    with pytest.raises(InvalidValueError, match="log it as an artifact"):
+        trackstore.Image(pics[0])

@@ -36,6 +36,7 @@ from ..store.vocab import Kind
 from .sink import RecordSink
 
 REF_TYPE = "image"  # the "_type" of a reference in a sample row
+MAX_IMAGE_BYTES = 256 << 20  # a file logged as an image is read whole, on the training thread
 _MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
@@ -101,6 +102,10 @@ def _from_file(path: str | os.PathLike) -> tuple[bytes, str, int, int]:
     shown = os.fspath(path)
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_IMAGE_BYTES:
+                raise InvalidValueError(f"image file {shown!r} is {size} bytes; images over {MAX_IMAGE_BYTES >> 20} MiB "
+                                        "are not stored (log it as an artifact)")
             data = f.read()
     except FileNotFoundError:
         raise InvalidValueError(f"image file {shown!r} does not exist") from None
