@@ -236,3 +236,38 @@ def test_a_replica_holds_the_image_files_its_rows_name(root, tmp_path):
     assert (replica / more.dir.relative_to(root) / ref["path"]).read_bytes() == png.read_bytes()
     res = run_cli("sql", "SELECT count(*) AS n FROM images", "--format", "json", root=replica)
     assert res.returncode == 0 and json.loads(res.stdout)[0]["n"] == 7, res.stderr
+
+
+def test_swanlab_image_batch_in_doubt_is_not_logged_twice(root, tmp_path, monkeypatch):
+    """The images batch reached SwanLab, then the sync died before the cursor recorded it: the
+    next sync checks each (key, step) against SwanLab's files and logs none of them again."""
+    pytest.importorskip("swanlab")
+    from trackstore.store.ledger import iter_cursors, save_cursor
+    from trackstore.sync.swanlab import experiment_id, read_session_files
+
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    monkeypatch.setenv("SWANLAB_ROOT", str(tmp_path / "swanlab-home"))
+    logdir = tmp_path / "swanlog"
+    run = _run_with_images(root, tmp_path)
+    args = ("--to", "swanlab", "--mode", "offline", "--logdir", str(logdir))
+    _cli_sync(root, *args)
+
+    def media():
+        return sorted((r.media.key, int(r.media.step)) for _d, r in read_session_files(
+            logdir, experiment_id(run.project, run.id)) if r.WhichOneof("record_type") == "media")
+
+    before = media()
+    assert len(before) == 5  # val/pic at 4 steps, grid at one
+    cursor = next(iter_cursors(root, target="swanlab"))
+    doubt = RangeSet()
+    for r in _stored(run):
+        doubt.add_range(r["writer"], r["seq"], r["seq"])
+    cursor.acked["images"] = RangeSet()
+    cursor.in_doubt = {"kind": "images", "rows": doubt.to_json(), "batch_id": "x", "since": "2026-01-01T00:00:00Z"}
+    cursor.synced_status = None
+    cursor.remote["key_max"] = {k: v for k, v in cursor.remote["key_max"].items() if k not in ("val/pic", "grid")}
+    cursor.remote["media_keys"] = [k for k in cursor.remote.get("media_keys", []) if k not in ("val/pic", "grid")]
+    save_cursor(root, cursor)
+    out = _cli_sync(root, *args, "--verify")
+    assert out["verify_ok"] is True and out["skipped_by_reason"] == {}, out
+    assert media() == before
