@@ -331,3 +331,19 @@ def test_an_image_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path
     monkeypatch.setattr(I, "MAX_IMAGE_BYTES", pics[0].stat().st_size - 1)
     with pytest.raises(InvalidValueError, match="log it as an artifact"):
         trackstore.Image(pics[0])
+
+
+def test_doctor_deep_finds_an_image_file_changed_on_disk(root, pics):
+    from tests.helpers import run_cli
+
+    run = trackstore.init(project="p", root=root)
+    run.log({"a": trackstore.Image(pics[0])}, step=0)
+    run.finish()
+    assert run_cli("doctor", "--deep", root=root).returncode == 0
+    [row] = images(root)
+    f = run.dir / row["path"]
+    f.chmod(0o644)
+    f.write_bytes(_png_bytes())  # a valid PNG, but not the bytes its name says
+    res = run_cli("doctor", "--deep", root=root)
+    assert res.returncode == 4 and "damaged_media" in res.stdout + res.stderr, res.stdout + res.stderr
+    assert run_cli("doctor", root=root).returncode == 0  # only --deep reads the images
