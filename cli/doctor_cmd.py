@@ -16,7 +16,7 @@ from .common import Format, FormatOpt, RootOpt, Steps, WideOpt, console, emit, l
 def doctor(
     root: RootOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be repaired; move what cannot under <root>/_quarantine/ (never deletes data).")] = False,
-    deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer, and find rows whose (writer, seq) id another row of the run also holds.")] = False,
+    deep: Annotated[bool, typer.Option("--deep", help="Read every column of every Parquet file, not only its footer, find rows whose (writer, seq) id another row of the run also holds, and check every image file against its sha256.")] = False,
     fmt: FormatOpt = Format.table,
     wide: WideOpt = False,
 ) -> None:

@@ -180,6 +180,9 @@ def _records_table(counts: dict) -> object:
         ("artifacts", f"{plural(ar['names'], 'name')}, {plural(ar['versions'], 'version')}, "
                       f"{plural(ar['files'], 'file')}" if ar["files"] else "none"),
     ]
+    im = counts.get(Kind.IMAGES) or {}
+    if im.get("rows"):  # a line only for runs that log images (most do not)
+        lines.append(("images", f"{plural(im['rows'], 'image')} of {plural(im['keys'], 'key')}"))
     t = Table(title="records", title_justify="left", show_header=False)
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")

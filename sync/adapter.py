@@ -120,6 +120,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, runtime_checkable
 
 # RetryableError and PermanentError live in the one exception tree and are re-exported here,
@@ -148,6 +149,23 @@ def version_tuple(text: str) -> tuple[int, ...]:
         if m.end() < len(piece):
             break
     return tuple(parts)
+
+
+#: why an image row is not sent: its file is not in the run folder (or its path is not a media path)
+IMAGE_MISSING = "image file missing from the store"
+
+
+def image_file(run_dir: Path, row: Mapping[str, Any]) -> Path | None:
+    """The stored file an ``images`` row (or a sample's image reference) names, or None when the
+    row's path is not a media file path (:func:`trackstore.store.media.parse_media_path`: never
+    outside the run folder) or the file is not there. Adapters send these files and nothing else."""
+    from trackstore.store.media import parse_media_path
+
+    ident = parse_media_path(row.get("path"))
+    if ident is None or ident[0] != row.get("sha256", ident[0]):
+        return None
+    path = Path(run_dir) / str(row["path"])
+    return path if path.is_file() else None
 
 
 def require_client(package: str, minimum: tuple[int, ...], target: str) -> None:

@@ -59,7 +59,16 @@ from trackstore.store.layout import target_dir
 from trackstore.store.redact import redact_text, redact_url
 from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
-from .adapter import Adapter, Capabilities, MetricKeys, Opened, SendResult, TargetOptions, require_client
+from .adapter import (
+    IMAGE_MISSING,
+    Adapter,
+    Capabilities,
+    MetricKeys,
+    Opened,
+    SendResult,
+    TargetOptions,
+    require_client,
+)
 from .http import classify, destination_url, is_local_uri, probe, proxy_environment
 from .keys import mlflow_dot_params, mlflow_key, mlflow_params, mlflow_run_names, rename_reason, renamed
 from .mlflow_experiments import Experiments, runs_page
@@ -379,6 +388,8 @@ class MlflowAdapter(Adapter):
             return self._send_table_files(rid, kind, rows, cursor)
         if kind == Kind.ARTIFACTS:
             return self._send_artifacts(rid, rows, cursor)
+        if kind == Kind.IMAGES:
+            return self._send_images(rid, rows)
         if kind == Kind.SPANS:
             from .mlflow_traces import send_traces
 
@@ -421,6 +432,24 @@ class MlflowAdapter(Adapter):
 
     def _send_artifacts(self, rid: str, rows, cursor) -> SendResult:
         return self.models.send(rid, self._run_dir, rows)
+
+    def _send_images(self, rid: str, rows) -> SendResult:
+        """Images as MLflow step images (:func:`.mlflow_records.step_image_files`): named by the
+        row, so a resend overwrites and adds nothing."""
+        import tempfile
+
+        from .mlflow_records import LOGGED_IMAGES, step_image_files
+
+        result = SendResult()
+        with tempfile.TemporaryDirectory(prefix="trackstore-images-") as tmp:
+            files, missing = step_image_files(rows, self._run_dir, Path(tmp))
+            for local, art_dir in files:
+                self.call("log image", self.client.log_artifact, rid, local, art_dir)
+        if missing:
+            result.skip(IMAGE_MISSING, len(missing))
+        if files:
+            self.call("mark images", self.client.set_tag, rid, LOGGED_IMAGES, "True")
+        return result
 
     def reconcile(self, kind: str, rows, cursor, batch_id: str):
         """Return the rows of an in-doubt batch that MLflow does not hold yet.

@@ -283,3 +283,43 @@ def send_records(adapter, rid: str, kind: str, rows, cursor):
             adapter.call("log histogram image", client.log_artifact, rid, local, art_dir)
     adapter.call("mark images", client.set_tag, rid, LOGGED_IMAGES, "True")
     return result
+
+
+# ---------------------------------------------------------------------- images (the images kind)
+IMAGES_FOLDER = "trackstore/images"  # the stored files, byte for byte, named by their sha256
+
+
+def step_image_files(rows, run_dir, folder) -> tuple[list[tuple[str, str]], list[dict]]:
+    """Each image row as MLflow's step-image layout (what ``MlflowClient.log_image(key=, step=)``
+    writes: ``images/<key>+step+<step>+timestamp+<ms>+<id>.png`` and a ``+compressed.webp``), with
+    ``<id>`` derived from the row's ``(writer, seq)`` so a resend overwrites, and the stored file
+    itself under ``trackstore/images/``. A PNG goes as it is; a JPEG is re-encoded as PNG, as
+    ``log_image`` re-encodes everything. Returns ``(local file, artifact dir)`` pairs and the
+    rows whose file is not in the store."""
+    import shutil
+
+    from PIL import Image
+
+    from .adapter import image_file
+
+    files, missing = [], []
+    for r in rows.to_pylist():
+        src = image_file(run_dir, r)
+        if src is None:
+            missing.append(r)
+            continue
+        ms = int(r["ts"].timestamp() * 1000)
+        ident = uuid.uuid5(_NS, f"image\0{r['writer']}\0{r['seq']}")
+        base = f"{image_key(r['key']).replace('/', '~')}+step+{int(r['step'])}+timestamp+{ms}+{ident}"
+        png = folder / f"{base}.png"
+        with Image.open(src) as im:
+            if r["format"] == "png":
+                shutil.copyfile(src, png)
+            else:
+                im.save(png, format="PNG")
+            small = im.convert("RGBA" if "A" in im.mode else "RGB")
+            small.thumbnail((200, 200))
+            small.save(folder / f"{base}+compressed.webp")
+        files += [(str(png), "images"), (str(folder / f"{base}+compressed.webp"), "images"),
+                  (str(src), IMAGES_FOLDER)]
+    return files, missing

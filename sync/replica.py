@@ -45,6 +45,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -58,6 +59,7 @@ from trackstore.store.identity import store_identity
 from trackstore.store.layout import (
     ARTIFACTS_DIR,
     MANIFEST_DIR,
+    MEDIA_DIR,
     PART_PREFIX,
     PART_SUFFIX,
     REPLICA_FORMAT,
@@ -66,10 +68,14 @@ from trackstore.store.layout import (
     RUN_FILE,
     run_key,
 )
+from trackstore.store.media import parse_media_path
 from trackstore.store.ranges import RangeSet
 from trackstore.store.vocab import KINDS, Kind, RunStatus
 
 from .adapter import Adapter, Capabilities, Opened, SendResult, WholePart
+
+# an image file a sample row refers to, inside its JSON text (records.images.Image.ref)
+_MEDIA_REF = re.compile(MEDIA_DIR + r"/[0-9a-f]{2}/[0-9a-f]{64}\.(?:png|jpg)")
 
 
 def kind_folder(kind: str) -> str:
@@ -267,6 +273,8 @@ class ReplicaAdapter(Adapter):
         import pyarrow.compute as pc
 
         project, _, run_id = cursor.remote_id.partition("/")
+        if kind in (Kind.IMAGES, Kind.SAMPLES):  # the image files the rows name, before the rows
+            self._copy_media_files(project, run_id, kind, rows, cursor)
         if isinstance(rows, WholePart):
             writers = rows.ids.writers()
             if len(writers) != 1:  # a part of several writers (none is made so): as rows
@@ -309,6 +317,28 @@ class ReplicaAdapter(Adapter):
                 data = src.read_bytes()
             except FileNotFoundError:
                 raise PermanentError(f"{src}: an artifact file named by the manifest is missing") from None
+            self.folder.put_new(base + rel, data)  # exists already: the same immutable file
+
+    def _copy_media_files(self, project: str, run_id: str, kind: str, rows, cursor) -> None:
+        """Copy the image files (``media/...``, create-only: they never change) that image rows
+        name, or that sample rows refer to, before the rows that name them."""
+        paths = self._runs.get(cursor.remote_id)
+        if paths is None or not (Path(paths.dir) / MEDIA_DIR).is_dir():
+            return  # a run without images (the common case) costs one stat
+        table = rows.rows(kind) if isinstance(rows, WholePart) else rows
+        if kind == Kind.IMAGES:
+            named = table.column("path").to_pylist()
+        else:
+            named = [m.group(0) for col in ("input", "output", "extra") for text in table.column(col).to_pylist()
+                     if text and MEDIA_DIR in text for m in _MEDIA_REF.finditer(text)]
+        base = run_key(project, run_id)
+        for rel in dict.fromkeys(named):
+            if parse_media_path(rel) is None:
+                continue
+            try:
+                data = (Path(paths.dir) / rel).read_bytes()
+            except FileNotFoundError:
+                continue  # a row whose file was never written (a disk failure at log time): nothing to copy
             self.folder.put_new(base + rel, data)  # exists already: the same immutable file
 
     def reconcile(self, kind: str, rows, cursor, batch_id: str):

@@ -75,7 +75,7 @@ from .adapter import Adapter, Capabilities, MetricKeys, Opened, SendResult, Targ
 from .http import classify, probe, proxy_environment
 from .keys import rename_reason, swanlab_key
 from .swanlab_files import Held, count_points, read_session_file, read_session_files
-from .swanlab_media import histogram_chart, sample_items, trajectory_items
+from .swanlab_media import histogram_chart, present_images, sample_items, swanlab_images, trajectory_items
 from .swanlab_view import project_logdir, readable_config, require_swanboard
 
 __all__ = ["SwanlabAdapter", "experiment_id", "swanlab_key", "count_points", "read_session_files"]
@@ -118,7 +118,8 @@ class SwanlabAdapter(Adapter):
         kinds=REPLAY_ORDER,
         batch_sizes={Kind.METRICS: 10000, Kind.HISTOGRAMS: 500, Kind.SAMPLES: 1000, Kind.SPANS: 2000, Kind.ARTIFACTS: 50},
         # SwanLab takes one value per (key, step): a step must never straddle two batches
-        group_columns={Kind.METRICS: "step", Kind.HISTOGRAMS: "step", Kind.SAMPLES: "step", Kind.SPANS: "step"},
+        group_columns={Kind.METRICS: "step", Kind.HISTOGRAMS: "step", Kind.SAMPLES: "step", Kind.SPANS: "step",
+                       Kind.IMAGES: "step"},
         confirms_on_close=True,  # rows are durable once the session's finish is confirmed
         max_jobs=1, why_max_jobs="swanlab.init keeps one run per process")
 
@@ -398,7 +399,7 @@ class SwanlabAdapter(Adapter):
             except Exception as exc:
                 raise self._wrap(exc, "log") from exc
             return result
-        if kind in (Kind.SAMPLES, Kind.HISTOGRAMS, Kind.SPANS):
+        if kind in (Kind.SAMPLES, Kind.HISTOGRAMS, Kind.SPANS, Kind.IMAGES):
             result, groups = self._plan_media(kind, rows, state, self._info, sending=True)
             self._log_media(kind, groups)
             return result
@@ -484,6 +485,8 @@ class SwanlabAdapter(Adapter):
             result.defer(deferred)
         else:
             groups = {}
+            if kind == Kind.IMAGES:
+                data = present_images(data, run, result)
             for i, r in enumerate(data):
                 key = f"samples/{r.get('split') or 'val'}" if kind == Kind.SAMPLES else r["key"]
                 # a histogram is one chart: each row is its own value; samples of a step form one list
@@ -514,6 +517,8 @@ class SwanlabAdapter(Adapter):
                     value = [swanlab.Text(text, caption=caption) for caption, text in sample_items(group)]
                 elif kind == Kind.HISTOGRAMS:
                     value = histogram_chart(first)
+                elif kind == Kind.IMAGES:
+                    value = swanlab_images(swanlab, self._info.paths.dir, group)
                 else:
                     value = [swanlab.Text(text, caption=caption) for caption, text in trajectory_items(group)]
                 self._log({key: value}, step, int(first["ts"].timestamp() * 1_000_000))
@@ -611,7 +616,7 @@ class SwanlabAdapter(Adapter):
         run, state = self._plan if self._plan is not None else (None, {})
         if kind == Kind.METRICS:
             result, _points = self._plan_metrics(rows, state, run, sending=False)
-        elif kind in (Kind.SAMPLES, Kind.HISTOGRAMS, Kind.SPANS):
+        elif kind in (Kind.SAMPLES, Kind.HISTOGRAMS, Kind.SPANS, Kind.IMAGES):
             result, _groups = self._plan_media(kind, rows, state, run, sending=False)
         elif kind == Kind.ARTIFACTS:
             result = SendResult()

@@ -68,8 +68,8 @@ class Held:
 def count_points(logdir: Path, exp_id: str) -> dict[str, int]:
     """What the SwanLab files of one experiment hold, in trackstore's units: metric points,
     samples and traces (the Text rows that head one, :func:`~trackstore.sync.swanlab_media.counts_as`)
-    and histograms (charts)."""
-    out = {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
+    histograms (charts) and images."""
+    out = {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0, "images": 0}
     for _d, rec in read_session_files(logdir, exp_id):
         kind = rec.WhichOneof("record_type")
         if kind == "scalar":
@@ -81,6 +81,11 @@ def count_points(logdir: Path, exp_id: str) -> dict[str, int]:
                     unit = counts_as(item.caption)
                     if unit is not None:
                         out[unit + "s"] += 1
+            elif rec.media.value.items and all(it.filename.endswith(_IMAGE_FILES) for it in rec.media.value.items):
+                out["images"] += len(rec.media.value.items)
             else:
                 out["histograms"] += 1
     return out
+
+
+_IMAGE_FILES = (".png", ".jpg", ".jpeg")  # what swanlab.Image items are named (histograms are echarts JSON)

@@ -128,3 +128,26 @@ def histogram_chart(r: dict):
     bar.add_xaxis(labels)
     bar.add_yaxis("count", [c if math.isfinite(c) else 0 for c in counts])
     return swanlab.ECharts(bar)
+
+
+def present_images(rows: list[dict], run, result) -> list[dict]:
+    """The image rows whose file is in the run folder; the others are counted in ``result``."""
+    from .adapter import IMAGE_MISSING, image_file
+
+    if run is None:  # a dry run without the run's folder: judged when sent
+        return rows
+    out = [r for r in rows if image_file(run.paths.dir, r) is not None]
+    if len(out) < len(rows):
+        result.skip(IMAGE_MISSING, len(rows) - len(out))
+    return out
+
+
+def swanlab_images(swanlab, run_dir, rows: list[dict]) -> list:
+    """A step's images of one key as ``swanlab.Image`` values in ``index`` order. SwanLab decodes
+    every image and encodes it again; ``file_type="png"`` keeps the pixels (a JPEG's decoded
+    pixels), not the bytes."""
+    from .adapter import image_file
+
+    ordered = sorted(rows, key=lambda r: (r["index"], r["writer"], r["seq"]))
+    return [swanlab.Image(str(image_file(run_dir, r)), caption=r["caption"] or None, file_type="png")
+            for r in ordered]

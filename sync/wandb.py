@@ -23,7 +23,9 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
   the step: histograms as ``wandb.Histogram(np_histogram=(counts, edges))``, samples as one
   ``wandb.Table`` per (step, split) under ``samples/<split>`` (its history entry without wandb's
   ``ncols``/``nrows``, which viewers chart as metrics: :mod:`.wandb_tables`), and ``_timestamp``
-  set to the original wall time of the step (its latest point).
+  set to the original wall time of the step (its latest point). Images (step-merged too) are
+  ``wandb.Image(path, caption=)`` of the stored file, a list of them when several share a key
+  and step; wandb copies the file, so its bytes are the stored ones.
 * spans -> an artifact ``trajectories-<id>`` (type ``trajectories``) holding a ``wandb.Table``
   with one row per trajectory and its spans ("turns") as JSON; one version per batch of
   complete trajectories (wandb content-addresses versions, so a resend adds none). A trajectory
@@ -79,6 +81,7 @@ from trackstore.store.redact import redact_text, redact_url
 from trackstore.store.vocab import REPLAY_ORDER, Kind, RunStatus
 
 from .adapter import (
+    IMAGE_MISSING,
     STEPS,
     Adapter,
     Capabilities,
@@ -87,6 +90,7 @@ from .adapter import (
     SendResult,
     StepBatch,
     TargetOptions,
+    image_file,
     require_client,
 )
 from .http import classify, probe
@@ -94,7 +98,7 @@ from .keys import rename_reason, renamed, wandb_key
 from .trajectories import ready_trajectories
 from .wandb_tables import TURN_COLUMNS, history_table, table_rows, turn_rows
 
-STEP_KINDS = (Kind.METRICS, Kind.HISTOGRAMS, Kind.SAMPLES)
+STEP_KINDS = (Kind.METRICS, Kind.HISTOGRAMS, Kind.SAMPLES, Kind.IMAGES)
 MARKER = "trackstore/batch"
 MAX_TABLE_ROWS = 10_000          # wandb.Table.MAX_ROWS for tables logged to history
 MAX_BINS = 512                   # wandb.Histogram limit for np_histogram
@@ -394,6 +398,7 @@ class WandbAdapter(Adapter):
             row: dict[str, Any] = {}
             owner: dict[str, tuple[str, dict]] = {}
             samples: dict[str, list[dict]] = {}
+            pictures: dict[str, list[dict]] = {}
             metric_ts = [r["ts"] for k, r in items if k == Kind.METRICS]
             wall = max(metric_ts or [r["ts"] for _, r in items])
             for k, r in items:
@@ -407,6 +412,12 @@ class WandbAdapter(Adapter):
                     key = wandb_key(r["key"])
                     counts, edges = rebin(list(r["counts"]), list(r["edges"]))
                     value = wandb.Histogram(np_histogram=(counts, edges))
+                elif k == Kind.IMAGES:
+                    if image_file(self._info.paths.dir, r) is None:
+                        skip(k, IMAGE_MISSING, r)
+                    else:
+                        pictures.setdefault(wandb_key(r["key"]), []).append(r)
+                    continue
                 else:
                     samples.setdefault(str(r["split"] or "val"), []).append(r)
                     continue
@@ -414,6 +425,12 @@ class WandbAdapter(Adapter):
                     skip(*owner[key][:1], SECOND, owner[key][1])
                 owner[key] = (k, r)
                 row[key] = value
+            for key, irows in pictures.items():
+                if key in owner:  # a metric or histogram of the same name at this step
+                    for r in irows:
+                        skip(Kind.IMAGES, SECOND, r)
+                    continue
+                row[key] = self._images(wandb, irows)
             for split, srows in samples.items():
                 kept = sample_down(srows)
                 if len(kept) < len(srows):
@@ -430,6 +447,14 @@ class WandbAdapter(Adapter):
             except Exception as exc:
                 raise self._wrap(exc, f"log step {step}") from exc
         return skips
+
+    def _images(self, wandb, rows: list[dict]):
+        """A step's images of one key as ``wandb.Image(path)`` (wandb copies the file: the exact
+        bytes), or a list of them in ``index`` order."""
+        run_dir = self._info.paths.dir
+        out = [wandb.Image(str(image_file(run_dir, r)), caption=r["caption"])
+               for r in sorted(rows, key=lambda r: (r["index"], r["writer"], r["seq"]))]
+        return out[0] if len(out) == 1 else out
 
     def _send_spans(self, rows, cursor, batch_id: str) -> SendResult:
         from trackstore.records.samples import decode_json as _loads
@@ -593,7 +618,7 @@ class WandbAdapter(Adapter):
 
     def verify(self, run, cursor) -> dict[str, int]:
         logs = self._contents(cursor)
-        metrics = histograms = samples = 0
+        metrics = histograms = samples = images = 0
         for step, row in logs.history.items():
             for key, value in row.items():
                 if key.startswith("_"):
@@ -601,11 +626,15 @@ class WandbAdapter(Adapter):
                 if isinstance(value, dict):
                     if value.get("_type") == "histogram":
                         histograms += 1
+                    elif value.get("_type") == "image-file":
+                        images += 1
+                    elif value.get("_type") == "images/separated":
+                        images += int(value.get("count") or 0)
                     elif value.get("_type") == "table-file" and key.startswith("samples/") and (step, key) in logs.tables:
                         samples += table_rows(logs.tables[(step, key)])
                 else:
                     metrics += 1
-        return {"metrics": metrics, "histograms": histograms, "samples": samples}
+        return {"metrics": metrics, "histograms": histograms, "samples": samples, "images": images}
 
     def prepare(self, run, cursor, metric_keys: MetricKeys | None = None) -> None:
         """Before a run's rows are planned: the last step the cursor says wandb committed, by

@@ -136,7 +136,7 @@ def test_samples_trajectories_histograms_and_artifacts(root, logdir, tmp_path):
     run.finish()
     out, _ = sync(root, logdir, "--verify")
     assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
-    assert out["verified"] == {"metrics": 1, "samples": 2, "histograms": 1, "traces": 2}
+    assert out["verified"] == {"metrics": 1, "samples": 2, "histograms": 1, "traces": 2, "images": 0}
     media = {r.media.key: r.media for _d, r in records(logdir, run, "media")}
     session = sorted(logdir.glob("run-*"))[-1]
     texts = [(it.caption, (session / "media" / "text" / it.filename).read_text())
@@ -305,7 +305,7 @@ def test_count_points_reads_empty_and_cut_files(tmp_path):
     d = tmp_path / f"run-20260101_000000-{exp}"
     d.mkdir()
     (d / f"run-{exp}.swanlab").write_bytes(b"")
-    assert count_points(tmp_path, exp) == {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0}
+    assert count_points(tmp_path, exp) == {"metrics": 0, "samples": 0, "histograms": 0, "traces": 0, "images": 0}
     (d / f"run-{exp}.swanlab").write_bytes(b":SWL\xd6\xe1\x02" + b"\x01\x02\x03")
     assert count_points(tmp_path, exp)["metrics"] == 0
 
@@ -493,7 +493,7 @@ def test_sigkill_during_samples_ends_exact_for_every_kind(root, logdir):
     p.wait()
     out, _ = sync(root, logdir, "--verify")
     assert out["verify_ok"] is True and out["skipped_by_reason"] == {}
-    assert out["verified"] == {"metrics": 400, "samples": 1200, "histograms": 400, "traces": 0}
+    assert out["verified"] == {"metrics": 400, "samples": 1200, "histograms": 400, "traces": 0, "images": 0}
     media = [(r.media.key, int(r.media.step)) for _d, r in records(logdir, run, "media")]
     assert len(media) == len(set(media)) == 800  # one chart and one sample list per step, never twice
 

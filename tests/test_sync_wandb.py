@@ -77,7 +77,7 @@ def test_full_mapping_read_back(wb, root, tmp_path):
     run = _full_run(root, tmp_path)
     out = _sync(root, "--verify")[0]
     assert out["result"] == "ok" and out["verify_ok"] is True, out
-    assert out["sent"] == {"metrics": 12, "histograms": 1, "samples": 3, "spans": 2, "artifacts": 1}
+    assert out["sent"] == {"metrics": 12, "histograms": 1, "samples": 3, "spans": 2, "artifacts": 1, "images": 0}
     assert out["skipped_by_reason"] == {}
 
     history = {r["step"]: r for r in wb.history(run.project, run.id)}
@@ -203,7 +203,7 @@ def test_step_kinds_share_the_step_axis(wb, root):
     run.finish()
     out = _sync(root, "--batch-size", "4", "--verify")[0]
     assert out["verify_ok"] is True and out["skipped_by_reason"] == {}, out
-    assert out["sent"] == {"metrics": 30, "histograms": 5, "samples": 6}
+    assert out["sent"] == {"metrics": 30, "histograms": 5, "samples": 6, "images": 0}
     history = wb.history(run.project, run.id)
     assert [r["step"] for r in history] == list(range(30)) + [40]
     by_step = {r["step"]: r for r in history}

@@ -38,7 +38,7 @@ DAY = 86400
 
 # ---------------------------------------------------------------------------- kinds
 def test_every_kind_has_a_schema_a_folder_and_a_glob(tmp_path):
-    assert KINDS == tuple(Kind) and len(set(KINDS)) == 5
+    assert KINDS == tuple(Kind) and len(set(KINDS)) == 6
     assert layout.KINDS == KINDS and schema.KINDS == KINDS  # the old names answer the same
     assert tuple(schema.SCHEMAS) == KINDS and set(schema.ROWS) == set(KINDS) == set(schema.ENCODINGS)
     paths = RunPaths(tmp_path, "p", "r")

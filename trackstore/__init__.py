@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .integrations.watch import unwatch, watch
     from .read.views import connect, query, wide
     from .records.histogram import Histogram
+    from .records.images import Image
     from .records.trace import configure, traced
     from .write.run import Run, current_run, finish, init, log
 
@@ -47,6 +48,7 @@ __all__ = [
     "current_run",
     "Run",
     "Histogram",
+    "Image",
     "connect",
     "query",
     "wide",
@@ -73,6 +75,7 @@ __all__ = [
 _LAZY_BY_MODULE = {
     "write.run": ("init", "log", "finish", "current_run", "Run"),
     "records.histogram": ("Histogram",),
+    "records.images": ("Image",),
     "read.views": ("connect", "query", "wide"),
     "records.trace": ("traced", "configure"),
     "integrations.watch": ("watch", "unwatch"),

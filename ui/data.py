@@ -208,6 +208,8 @@ class Store:
                            {"p": info.project, "r": info.run_id}).to_pylist()
             hist_keys = run_sql(con, "SELECT DISTINCT key FROM histograms WHERE project = $p AND run_id = $r ORDER BY key",
                                 {"p": info.project, "r": info.run_id}).column("key").to_pylist()
+            image_keys = run_sql(con, "SELECT DISTINCT key FROM images WHERE project = $p AND run_id = $r ORDER BY key",
+                                 {"p": info.project, "r": info.run_id}).column("key").to_pylist()
         finally:
             con.close()
         sync = [s for s in sync_state_rows(self.root, {(info.project, info.run_id)})  # this run's cursors alone
@@ -221,7 +223,8 @@ class Store:
             "config_updates": m.get("config_updates") or [],
             "writers": [{k: w.get(k) for k in ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status",
                                               "ended_at", "error", "exit_code")} for w in info.writers],
-            "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "sync": sync,
+            "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "image_keys": image_keys,
+            "sync": sync,
             "keys": self.keys([info]),
         }, default=str)))
 
@@ -453,6 +456,40 @@ class Store:
             every = len(rows) / limit_steps
             rows = [rows[int(i * every)] for i in range(limit_steps - 1)] + [rows[-1]]
         return clean({"key": key, "rows": rows})
+
+    def images(self, info: RunInfo, key: str, *, limit_steps: int = 1000) -> dict[str, Any]:
+        """One image key over the run's steps: per step its images (sha256, size, width, height,
+        format, caption), at most ``limit_steps`` steps, evenly spread, the last one kept."""
+        con = connect(self.root, runs=[info], sync_state=False)
+        try:
+            rows = run_sql(con, "SELECT step, index, sha256, size, width, height, format, caption FROM images "
+                                "WHERE project = $p AND run_id = $r AND key = $k ORDER BY step, index, writer, seq",
+                           {"p": info.project, "r": info.run_id, "k": key}).to_pylist()
+        finally:
+            con.close()
+        steps: dict[int, list] = {}
+        for r in rows:
+            steps.setdefault(r.pop("step"), []).append(r)
+        order = sorted(steps)
+        if len(order) > limit_steps:
+            every = len(order) / limit_steps
+            order = [order[int(i * every)] for i in range(limit_steps - 1)] + [order[-1]]
+        return clean({"key": key, "steps": [{"step": s, "images": steps[s]} for s in order]})
+
+    def media_file(self, info: RunInfo, sha256: str) -> tuple[Path, str]:
+        """The run's image file whose content is ``sha256`` and its content type. The path is
+        made from the digest alone (``media/<sha256[:2]>/<sha256>.png|jpg``), never taken from
+        the request, and must resolve inside the run folder; else :class:`RunNotFoundError`."""
+        from trackstore.store.media import CONTENT_TYPES, is_sha256, media_path
+
+        if not is_sha256(sha256):
+            raise UsageError("sha256 must be 64 lower-case hex digits")
+        run_dir = os.path.realpath(info.paths.dir)
+        for fmt, content_type in CONTENT_TYPES.items():
+            path = os.path.realpath(os.path.join(run_dir, media_path(sha256, fmt)))
+            if os.path.commonpath([run_dir, path]) == run_dir and os.path.isfile(path):
+                return Path(path), content_type
+        raise RunNotFoundError(f"no image {sha256} in run {info.run_id}")
 
     def artifact_file(self, info: RunInfo, name: str, version: int, logical_path: str) -> Path:
         """The stored file of an artifact version, when the run's manifest lists it and it lies

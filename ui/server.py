@@ -13,6 +13,8 @@ Routes (all ``GET``; the API answers JSON, errors as ``{"error": ...}`` with 400
     /api/trajectories?run=P/ID[&step=][&index=][&limit=]
     /api/histograms?run=P/ID&key=K
     /api/artifact?run=P/ID&name=N&version=V&path=LOGICAL_PATH   a file the run's manifest lists
+    /api/images?run=P/ID&key=K            one image key's images per step (for the slider)
+    /api/image?run=P/ID&sha256=HEX        an image file of the run, found by its digest alone
 
 The security model (docs/ui.md):
 
@@ -25,7 +27,9 @@ The security model (docs/ui.md):
   rebinding from a web page).
 * A request path holding a ``..`` segment is refused (400) before routing; runs are found among
   the store's runs by id, never opened by a path from the request; artifact files only when the
-  manifest lists them and they resolve inside their run folder.
+  manifest lists them and they resolve inside their run folder; image files only by a sha256
+  (64 hex digits) from which the server makes the path, inside the run folder, served as
+  ``image/png`` or ``image/jpeg`` with ``nosniff``.
 * Everything a model or a user wrote travels as JSON and the page puts it in the document as
   text (``textContent``), never as HTML; a Content-Security-Policy allows only the page's own
   scripts, so even injected markup could not run one.
@@ -266,6 +270,23 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
             raise UsageError("give key=")
         return store.histograms(_runs(store, params, one=True)[0], key)
 
+    def images(params: Params) -> dict[str, Any]:
+        key = params.get("key")
+        if not key:
+            raise UsageError("give key=")
+        return store.images(_runs(store, params, one=True)[0], key)
+
+    def image(request: Request) -> Response:
+        try:
+            params = Params(request.query_params)
+            info = _runs(store, params, one=True)[0]
+            path, content_type = store.media_file(info, params.get("sha256", ""))
+        except RunNotFoundError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        except TrackstoreError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return FileResponse(path, media_type=content_type, content_disposition_type="inline")
+
     def artifact(request: Request) -> Response:
         try:
             params = Params(request.query_params)
@@ -295,6 +316,8 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         Route("/api/trajectories", api(trajectories)),
         Route("/api/histograms", api(histograms)),
         Route("/api/artifact", artifact),
+        Route("/api/images", api(images)),
+        Route("/api/image", image),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes)

@@ -196,8 +196,8 @@ def test_artifact_add_dir_and_new_file(root, tmp_path, monkeypatch):
 def test_what_is_not_covered_says_so(root, monkeypatch):
     monkeypatch.setenv("TRACKSTORE_DIR", str(root))
     assert not hasattr(wandb, "Api")  # hasattr keeps working
-    with pytest.raises(wandb.NotSupportedError, match="wandb.Image is not supported"):
-        wandb.Image
+    with pytest.raises(wandb.NotSupportedError, match="wandb.Audio is not supported"):
+        wandb.Audio
     with pytest.raises(wandb.NotSupportedError, match=r"init\(sweep_id=...\)"):
         wandb.init(project="p", sweep_id="x")
     with pytest.raises(wandb.NotSupportedError, match=r"init\(sync_tensorboard=...\)"):

@@ -16,7 +16,9 @@ Covered, with wandb's meaning:
   ``entity`` and ``settings`` are accepted and not used (nothing here talks to a server).
 * ``log(data, step=None, commit=None)``: numbers, numpy/torch scalars, nested dicts,
   :class:`Histogram`, numpy arrays and tensors (as 32-bin histograms, as wandb does for large
-  ones), and :class:`Table`. A table becomes samples named after its key: columns
+  ones), :class:`Image` (a :class:`trackstore.Image`: a PNG/JPEG path keeps its bytes; arrays are
+  normalised as wandb does; ``boxes``/``masks``/``classes`` are refused) and lists of them, and
+  :class:`Table` (an ``Image`` in a cell is stored as a sample image). A table becomes samples named after its key: columns
   ``input``/``prompt``, ``output``/``completion``/``response`` and ``score``/``reward`` fill
   the sample fields, every other column is kept; re-logging a grown table (as verl and TRL do)
   stores only the rows not stored before under that key.
@@ -27,7 +29,7 @@ Covered, with wandb's meaning:
   change how steps are stored), ``Settings``, ``login`` (a no-op: no credentials are read or
   kept).
 
-Anything else (``Image``, ``Audio``, ``Video``, ``Html``, ``Api``, ``use_artifact``, ``save``,
+Anything else (``Audio``, ``Video``, ``Html``, ``Api``, ``use_artifact``, ``save``,
 ``alert``, ``sweep``...) raises :class:`NotSupportedError`, naming what to use instead.
 """
 
@@ -45,6 +47,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ..errors import NotSupportedError as NotSupportedError  # wandb.NotSupportedError to scripts
 from ..errors import UsageError
 from ..records.histogram import Histogram as _TsHistogram
+from ..records.images import Image as _TsImage
 
 # The wandb API level this module imitates (code compares wandb.__version__ to pick code paths).
 __version__ = "0.19.0"
@@ -82,6 +85,58 @@ class Histogram:
             self._hist = _TsHistogram(counts=counts, edges=edges)
         else:
             self._hist = _TsHistogram(sequence, bins=num_bins)
+
+
+class Image(_TsImage):
+    """``wandb.Image(data_or_path, mode=None, caption=None, ...)``: a :class:`trackstore.Image`.
+
+    A float array is normalised as wandb does: values in [0, 1] are scaled by 255, values in
+    [-1, 1] are mapped to [0, 255], anything else (and an integer array) is clipped to
+    [0, 255]; ``normalize=False`` only clips. A PNG or JPEG path keeps its exact bytes.
+    ``boxes``, ``masks`` and ``classes`` raise :class:`NotSupportedError`.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, data_or_path: Any, mode: str | None = None, caption: str | None = None,
+                 grouping: int | None = None, classes: Any = None, boxes: Any = None, masks: Any = None,
+                 file_type: str | None = None, normalize: bool = True, **kwargs: Any):
+        for what, given in (("boxes", boxes), ("masks", masks), ("classes", classes)):
+            if given is not None:
+                raise _unsupported(f"Image({what}=...)", "log the image alone; put boxes or masks in a sample row")
+        if mode is not None and _is_pil_image(data_or_path) and data_or_path.mode != mode:
+            data_or_path = data_or_path.convert(mode)
+        elif not isinstance(data_or_path, (str, os.PathLike, bytes, _TsImage)) and not _is_pil_image(data_or_path):
+            data_or_path = _wandb_pixels(data_or_path, normalize)
+        super().__init__(data_or_path, caption=caption)
+
+
+def _is_pil_image(obj: Any) -> bool:
+    return type(obj).__module__.startswith("PIL.")
+
+
+def _wandb_pixels(data: Any, normalize: bool) -> Any:
+    """An array (or tensor) as wandb turns it into pixels: uint8 and bool as they are, floats
+    in [0, 1] or [-1, 1] scaled (``normalize``), everything else clipped to [0, 255]."""
+    detach = getattr(data, "detach", None)
+    if callable(detach):
+        data = detach().cpu().numpy()
+    if not hasattr(data, "__array__"):
+        return data  # trackstore.Image names what it cannot take
+    import numpy as np
+
+    a = np.asarray(data)
+    if a.dtype == np.uint8 or a.dtype.kind == "b" or not a.size:
+        return a
+    if a.dtype.kind == "f" and normalize and np.isfinite(a).all():
+        lo, hi = float(a.min()), float(a.max())
+        if lo >= 0.0 and hi <= 1.0:
+            return a
+        if lo >= -1.0 and hi <= 1.0:
+            return (a + 1.0) / 2.0
+    if a.dtype.kind in "iuf":
+        return np.clip(np.nan_to_num(a), 0, 255).astype(np.uint8)
+    return a
 
 
 class Table:
@@ -267,7 +322,7 @@ class Run:
             elif getattr(value, "ndim", 0) >= 1 and callable(getattr(value, "tolist", None)):
                 plain[key] = _TsHistogram(value, bins=32)  # wandb turns arrays/tensors into 32-bin histograms
             elif type(value).__module__.startswith("wandb") or type(value).__name__ in _MEDIA:
-                raise _unsupported(type(value).__name__, "log numbers, Histogram or Table")
+                raise _unsupported(type(value).__name__, "log numbers, Histogram, Image or Table")
             else:
                 plain[key] = value
         self._run.log(plain, step=step, commit=commit is not False)
@@ -352,7 +407,7 @@ class Run:
         raise _unsupported("alert")
 
 
-_MEDIA = {"Image", "Audio", "Video", "Html", "Object3D", "Molecule", "Plotly", "Graph", "Bokeh"}
+_MEDIA = {"Audio", "Video", "Html", "Object3D", "Molecule", "Plotly", "Graph", "Bokeh"}
 
 
 class _DisabledDict(dict):
@@ -506,5 +561,5 @@ def __getattr__(attr: str) -> Any:
     if attr.startswith("__"):
         raise AttributeError(attr)
     if attr in _MEDIA:
-        raise _unsupported(attr, "log numbers, Histogram or Table", NotSupportedAttribute)
+        raise _unsupported(attr, "log numbers, Histogram, Image or Table", NotSupportedAttribute)
     raise _unsupported(attr, "", NotSupportedAttribute)

@@ -45,7 +45,7 @@ def record_counts(con, run: RunInfo) -> dict[str, dict[str, Any]]:
 
     ``samples``: rows, steps (distinct), splits (sorted); ``spans``: spans (one per span, final
     row kept), trajectories (distinct traces), steps; ``histograms``: rows, keys; ``artifacts``:
-    names, versions, files.
+    names, versions, files; ``images``: rows, keys.
     """
     p = _params(run)
 
@@ -59,8 +59,9 @@ def record_counts(con, run: RunInfo) -> dict[str, dict[str, Any]]:
     histograms = one(f"SELECT count(*) AS rows, count(DISTINCT key) AS keys FROM histograms WHERE {_ONE_RUN}")
     artifacts = one(f"SELECT count(DISTINCT name) AS names, count(DISTINCT (name, version)) AS versions, "
                     f"count(*) AS files FROM artifacts WHERE {_ONE_RUN}")
+    images = one(f"SELECT count(*) AS rows, count(DISTINCT key) AS keys FROM images WHERE {_ONE_RUN}")
     samples["splits"] = [s for s in samples["splits"] or [] if s is not None]
-    return {"samples": samples, "spans": spans, "histograms": histograms, "artifacts": artifacts}
+    return {"samples": samples, "spans": spans, "histograms": histograms, "artifacts": artifacts, "images": images}
 
 
 def artifact_versions(con, run: RunInfo, name: str | None = None) -> list[dict[str, Any]]:

@@ -15,6 +15,10 @@ The promise: what was logged is what a reader gets back. Each row becomes one ``
   :class:`~trackstore.errors.InvalidValueError` naming the row, and nothing of that call is
   stored. Disk trouble never raises here (the writer reports it at ``finish``).
 
+An :class:`trackstore.Image` anywhere in a row (a field of its own, or inside ``input``: a VLM
+prompt) is stored as a file of the run and the row holds a reference to it
+(:func:`trackstore.records.images.swap_images`).
+
 ``sample_index`` counts per ``(step, split)`` across calls of this process (a row's own
 ``sample_index`` wins), so two calls at one step do not collide. The counters are the run's
 own state (:meth:`~trackstore.records.sink.RecordSink.record_state`): they live and die with the run.
@@ -31,6 +35,7 @@ from ..errors import InvalidValueError, UsageError
 from ..store.text import escape_surrogates, storable
 from ..store.values import INT64_MAX, as_index, as_step, json_safe, to_float64
 from ..store.vocab import Kind
+from .images import store_files, swap_images
 from .sink import RecordSink
 
 RESERVED = ("input", "output", "score", "sample_index")
@@ -160,10 +165,13 @@ def log_samples(run: RecordSink, rows: Iterable[Any], step: int | None = None, s
         raise InvalidValueError(f"split must be a short printable string such as 'val', got {split!r:.60}")
     rows = _as_rows(rows)
     built: list[dict] = []
+    images: list = []  # trackstore.Image values of the rows, stored as files (records.images)
     for i, row in enumerate(rows):
-        built.append(_build(row, i))
+        built.append(_build(swap_images(row, images), i))
     if not built:
         return 0
+    if images:
+        store_files(run, images, f"sample images at step {step}")
     ts = ts_now()
     with _counters_lock:
         counters: dict[tuple[int, str], int] = run.record_state(_COUNTERS, dict)

@@ -68,6 +68,7 @@ ARTIFACT_MANIFEST = "manifest.json"  # artifacts/<name>/v<N>/manifest.json: one 
 REPLICA_MARKER = "_replica.json"
 REPLICA_FORMAT = "trackstore-replica"
 REPLICA_VERSION = 1
+MEDIA_DIR = "media"  # <run>/media/<sha256[:2]>/<sha256>.<ext>: image files, content-addressed (store.media)
 ARTIFACT_FILES_DIR = "files"  # artifacts/<name>/v<N>/files/: its files
 ARTIFACT_STAGING_PREFIX = ".staging-"  # artifacts/<name>/.staging-<writer>-<token>/: a version being written
 ARTIFACT_LOCK = ".lock"  # artifacts/<name>/.lock: flock taken to number a new version
@@ -359,6 +360,11 @@ class RunPaths:
     @property
     def artifacts_dir(self) -> Path:
         return self.dir / ARTIFACTS_DIR
+
+    @property
+    def media_dir(self) -> Path:
+        """``<run>/media/``: the run's image files (:mod:`trackstore.store.media`)."""
+        return self.dir / MEDIA_DIR
 
     def parts(self, kind: str) -> list[Path]:
         """Complete part files of one kind, sorted by name (temp files never match).

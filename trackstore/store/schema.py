@@ -1,6 +1,6 @@
 """The one module that owns every Arrow schema of the store, and the on-disk format version.
 
-Each record kind (``metrics``, ``samples``, ``spans``, ``histograms``, ``artifacts``) has one
+Each record kind (``metrics``, ``samples``, ``spans``, ``histograms``, ``artifacts``, ``images``) has one
 schema. Every part file carries ``trackstore.schema_version`` and ``trackstore.kind`` in its
 Parquet key-value metadata; a reader refuses files whose version is newer than it knows, and
 schemas evolve only by appending nullable columns (readers use ``union_by_name``), so files
@@ -152,12 +152,35 @@ ARTIFACTS = pa.schema(
     ]
 )
 
+# Images: one row per image logged (``run.log({"key": trackstore.Image(...)})``; a list of images
+# at one key gives one row each, numbered by ``index``). The bytes are a file of the run folder,
+# ``path`` = ``media/<sha256[:2]>/<sha256>.<png|jpg>``, content-addressed (the same bytes are one
+# file) and written before the row is buffered. A PNG or JPEG file logged by path keeps its exact
+# bytes; arrays and PIL images are encoded as PNG. Written by trackstore.records.images.
+IMAGES = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("index", pa.int64(), nullable=False),  # position in a list logged at (step, key)
+        pa.field("path", pa.string(), nullable=False),  # relative to the run folder
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("width", pa.int64(), nullable=False),
+        pa.field("height", pa.int64(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),  # png | jpeg
+        pa.field("caption", pa.string(), nullable=True),
+        pa.field("ts", TS_TYPE, nullable=False),
+        *_COMMON,
+    ]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     Kind.METRICS: METRICS,
     Kind.SAMPLES: SAMPLES,
     Kind.SPANS: SPANS,
     Kind.HISTOGRAMS: HISTOGRAMS,
     Kind.ARTIFACTS: ARTIFACTS,
+    Kind.IMAGES: IMAGES,
 }
 
 # KINDS (trackstore.store.vocab, also trackstore.store.layout.KINDS): the kinds of SCHEMAS, in its order
@@ -177,6 +200,7 @@ ENCODINGS: dict[str, dict[str, str]] = {
     Kind.SPANS: {"seq": _DELTA, "ts": _DELTA},
     Kind.HISTOGRAMS: {"seq": _DELTA, "ts": _DELTA},
     Kind.ARTIFACTS: {"seq": _DELTA},
+    Kind.IMAGES: {"seq": _DELTA, "ts": _DELTA},
 }
 
 

@@ -202,9 +202,11 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def normalize(
-    data: Mapping[str, Any], known_keys: set[str], warned_none: set[str], histogram_type: type
+    data: Mapping[str, Any], known_keys: set[str], warned_none: set[str], histogram_type: type | tuple[type, ...]
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """Validate and convert one ``log`` call. Returns ``(scalars, histograms)``.
+    """Validate and convert one ``log`` call. Returns ``(scalars, records)``: ``records`` holds the
+    values of ``histogram_type`` (a type or a tuple of them: histograms, images), and non-empty
+    lists of them, by key.
 
     ``known_keys`` and ``warned_none`` are the run's caches; valid new keys are added to the
     first, ``None``-valued keys to the second (so each is warned about once).
@@ -226,6 +228,9 @@ def normalize(
             continue
         if isinstance(value, histogram_type):
             hists[key] = value
+            continue
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, histogram_type) for v in value):
+            hists[key] = value  # a list of images (the caller checks what the list holds)
             continue
         scalars[key] = _as_number(key, value)
     known_keys.update(new_keys)

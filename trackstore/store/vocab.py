@@ -51,12 +51,14 @@ class Kind(Word):
     SPANS = "spans"
     HISTOGRAMS = "histograms"
     ARTIFACTS = "artifacts"
+    IMAGES = "images"  # rows naming image files stored under media/ (docs/format.md, section 7)
 
 
 #: the format's order (folders, schemas, the catalog's per-kind columns)
 KINDS: tuple[Kind, ...] = tuple(Kind)
 #: the order sync replays a run's kinds in (trackstore.sync.engine)
-REPLAY_ORDER: tuple[Kind, ...] = (Kind.METRICS, Kind.HISTOGRAMS, Kind.SAMPLES, Kind.SPANS, Kind.ARTIFACTS)
+REPLAY_ORDER: tuple[Kind, ...] = (Kind.METRICS, Kind.HISTOGRAMS, Kind.SAMPLES, Kind.IMAGES, Kind.SPANS,
+                                  Kind.ARTIFACTS)
 
 
 class RunStatus(Word):

@@ -38,6 +38,8 @@ check                    --fix
                          the maintenance lock's live holder names the run) is not reported
 ``repeated_rows``        (``deep`` only) row ids ``(writer, seq)`` held by more than one row of a
                          kind of a run (:func:`trackstore.upkeep.bundle.repeated_row_ids`): reported only
+``damaged_media``        (``deep`` only) an image file under ``media/`` whose content's sha256 is
+                         not its name (:func:`trackstore.store.media.check_media_file`): reported only
 ``import_leftover``      staging folder of an interrupted import: quarantined
 ``stale_lock``           lock file of a dead process: removed (reported only as a warning;
                          the next acquire takes it over anyway)
@@ -220,6 +222,25 @@ def _check_run(root: Path, project: str, run_id: str, run_dir: Path, deep: bool,
     out += _check_references(paths, deep)
     if deep:
         out += _check_repeated_ids(paths)
+        out += _check_media(paths)
+    return out
+
+
+def _check_media(paths: RunPaths) -> list[Finding]:
+    """``--deep``: image files under ``media/`` whose content is not what their name (its sha256) says."""
+    from ..store.media import check_media_file
+
+    out: list[Finding] = []
+    if not paths.media_dir.is_dir():
+        return out
+    for p in sorted(paths.media_dir.rglob("*")):
+        if p.is_dir() or is_temp_file(p):
+            continue
+        problem = check_media_file(p, p.relative_to(paths.dir).as_posix())
+        if problem is not None:
+            out.append(Finding("damaged_media", p, problem,
+                               "the image's bytes were changed on disk: restore the file from a bundle or a "
+                               "replica of the run (sync reports images whose file is missing)"))
     return out
 
 

@@ -141,8 +141,8 @@ class Run:
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
         """Record metrics at ``step`` (default: the run's counter, like wandb).
 
-        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`
-        (any other type, ``Fraction`` and ``Decimal`` included, is refused: pass ``float(v)``);
+        Values: int, float, bool, numpy scalars, 0-d tensors, :class:`trackstore.Histogram`,
+        :class:`trackstore.Image` or a list of images (any other type, ``Fraction`` and ``Decimal`` included, is refused: pass ``float(v)``);
         nested dicts flatten with ``/``; ``None`` values are skipped (warned once per key).
         Values are stored as float64 and steps as int64: ``step`` goes from ``-2**63`` to
         ``2**63-1``, and the counter stops at ``2**63-1``. With ``commit=False`` the step
@@ -168,7 +168,7 @@ class Run:
         if values is None:
             values, hists = normalize(data, self._known_keys, self._warned_none, self._histogram_type)
             if hists:
-                self._log_histograms(hists, step)
+                self._log_records(hists, step)
         if values:
             self._writer.log_metrics(step, time.time(), values)
         if commit:  # the counter stops at the int64 maximum: it never holds a step the store cannot
@@ -176,10 +176,18 @@ class Run:
         elif step > self._step:
             self._step = step
 
-    def _log_histograms(self, hists: Mapping[str, Any], step: int) -> None:
+    def _log_records(self, records: Mapping[str, Any], step: int) -> None:
+        """Histograms and images of one ``log`` call (every list checked before anything is kept)."""
+        from ..records.histogram import Histogram
+        from ..records.images import as_image_list, log_images
+
+        images = {key: as_image_list(key, v) for key, v in records.items() if not isinstance(v, Histogram)}
         ts = ts_now()
-        for key, hist in hists.items():
-            self._writer.append(Kind.HISTOGRAMS, hist.to_row(key=key, step=step, ts=ts))
+        for key, hist in records.items():
+            if isinstance(hist, Histogram):
+                self._writer.append(Kind.HISTOGRAMS, hist.to_row(key=key, step=step, ts=ts))
+        if images:
+            log_images(self, images, step, ts)
 
     # ------------------------------------------------------------------ the record sink
     # What the record kinds (samples, traces, artifacts) use of a run: the members of
@@ -499,10 +507,12 @@ class Run:
         return alias_artifact(self, name, version, alias)
 
 
-def _histogram_type() -> type:
+def _histogram_type() -> tuple[type, ...]:
+    """The record types ``log`` takes as values besides numbers (histograms, images)."""
     from ..records.histogram import Histogram
+    from ..records.images import Image
 
-    return Histogram
+    return (Histogram, Image)
 
 
 def _as_step(step: Any) -> int:

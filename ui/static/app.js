@@ -455,7 +455,7 @@ function configTree(obj, filter) {
 function runNav(project, runId, here) {
   const nav = document.getElementById("nav-context");
   clear(nav);
-  for (const [label, page] of [["Run", "run"], ["Samples", "samples"], ["Trajectories", "trajectories"], ["Histograms", "histograms"]])
+  for (const [label, page] of [["Run", "run"], ["Samples", "samples"], ["Trajectories", "trajectories"], ["Histograms", "histograms"], ["Images", "images"]])
     nav.appendChild(el("a", { href: link([page, project, runId]), style: page === here ? "font-weight:600" : "" }, label));
 }
 
@@ -507,7 +507,7 @@ async function pageRun(project, runId) {
         ["python", d.python], ["trackstore", d.trackstore_version], ["exit code", d.exit_code],
         ["error", d.error ? pre(d.error) : null], ["write errors", d.write_errors ? pre(d.write_errors) : null],
         ["records", [plural(d.keys.length, "metric key"), plural((c.samples || {}).rows || 0, "sample"), plural((c.spans || {}).trajectories || 0, "trajectory", "trajectories"),
-                      plural((c.histograms || {}).rows || 0, "histogram"), plural((c.artifacts || {}).files || 0, "artifact file")].join(" · ")],
+                      plural((c.histograms || {}).rows || 0, "histogram"), plural((c.images || {}).rows || 0, "image"), plural((c.artifacts || {}).files || 0, "artifact file")].join(" · ")],
       ]),
       el("h2", {}, "Status history"),
       attempts.length ? el("table", {}, el("thead", {}, el("tr", {}, ["#", "started", "status", "ended / last seen", "where", "error"].map(h => el("th", {}, h)))), el("tbody", {}, attempts))
@@ -571,6 +571,31 @@ function textOf(v) {
     return v.map(m => `[${m.role}] ${typeof m.content === "string" ? m.content : JSON.stringify(m.content)}`).join("\n\n");
   return JSON.stringify(v, null, 2);
 }
+// an image a sample row refers to ({"_type": "image", "sha256", ...}): shown from /api/image, caption as text
+function isImageRef(v) { return v && typeof v === "object" && v._type === "image" && /^[0-9a-f]{64}$/.test(String(v.sha256)); }
+function imageRefs(v, out) {
+  if (isImageRef(v)) out.push(v);
+  else if (Array.isArray(v)) v.forEach(x => imageRefs(x, out));
+  else if (v && typeof v === "object") Object.values(v).forEach(x => imageRefs(x, out));
+  return out;
+}
+function withoutImages(v) {
+  if (isImageRef(v)) return "[image " + v.width + "×" + v.height + "]";
+  if (Array.isArray(v)) return v.map(withoutImages);
+  if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, withoutImages(x)]));
+  return v;
+}
+function imageFigure(runRef, img, cls) {
+  return el("figure", { class: cls || "thumb" },
+    el("img", { src: "/api/image?" + q({ run: runRef, sha256: img.sha256 }), alt: img.caption || "", title: `${img.width}×${img.height} ${img.format || ""}`, loading: "lazy" }),
+    img.caption ? el("figcaption", {}, img.caption) : null);
+}
+function cellWithImages(runRef, v, textNode) {
+  const refs = imageRefs(v, []);
+  if (!refs.length) return textNode(v);
+  if (isImageRef(v)) return imageFigure(runRef, v);
+  return el("div", {}, refs.map(r => imageFigure(runRef, r)), textNode(withoutImages(v)));
+}
 async function pageSamples(project, runId, params) {
   runNav(project, runId, "samples");
   const id = project + "/" + runId;
@@ -596,8 +621,9 @@ async function pageSamples(project, runId, params) {
         el("td", { class: "num" }, fmtNum(r.step)), el("td", {}, r.split),
         el("td", { class: "num" }, el("a", { href: link(["samples", project, runId], { index: r.sample_index, split: r.split }), title: "this sample index at every step" }, String(r.sample_index))),
         el("td", { class: "num" }, fmtVal(r.score)),
-        el("td", { style: "width:38%" }, pre(textOf(r.input))), el("td", { class: "output", style: "width:38%" }, pre(textOf(r.output))),
-        extraKeys.map(k => el("td", {}, fmtVal(r[k])))))))
+        el("td", { style: "width:38%" }, cellWithImages(id, r.input, v => pre(textOf(v)))),
+        el("td", { class: "output", style: "width:38%" }, cellWithImages(id, r.output, v => pre(textOf(v)))),
+        extraKeys.map(k => el("td", {}, cellWithImages(id, r[k], fmtVal)))))))
       : el("div", { class: "empty" }, "no samples match"));
   state.view = null;
 }
@@ -731,6 +757,39 @@ async function pageHistograms(project, runId, params) {
   state.view = null;
 }
 
+// ------------------------------------------------------------------ images
+function imageSlider(runRef, h) {
+  // one key: a step slider over the steps that hold images, the step's images below it
+  const steps = h.steps;
+  const label = el("span", { class: "step-label mono" });
+  const shown = el("div", { class: "images" });
+  const show = i => {
+    const s = steps[i];
+    label.textContent = `step ${s.step}  (${i + 1} of ${steps.length})`;
+    clear(shown).append(...s.images.map(img => imageFigure(runRef, img, "shot")));
+  };
+  const slider = el("input", { type: "range", class: "slider", min: 0, max: steps.length - 1, value: steps.length - 1, step: 1,
+    oninput: e => show(Number(e.target.value)) });
+  show(steps.length - 1);
+  return el("div", { class: "image-key" }, el("div", { class: "toolbar" }, slider, label), shown);
+}
+async function pageImages(project, runId, params) {
+  runNav(project, runId, "images");
+  const id = project + "/" + runId;
+  const d = await api("run", { run: id });
+  const keys = d.image_keys || [];
+  const box = el("div");
+  clear($app).append(el("h1", {}, "Images"), el("div", { class: "muted" }, el("a", { href: link(["run", project, runId]) }, id)), box);
+  if (!keys.length) { box.appendChild(el("div", { class: "empty" }, "this run has no images")); return; }
+  for (const k of keys) {
+    const h = await api("images", { run: id, key: k });
+    if (!h.steps.length) continue;
+    box.append(el("h2", {}, k), el("div", { class: "muted" }, plural(h.steps.length, "step") + " · drag the slider to move through them"),
+               imageSlider(id, h));
+  }
+  state.view = null;
+}
+
 // ------------------------------------------------------------------ router and polling
 async function render() {
   const { parts, params } = route();
@@ -743,6 +802,7 @@ async function render() {
     else if (parts[0] === "samples" && parts.length === 3) await pageSamples(parts[1], parts[2], params);
     else if (parts[0] === "trajectories" && parts.length === 3) await pageTrajectories(parts[1], parts[2], params);
     else if (parts[0] === "histograms" && parts.length === 3) await pageHistograms(parts[1], parts[2], params);
+    else if (parts[0] === "images" && parts.length === 3) await pageImages(parts[1], parts[2], params);
     else clear($app).appendChild(el("div", { class: "empty" }, "no such page"));
   } catch (e) {
     clear($app).appendChild(el("div", { class: "err" }, "error: " + e.message));

@@ -20,7 +20,7 @@ from ..layout import KINDS
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 3  # 3: cursors gained `staged`
+CATALOG_VERSION = 4  # 4: the images kind (six per-kind counts); 3: cursors gained `staged`
 
 
 class RunRow(NamedTuple):

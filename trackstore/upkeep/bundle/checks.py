@@ -5,7 +5,8 @@ Promises: :func:`check_member` refuses a tar member that is not a regular file o
 ``trackstore-bundle/``, or is not where a run file, a sync cursor or the manifest belongs (with
 valid project and run names). :func:`refuse_foreign_or_broken_run` refuses a staged run whose
 run.json names another run or one of whose ``.parquet`` files is not a readable part of its
-kind; :func:`refuse_repeated_ids` one that holds a row id twice. Each refusal is a
+kind; :func:`refuse_repeated_ids` one that holds a row id twice; :func:`refuse_bad_media` one
+with a file under ``media/`` that is not named by its content's sha256. Each refusal is a
 :class:`~trackstore.errors.BundleError` saying nothing was imported.
 """
 
@@ -118,3 +119,22 @@ def refuse_repeated_ids(staged: RunPaths) -> None:
             raise BundleError(f"refusing bundle: run {staged.project}/{staged.run_id} repeats row ids: "
                               f"{rep.describe()}; nothing was imported")
 
+
+
+def refuse_bad_media(staged: RunPaths) -> None:
+    """Refuse a bundled run with a file under ``media/`` whose name is not a media file name, or
+    whose content's sha256 is not the one its name says (:func:`trackstore.store.media.check_media_file`):
+    an image is what its rows' ``sha256`` promise, or nothing is imported."""
+    from ...store.layout import MEDIA_DIR
+    from ...store.media import check_media_file
+
+    media = staged.dir / MEDIA_DIR
+    if not media.is_dir():
+        return
+    for p in sorted(media.rglob("*")):
+        if p.is_dir():
+            continue
+        rel = p.relative_to(staged.dir).as_posix()
+        problem = check_media_file(p, rel)
+        if problem is not None:
+            raise BundleError(f"refusing bundle: run {staged.project}/{staged.run_id}: {problem}; nothing was imported")

@@ -30,7 +30,7 @@ from ...store.layout import (
     is_part_name,
 )
 from ...store.ranges import RangeSet
-from .checks import refuse_foreign_or_broken_run, refuse_repeated_ids
+from .checks import refuse_bad_media, refuse_foreign_or_broken_run, refuse_repeated_ids
 from .manifest import run_entries
 from .results import ImportResult, RunImport
 from .staging import Staged
@@ -217,6 +217,7 @@ def import_runs(root: Path, st: Staged) -> ImportResult:
         staged_paths = RunPaths(st.dir / "runs", project, run_id)
         refuse_foreign_or_broken_run(staged_paths)
         refuse_repeated_ids(staged_paths)
+        refuse_bad_media(staged_paths)
         local = RunPaths(root, project, run_id)
         if local.dir.exists():
             _merge_run(root, staged_run, local, st.files, base, apply=False)  # conflicts first
