@@ -194,7 +194,7 @@ def test_gc_keeps_the_only_copy_of_an_aliased_version_unless_asked(root, tmp_pat
     verdicts = {c.info.run_id: c for c in plan.runs}
     assert verdicts["plain"].delete
     kept = verdicts["aliased"]
-    assert not kept.delete and "only copy of m:v0 (best)" in kept.reason
+    assert not kept.delete and "only copy of an aliased artifact version: m:v0 (best)" in kept.reason
     asked = G.plan(root, G.Policy(older_than_s=0, include_unsynced=True, include_aliased=True), now=time.time() + 10)
     assert all(c.delete for c in asked.runs)
 

@@ -115,7 +115,7 @@ def test_summaries_are_what_gc_counted_by_before_the_codes():
     details = {"status": "failed", "days": 2.5, "keep_last": 3, "lock": "sync-mlflow pid 7", "why": "a writer is live",
                "files": "project=p/run=r/metrics/part-w-0.parquet", "fix": "trackstore doctor --fix",
                "targets": "wandb", "staged": "", "target": "mlflow", "destination": "http://127.0.0.1:5000",
-               "behind": "3 metrics rows pending", "minutes": 12}
+               "behind": "3 metrics rows pending", "minutes": 12, "what": "model-r:v3 (best)"}
     for code in KeepReason:
         text = code.say(**details)
         old = "newer than --older-than" if text.startswith("ended ") else text.split(" (")[0].split(": ")[0]

@@ -152,9 +152,9 @@ def alias_artifact(run: RecordSink, name: str, version: int | ArtifactVersion, a
     from whichever version of ``name`` held it. Recorded as a row of the ``artifacts`` kind, so it
     is replayed by sync in order; the ``artifacts`` and ``artifact_aliases`` views show the result.
 
-    The move is at ``step`` (default: the run's current step, and never before the version's
-    own): the ``artifacts`` rows replay in step order, and the holder of an alias is the version
-    given it last in that order.
+    The move is at ``step`` (default: the run's current step, and never before any version of
+    ``name`` nor this process's earlier moves): the ``artifacts`` rows replay in step order,
+    and the holder of an alias is the version given it last in that order.
 
     Raises :class:`InvalidValueError` for an alias that is not a short printable string or a
     version that is not stored (a reference still being hashed is not stored yet: wait for its
@@ -175,8 +175,10 @@ def alias_artifact(run: RecordSink, name: str, version: int | ArtifactVersion, a
         have = ", ".join(f"v{n}" for n in sorted(stored)) or "none"
         raise InvalidValueError(f"artifact {name!r} of run {run.id} has no version {number} (stored: {have})")
     at = as_step(run.step if step is None else step)
-    if step is None and target.step is not None:
-        at = max(at, target.step)
+    moves = run.record_state("artifact_alias_steps", dict)  # name -> step of this process's last move
+    if step is None:  # after every version of the name and every earlier move, in replay order
+        at = max([at, moves.get(name, at), *(v.step for v in stored.values() if v.step is not None)])
+    moves[name] = max(at, moves.get(name, at))
     run.append(Kind.ARTIFACTS, alias_row(target, one, at))
     return target
 

@@ -144,6 +144,7 @@ _KEEP_TEXT: dict[KeepReason, tuple[str, str]] = {
     KeepReason.NOT_FULLY_SYNCED: ("not fully synced to {target} {destination}: {behind} "
                                   "(use --force to delete anyway)", "not fully synced to {target} {destination}"),
     KeepReason.WITHIN_MAX_SIZE: ("store within --max-size", "store within --max-size"),
-    KeepReason.ALIASED_ARTIFACTS: ("holds the only copy of {what}, never synced (sync it first, or pass "
-                                   "--include-aliased)", "holds the only copy of an aliased artifact version"),
+    KeepReason.ALIASED_ARTIFACTS: ("holds the only copy of an aliased artifact version: {what}, never synced (sync "
+                                   "it first, or pass --include-aliased)",
+                                   "holds the only copy of an aliased artifact version"),
 }
