@@ -23,7 +23,9 @@ Questions, each timed over HTTP as the page (or a script) asks them:
   charts with, 100 runs per call, or ``get-history`` per run);
 * **the 10M-point run zoomed out, and at a 1% zoom around its spike**.
 
-"cold" is the first answer (the result cache is empty, the files are in the page cache);
+"cold" is the first answer (the result cache and the part summaries under _catalog/curves/
+are empty, the files are in the page cache); "after a restart" a new server's first answer with
+the part summaries on disk; "a live poll" the answer after one part was appended to a run;
 "warm" the median of 5 repeats (trackstore answers those from its result cache, keyed by the
 part files' path, size and mtime); "recomputed" the median of 5 answers with the result cache
 bypassed (another bucket count each time), which is what a live run costs on every poll.
@@ -210,6 +212,54 @@ def ms(s: float | None) -> str:
 
 # ---------------------------------------------------------------------- contenders
 def bench_trackstore(root: Path, ids: list[str], steps: int, big: int) -> dict:
+    shutil.rmtree(root / "_catalog" / "curves", ignore_errors=True)  # "cold" is a first look: no curve cache
+    out = _bench_trackstore(root, ids, steps, big)
+    out.update(bench_restart_and_poll(root, ids, big))
+    return out
+
+
+def bench_restart_and_poll(root: Path, ids: list[str], big: int) -> dict:
+    """A restarted server (the part summaries on disk under _catalog/curves/, the result cache
+    empty), then a live poll: one part of 1,000 new points appended to the big run, asked again."""
+    import numpy as np
+
+    from trackstore.store import schema
+    from trackstore.store.layout import RunPaths, part_file_name
+    from trackstore.store.parts import write_part
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/"
+    proc = subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", "ui", "--root", str(root), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env())
+    out: dict = {}
+    extra = RunPaths(root, "big", "run-big").kind_dir("metrics") / part_file_name("bench-poll-000000", 0)
+    try:
+        wait(lambda: get(base + "api/runs"), 120)
+        for n in (100, 1000):
+            if len(ids) >= n:
+                body = {"run": [f"bench/{i}" for i in ids[:n]], "key": KEY, "width": 1000}
+                out[f"overlay{n}_restart"], _ = timed(lambda b=body: post_json(base + "api/series", b, parse=False))
+        big_body = {"run": ["big/run-big"], "key": BIG_KEY, "width": 1000}
+        out["big_restart"], _ = timed(lambda: post_json(base + "api/series", big_body, parse=False))
+        import pyarrow as pa
+
+        st = np.arange(big, big + 1000, dtype=np.int64)
+        table = pa.Table.from_arrays([
+            pa.array(st), pa.array([BIG_KEY] * 1000), pa.array(np.zeros(1000)),
+            pa.array(1_700_000_000_000_000 + st * 1_000_000).cast(schema.TS_TYPE),
+            pa.repeat(pa.scalar("bench-poll-000000"), 1000), pa.array(np.arange(1000, dtype=np.int64)),
+        ], schema=schema.with_metadata(schema.METRIC_POINTS, "metrics"))
+        write_part(extra, table, "metrics")
+        out["big_poll"], raw = timed(lambda: post_json(base + "api/series", big_body, parse=False))
+        assert json.loads(raw)["series"][0]["n"] == big + 1000
+    finally:
+        proc.terminate()
+        proc.wait()
+        extra.unlink(missing_ok=True)  # the store stays as built, for the next run of the benchmark
+    return out
+
+
+def _bench_trackstore(root: Path, ids: list[str], steps: int, big: int) -> dict:
     port = free_port()
     base = f"http://127.0.0.1:{port}/"
     t0 = time.perf_counter()
@@ -410,6 +460,9 @@ def main() -> None:
     row(f"the {a.big:,}-point run zoomed out: cold / warm / recomputed",
         f"{ms(ts['big_cold'])} / {ms(ts['big_warm'])} / {ms(ts['big_recomputed'])}",
         f"{ms(tb['big_warm'])} ({tb['big_points']:,} points kept; loaded after {ms(tb['big_loaded'])})" if tb else "")
+    row("after a restart (part summaries on disk): 100 / 1,000 runs overlaid, the big run zoomed out",
+        " / ".join(ms(ts.get(k)) for k in ("overlay100_restart", "overlay1000_restart", "big_restart")))
+    row("a live poll: the big run zoomed out after one new part of 1,000 points", ms(ts["big_poll"]))
     row("the same at a 1% zoom: cold / warm / recomputed",
         f"{ms(ts['zoom_cold'])} / {ms(ts['zoom_warm'])} / {ms(ts['zoom_recomputed'])}",
         "the same 1,000 points (no more detail)" if tb else "")
