@@ -175,7 +175,7 @@ def alias_artifact(run: RecordSink, name: str, version: int | ArtifactVersion, a
         have = ", ".join(f"v{n}" for n in sorted(stored)) or "none"
         raise InvalidValueError(f"artifact {name!r} of run {run.id} has no version {number} (stored: {have})")
     at = as_step(run.step if step is None else step)
-    moves = run.record_state("artifact_alias_steps", dict)  # name -> step of this process's last move
+    moves: dict[str, int] = run.record_state("artifact_alias_steps", dict)  # name -> step of our last move
     if step is None:  # after every version of the name and every earlier move, in replay order
         at = max([at, moves.get(name, at), *(v.step for v in stored.values() if v.step is not None)])
     moves[name] = max(at, moves.get(name, at))
