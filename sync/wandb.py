@@ -37,8 +37,8 @@ Mapping (the full table, with what is lost: docs/sync.md § Weights & Biases and
   wandb's cache); one that vanished or changed is skipped. An alias moved later is replayed
   the way wandb moves one: the version's content logged again with that alias (wandb keeps one
   version per digest and gives it the alias). ``latest`` is wandb's own and goes to whatever
-  was logged last, so after such a re-log the version holding ``latest`` in the store (else
-  the newest) is logged once more, last.
+  was logged last, so after such a re-log the version that holds ``latest`` as replayed so far
+  (kept in the cursor; else the newest) is logged once more, last.
 
 What wandb cannot take is counted and reported (``SendResult.skip``), never dropped silently:
 a point at a step the wandb run has already committed (logged late, after its step was
@@ -494,7 +494,10 @@ class WandbAdapter(Adapter):
 
         result = SendResult()
         moved: set[str] = set()
+        latest = cursor.remote.setdefault("latest_versions", {})  # artifact -> the version replayed holding latest
         for group in runs_of(rows.to_pylist()):
+            if "latest" in (group.moves or group.first.get("aliases") or []):
+                latest[group.name] = group.version
             if group.moves:  # an alias moved to a version sent before: log the same content again
                 # with it; wandb keeps one version per digest and moves the alias (its own way)
                 if self._log_stored_version(group.name, group.version, group.moves, result):
@@ -506,7 +509,7 @@ class WandbAdapter(Adapter):
         for name in sorted(moved):
             # wandb gives 'latest' to whatever was logged last, the re-logged version too: log the
             # version holding it in the store (else the newest) last, so wandb agrees
-            self._log_stored_version(name, self._latest_version(name), [], result)
+            self._log_stored_version(name, latest.get(name, self._newest_version(name)), [], result)
         self._barrier(batch_id)
         return result
 
@@ -523,14 +526,10 @@ class WandbAdapter(Adapter):
         return self._log_version(name, stored.version, files, stored.type, stored.digest, stored.step,
                                  dict(stored.metadata), aliases, result, relog=True)
 
-    def _latest_version(self, name: str) -> int | None:
-        """The version of ``name`` holding ``latest`` in the store, else its newest."""
-        from trackstore.read.views import aliased_versions
+    def _newest_version(self, name: str) -> int | None:
+        """The newest stored version of ``name`` (wandb's latest when no version was given it)."""
         from trackstore.records.artifacts import list_versions
 
-        held = [v for (n, v), aliases in aliased_versions(self._info.paths).items() if n == name and "latest" in aliases]
-        if held:
-            return held[0]
         versions = [v.version for v in list_versions(self._info.paths.dir, name)]
         return max(versions) if versions else None
 
