@@ -150,7 +150,7 @@ def test_aliases_move_and_one_version_holds_each(root, tmp_path):
     assert by_version == {0: ["best", "step-10"], 1: ["step-20"], 2: ["latest", "step-30"]}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(moves=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["best", "latest", "keep"])), max_size=12))
 def test_alias_holders_are_the_last_move_of_each_alias(tmp_path_factory, moves):
     """Whatever order aliases are moved in, the view says what a plain fold over the moves says."""

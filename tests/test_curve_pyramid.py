@@ -44,7 +44,7 @@ def reference(steps, values, width):
     return {"x": xs, "y": ys, "n": len(pts), "min": min(vals), "max": max(vals)}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), n=st.integers(1, 400), parts=st.integers(1, 4), width=st.sampled_from([2, 7, 50, 1000]))
 def test_a_curve_from_part_summaries_is_the_curve_of_all_points(tmp_path_factory, data, n, parts, width):
     steps = sorted(data.draw(st.sets(st.integers(0, 10**6), min_size=n, max_size=n)))
