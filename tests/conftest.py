@@ -92,3 +92,15 @@ def harness(request, tmp_path, monkeypatch):
     for k, v in h.env().items():
         monkeypatch.setenv(k, v)
     return h
+
+
+@pytest.fixture
+def wb(tmp_path, monkeypatch):
+    """The real wandb client in offline mode for this test (its variables set), read back with
+    wandb's own reader: :class:`tests.sync_harness.WandbHarness`."""
+    from tests.sync_harness import WandbHarness
+
+    h = WandbHarness(tmp_path, monkeypatch)
+    for k, v in h.env().items():
+        monkeypatch.setenv(k, v)
+    return h

@@ -15,7 +15,6 @@ import pytest
 
 import trackstore
 from tests.helpers import mlflow_sqlite_uri, run_cli
-from tests.sync_harness import WandbHarness
 from trackstore.records.artifacts import list_versions
 
 
@@ -134,13 +133,6 @@ def test_a_vanished_or_rewritten_reference_is_skipped_not_sent(root, tmp_path):
 
 
 # ---------------------------------------------------------------------- wandb
-@pytest.fixture
-def wb(tmp_path, monkeypatch):
-    h = WandbHarness(tmp_path, monkeypatch)
-    for k, v in h.env().items():
-        monkeypatch.setenv(k, v)
-    return h
-
 
 def test_wandb_artifacts_with_moving_aliases_offline(wb, root, tmp_path):
     run = rl_run(root, tmp_path)

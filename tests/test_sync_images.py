@@ -17,7 +17,6 @@ import pytest
 
 import trackstore
 from tests.helpers import mlflow_sqlite_uri, run_cli
-from tests.sync_harness import WandbHarness
 from trackstore.store.ranges import RangeSet
 
 PIL = pytest.importorskip("PIL.Image", reason="Pillow reads the images back")
@@ -62,13 +61,6 @@ def _cursor(root):
 
 
 # ---------------------------------------------------------------------------- wandb
-@pytest.fixture
-def wb(tmp_path, monkeypatch):
-    h = WandbHarness(tmp_path, monkeypatch)
-    for k, v in h.env().items():
-        monkeypatch.setenv(k, v)
-    return h
-
 
 def test_wandb_gets_the_exact_bytes_once(wb, root, tmp_path):
     run = _run_with_images(root, tmp_path)

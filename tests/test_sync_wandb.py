@@ -17,14 +17,6 @@ from tests.sync_harness import WandbHarness
 from trackstore.sync.wandb import LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key, wandb_run_id
 
 
-@pytest.fixture
-def wb(tmp_path, monkeypatch):
-    h = WandbHarness(tmp_path, monkeypatch)
-    for k, v in h.env().items():
-        monkeypatch.setenv(k, v)
-    return h
-
-
 def _sync(root, *extra, target="wandb"):
     res = run_cli("sync", "--to", target, *extra, "--format", "json", root=root, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -11,7 +11,7 @@ What this module promises:
   absolute file or folder) lists every file with its absolute path, size, sha256 and
   modification time; its rows in the ``artifacts`` kind carry ``storage = 'reference'`` and the
   absolute ``path``. Copy and hardlink modes stay for small artifacts.
-* Hashing streams (8 MiB chunks; ``hashlib`` releases the GIL on them) on one background thread
+* Hashing streams (1 MiB reads, :func:`trackstore.store.files.sha256_file`; ``hashlib`` releases the GIL on them) on one background thread
   per run, never the training thread: :func:`submit` lists and ``stat``-s the files, queues the
   work and returns a :class:`concurrent.futures.Future` at once. Versions are hashed and
   published in the order they were logged.
@@ -29,18 +29,17 @@ What this module promises:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from ..store.files import sha256_file as _hash  # streamed; hashlib releases the GIL on each chunk
 from ..store.layout import ARTIFACT_STAGING_PREFIX
 from ..store.notices import warn
 from .artifact_versions import REFERENCE, ArtifactFile, ArtifactVersion, publish
 from .sink import RecordSink
 
-CHUNK = 8 << 20
 _STATE_KEY = "artifact_references"
 
 
@@ -96,16 +95,6 @@ def _hash_and_publish(run: RecordSink, source: str, name: str, type: str, aliase
     except Exception as exc:  # I/O trouble (a vanished file, a full disk) or a run that finished: never raise
         warn(f"log_artifact({source!r}, name={name!r}, reference=True) failed: {exc}; the reference was NOT stored")
         return None
-
-
-def _hash(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
 
 
 def check_reference(path: str | os.PathLike, size: int, sha256: str, mtime_ns: int | None = None, *,
