@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-FINEST_BUCKETS = 1 << 14  # a part's finest summary holds at most this many buckets (16,384)
-MEMORY_BYTES = 256 << 20  # part summaries kept in memory
+FINEST_BUCKETS = 1 << 12  # a part's finest summary holds at most this many buckets (4,096: wider than any chart answer)
+MEMORY_BYTES = 768 << 20  # part summaries kept in memory (1,000 runs of 10k points: about 400 MB)
 DISK_BYTES = 512 << 20  # part summaries kept under _catalog/curves/ (pruned to 3/4 of it, oldest first)
 CURVES_DIR = "curves"  # under the catalog's folder
 FIELDS = ("idx", "n", "fx", "fv", "nx", "nv", "mx", "mv", "lx", "lv")
@@ -54,13 +54,33 @@ class Buckets:
 
     k: int
     arrays: dict[str, np.ndarray]
+    levels: list[Buckets] | None = None  # a part summary's pyramid: this level, then each coarser one
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
+        own = sum(a.nbytes for a in self.arrays.values())
+        return own + sum(lv.nbytes for lv in (self.levels or [])[1:])
+
+    def at(self, k: int) -> Buckets:
+        """These buckets at level ``k``, merged from the finest stored level not above it."""
+        base = self
+        for lv in self.levels or []:
+            if lv.k <= k:
+                base = lv
+        return coarsen(base, k)
 
     def __len__(self) -> int:
         return len(self.arrays["idx"])
+
+
+def with_levels(b: Buckets) -> Buckets:
+    """``b`` with its pyramid: every coarser level down to one bucket (each half the last), so a
+    curve of a few buckets merges a few buckets, not the finest level's thousands."""
+    levels = [b]
+    while len(levels[-1]) > 1 and len(levels) < 64:
+        levels.append(coarsen(levels[-1], levels[-1].k + 1))
+    b.levels = levels
+    return b
 
 
 def level_for(span: float, buckets: int, axis: str) -> int:
@@ -169,7 +189,7 @@ class Pyramids:
             x0 = min(float(p.arrays["fx"].min()) for p in parts)
             x1 = max(float(p.arrays["lx"].max()) for p in parts)
             k = max(level_for(x1 - x0, width, axis), max(p.k for p in parts))
-            b = merge([coarsen(p, k) for p in parts], k)
+            b = merge([p.at(k) for p in parts], k) if len(parts) > 1 else parts[0].at(k)
             xs, ys = curve_points(b)
             out[rid] = {"x": xs, "y": ys, "n": int(b.arrays["n"].sum()), "min": float(b.arrays["nv"].min()),
                         "max": float(b.arrays["mv"].max())}
@@ -229,7 +249,7 @@ class Pyramids:
                     return False  # a hash collision or a foreign file: recompute
                 if int(z["empty"]):
                     return None
-                return Buckets(int(z["k"]), {f: z[f] for f in FIELDS})
+                return with_levels(Buckets(int(z["k"]), {f: z[f] for f in FIELDS}))
         except Exception:  # noqa: BLE001 - missing, damaged, another version: a recomputation
             return False
 
@@ -334,5 +354,5 @@ def compute(con, files: Sequence[str], key: str, axis: str) -> dict[str, Buckets
         arrays = {f: np.ascontiguousarray(c[s:e]) for f, c in zip(FIELDS, cols)}
         arrays["idx"] = arrays["idx"].astype(np.int64)
         arrays["n"] = arrays["n"].astype(np.int64)
-        out[names[s]] = Buckets(int(ks[s]), arrays)
+        out[names[s]] = with_levels(Buckets(int(ks[s]), arrays))
     return out
