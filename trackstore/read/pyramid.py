@@ -96,10 +96,10 @@ def coarsen(b: Buckets, k: int) -> Buckets:
     if k <= b.k or not len(b):
         return b if k <= b.k else Buckets(k, b.arrays)
     a = b.arrays
-    return merge([Buckets(k, {**a, "idx": a["idx"] >> (k - b.k)})], k, presorted=False)
+    return merge([Buckets(k, {**a, "idx": a["idx"] >> (k - b.k)})], k)
 
 
-def merge(parts: Sequence[Buckets], k: int, presorted: bool = False) -> Buckets:
+def merge(parts: Sequence[Buckets], k: int) -> Buckets:
     """The buckets of every part (each at level ``k`` already) merged into one set at level ``k``."""
     import numpy as np
 
@@ -108,8 +108,6 @@ def merge(parts: Sequence[Buckets], k: int, presorted: bool = False) -> Buckets:
         return Buckets(k, {f: np.empty(0, np.int64 if f in ("idx", "n") else np.float64) for f in FIELDS})
     a = {f: np.concatenate([p.arrays[f] for p in parts]) if len(parts) > 1 else parts[0].arrays[f] for f in FIELDS}
     idx = a["idx"]
-    if presorted and len(parts) == 1 and (len(idx) < 2 or bool(np.all(idx[1:] > idx[:-1]))):
-        return Buckets(k, a)
     uniq, start = _groups(idx)
 
     def pick(by: np.ndarray, last: bool) -> np.ndarray:
