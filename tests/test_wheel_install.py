@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,10 @@ def test_wheel_contains_only_the_trackstore_package(wheel_venv):
     for f in ("ui/server.py", "ui/data.py", "ui/static/index.html", "ui/static/app.js", "ui/static/app.css",
               "ui/static/vendor/uPlot.iife.min.js", "ui/static/vendor/uPlot.min.css", "ui/static/vendor/uPlot.LICENSE"):
         assert f"trackstore/{f}" in names, f
+    # every script the page loads is in the wheel
+    index = (REPO / "ui" / "static" / "index.html").read_text()
+    for script in re.findall(r'src="/static/([^"]+)"', index):
+        assert f"trackstore/ui/static/{script}" in names, script
     site_dir = wheel_venv["site"]
     assert (site_dir / "trackstore" / "sync").is_dir() and (site_dir / "trackstore" / "cli").is_dir()
     assert (site_dir / "trackstore" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").is_file()
