@@ -397,6 +397,118 @@ class Store:
             out[(project, run_id)] = _fragment(xs, ys, n, vmin, vmax)
         return out
 
+    def bands(self, groups: Sequence[tuple[str, RunInfo]], key: str, *, width: int = 300, x: str = "step",
+              lo: float | None = None, hi: float | None = None, band: str = "minmax") -> dict[str, Any]:
+        """One key of groups of runs (seeds), each group as its mean with a band over its runs.
+
+        ``groups`` pairs a group label with a run. x (``step``, ``time``, or ``relative``: each
+        run's seconds since its first point of the key, as ``trackstore plot --x time``) over
+        ``[lo, hi]`` (the whole range when not given) is cut into ``width`` equal buckets; each
+        run contributes its mean in a bucket, and the group's point there is the mean over its
+        runs, with ``lo``/``hi`` the least and greatest run (``band="minmax"``) or the mean less
+        and plus the standard deviation over runs (``band="std"``). Runs logging the same steps,
+        as seeds do, line up bucket by bucket. ``runs`` counts the group's runs that hold the key.
+        """
+        if x not in ("step", "time", "relative"):
+            raise UsageError("x must be 'step', 'time' or 'relative'")
+        if band not in ("minmax", "std"):
+            raise UsageError("band must be 'minmax' or 'std'")
+        width = max(2, min(int(width), 2000))
+        members = list({(r.project, r.run_id, label): (label, r) for label, r in groups}.values())
+        files = [str(f) for _label, r in members for f in r.paths.parts("metrics")]
+        out: dict[str, Any] = {"key": key, "x": x, "band": band, "groups": []}
+        if not files:
+            return out
+        xexpr = {"step": "step::DOUBLE", "time": "epoch_us(ts) / 1e6",
+                 "relative": "epoch_us(ts) / 1e6 - min(epoch_us(ts) / 1e6) OVER (PARTITION BY project, run)"}[x]
+        params: dict[str, Any] = {"key": key, "files": files, "width": width}
+        values = []
+        for i, (label, r) in enumerate(members):
+            params.update({f"p{i}": r.project, f"r{i}": r.run_id, f"g{i}": label})
+            values.append(f"($p{i}, $r{i}, $g{i})")
+        where = ""
+        if lo is not None:
+            params["lo"] = float(lo)
+            where += " AND x >= $lo"
+        if hi is not None:
+            params["hi"] = float(hi)
+            where += " AND x <= $hi"
+        sql = f"""
+            WITH mem(project, run, grp) AS (VALUES {', '.join(values)}),
+            src AS (SELECT project, run, {xexpr} AS x, value
+                    FROM read_parquet($files, hive_partitioning = true, union_by_name = true)
+                    WHERE key = $key AND isfinite(value)),
+            r AS (SELECT grp, project, run, x, value FROM src JOIN mem USING (project, run) WHERE true {where}),
+            ext AS (SELECT min(x) AS x0, max(x) AS x1 FROM r),
+            b AS (SELECT grp, project, run, x, value,
+                         coalesce(least(floor((x - x0) * $width / nullif(x1 - x0, 0)), $width - 1), 0)::INTEGER AS g
+                  FROM r, ext),
+            per AS (SELECT grp, g, project, run, avg(value) AS v, avg(x) AS xm FROM b GROUP BY grp, g, project, run),
+            agg AS (SELECT grp, g, avg(xm) AS x, avg(v) AS mean, min(v) AS mn, max(v) AS mx,
+                           coalesce(stddev_pop(v), 0) AS sd FROM per GROUP BY grp, g)
+            SELECT agg.grp, list(x ORDER BY g), list(mean ORDER BY g), list(mn ORDER BY g), list(mx ORDER BY g),
+                   list(sd ORDER BY g), any_value(n)
+            FROM agg JOIN (SELECT grp, count(DISTINCT (project, run)) AS n FROM r GROUP BY grp) USING (grp)
+            GROUP BY agg.grp ORDER BY agg.grp"""
+        cur = self._duck.cursor()
+        try:
+            rows = cur.execute(sql, params).fetchall()
+        finally:
+            cur.close()
+        for label, xs, mean, mn, mx, sd, n in rows:
+            if band == "std":
+                lo_v = [m - s for m, s in zip(mean, sd)]
+                hi_v = [m + s for m, s in zip(mean, sd)]
+            else:
+                lo_v, hi_v = mn, mx
+            out["groups"].append({"label": label, "runs": int(n), "x": xs, "mean": mean, "lo": lo_v, "hi": hi_v})
+        return clean(out)
+
+    def csv_chunks(self, runs: Sequence[RunInfo], key: str, *, x: str = "step", lo: float | None = None,
+                   hi: float | None = None) -> Iterable[bytes]:
+        """Every stored point of one key of the runs, in ``[lo, hi]`` of x (``step`` or ``time``,
+        wall seconds), as CSV in chunks: ``project,run_id,run_name,step,time,value``, a run's
+        points by step. Values are the stored ones, NaN and infinities included (as ``nan``,
+        ``inf``); time is UTC in ISO 8601."""
+        import io
+
+        import pyarrow.csv as pacsv
+
+        if x not in ("step", "time"):
+            raise UsageError("x must be 'step' or 'time'")
+        runs = list({(r.project, r.run_id): r for r in runs}.values())
+        files = [str(f) for r in runs for f in r.paths.parts("metrics")]
+        params: dict[str, Any] = {"key": key, "files": files}
+        where = "key = $key"
+        if lo is not None:
+            params["lo"] = float(lo)
+            where += " AND step >= ceil($lo)" if x == "step" else " AND ts >= to_timestamp($lo)"
+        if hi is not None:
+            params["hi"] = float(hi)
+            where += " AND step <= floor($hi)" if x == "step" else " AND ts <= to_timestamp($hi)"
+        header = b"project,run_id,run_name,step,time,value\n"
+        if not files:
+            yield header
+            return
+        values = []
+        for i, r in enumerate(runs):
+            params.update({f"p{i}": r.project, f"r{i}": r.run_id, f"n{i}": r.name})
+            values.append(f"($p{i}, $r{i}, $n{i})")
+        cur = self._duck.cursor()
+        try:
+            reader = cur.sql(f"""
+                WITH names(project, run, run_name) AS (VALUES {', '.join(values)})
+                SELECT project, run AS run_id, run_name, step, strftime(ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS time, value
+                FROM read_parquet($files, hive_partitioning = true, union_by_name = true) JOIN names USING (project, run)
+                WHERE {where} ORDER BY project, run, step, ts""", params=params).to_arrow_reader(65536)
+            yield header
+            for batch in reader:
+                buf = io.BytesIO()
+                pacsv.write_csv(batch, buf, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
+                yield buf.getvalue()
+        finally:
+            cur.close()
+
     # ------------------------------------------------------------------ records
     def samples(self, info: RunInfo, *, step: int | None = None, split: str | None = None, grep: str | None = None,
                 min_score: float | None = None, max_score: float | None = None, sample_index: int | None = None,

@@ -8,6 +8,9 @@ Routes (all ``GET``; the API answers JSON, errors as ``{"error": ...}`` with 400
     /api/run?run=P/ID       one run's page: metadata, attempts, writers, counts, artifacts, sync state, keys
     /api/keys?run=..        metric keys of the runs (run= repeated)
     /api/series?run=..&key=K[&x=step|time][&width=N][&lo=..&hi=..]   M4-downsampled curves of one key
+    /api/bands?run=..&group=..&key=K[&x=step|time|relative][&width=N][&lo=..&hi=..][&band=minmax|std]
+                            each group's mean and band over its runs (group= labels run= one to one)
+    /api/csv?run=..&key=K[&x=step|time][&lo=..&hi=..]   every stored point in the range, as CSV
     /api/compare?run=..     config differences and summaries
     /api/samples?run=P/ID[&step=][&split=][&q=][&min=][&max=][&index=][&limit=]
     /api/trajectories?run=P/ID[&step=][&index=][&limit=]
@@ -47,7 +50,14 @@ from urllib.parse import parse_qs, unquote
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -251,6 +261,48 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         return store.series_json(_runs(store, params), key, width=_int(params, "width", 1000) or 1000,
                             x=params.get("x", "step"), lo=_float(params, "lo"), hi=_float(params, "hi"))
 
+    def bands(params: Params) -> dict[str, Any]:
+        key = params.get("key")
+        if not key:
+            raise UsageError("give key=")
+        labels = params.getlist("group")
+        found = _runs(store, params)
+        if len(labels) != len(found):
+            raise UsageError("give one group= per run= (the run's group label)")
+        return store.bands(list(zip(labels, found)), key, width=_int(params, "width", 300) or 300,
+                           x=params.get("x", "step"), lo=_float(params, "lo"), hi=_float(params, "hi"),
+                           band=params.get("band", "minmax"))
+
+    async def csv(request: Request) -> Response:
+        """Every stored point of one key of the runs in a range, as a CSV download."""
+        try:
+            body = None
+            if request.method == "POST":
+                try:
+                    body = await request.json()
+                except ValueError:
+                    raise UsageError("the body must be a JSON object") from None
+                if not isinstance(body, dict):
+                    raise UsageError("the body must be a JSON object")
+            params = Params(request.query_params, body)
+            key = params.get("key")
+            if not key:
+                raise UsageError("give key=")
+            found = await run_in_threadpool(_runs, store, params)
+            chunks = store.csv_chunks(found, key, x=params.get("x", "step"), lo=_float(params, "lo"), hi=_float(params, "hi"))
+            first = await run_in_threadpool(next, chunks)  # errors in the query answer 400, not a cut download
+        except RunNotFoundError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        except (UsageError, TrackstoreError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+
+        def rest():
+            yield first
+            yield from chunks
+        name = "".join(c if c.isalnum() or c in "._-" else "_" for c in key) or "metric"
+        return StreamingResponse(rest(), media_type="text/csv; charset=utf-8",
+                                 headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
+
     def compare(params: Params) -> dict[str, Any]:
         return store.compare([store.run(r.run_id, r.project, fresh=True) for r in _runs(store, params)])
 
@@ -311,6 +363,8 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         Route("/api/run", api(run)),
         Route("/api/keys", api(keys), methods=["GET", "POST"]),
         Route("/api/series", api(series), methods=["GET", "POST"]),
+        Route("/api/bands", api(bands), methods=["GET", "POST"]),
+        Route("/api/csv", csv, methods=["GET", "POST"]),
         Route("/api/compare", api(compare)),
         Route("/api/samples", api(samples)),
         Route("/api/trajectories", api(trajectories)),

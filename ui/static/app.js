@@ -7,7 +7,7 @@ async function render() {
   state.view = null; state.panel = null;
   document.getElementById("nav-context").textContent = "";
   try {
-    if (!parts.length) await pageRuns();
+    if (!parts.length) await pageRuns(params);
     else if (parts[0] === "run" && parts.length === 3) await pageRun(parts[1], parts[2]);
     else if (parts[0] === "compare") await pageCompare(params);
     else if (parts[0] === "samples" && parts.length === 3) await pageSamples(parts[1], parts[2], params);

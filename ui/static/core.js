@@ -87,6 +87,21 @@ function route() {
 function link(parts, params) {
   return "#/" + parts.map(encodeURIComponent).join("/") + (params ? "?" + q(params) : "");
 }
+// what is on screen lives in the URL's query (after the hash's path), so a view can be shared or
+// bookmarked: pages read it with route() and write it back with setParams(), which replaces the
+// history entry without re-rendering the page (replaceState fires no hashchange)
+function setParams(update) {
+  const h = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = h.split("?");
+  const params = new URLSearchParams(query || "");
+  for (const [k, v] of Object.entries(update)) {
+    params.delete(k);
+    if (Array.isArray(v)) v.forEach(x => params.append(k, x));
+    else if (v !== undefined && v !== null && v !== "" && v !== false) params.set(k, v === true ? "1" : v);
+  }
+  const s = params.toString();
+  history.replaceState(history.state, "", "#" + path + (s ? "?" + s : ""));
+}
 function setLive(ok) { const l = document.getElementById("live"); l.className = ok ? "" : "off"; l.textContent = ok ? "live" : "offline"; }
 
 // ------------------------------------------------------------------ state

@@ -43,7 +43,12 @@ function defaultColumns() {
   }
 }
 
-async function pageRuns() {
+async function pageRuns(params) {
+  // a link names its selection and filters (run=, q=, project=, status=, tag=, config=); without them,
+  // the last ones used in this browser
+  if (params.has("run")) { state.selected = new Set(params.getAll("run")); saveSelection(); }
+  for (const [k, name] of [["text", "q"], ["project", "project"], ["status", "status"], ["tag", "tag"], ["config", "config"]])
+    if (params.has(name)) state.filter[k] = params.get(name);
   await loadRuns();
   defaultColumns();
   const projects = [...new Set(state.runs.map(r => r.project))].sort();
@@ -74,6 +79,7 @@ async function pageRuns() {
     el("h2", {}, "Charts"), chartsBox);
 
   function renderTable() {
+    setParams({ run: [...state.selected], q: f.text, project: f.project, status: f.status, tag: f.tag, config: f.config });
     const rows = filteredRuns();
     const LIMIT = 2000;
     count.textContent = `${rows.length} of ${state.runs.length} runs` + (rows.length > LIMIT ? ` (first ${LIMIT} shown)` : "");
