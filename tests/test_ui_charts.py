@@ -285,3 +285,20 @@ def test_bands_and_csv_routes_refuse_bad_input(site):
     assert body.decode().splitlines() == ["project,run_id,run_name,step,time,value"]  # no such key: the header only
     disposition = headers["content-disposition"]
     assert disposition.startswith("attachment;") and "/" not in disposition and "<" not in disposition
+
+
+def test_a_late_answer_does_not_draw_over_the_page_the_user_moved_to(site):
+    _root, ids, server, driver, _dl = site
+    run = ids["ppo-lr1e-06-seed0"]
+    open_fresh(driver, server.url + "#/")
+    wait_for(lambda: len(js(driver, "return document.querySelectorAll('#runs tbody tr')")) == 6, what="the runs table")
+    # the run page's answer comes late (a slow link); meanwhile the user opens the samples page
+    js(driver, """const real = window.fetch;
+        window.fetch = (u, o) => String(u).startsWith('/api/run?') ? new Promise(r => setTimeout(() => r(real(u, o)), 1500)) : real(u, o);""")
+    js(driver, "location.hash = arguments[0];", f"#/run/seeds/{run}")
+    time.sleep(0.2)
+    js(driver, "location.hash = arguments[0];", f"#/samples/seeds/{run}")
+    wait_for(lambda: js(driver, "return document.querySelector('h1').textContent") == "Samples", what="the samples page")
+    time.sleep(2.5)  # the run page's answer has arrived by now
+    assert js(driver, "return document.querySelector('h1').textContent") == "Samples"
+    assert js(driver, "return location.hash").startswith("#/samples/")

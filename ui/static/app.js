@@ -4,6 +4,7 @@
 // ------------------------------------------------------------------ router and polling
 async function render() {
   const { parts, params } = route();
+  state.gen++;
   state.view = null; state.panel = null;
   document.getElementById("nav-context").textContent = "";
   try {
@@ -16,12 +17,13 @@ async function render() {
     else if (parts[0] === "images" && parts.length === 3) await pageImages(parts[1], parts[2], params);
     else clear($app).appendChild(el("div", { class: "empty" }, "no such page"));
   } catch (e) {
+    if (e instanceof Stale) return;  // the user moved on: the page now on screen is another render's
     clear($app).appendChild(el("div", { class: "err" }, "error: " + e.message));
   }
 }
 async function poll() {
   if (!document.hidden && state.view) {
-    try { await state.view(); setLive(true); } catch (e) { setLive(false); }
+    try { await state.view(); setLive(true); } catch (e) { if (!(e instanceof Stale)) setLive(false); }
     window.__ts.polls++;
   }
   setTimeout(poll, POLL_MS);

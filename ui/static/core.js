@@ -38,13 +38,20 @@ function q(params) {
   }
   return u.toString();
 }
+// a page whose answer arrives after the user moved on must not draw over the new page: every
+// request remembers the render it was made for (state.gen, counted by the router) and throws
+// Stale when another page has been rendered since; the router ignores Stale
+class Stale extends Error {}
+function fresh(gen) { if (gen !== state.gen) throw new Stale("the page changed"); }
 async function api(path, params, post) {
+  const gen = state.gen;
   // a chart of many runs POSTs its parameters as JSON: a thousand run ids do not fit in a URL
   const r = post ? await fetch("/api/" + path, { method: "POST", credentials: "same-origin",
                                                  headers: { "Content-Type": "application/json" }, body: JSON.stringify(params) })
                  : await fetch("/api/" + path + (params ? "?" + q(params) : ""), { credentials: "same-origin" });
   let body;
   try { body = await r.json(); } catch (e) { body = { error: r.status + " " + r.statusText }; }
+  fresh(gen);
   if (!r.ok) throw new Error(body.error || (r.status + " " + r.statusText));
   return body;
 }
@@ -106,6 +113,7 @@ function setLive(ok) { const l = document.getElementById("live"); l.className = 
 
 // ------------------------------------------------------------------ state
 const state = {
+  gen: 0,  // which render of the router the page on screen is
   runs: [], byRef: new Map(),
   selected: new Set(JSON.parse(localStorage.getItem("ts.selected") || "[]")),
   filter: { text: "", project: "", status: "", tag: "", config: "" },
@@ -116,10 +124,12 @@ const state = {
 };
 function saveSelection() { localStorage.setItem("ts.selected", JSON.stringify([...state.selected])); }
 async function loadRuns() {
+  const gen = state.gen;
   // the table we hold is named by its ETag: the server answers 304 while it is unchanged, so a
   // poll of an unchanged store of thousands of runs downloads and parses nothing again
   const r = await fetch("/api/runs", { credentials: "same-origin",
                                        headers: state.runsEtag ? { "If-None-Match": state.runsEtag } : {} });
+  fresh(gen);
   if (r.status === 304) return state.runs;
   const etag = r.headers.get("ETag");
   let d;
