@@ -302,3 +302,11 @@ def test_a_late_answer_does_not_draw_over_the_page_the_user_moved_to(site):
     time.sleep(2.5)  # the run page's answer has arrived by now
     assert js(driver, "return document.querySelector('h1').textContent") == "Samples"
     assert js(driver, "return location.hash").startswith("#/samples/")
+
+
+def test_the_header_names_the_store_and_says_live(site):
+    root, _ids, server, driver, _dl = site
+    open_fresh(driver, server.url + "#/")
+    wait_for(lambda: js(driver, "return document.getElementById('root').textContent") == str(root), what="the store's path")
+    time.sleep(4)  # a poll has happened
+    assert js(driver, "return document.getElementById('live').textContent") == "live"

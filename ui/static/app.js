@@ -29,6 +29,8 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 window.addEventListener("hashchange", render);
-api("health").then(h => { document.getElementById("root").textContent = h.root; }).catch(() => setLive(false));
+// not api(): the header belongs to no page, so no render makes this answer stale
+fetch("/api/health", { credentials: "same-origin" }).then(r => r.json())
+  .then(h => { document.getElementById("root").textContent = h.root; }).catch(() => setLive(false));
 render();
 setTimeout(poll, POLL_MS);
