@@ -1,7 +1,10 @@
-"""The dashboard's generations API: one prompt's outputs and scores across runs and steps.
+"""The dashboard's Generations page: one prompt's outputs and scores across runs and steps, side by
+side, with a word diff of the texts.
 
 Over HTTP (the real ``trackstore ui`` in a subprocess): the prompt list and its search, the grid
-aligned by prompt text or by sample index, filters, limits, errors, refused traversals.
+aligned by prompt text or by sample index, filters, limits, errors, refused traversals. In the
+system Chromium: picking a prompt, the grid, the diff (whose kept and inserted words give the
+output back exactly), model-written markup shown as text, and the layout in a 1,400 px window. Screenshots go to test-artifacts/ui/generations-*.png.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_support import XSS, UiServer
+from tests.ui_support import ARTIFACTS, XSS, UiServer, chromium_paths, start_browser, wait_for
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -249,3 +252,128 @@ def test_at_most_twelve_runs_and_thousands_of_samples_answer_fast(tmp_path):
     assert all(len(row["cells"]) == 12 and all(c["n"] == 1 for c in row["cells"]) for row in grid["rows"])
     assert len(store.generations(runs[:12], sample_index=3)["rows"]) == 60  # 100 steps by default
     assert t_list < 5 and t_grid < 5, (t_list, t_grid)
+
+
+# ---------------------------------------------------------------------- the page in Chromium
+@pytest.fixture(scope="module")
+def browser(server):
+    if chromium_paths() is None:
+        pytest.skip("chromium and chromedriver are not installed (make install-browser)")
+    pytest.importorskip("selenium")
+    d = start_browser()  # a 1,400 x 1,000 window
+    d.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield d
+    d.quit()
+
+
+def js(browser, code: str, *args):
+    return browser.execute_script(code, *args)
+
+
+def open_page(browser, server, fragment: str) -> None:
+    browser.get(server.url + "#" + fragment)
+    js(browser, "localStorage.clear();")
+    browser.refresh()
+
+
+def shot(browser, name: str) -> None:
+    browser.save_screenshot(str(ARTIFACTS / f"generations-{name}.png"))
+
+
+CELLS_JS = """return [...document.querySelectorAll('#g-grid tbody tr')].map(tr => [tr.dataset.step,
+  [...tr.querySelectorAll('td.gen-cell')].map(td => [...td.querySelectorAll('pre.gen-text')].map(p => ({
+    text: p.textContent,
+    kept: [...p.childNodes].filter(n => !(n.nodeName === 'DEL')).map(n => n.textContent).join(''),
+    before: [...p.childNodes].filter(n => !(n.nodeName === 'INS')).map(n => n.textContent).join(''),
+    ins: p.querySelectorAll('ins').length, del: p.querySelectorAll('del').length })))])"""
+
+
+# diffs are worked out as their cells come near the screen: those still to do
+PENDING_JS = "return document.querySelectorAll('#g-grid pre[data-diff=pending]').length"
+
+
+def test_pick_a_prompt_and_see_it_across_runs_and_steps_with_a_diff(browser, server, store):
+    _root, ids, _tmp = store
+    open_page(browser, server, f"/generations?{runs_q(ids, 'alpha', 'beta', 'gamma')}")
+    items = wait_for(lambda: js(browser, "return [...document.querySelectorAll('#g-prompts li .gen-snippet')].map(s => s.textContent)"),
+                     what="the prompt list")
+    # those three runs share first (then by split and index), a chat prompt as text
+    assert items == ["Solve x + 1 = 3.", *QUESTIONS, "Say a lot.", "[user] Translate 'bonjour'."]
+    assert js(browser, "return document.querySelector('#g-grid')") is None
+    assert js(browser, "return [...document.querySelectorAll('.gen-runs a')].map(a => a.textContent)") == ["alpha", "beta", "gamma"]
+    shot(browser, "picker")
+    js(browser, "const s = document.getElementById('g-q'); s.value = 'capital'; s.dispatchEvent(new Event('change'));")
+    wait_for(lambda: js(browser, "return [...document.querySelectorAll('#g-prompts li .gen-snippet')].map(s => s.textContent)")
+             == [QUESTIONS[1]], what="the search to keep one prompt")
+    js(browser, "document.querySelector('#g-prompts li a').click();")
+    rows = wait_for(lambda: not js(browser, PENDING_JS) and js(browser, CELLS_JS), what="the grid and its diffs")
+    assert js(browser, "return document.getElementById('g-prompt').textContent") == QUESTIONS[1]
+    assert js(browser, "return document.querySelectorAll('#g-prompt').length") == 1  # the prompt once, at the top
+    assert js(browser, "return [...document.querySelectorAll('#g-grid thead th')].map(th => th.textContent)") == [
+        "step", "alpha", "beta", "gamma"]
+    assert [step for step, _cells in rows] == ["0", "10", "20", "30"]
+    # the default diff is against the first run: beta's and gamma's words kept and inserted give
+    # their output back, kept and deleted give alpha's
+    for step, cells in rows:
+        s = int(step)
+        for name, outs in zip(("alpha", "beta", "gamma"), cells):
+            want = answer(name, s, 1) if s in STEPS[name] else None
+            assert [o["kept"] for o in outs] == ([want] if want else []), (step, name)
+            if name != "alpha" and want and s in STEPS["alpha"]:
+                assert outs[0]["before"] == answer("alpha", s, 1) and outs[0]["ins"] + outs[0]["del"] > 0
+    assert js(browser, "return document.querySelectorAll('#g-grid td.gen-base').length") == 4
+    shot(browser, "grid")
+    # against the previous step: alpha's step 10 differs from its step 0 by the appended "(step 10)"
+    js(browser, "const s = document.getElementById('g-diff'); s.value = 'prev'; s.dispatchEvent(new Event('change'));")
+    rows = wait_for(lambda: not js(browser, PENDING_JS) and (r := js(browser, CELLS_JS)) and r[1][1][0][0]["ins"] == 1 and r,
+                    what="the diff against the previous step")
+    alpha10 = rows[1][1][0][0]
+    assert alpha10["before"] == answer("alpha", 0, 1) and alpha10["kept"] == answer("alpha", 10, 1)
+    assert js(browser, "return document.querySelector('#g-grid tr[data-step=\"10\"] td.gen-cell ins').textContent") == " (step 10)"
+    assert "diff=prev" in browser.current_url
+    gamma30 = rows[3][1][2][0]  # gamma has no step 20: its step 30 is read against its step 10
+    assert gamma30["before"] == answer("gamma", 10, 1) and gamma30["kept"] == answer("gamma", 30, 1)
+    shot(browser, "diff-previous-step")
+    js(browser, "const s = document.getElementById('g-diff'); s.value = 'none'; s.dispatchEvent(new Event('change'));")
+    rows = wait_for(lambda: (r := js(browser, CELLS_JS)) and all(o["ins"] == o["del"] == 0 for _s, c in r for os in c for o in os) and r,
+                    what="no diff")
+    assert rows[0][1][0][0]["text"] == answer("alpha", 0, 1)
+
+
+def test_model_markup_in_an_output_is_shown_as_text(browser, server, store):
+    _root, ids, _tmp = store
+    for diff in ("none", "0"):
+        open_page(browser, server, f"/generations?{runs_q(ids, 'alpha', 'beta')}&index=1&split=val&step=20&diff={diff}")
+        [(_step, [_alpha, [beta]])] = wait_for(lambda: not js(browser, PENDING_JS) and js(browser, CELLS_JS), what="the grid")
+        assert beta["kept"] == XSS
+        if diff == "none":
+            assert beta["text"] == XSS
+        assert js(browser, "return typeof window.__pwned") == "undefined"
+        assert js(browser, "return document.querySelectorAll('#app img, #app script').length") == 0
+    shot(browser, "markup-as-text")
+
+
+def test_a_long_output_scrolls_in_its_cell_and_the_grid_fits_the_window(browser, server, store):
+    _root, ids, _tmp = store
+    open_page(browser, server, f"/generations?{runs_q(ids, 'alpha', 'beta', 'gamma')}&index=2&split=val")
+    wait_for(lambda: js(browser, CELLS_JS), what="the grid")
+    assert js(browser, "return document.documentElement.scrollWidth") <= js(browser, "return window.innerWidth")
+    box = js(browser, """const p = document.querySelector('#g-grid tr[data-step="20"] td.gen-cell pre');
+                        return [p.clientHeight, p.scrollHeight, getComputedStyle(p).overflowY, p.getBoundingClientRect().width]""")
+    assert box[0] <= 330 and box[1] > 3 * box[0] and box[2] == "auto" and box[3] > 300
+    widths = js(browser, "return [...document.querySelectorAll('#g-grid thead th')].slice(1).map(th => Math.round(th.getBoundingClientRect().width))")
+    assert max(widths) - min(widths) <= 2  # equal columns, one per run
+    flags = js(browser, "return [...document.querySelectorAll('#g-grid .gen-flag')].map(f => f.textContent)")
+    assert "other prompt" in flags  # gamma's sample index 2 is another question
+    assert "different inputs" in js(browser, "return document.querySelector('.gen-where').textContent")
+    js(browser, "document.querySelector('#g-grid tr[data-step=\"20\"] td.gen-cell pre').scrollTop = 2000;")
+    shot(browser, "long-output")
+    # many rollouts of one prompt in one cell
+    open_page(browser, server, f"/generations?{runs_q(ids, 'alpha', 'beta')}&q=solve")
+    wait_for(lambda: js(browser, "return document.querySelectorAll('#g-prompts li').length === 1"), what="the rollout prompt")
+    js(browser, "document.querySelector('#g-prompts li a').click();")
+    [(_step, cells)] = wait_for(lambda: js(browser, CELLS_JS), what="the rollouts")
+    assert [len(outs) for outs in cells] == [16, 16]
+    assert "first 16 of 20 samples" in js(browser, "return document.querySelector('#g-grid td.gen-cell').textContent")
+    shot(browser, "rollouts")

@@ -14,6 +14,7 @@ async function render() {
     else if (parts[0] === "trajectories" && parts.length === 3) await pageTrajectories(parts[1], parts[2], params);
     else if (parts[0] === "histograms" && parts.length === 3) await pageHistograms(parts[1], parts[2], params);
     else if (parts[0] === "images" && parts.length === 3) await pageImages(parts[1], parts[2], params);
+    else if (parts[0] === "generations") await pageGenerations(params);
     else clear($app).appendChild(el("div", { class: "empty" }, "no such page"));
   } catch (e) {
     clear($app).appendChild(el("div", { class: "err" }, "error: " + e.message));
