@@ -4,7 +4,8 @@ side, with a word diff of the texts.
 Over HTTP (the real ``trackstore ui`` in a subprocess): the prompt list and its search, the grid
 aligned by prompt text or by sample index, filters, limits, errors, refused traversals. In the
 system Chromium: picking a prompt, the grid, the diff (whose kept and inserted words give the
-output back exactly), model-written markup shown as text, and the layout in a 1,400 px window. Screenshots go to test-artifacts/ui/generations-*.png.
+output back exactly), model-written markup shown as text, the links from a run and from Compare,
+and the layout in a 1,400 px window. Screenshots go to test-artifacts/ui/generations-*.png.
 """
 
 from __future__ import annotations
@@ -377,3 +378,27 @@ def test_a_long_output_scrolls_in_its_cell_and_the_grid_fits_the_window(browser,
     assert [len(outs) for outs in cells] == [16, 16]
     assert "first 16 of 20 samples" in js(browser, "return document.querySelector('#g-grid td.gen-cell').textContent")
     shot(browser, "rollouts")
+
+
+def test_links_from_a_run_and_from_compare(browser, server, store):
+    _root, ids, _tmp = store
+    open_page(browser, server, f"/run/gen/{ids['beta']}")
+    wait_for(lambda: js(browser, "return document.querySelector('h1 .status')"), what="the run page")  # drawn: it will not draw over ours
+    assert js(browser, "return [...document.querySelectorAll('#nav-context a')].map(a => a.textContent)")[-1] == "Generations"
+    js(browser, "[...document.querySelectorAll('#nav-context a')].find(a => a.textContent === 'Generations').click();")
+    wait_for(lambda: js(browser, "return document.querySelectorAll('#g-prompts li').length") == 5, what="beta's prompts")
+    assert js(browser, "return [...document.querySelectorAll('.gen-runs a')].map(a => a.textContent)") == ["beta"]
+    h = prompt_of(server, ids, QUESTIONS[0], "beta")
+    js(browser, "document.querySelector(`#g-prompts li[data-prompt='${arguments[0]}'] a`).click();", h)
+    rows = wait_for(lambda: js(browser, CELLS_JS), what="beta's grid")
+    assert [s for s, _c in rows] == ["0", "10", "20"] and js(browser, "return document.getElementById('g-diff').value") == "prev"
+    assert js(browser, "return [...document.querySelectorAll('#nav-context a')].find(a => a.textContent === 'Generations').style.fontWeight") == "600"
+    shot(browser, "one-run")
+    open_page(browser, server, f"/compare?{runs_q(ids, 'alpha', 'gamma')}")
+    href = wait_for(lambda: js(browser, "return document.getElementById('compare-generations').getAttribute('href')"),
+                    what="the compare page's link")
+    shot(browser, "compare-link")
+    assert href == f"#/generations?{runs_q(ids, 'alpha', 'gamma').replace('/', '%2F')}"
+    js(browser, "document.getElementById('compare-generations').click();")
+    wait_for(lambda: js(browser, "return [...document.querySelectorAll('.gen-runs a')].map(a => a.textContent)") == ["alpha", "gamma"],
+             what="the generations of the compared runs")
