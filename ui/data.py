@@ -543,6 +543,128 @@ class Store:
         return clean(json.loads(json.dumps({"total": total, "rows": [decode_row(r) for r in rows], "steps": steps,
                                             "splits": splits}, default=str)))
 
+    def generations(self, runs: Sequence[RunInfo], *, prompt: str | None = None, sample_index: int | None = None,
+                    split: str | None = None, step: int | None = None, grep: str | None = None,
+                    limit: int | None = None) -> dict[str, Any]:
+        """The same prompt's outputs across runs and steps, or the prompts there are to choose from.
+
+        Without ``prompt`` or ``sample_index``: the prompts the runs hold (``split`` and ``grep``, a
+        case-insensitive substring of the input, narrow them), those most runs share first, at
+        most ``limit`` (100 by default, 1,000 at most), each named by ``prompt``, the MD5 of its
+        stored input text, with the runs, steps, splits and sample indices where it occurs.
+
+        With ``prompt`` (an MD5 from that list: the same text wherever it was logged) or
+        ``sample_index`` (and ``split``: the same dataset position): ``rows``, one per step
+        (ascending; only ``step`` when given; at most ``limit`` steps, 100 by default, 500 at most,
+        evenly spread, the last kept), each with one cell per run in the order asked, so a prompt
+        lines up across runs. A cell holds ``n`` (the run's matching samples at that step) and
+        the first 16 of them (split, sample index, output, score, extra fields); an output longer
+        than 20,000 characters is cut there (``cut``, with its length in ``chars``). ``prompt``
+        is the input matched most often, shown once; outputs whose own input differs (possible
+        when aligned by index) say so with ``same_prompt: false``. At most 12 runs.
+        """
+        import re
+
+        per_cell, cut, max_runs = 16, 20_000, 12
+        runs = list({(r.project, r.run_id): r for r in runs}.values())
+        if len(runs) > max_runs:
+            raise UsageError(f"give at most {max_runs} runs")
+        if prompt is not None and not re.fullmatch(r"[0-9a-f]{32}", prompt):
+            raise UsageError("prompt must be 32 lower-case hex digits (an MD5 from the prompt list)")
+        if prompt is not None and sample_index is not None:
+            raise UsageError("give prompt= or index=, not both")
+        if limit is not None and limit < 1:
+            raise UsageError("limit must be at least 1")
+        order = {(r.project, r.run_id): i for i, r in enumerate(runs)}
+        head = [{"project": r.project, "run_id": r.run_id, "name": r.name} for r in runs]
+        p: dict[str, Any] = {}
+        conds = ["step IS NOT NULL"]
+        if split is not None:
+            p["split"] = split
+            conds.append("split = $split")
+
+        def text_of(value: str | None, is_json: bool) -> Any:
+            if value is not None and is_json:
+                try:
+                    return json.loads(value)
+                except ValueError:  # cut in the middle: shown as the stored text
+                    return value
+            return value
+
+        con = connect(self.root, runs=runs, sync_state=False)
+        try:
+            if prompt is None and sample_index is None:
+                if grep:
+                    p["grep"] = grep.lower()
+                    conds.append("strpos(lower(coalesce(input, '')), $grep) > 0")
+                p["limit"] = min(limit or 100, 1000)
+                rows = run_sql(con, f"""
+                    SELECT md5(coalesce(input, '')) AS prompt, count(DISTINCT (project, run_id)) AS runs,
+                           count(DISTINCT step) AS steps, count(*) AS samples, list(DISTINCT split) AS splits,
+                           min(sample_index) AS first_index, count(DISTINCT sample_index) AS indices,
+                           left(any_value(input), 2000) AS input, bool_or(list_contains(json_fields, 'input')) AS is_json,
+                           count(*) OVER () AS total
+                    FROM samples WHERE {' AND '.join(conds)} GROUP BY prompt
+                    ORDER BY runs DESC, min(split), first_index, prompt LIMIT $limit""", p).to_pylist()
+                splits = run_sql(con, "SELECT DISTINCT split FROM samples ORDER BY split").column("split").to_pylist()
+                prompts = [{"prompt": r["prompt"], "runs": r["runs"], "steps": r["steps"], "samples": r["samples"],
+                            "splits": sorted(s for s in r["splits"] if s is not None), "first_index": r["first_index"],
+                            "indices": r["indices"], "input": text_of(r["input"], bool(r["is_json"]))} for r in rows]
+                return clean(json.loads(json.dumps({"runs": head, "total": rows[0]["total"] if rows else 0,
+                                                    "prompts": prompts, "splits": splits}, default=str)))
+            if prompt is not None:
+                p["h"] = prompt
+                conds.append("md5(coalesce(input, '')) = $h")
+            else:
+                p["si"] = sample_index
+                conds.append("sample_index = $si")
+            where = " AND ".join(conds)
+            steps = run_sql(con, f"SELECT DISTINCT step FROM samples WHERE {where} ORDER BY step", p).column("step").to_pylist()
+            if step is not None:
+                shown = [step] if step in steps else []
+            else:
+                most = min(limit or 100, 500)
+                shown = steps
+                if len(steps) > most:
+                    every = len(steps) / most
+                    shown = [steps[int(i * every)] for i in range(most - 1)] + [steps[-1]]
+            inputs = run_sql(con, f"""
+                SELECT md5(coalesce(input, '')) AS h, count(*) AS n, any_value(input) AS input,
+                       bool_or(list_contains(json_fields, 'input')) AS is_json,
+                       list(DISTINCT split) AS splits, list(DISTINCT sample_index) AS indices
+                FROM samples WHERE {where} GROUP BY h ORDER BY n DESC, h""", p).to_pylist()
+            p.update(steps=shown, per_cell=per_cell, cut=cut)
+            got = [] if not shown else run_sql(con, f"""
+                SELECT project, run_id, step, split, sample_index, left(output, $cut) AS output, length(output) AS chars,
+                       score, extra, list_contains(json_fields, 'output') AS is_json, h, n
+                FROM (SELECT *, md5(coalesce(input, '')) AS h,
+                             row_number() OVER (PARTITION BY project, run_id, step
+                                                ORDER BY split, sample_index, writer, seq) AS k,
+                             count(*) OVER (PARTITION BY project, run_id, step) AS n
+                      FROM samples WHERE {where} AND list_contains($steps, step))
+                WHERE k <= $per_cell ORDER BY step, project, run_id, k""", p).to_pylist()
+        finally:
+            con.close()
+        top = inputs[0] if inputs else None
+        grid: dict[int, list[dict[str, Any]]] = {s: [{"n": 0, "outputs": []} for _ in runs] for s in shown}
+        for r in got:
+            cell = grid[r["step"]][order[(r["project"], r["run_id"])]]
+            cell["n"] = r["n"]
+            long = r["chars"] is not None and r["chars"] > cut
+            cell["outputs"].append({
+                "split": r["split"], "sample_index": r["sample_index"], "score": r["score"],
+                "output": r["output"] if long else text_of(r["output"], bool(r["is_json"])),
+                "chars": r["chars"], "cut": long, "same_prompt": top is not None and r["h"] == top["h"],
+                "extra": json.loads(r["extra"]) if r["extra"] else {}})
+        return clean(json.loads(json.dumps({
+            "runs": head,
+            "prompt": None if top is None else {
+                "prompt": top["h"], "input": text_of(top["input"], bool(top["is_json"])),
+                "splits": sorted(s for s in top["splits"] if s is not None), "indices": sorted(top["indices"])},
+            "distinct_prompts": len(inputs), "steps": steps,
+            "rows": [{"step": s, "cells": grid[s]} for s in shown],
+            "per_cell": per_cell, "cut": cut}, default=str)))
+
     def trajectories(self, info: RunInfo, *, step: int | None = None, sample_index: int | None = None,
                      limit: int = 50) -> dict[str, Any]:
         """The run's trajectories (span trees) at ``step`` and ``sample_index``, with the steps there are."""

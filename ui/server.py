@@ -13,6 +13,8 @@ Routes (all ``GET``; the API answers JSON, errors as ``{"error": ...}`` with 400
     /api/csv?run=..&key=K[&x=step|time][&lo=..&hi=..]   every stored point in the range, as CSV
     /api/compare?run=..     config differences and summaries
     /api/samples?run=P/ID[&step=][&split=][&q=][&min=][&max=][&index=][&limit=]
+    /api/generations?run=..[&prompt=MD5|&index=N][&split=][&step=][&q=][&limit=]   one prompt's outputs by step
+                            and run, aligned; without prompt= or index=, the prompts the runs hold (q= searches)
     /api/trajectories?run=P/ID[&step=][&index=][&limit=]
     /api/histograms?run=P/ID&key=K
     /api/artifact?run=P/ID&name=N&version=V&path=LOGICAL_PATH   a file the run's manifest lists
@@ -312,6 +314,11 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
                              grep=q.get("q") or None, min_score=_float(params, "min"), max_score=_float(params, "max"),
                              sample_index=_int(params, "index"), limit=min(_int(params, "limit", 200) or 200, 2000))
 
+    def generations(params: Params) -> dict[str, Any]:
+        return store.generations(_runs(store, params), prompt=params.get("prompt") or None,
+                                 sample_index=_int(params, "index"), split=params.get("split") or None,
+                                 step=_int(params, "step"), grep=params.get("q") or None, limit=_int(params, "limit"))
+
     def trajectories(params: Params) -> dict[str, Any]:
         return store.trajectories(_runs(store, params, one=True)[0], step=_int(params, "step"),
                                   sample_index=_int(params, "index"), limit=min(_int(params, "limit", 50) or 50, 500))
@@ -367,6 +374,7 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         Route("/api/csv", csv, methods=["GET", "POST"]),
         Route("/api/compare", api(compare)),
         Route("/api/samples", api(samples)),
+        Route("/api/generations", api(generations)),
         Route("/api/trajectories", api(trajectories)),
         Route("/api/histograms", api(histograms)),
         Route("/api/artifact", artifact),

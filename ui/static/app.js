@@ -15,6 +15,7 @@ async function render() {
     else if (parts[0] === "trajectories" && parts.length === 3) await pageTrajectories(parts[1], parts[2], params);
     else if (parts[0] === "histograms" && parts.length === 3) await pageHistograms(parts[1], parts[2], params);
     else if (parts[0] === "images" && parts.length === 3) await pageImages(parts[1], parts[2], params);
+    else if (parts[0] === "generations") await pageGenerations(params);
     else clear($app).appendChild(el("div", { class: "empty" }, "no such page"));
   } catch (e) {
     if (e instanceof Stale) return;  // the user moved on: the page now on screen is another render's

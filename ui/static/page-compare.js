@@ -29,6 +29,7 @@ async function pageCompare(params) {
   const panel = new ChartPanel(refs, s => runInfo.get(s.project + "/" + s.run_id));
   state.panel = panel;
   clear($app).append(el("h1", {}, `Compare ${d.runs.length} runs`),
+    el("a", { id: "compare-generations", href: link(["generations"], { run: refs }) }, "Generations side by side: the same prompt's outputs across these runs"),
     el("div", {}, d.runs.map(r => el("span", { style: "margin-right:14px" }, el("span", { class: "swatch", style: `background:${color(ref(r))}` }),
       el("a", { href: link(["run", r.project, r.run_id]) }, r.name), " ", statusBadge(r.status)))),
     el("div", { class: "cols" },

@@ -28,6 +28,7 @@ function runNav(project, runId, here) {
   clear(nav);
   for (const [label, page] of [["Run", "run"], ["Samples", "samples"], ["Trajectories", "trajectories"], ["Histograms", "histograms"], ["Images", "images"]])
     nav.appendChild(el("a", { href: link([page, project, runId]), style: page === here ? "font-weight:600" : "" }, label));
+  nav.appendChild(el("a", { href: link(["generations"], { run: project + "/" + runId }), style: here === "generations" ? "font-weight:600" : "" }, "Generations"));
 }
 
 async function pageRun(project, runId) {
