@@ -226,12 +226,12 @@ def test_what_the_server_writes_is_what_the_docs_say(tmp_path):
     after = _every_path(root)
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     curves = [p for p in changed if p.startswith("_catalog/curves")]
-    assert curves[0] == "_catalog/curves" and len(curves) > 1 and all(p.endswith(".npz") for p in curves[1:])
+    assert curves[0] == "_catalog/curves" and len(curves) > 1 and all(p.endswith(".m4") for p in curves[1:])
     assert [p for p in changed if p not in curves] == ["_catalog", "_catalog/catalog.sqlite"]
     doc = (REPO / "docs" / "ui.md").read_text()
     bullet = doc[doc.index("* **Read-only.**"):].split("\n* ", 1)[0]
     assert "`_catalog/catalog.sqlite`" in bullet and "`_catalog/`" in bullet and "never writes the store's data" in bullet
-    assert "`_catalog/curves/*.npz`" in bullet
+    assert "`_catalog/curves/*.m4`" in bullet
 
 
 def test_api_answers(server, store):

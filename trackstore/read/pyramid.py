@@ -12,12 +12,17 @@ What this module promises:
   ``i`` at ``k`` lies inside bucket ``i >> d`` at ``k + d``). So a run's curve made from its
   parts' summaries is the curve of all its points, whichever way they were split into parts,
   and ``n``, ``min`` and ``max`` are over every finite point (NaN and infinities are not
-  drawn). Only finite values enter a bucket.
+  drawn). Only finite values enter a bucket. Of equal values, a bucket's minimum is the first
+  point holding it and its maximum the last, at every level, so ties never make two paths to
+  the same curve disagree.
+* **A restart reads kilobytes per run.** Beside each part's finest summary a coarse one (at most
+  :data:`COARSE_BUCKETS` buckets) is kept; an overlay of many runs, each drawn in a few dozen
+  buckets, merges those.
 * **A cache, never a source of truth.** Each part file is immutable (a new part or a merge is
   a new file), so a part's summary of one key on one axis, at the part's finest level (at most
   :data:`FINEST_BUCKETS` buckets), is keyed by the part's path, size and modification time. It
   is kept in memory (:class:`Pyramids`, bounded by bytes) and in
-  ``<root>/_catalog/curves/<hash>.npz`` (written atomically; a damaged, missing or unwritable
+  ``<root>/_catalog/curves/<hash>.m4`` (one flat file: a JSON line, then the columns) (written atomically; a damaged, missing or unwritable
   file costs a recomputation, never a wrong answer; pruned oldest first beyond
   :data:`DISK_BYTES`). A poll of a live run computes only the parts it has not seen.
 * **Computed by DuckDB, in one query for many parts**: each part's extent of the key, then its
@@ -27,6 +32,7 @@ What this module promises:
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import secrets
@@ -39,10 +45,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
+COARSE_BUCKETS = 64  # a part's coarse summary, what an overlay of many runs merges (a few KB on disk)
 FINEST_BUCKETS = 1 << 12  # a part's finest summary holds at most this many buckets (4,096: wider than any chart answer)
 MEMORY_BYTES = 768 << 20  # part summaries kept in memory (1,000 runs of 10k points: about 400 MB)
 DISK_BYTES = 512 << 20  # part summaries kept under _catalog/curves/ (pruned to 3/4 of it, oldest first)
 CURVES_DIR = "curves"  # under the catalog's folder
+SUFFIX = ".m4"  # a part summary's file under CURVES_DIR
+DISK_FORMAT = 1
 FIELDS = ("idx", "n", "fx", "fv", "nx", "nv", "mx", "mv", "lx", "lv")
 MIN_LEVEL = {"step": 0, "time": -20}  # a step is an integer; a second splits down to about a microsecond
 
@@ -54,32 +63,33 @@ class Buckets:
 
     k: int
     arrays: dict[str, np.ndarray]
-    levels: list[Buckets] | None = None  # a part summary's pyramid: this level, then each coarser one
+    levels: dict[int, Buckets] | None = None  # a part summary's pyramid: coarser levels, made when first asked
+    finest: int | None = None  # a coarse summary (at most COARSE_BUCKETS buckets): the level of its part's finest one
 
     @property
     def nbytes(self) -> int:
-        own = sum(a.nbytes for a in self.arrays.values())
-        return own + sum(lv.nbytes for lv in (self.levels or [])[1:])
+        """Its size with a whole pyramid (each coarser level at most half the last): a bound that
+        does not grow as levels are made, so the memory cache's accounting stays exact."""
+        return 2 * sum(a.nbytes for a in self.arrays.values())
 
     def at(self, k: int) -> Buckets:
-        """These buckets at level ``k``, merged from the finest stored level not above it."""
-        base = self
-        for lv in self.levels or []:
-            if lv.k <= k:
-                base = lv
-        return coarsen(base, k)
+        """These buckets at level ``k``. With a pyramid, each level is merged once, from the
+        finest one (a single merge of at most :data:`FINEST_BUCKETS` buckets), then kept."""
+        if self.levels is None or k <= self.k:
+            return coarsen(self, k)
+        got = self.levels.get(k)
+        if got is None:
+            got = self.levels[k] = coarsen(self, k)
+        return got
 
     def __len__(self) -> int:
         return len(self.arrays["idx"])
 
 
 def with_levels(b: Buckets) -> Buckets:
-    """``b`` with its pyramid: every coarser level down to one bucket (each half the last), so a
-    curve of a few buckets merges a few buckets, not the finest level's thousands."""
-    levels = [b]
-    while len(levels[-1]) > 1 and len(levels) < 64:
-        levels.append(coarsen(levels[-1], levels[-1].k + 1))
-    b.levels = levels
+    """``b`` with a pyramid: its coarser levels are made when first asked and kept, so a curve of
+    a few buckets merges a few buckets, not the finest level's thousands, from the second time."""
+    b.levels = {}
     return b
 
 
@@ -95,8 +105,40 @@ def coarsen(b: Buckets, k: int) -> Buckets:
     """``b`` at the coarser level ``k`` (its own when ``k`` is not coarser)."""
     if k <= b.k or not len(b):
         return b if k <= b.k else Buckets(k, b.arrays)
+    import numpy as np
+
+    # one part's buckets are in idx order with x ranges disjoint and increasing, so a coarser
+    # bucket's members are a run of consecutive rows: its first point is its first row's, its
+    # last its last row's, its extremes found by a reduction (no sort, unlike a merge of parts)
     a = b.arrays
-    return merge([Buckets(k, {**a, "idx": a["idx"] >> (k - b.k)})], k)
+    idx = a["idx"] >> (k - b.k)
+    starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+    ends = np.r_[starts[1:], len(idx)]
+    sizes = ends - starts
+    lo = np.minimum.reduceat(a["nv"], starts)
+    hi = np.maximum.reduceat(a["mv"], starts)
+    # ties as a merge breaks them: the first row holding the minimum, the last holding the maximum
+    at_lo = np.flatnonzero(a["nv"] == np.repeat(lo, sizes))
+    at_hi = np.flatnonzero(a["mv"] == np.repeat(hi, sizes))
+    low = at_lo[np.searchsorted(at_lo, starts)]
+    high = at_hi[np.searchsorted(at_hi, ends) - 1]
+    first, last = starts, ends - 1
+    return Buckets(k, {"idx": idx[starts], "n": np.add.reduceat(a["n"], starts), "fx": a["fx"][first], "fv": a["fv"][first],
+                       "nx": a["nx"][low], "nv": a["nv"][low], "mx": a["mx"][high], "mv": a["mv"][high],
+                       "lx": a["lx"][last], "lv": a["lv"][last]})
+
+
+def coarse_level(b: Buckets) -> Buckets:
+    """A part summary at the first level of at most :data:`COARSE_BUCKETS` buckets (itself when
+    it has no more), remembering the level of ``b`` in ``finest``."""
+    k = b.k
+    if len(b) > COARSE_BUCKETS:
+        span = float(b.arrays["lx"][-1] - b.arrays["fx"][0])
+        k = max(b.k, math.ceil(math.log2(span / COARSE_BUCKETS)) if span > 0 else b.k)
+        while len(set((b.arrays["idx"] >> (k - b.k)).tolist())) > COARSE_BUCKETS:
+            k += 1
+    c = coarsen(b, k)
+    return with_levels(Buckets(c.k, c.arrays, finest=b.k))
 
 
 def merge(parts: Sequence[Buckets], k: int) -> Buckets:
@@ -177,28 +219,53 @@ class Pyramids:
 
     def curves(self, con, runs: dict[Any, list], key: str, axis: str, width: int) -> dict[Any, dict[str, Any]]:
         """:meth:`curve` of several runs at once (``runs``: id -> part files); parts not summarized
-        yet are computed in one DuckDB query."""
-        summaries = self.summaries(con, [f for fs in runs.values() for f in fs], key, axis)
-        out = {}
+        yet are computed in one DuckDB query.
+
+        A run drawn in few buckets (an overlay of hundreds of runs gets a few dozen each) is
+        merged from its parts' coarse summaries (at most :data:`COARSE_BUCKETS` buckets, a few KB
+        on disk), so a restart reads kilobytes per run, not each part's finest level."""
+        coarse = self.summaries(con, [f for fs in runs.values() for f in fs], key, axis, coarse=True)
+        chosen: dict[Any, tuple[list[Buckets], int]] = {}
+        fine_runs: dict[Any, list] = {}
         for rid, files in runs.items():
-            parts = [s for f in files if (s := summaries.get(str(f))) is not None and len(s)]
+            parts = [s for f in files if (s := coarse.get(str(f))) is not None and len(s)]
             if not parts:
                 continue
-            x0 = min(float(p.arrays["fx"].min()) for p in parts)
-            x1 = max(float(p.arrays["lx"].max()) for p in parts)
-            k = max(level_for(x1 - x0, width, axis), max(p.k for p in parts))
+            x0 = min(float(p.arrays["fx"][0]) for p in parts)  # coarsening keeps each part's first and last point
+            x1 = max(float(p.arrays["lx"][-1]) for p in parts)
+            k = max(level_for(x1 - x0, width, axis), max(p.finest if p.finest is not None else p.k for p in parts))
+            if all(k >= p.k for p in parts):
+                chosen[rid] = (parts, k)
+            else:
+                fine_runs[rid] = files
+        if fine_runs:
+            fine = self.summaries(con, [f for fs in fine_runs.values() for f in fs], key, axis)
+            for rid, files in fine_runs.items():
+                parts = [s for f in files if (s := fine.get(str(f))) is not None and len(s)]
+                if parts:
+                    x0 = min(float(p.arrays["fx"][0]) for p in parts)
+                    x1 = max(float(p.arrays["lx"][-1]) for p in parts)
+                    chosen[rid] = (parts, max(level_for(x1 - x0, width, axis), max(p.k for p in parts)))
+        out = {}
+        for rid in runs:
+            if rid not in chosen:
+                continue
+            parts, k = chosen[rid]
             b = merge([p.at(k) for p in parts], k) if len(parts) > 1 else parts[0].at(k)
             xs, ys = curve_points(b)
             out[rid] = {"x": xs, "y": ys, "n": int(b.arrays["n"].sum()), "min": float(b.arrays["nv"].min()),
                         "max": float(b.arrays["mv"].max())}
         return out
 
-    def summaries(self, con, files: Sequence[str | os.PathLike], key: str, axis: str) -> dict[str, Buckets | None]:
-        """Each part's summary of ``key`` on ``axis`` (None: the part has no finite point of it)."""
+    def summaries(self, con, files: Sequence[str | os.PathLike], key: str, axis: str, *,
+                  coarse: bool = False) -> dict[str, Buckets | None]:
+        """Each part's summary of ``key`` on ``axis`` (None: the part has no finite point of it):
+        at its finest level, or (``coarse``) at the first level of at most :data:`COARSE_BUCKETS`
+        buckets, made from the finest one when not kept yet."""
         out: dict[str, Buckets | None] = {}
         todo: dict[str, tuple] = {}
         for f in dict.fromkeys(str(f) for f in files):
-            ident = _identity(f, key, axis)
+            ident = _identity(f, key, axis) + (("coarse",) if coarse else ())
             with self._lock:
                 if ident in self._mem:
                     self._mem.move_to_end(ident)
@@ -210,7 +277,15 @@ class Pyramids:
                 self._remember(ident, found)  # type: ignore[arg-type]
             else:
                 todo[f] = ident
-        if todo:
+        if todo and coarse:
+            fine = self.summaries(con, list(todo), key, axis)
+            for f, ident in todo.items():
+                b = fine.get(f)
+                c = coarse_level(b) if b is not None else None
+                out[f] = c
+                self._remember(ident, c)
+                self._store(ident, c)
+        elif todo:
             computed = compute(con, list(todo), key, axis)
             for f, ident in todo.items():
                 b = computed.get(f)
@@ -234,34 +309,46 @@ class Pyramids:
     # ------------------------------------------------------------------ disk
     def _path(self, ident: tuple) -> Path:
         digest = hashlib.sha256("\0".join(map(str, ident)).encode("utf-8", "surrogateescape")).hexdigest()[:40]
-        return self.dir / f"{digest}.npz"
+        return self.dir / f"{digest}{SUFFIX}"
 
     def _load(self, ident: tuple) -> Buckets | None | bool:
         """The stored summary, None (stored: the part has none), or False (not stored or unreadable)."""
         import numpy as np
 
-        path = self._path(ident)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                if str(z["ident"]) != repr(ident):
-                    return False  # a hash collision or a foreign file: recompute
-                if int(z["empty"]):
+            with open(self._path(ident), "rb") as fh:
+                head = json.loads(fh.readline())
+                if head.get("ident") != repr(ident) or head.get("format") != DISK_FORMAT:
+                    return False  # a hash collision, a foreign file or another format: recompute
+                if head["empty"]:
                     return None
-                return with_levels(Buckets(int(z["k"]), {f: z[f] for f in FIELDS}))
+                m = int(head["m"])
+                ints = np.frombuffer(fh.read(16 * m), np.int64).reshape(2, m)
+                floats = np.frombuffer(fh.read(64 * m), np.float64).reshape(8, m)
+                if ints.shape[1] != m or floats.shape[1] != m or fh.read(1):
+                    return False
+            arrays = {"idx": ints[0], "n": ints[1], **dict(zip(FIELDS[2:], floats))}
+            return with_levels(Buckets(int(head["k"]), arrays, finest=head.get("finest")))
         except Exception:  # noqa: BLE001 - missing, damaged, another version: a recomputation
             return False
 
     def _store(self, ident: tuple, b: Buckets | None) -> None:
+        """One flat file: a JSON line (identity, level, bucket count), then the two integer and
+        eight float columns as little-endian arrays; written to a temporary name and renamed."""
         import numpy as np
 
         path = self._path(ident)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            arrays: dict[str, Any] = dict(b.arrays) if b is not None else {}
-            arrays.update(ident=np.array(repr(ident)), empty=np.array(int(b is None)), k=np.array(b.k if b else 0))
+            m = len(b) if b is not None else 0
+            head = {"format": DISK_FORMAT, "ident": repr(ident), "empty": b is None, "k": b.k if b else 0, "m": m,
+                    "finest": b.finest if b is not None else None}
             with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
+                fh.write(json.dumps(head).encode() + b"\n")
+                if b is not None:
+                    fh.write(np.ascontiguousarray(np.stack([b.arrays["idx"], b.arrays["n"]]), "<i8").tobytes())
+                    fh.write(np.ascontiguousarray(np.stack([b.arrays[f] for f in FIELDS[2:]]), "<f8").tobytes())
             os.replace(tmp, path)
             self._account(path)
         except OSError:  # a read-only store or a full disk: the memory cache still serves
@@ -274,12 +361,17 @@ class Pyramids:
         """Keep the folder under :attr:`disk_bytes`: past it, delete the oldest files down to 3/4."""
         with self._lock:
             if self._disk_bytes is None:
-                self._disk_bytes = sum(_size(p) for p in self.dir.glob("*.npz"))
+                for old in self.dir.glob("*.npz"):  # the earlier format (one .npz per summary): never read again
+                    try:
+                        old.unlink()
+                    except OSError:
+                        pass
+                self._disk_bytes = sum(_size(p) for p in self.dir.glob("*" + SUFFIX))
             else:
                 self._disk_bytes += _size(path)
             if self._disk_bytes <= self.disk_bytes:
                 return
-            files = sorted(self.dir.glob("*.npz"), key=_mtime)
+            files = sorted(self.dir.glob("*" + SUFFIX), key=_mtime)
             for p in files:
                 if self._disk_bytes <= self.disk_bytes * 3 // 4:
                     break
@@ -337,8 +429,8 @@ def compute(con, files: Sequence[str], key: str, axis: str) -> dict[str, Buckets
             WITH lv(filename, scale, k) AS (VALUES {', '.join(values)}),
             b AS (SELECT filename, k, floor(x * scale)::BIGINT AS i, x, value
                   FROM (SELECT filename, {xexpr} AS x, value FROM {src} WHERE {where}) JOIN lv USING (filename))
-            SELECT filename, any_value(k), i, count(*), min(x), arg_min(value, x), arg_min(x, value), min(value),
-                   arg_max(x, value), max(value), max(x), arg_max(value, x)
+            SELECT filename, any_value(k), i, count(*), min(x), arg_min(value, x), arg_min(x, (value, x)), min(value),
+                   arg_max(x, (value, x)), max(value), max(x), arg_max(value, x)
             FROM b GROUP BY filename, i ORDER BY filename, i""", params=params).to_arrow_table()
     finally:
         cur.close()
