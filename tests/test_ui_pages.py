@@ -1,0 +1,161 @@
+"""``trackstore ui`` pages in a real headless Chromium (the system's package, driven by Selenium),
+against the real command on a real store: a trajectory's turns come in the order they happened.
+
+One browser and one server for the module; screenshots go to test-artifacts/ui/pages-*.png
+(git-ignored). Skipped, with the reason, only when chromium or chromedriver is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ui_support import ARTIFACTS, UiServer, chromium_paths, start_browser, wait_for, write_small_runs
+
+pytest.importorskip("starlette")
+pytest.importorskip("selenium")
+if chromium_paths() is None:
+    pytest.skip("chromium and chromedriver are not installed (make install-browser, or apt-get install chromium "
+                "chromium-driver)", allow_module_level=True)
+
+pytestmark = pytest.mark.xdist_group("test_ui_pages")
+
+CMP_RUNS = 10
+LONG_VALUE = "You are a careful assistant. " * 12 + "/" + "x" * 180  # spaces, then a long unbroken run
+SUMMARY_KEYS = 100
+SHARED_SEED = 7  # runs 0..8 share it, run 9 is the odd one out
+
+
+def write_compare_runs(root) -> list[str]:
+    """Ten runs in project ``cmp``: long config values, 100 summary keys of which some are equal
+    across runs, two metric keys, and (in the first run) 60 samples at one step. Their ids."""
+    import trackstore
+
+    ids = []
+    for n in range(CMP_RUNS):
+        config = {"prompt": {"template": LONG_VALUE + str(n % 2)}, "data": {"path": "/datasets/" + "very-long-dir-name/" * 8},
+                  "seed": SHARED_SEED if n < CMP_RUNS - 1 else 99, "lr": 1e-6 * (n + 1)}
+        with trackstore.init(project="cmp", name=f"run-{n}-with-a-rather-long-name", config=config, root=root) as run:
+            ids.append(run.run_id)
+            for step in range(30):
+                run.log({"loss": 1.0 / (step + 1) + n * 0.01, "reward/mean": step / 30 + n * 0.02}, step=step)
+            run.summary.update({f"eval/metric_{k:03d}": (float(k) if k % 4 == 0 else k + n / 10) for k in range(SUMMARY_KEYS)})
+            if n == 0:
+                run.log_samples([{"input": f"question {i}", "output": f"answer {i}\n" * 3, "score": i % 2} for i in range(60)],
+                                step=10)
+    return ids
+
+
+def write_agent_run(root) -> str:
+    """A run with two trajectories as agents log them: a model turn whose tool call is a child span
+    and whose final answer is its output (step 1), and the docs' pattern: a model turn asking for a
+    tool, the tool as a sibling, a second model turn given the tool's result (step 2)."""
+    import trackstore
+
+    with trackstore.init(project="agent", name="calc", root=root) as run:
+        with run.trace(step=1, sample_index=0) as tr:
+            with tr.span("user", kind="other", inputs={"content": "What is 6 * 7? Use the calculator."}):
+                pass
+            with tr.span("assistant", kind="llm", inputs=[{"role": "user", "content": "6 * 7"}]) as turn:
+                with tr.span("calculator", kind="tool", inputs={"expression": "6 * 7"}) as tool:
+                    tool.set_outputs(42)
+                turn.set_outputs("The answer is 42.")
+            with tr.span("reward", kind="reward", inputs={"answer": 42}) as rw:
+                rw.set_outputs(1.0)
+            tr.set_reward(1.0)
+        with run.trace(step=2, sample_index=0) as tr:
+            with tr.span("assistant", kind="llm", inputs=[{"role": "user", "content": "6*7?"}]) as s:
+                s.set_outputs({"tool_calls": [{"name": "calculator", "arguments": {"expr": "6*7"}}]})
+            with tr.span("calculator", kind="tool", inputs={"expr": "6*7"}, outputs="42"):
+                pass
+            with tr.span("assistant", kind="llm", inputs={"tool_result": "42"}, outputs="It is 42."):
+                pass
+            tr.set_reward(1.0)
+        return run.run_id
+
+
+@pytest.fixture(scope="module")
+def pages_store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ui-pages")
+    root = tmp / "store"
+    root.mkdir()
+    ids = write_small_runs(root)
+    ids["cmp"] = write_compare_runs(root)
+    ids["agent"] = write_agent_run(root)
+    return root, ids, tmp
+
+
+@pytest.fixture(scope="module")
+def server(pages_store):
+    root, _ids, tmp = pages_store
+    s = UiServer(root, tmp)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    d = start_browser()
+    d.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield d
+    d.quit()
+
+
+@pytest.fixture
+def light(browser):
+    """The page in the light scheme at 1,400 x 1,000 again after the test, whatever it emulated."""
+    yield browser
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+    browser.set_window_size(1400, 1000)
+
+
+def shot(browser, name: str) -> None:
+    browser.save_screenshot(str(ARTIFACTS / f"pages-{name}.png"))
+
+
+def js(browser, code: str, *args):
+    return browser.execute_script(code, *args)
+
+
+def open_page(browser, server, fragment: str = "") -> None:
+    """A fresh load of the page at ``fragment`` (a new document: nothing kept from the last test)."""
+    browser.get("about:blank")
+    browser.get(server.url + ("#" + fragment if fragment else ""))
+    js(browser, "localStorage.clear();")
+
+
+def compare_url(project: str, run_ids) -> str:
+    return "/compare?" + "&".join(f"run={project}/{r}" for r in run_ids)
+
+
+# ------------------------------------------------------------------ trajectories
+
+TURNS_JS = """return [...document.querySelectorAll('.traj')].map(t => [...t.querySelectorAll('.conversation > .turn')].map(x =>
+  [x.querySelector('.role').textContent, [...x.querySelectorAll(':scope > div > pre, :scope > pre')].map(p => p.textContent).join(' | ')]))"""
+
+
+def test_trajectory_turns_come_in_the_order_they_happened(light, server, pages_store):
+    browser = light
+    _root, ids, _tmp = pages_store
+    open_page(browser, server, f"/trajectories/agent/{ids['agent']}")
+    trajs = wait_for(lambda: (t := js(browser, TURNS_JS)) and len(t) == 2 and t, what="two trajectories")
+    # a tool call nested in the model's turn comes before the answer that waited for it, and the
+    # model's wording of the user's question is not a second user turn (it is folded in the answer)
+    assert [r for r, _t in trajs[0]] == ["user", "tool calculator", "assistant", "reward"]
+    assert trajs[0][0][1] == "What is 6 * 7? Use the calculator."
+    assert "42" in trajs[0][1][1] and trajs[0][2][1] == "The answer is 42."
+    folded = js(browser, "return [...document.querySelectorAll('.traj')][0].querySelector('.turn.assistant details.model-input pre').textContent")
+    assert folded == "user: 6 * 7"
+    # the model asks for the tool, the tool answers, the model is given the result (not a user
+    # turn) and answers
+    assert [r for r, _t in trajs[1]] == ["user", "tool call calculator", "tool calculator", "assistant"]
+    assert trajs[1][3][1] == "It is 42."
+    assert js(browser, "return [...document.querySelectorAll('.traj')][1].querySelectorAll('.turn.user').length") == 1
+    # the span tree lists siblings in start order too
+    names = js(browser, "return [...[...document.querySelectorAll('.traj')][1].querySelectorAll('.spantree .span > span > b')].map(b => b.textContent)")
+    assert names == ["episode", "assistant", "calculator", "assistant"]
+    shot(browser, "trajectory")
+    open_page(browser, server, f"/trajectories/agent/{ids['agent']}?step=1")
+    wait_for(lambda: js(browser, "return document.querySelectorAll('.traj').length === 1"), what="one trajectory")
+    js(browser, "document.querySelector('details.model-input').open = true")
+    shot(browser, "trajectory-model-input")
