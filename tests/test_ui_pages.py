@@ -1,5 +1,6 @@
 """``trackstore ui`` pages in a real headless Chromium (the system's package, driven by Selenium),
-against the real command on a real store: a trajectory's turns come in the order they happened.
+against the real command on a real store: a new page starts at the top and Back returns to where
+the user was; a trajectory's turns come in the order they happened.
 
 One browser and one server for the module; screenshots go to test-artifacts/ui/pages-*.png
 (git-ignored). Skipped, with the reason, only when chromium or chromedriver is not installed.
@@ -126,6 +127,42 @@ def open_page(browser, server, fragment: str = "") -> None:
 
 def compare_url(project: str, run_ids) -> str:
     return "/compare?" + "&".join(f"run={project}/{r}" for r in run_ids)
+
+
+# ------------------------------------------------------------------ scroll
+
+def test_a_new_page_starts_at_the_top_and_back_returns_to_where_the_user_was(light, server, pages_store):
+    browser = light
+    _root, ids, _tmp = pages_store
+    run = ids["cmp"][0]
+    browser.set_window_size(1400, 700)
+    open_page(browser, server, f"/run/cmp/{run}")
+    wait_for(lambda: js(browser, "return document.querySelector('.chart')"), what="the run page's charts")
+    wait_for(lambda: js(browser, "return document.documentElement.scrollHeight > window.innerHeight + 450"), what="a long run page")
+    js(browser, "window.scrollTo(0, 400)")
+    assert js(browser, "return window.scrollY") == 400
+    # a link to another page: that page starts at the top (it is long enough to keep an offset)
+    js(browser, "[...document.querySelectorAll('#nav-context a')].find(a => a.textContent === 'Samples').click()")
+    wait_for(lambda: js(browser, "return document.querySelectorAll('#samples tbody tr').length === 60"), what="the samples")
+    assert js(browser, "return document.documentElement.scrollHeight > window.innerHeight + 600")
+    wait_for(lambda: js(browser, "return window.scrollY === 0"), what="the samples page at the top")
+    js(browser, "window.scrollTo(0, 350)")
+    # Back: the run page where the user left it
+    browser.back()
+    wait_for(lambda: js(browser, "return location.hash.startsWith('#/run/')"), what="the run page again")
+    wait_for(lambda: js(browser, "return window.scrollY === 400"), what="the run page at 400 px")
+    # Forward: the samples page where the user left it
+    browser.forward()
+    wait_for(lambda: js(browser, "return document.querySelectorAll('#samples tbody tr').length === 60"), what="the samples")
+    wait_for(lambda: js(browser, "return window.scrollY === 350"), what="the samples page at 350 px")
+    # the same page opened anew (not through history): at the top
+    js(browser, "location.hash = arguments[0]", f"#/run/cmp/{run}")
+    wait_for(lambda: js(browser, "return document.querySelector('.chart')"), what="the run page")
+    assert js(browser, "return window.scrollY") == 0
+    # a reload keeps the offset of the entry shown
+    js(browser, "window.scrollTo(0, 420)")
+    browser.refresh()
+    wait_for(lambda: js(browser, "return window.scrollY === 420"), what="the offset kept over a reload")
 
 
 # ------------------------------------------------------------------ trajectories
