@@ -1,6 +1,8 @@
 """``trackstore ui`` pages in a real headless Chromium (the system's package, driven by Selenium),
-against the real command on a real store: a new page starts at the top and Back returns to where
-the user was; a trajectory's turns come in the order they happened.
+against the real command on a real store: Compare fits the window with ten runs and long config
+values, puts its charts before the long summary and highlights only the cells that differ; a new
+page starts at the top and Back returns to where the user was; a trajectory's turns come in the
+order they happened.
 
 One browser and one server for the module; screenshots go to test-artifacts/ui/pages-*.png
 (git-ignored). Skipped, with the reason, only when chromium or chromedriver is not installed.
@@ -127,6 +129,88 @@ def open_page(browser, server, fragment: str = "") -> None:
 
 def compare_url(project: str, run_ids) -> str:
     return "/compare?" + "&".join(f"run={project}/{r}" for r in run_ids)
+
+
+# ------------------------------------------------------------------ compare
+
+def cells(browser, table: str):
+    """[[key, [(text, highlighted), ...], row class], ...] of a compare table."""
+    return js(browser, """return [...document.querySelectorAll(`#${arguments[0]} tbody tr`)].map(r =>
+        [r.cells[0].textContent, [...r.cells].slice(1).map(c => [c.textContent, c.classList.contains('differs')]), r.className])""", table)
+
+
+def test_compare_fits_the_window_and_highlights_only_what_differs(light, server, pages_store):
+    browser = light
+    _root, ids, _tmp = pages_store
+    runs = ids["cmp"]
+    for width in (1400, 1024):
+        browser.set_window_size(width, 1000)
+        for n in (CMP_RUNS, 3, 2):
+            open_page(browser, server, compare_url("cmp", runs[:n]))
+            wait_for(lambda: js(browser, "return document.querySelector('#config-diff tbody tr')"), what="the config table")
+            wait_for(lambda: js(browser, "return window.__ts.charts['loss'] && window.__ts.charts['loss'].u"), what="the charts")
+            sizes = js(browser, "return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert sizes[0] <= sizes[1], (width, n, sizes)
+            # the tables scroll inside their boxes: none reaches past the window's right edge
+            right = js(browser, "return Math.max(...[...document.querySelectorAll('.tablebox')].map(b => b.getBoundingClientRect().right))")
+            assert right <= sizes[1], (width, n, right)
+            if n == CMP_RUNS:
+                shot(browser, f"compare-{width}")
+                # charts come before the long summary, which is folded
+                order = js(browser, """const y = s => document.querySelector(s).getBoundingClientRect().top;
+                    return [y('#compare-config'), y('#compare-charts'), y('#compare-summary')]""")
+                assert order == sorted(order), order
+                assert js(browser, "return document.getElementById('compare-summary').open") is False
+    # the long config value wraps inside its cell and keeps the whole value in its title
+    browser.set_window_size(1400, 1000)
+    open_page(browser, server, compare_url("cmp", runs[:3]))
+    wait_for(lambda: js(browser, "return document.querySelector('#config-diff tbody tr')"), what="the config table")
+    rows = cells(browser, "config-diff")
+    by_key = {k: v for k, v, _cls in rows}
+    assert set(by_key) == {"lr", "prompt.template"}  # only what differs; seed and data.path are equal
+    assert [hl for _t, hl in by_key["lr"]] == [True, True, True]  # three values, no majority
+    # run 0 and run 2 share the template, run 1 is the odd one out: only its cell is highlighted
+    assert [hl for _t, hl in by_key["prompt.template"]] == [False, True, False]
+    title = js(browser, "return document.querySelector('#config-diff tbody tr:nth-child(2) td:nth-child(2) .clamp').title")
+    assert title == LONG_VALUE + "0"
+    # every key on request: equal rows are not highlighted at all
+    js(browser, "document.getElementById('config-only-diff').click()")
+    rows = cells(browser, "config-diff")
+    assert {k for k, _v, _c in rows} == {"data.path", "lr", "prompt.template", "seed"}
+    for key, vals, cls in rows:
+        assert (cls == "same") == (key in ("data.path", "seed")) and (cls == "same") == (not any(hl for _t, hl in vals))
+    # ten runs: the seed differs in the last run only, and only that cell is highlighted
+    open_page(browser, server, compare_url("cmp", runs))
+    wait_for(lambda: js(browser, "return document.querySelector('#config-diff tbody tr')"), what="the config table")
+    seed = {k: v for k, v, _c in cells(browser, "config-diff")}["seed"]
+    assert [hl for _t, hl in seed] == [False] * (CMP_RUNS - 1) + [True]
+    # the summary: equal values dimmed and not highlighted, differing ones highlighted; a filter and
+    # an "only differences" toggle
+    js(browser, "document.getElementById('compare-summary').open = true")
+    summary = cells(browser, "summary-diff")
+    assert [k for k, _v, _c in summary if not k.startswith("eval/")] == ["loss", "reward/mean"]  # the last values logged
+    summary = [row for row in summary if row[0].startswith("eval/")]
+    assert len(summary) == SUMMARY_KEYS
+    for key, vals, cls in summary:
+        equal = int(key.rsplit("_", 1)[1]) % 4 == 0
+        assert (cls == "same") == equal, key
+        assert [hl for _t, hl in vals] == [not equal] * CMP_RUNS, key
+    js(browser, "document.getElementById('summary-only-diff').click()")
+    assert len(cells(browser, "summary-diff")) == 2 + SUMMARY_KEYS - SUMMARY_KEYS // 4
+    js(browser, "const s = document.getElementById('summary-filter'); s.value = 'metric_00'; s.dispatchEvent(new Event('input'));")
+    assert [k for k, _v, _c in cells(browser, "summary-diff")] == [f"eval/metric_00{k}" for k in range(10) if k % 4]
+    assert js(browser, "return document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_compare_of_the_shared_runs_keeps_its_table(light, server, pages_store):
+    browser = light
+    _root, ids, _tmp = pages_store
+    open_page(browser, server, compare_url("rl", [ids["alpha"], ids["beta"]]))
+    wait_for(lambda: js(browser, "return document.querySelector('#config-diff tbody tr')"), what="the config table")
+    assert [[k, [t for t, _h in v]] for k, v, _c in cells(browser, "config-diff")] == [
+        ["actor.optim.lr", ["1.000e-6", "3.000e-6"]], ["seed", ["0", "1"]]]
+    # two runs that disagree: both cells are highlighted
+    assert all(h for _k, v, _c in cells(browser, "config-diff") for _t, h in v)
 
 
 # ------------------------------------------------------------------ scroll
