@@ -1,14 +1,18 @@
 """``trackstore ui`` pages in a real headless Chromium (the system's package, driven by Selenium),
 against the real command on a real store: Compare fits the window with ten runs and long config
 values, puts its charts before the long summary and highlights only the cells that differ; a new
-page starts at the top and Back returns to where the user was; a trajectory's turns come in the
-order they happened.
+page starts at the top and Back returns to where the user was; histograms answer hovering with the
+bin's step, range, count and density and draw an overlay and an offset view; a trajectory's turns
+come in the order they happened.
 
 One browser and one server for the module; screenshots go to test-artifacts/ui/pages-*.png
 (git-ignored). Skipped, with the reason, only when chromium or chromedriver is not installed.
 """
 
 from __future__ import annotations
+
+import json
+import re
 
 import pytest
 
@@ -247,6 +251,82 @@ def test_a_new_page_starts_at_the_top_and_back_returns_to_where_the_user_was(lig
     js(browser, "window.scrollTo(0, 420)")
     browser.refresh()
     wait_for(lambda: js(browser, "return window.scrollY === 420"), what="the offset kept over a reload")
+
+
+# ------------------------------------------------------------------ histograms
+
+def histogram_rows(server, run_id: str):
+    return server.json(f"/api/histograms?run=rl/{run_id}&key=grad/hist")["rows"]
+
+
+INKED_JS = """
+// pixels of the canvas that are neither its background nor near it, inside the plot area
+const c = document.querySelector('canvas.heat'), x = c.getContext('2d');
+const d = x.getImageData(0, 0, c.width, c.height).data, bg = [d[0], d[1], d[2]];
+let n = 0;
+for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - bg[0]) + Math.abs(d[i + 1] - bg[1]) + Math.abs(d[i + 2] - bg[2]) > 40) n++;
+return n;
+"""
+
+
+def hover(browser, dx: int, dy: int) -> str:
+    """Move the mouse to (dx, dy) px from the canvas's top-left corner; the read-out's text."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    canvas = browser.find_element("css selector", "canvas.heat")
+    rect = js(browser, "const r = arguments[0].getBoundingClientRect(); return [r.width, r.height]", canvas)
+    ActionChains(browser).move_to_element_with_offset(canvas, int(dx - rect[0] / 2), int(dy - rect[1] / 2)).perform()
+    return js(browser, "return document.querySelector('.hist .readout').textContent")
+
+
+def test_histograms_answer_hovering_and_draw_overlay_and_offset_views(light, server, pages_store):
+    browser = light
+    _root, ids, _tmp = pages_store
+    rows = histogram_rows(server, ids["alpha"])
+    assert len(rows) == 10
+    open_page(browser, server, f"/histograms/rl/{ids['alpha']}")
+    wait_for(lambda: js(browser, "return document.querySelector('canvas.heat[data-lines]')"), what="the heat map")
+    assert js(browser, "return document.querySelector('canvas.heat').dataset.mode") == "heat"
+    heat_ink = js(browser, INKED_JS)
+    assert heat_ink > 5000, heat_ink
+    # the heat map: 10 columns over the plot; the last column, halfway up
+    width = js(browser, "return document.querySelector('canvas.heat').getBoundingClientRect().width")
+    plot_l, plot_r = 64, width - 12
+    col = (plot_r - plot_l) / len(rows)
+    text = hover(browser, int(plot_l + col * 9.5), 10 + (260 - 34) // 2)
+    m = re.fullmatch(r"step (\d+) · value \[(\S+), (\S+)[)\]] · count (\d+) of (\d+) · density (\S+)", text)
+    assert m, text
+    last = rows[-1]
+    assert int(m.group(1)) == last["step"] == 180
+    j = next(i for i, e in enumerate(last["edges"][:-1]) if abs(e - float(m.group(2))) <= 1e-4 * max(1, abs(e)))
+    assert int(m.group(4)) == last["counts"][j] and int(m.group(5)) == sum(last["counts"]) == 500
+    width_j = last["edges"][j + 1] - last["edges"][j]
+    assert float(m.group(6)) == pytest.approx(last["counts"][j] / (500 * width_j), rel=1e-3)
+    shot(browser, "histograms-heat")
+    # off the plot: no values
+    assert hover(browser, 5, 5) == "hover the chart for values"
+    # overlay: eight of the ten steps as lines
+    js(browser, "document.querySelector('.hist button[data-mode=overlay]').click()")
+    assert js(browser, "return document.querySelector('canvas.heat').dataset.mode") == "overlay"
+    assert js(browser, "return document.querySelector('canvas.heat').dataset.lines") == "8"
+    assert js(browser, INKED_JS) > 1500
+    text = hover(browser, int(plot_l + (plot_r - plot_l) * 0.6), 250 - 24)
+    assert re.fullmatch(r"step \d+ · (value \[\S+, \S+[)\]] · count \d+ of 500 · density \S+|no values here)", text), text
+    shot(browser, "histograms-overlay")
+    # offset: every step on its own baseline, the latest at the bottom in front
+    js(browser, "document.querySelector('.hist button[data-mode=offset]').click()")
+    assert js(browser, "return document.querySelector('canvas.heat').dataset.lines") == "10"
+    assert js(browser, "return document.querySelector('canvas.heat').getBoundingClientRect().height") == 340
+    assert js(browser, INKED_JS) > 3000
+    # just above the bottom baseline, in the middle of the values: the latest step
+    text = hover(browser, int(plot_l + (plot_r - 70 + 12 - plot_l) * 0.5), 340 - 24 - 3)
+    assert text.startswith("step 180 · "), text
+    shot(browser, "histograms-offset")
+    # the choice is kept per key
+    browser.refresh()
+    wait_for(lambda: js(browser, "return document.querySelector('canvas.heat[data-lines]')"), what="the histogram again")
+    assert js(browser, "return document.querySelector('canvas.heat').dataset.mode") == "offset"
+    assert json.loads(js(browser, "return localStorage.getItem('ts.histmode')")) == {"grad/hist": "offset"}
 
 
 # ------------------------------------------------------------------ trajectories
