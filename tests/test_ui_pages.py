@@ -1,9 +1,10 @@
 """``trackstore ui`` pages in a real headless Chromium (the system's package, driven by Selenium),
 against the real command on a real store: Compare fits the window with ten runs and long config
 values, puts its charts before the long summary and highlights only the cells that differ; a new
-page starts at the top and Back returns to where the user was; histograms answer hovering with the
-bin's step, range, count and density and draw an overlay and an offset view; a trajectory's turns
-come in the order they happened.
+page starts at the top and Back returns to where the user was; dark mode (emulated by Chromium)
+gives every page a dark background and readable text; histograms answer hovering with the bin's
+step, range, count and density and draw an overlay and an offset view; a trajectory's turns come
+in the order they happened.
 
 One browser and one server for the module; screenshots go to test-artifacts/ui/pages-*.png
 (git-ignored). Skipped, with the reason, only when chromium or chromedriver is not installed.
@@ -251,6 +252,55 @@ def test_a_new_page_starts_at_the_top_and_back_returns_to_where_the_user_was(lig
     js(browser, "window.scrollTo(0, 420)")
     browser.refresh()
     wait_for(lambda: js(browser, "return window.scrollY === 420"), what="the offset kept over a reload")
+
+
+# ------------------------------------------------------------------ dark mode
+
+LUMA_JS = """
+const rgb = s => (s.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
+const lin = c => { c /= 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); };
+const luma = s => { const [r, g, b] = rgb(s); return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b); };
+const contrast = (a, b) => { const x = luma(a), y = luma(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+const bgOf = e => { for (; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor; if (!/rgba\\(.*, 0\\)$/.test(c) && c !== 'transparent') return c; } return getComputedStyle(document.body).backgroundColor; };
+const body = getComputedStyle(document.body).backgroundColor;
+const worst = [...document.querySelectorAll(arguments[0])].filter(e => e.offsetParent && e.textContent.trim()).slice(0, 200)
+  .map(e => [contrast(getComputedStyle(e).color, bgOf(e)), e.tagName + '.' + e.className + ': ' + e.textContent.slice(0, 40)])
+  .sort((a, b) => a[0] - b[0])[0];
+return [luma(body), worst];
+"""
+TEXT = "h1, h2, td, th, a, .muted, .turn .role, pre, label, button, .status, .tag, summary, .readout"
+
+
+def test_dark_mode_gives_every_page_a_dark_background_and_readable_text(light, server, pages_store):
+    browser = light
+    _root, ids, _tmp = pages_store
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    alpha = ids["alpha"]
+    pages = {
+        "runs": ("", "#runs tbody tr"),
+        "run": (f"/run/rl/{alpha}", "#artifacts td a"),
+        "compare": (compare_url("cmp", ids["cmp"][:3]), "#config-diff td.differs"),
+        "samples": (f"/samples/rl/{alpha}", "#samples tbody tr"),
+        "trajectories": (f"/trajectories/agent/{ids['agent']}", ".traj .turn"),
+        "histograms": (f"/histograms/rl/{alpha}", "canvas.heat[data-lines]"),
+    }
+    for name, (fragment, ready) in pages.items():
+        open_page(browser, server, fragment)
+        wait_for(lambda sel=ready: js(browser, "return document.querySelector(arguments[0])", sel), what=f"the {name} page")
+        if name in ("run", "compare"):
+            wait_for(lambda: js(browser, "return Object.values(window.__ts.charts).some(c => c.u)"), what="a chart")
+        body_luma, (ratio, where) = js(browser, LUMA_JS, TEXT)
+        assert body_luma < 0.03, (name, body_luma)  # a dark background (white is 1, #111417 about 0.007)
+        assert ratio >= 4.5, (name, ratio, where)  # WCAG AA for text, for the least readable text shown
+        shot(browser, f"dark-{name}")
+    # the histogram canvas is drawn on the dark background, not on white
+    corner = js(browser, "return [...document.querySelector('canvas.heat').getContext('2d').getImageData(1, 1, 1, 1).data]")
+    assert sum(corner[:3]) < 3 * 60, corner
+    # the differing cell's highlight is a dark fill too
+    open_page(browser, server, compare_url("cmp", ids["cmp"][:3]))
+    wait_for(lambda: js(browser, "return document.querySelector('#config-diff td.differs')"), what="a highlighted cell")
+    fill = js(browser, "return getComputedStyle(document.querySelector('#config-diff td.differs')).backgroundColor")
+    assert sum(int(c) for c in re.findall(r"\d+", fill)[:3]) < 3 * 90, fill
 
 
 # ------------------------------------------------------------------ histograms
