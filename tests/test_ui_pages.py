@@ -377,6 +377,12 @@ def test_histograms_answer_hovering_and_draw_overlay_and_offset_views(light, ser
     wait_for(lambda: js(browser, "return document.querySelector('canvas.heat[data-lines]')"), what="the histogram again")
     assert js(browser, "return document.querySelector('canvas.heat').dataset.mode") == "offset"
     assert json.loads(js(browser, "return localStorage.getItem('ts.histmode')")) == {"grad/hist": "offset"}
+    # a narrower window: the canvas is drawn again at the page's width (not squeezed)
+    browser.set_window_size(800, 1000)
+    wait_for(lambda: js(browser, """const c = document.querySelector('canvas.heat'), r = c.getBoundingClientRect();
+                                    return r.right <= window.innerWidth && Math.abs(c.width / devicePixelRatio - r.width) < 1"""),
+             what="the canvas drawn again within the narrower window")
+    assert js(browser, "return document.documentElement.scrollWidth <= window.innerWidth")
 
 
 # ------------------------------------------------------------------ trajectories

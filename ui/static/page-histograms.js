@@ -224,9 +224,13 @@ async function pageHistograms(project, runId, params) {
     v.draw();
     views.push(v);
   }
-  // canvases are drawn in the theme's colours: draw again when it changes
-  const scheme = window.matchMedia("(prefers-color-scheme: dark)");
-  const redraw = () => { if (views[0] && views[0].node.isConnected) views.forEach(v => v.draw()); else scheme.removeEventListener("change", redraw); };
-  scheme.addEventListener("change", redraw);
+  histViews = views;
   state.view = null;
 }
+// canvases are drawn in the theme's colours and at the page's width: draw again when either changes
+let histViews = [];
+function redrawHistograms() {
+  if (histViews.length && histViews[0].node.isConnected) histViews.forEach(v => v.draw()); else histViews = [];
+}
+window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", redrawHistograms);
+window.addEventListener("resize", () => { clearTimeout(window.__hrs); window.__hrs = setTimeout(redrawHistograms, 150); });
