@@ -78,6 +78,29 @@ def write_agent_run(root) -> str:
             with tr.span("assistant", kind="llm", inputs={"tool_result": "42"}, outputs="It is 42."):
                 pass
             tr.set_reward(1.0)
+        # step 3: a chat API's calls, each given the whole conversation so far (the assistant's
+        # tool-call message has no content)
+        system, user = {"role": "system", "content": "Use tools."}, {"role": "user", "content": "6*7?"}
+        call = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expr": "6*7"}'}}
+        with run.trace(step=3, sample_index=0) as tr:
+            with tr.span("chat", kind="llm", inputs=[system, user], outputs={"content": None, "tool_calls": [call]}):
+                pass
+            with tr.span("calculator", kind="tool", inputs={"expr": "6*7"}, outputs="42"):
+                pass
+            with tr.span("chat", kind="llm", inputs=[system, user, {"role": "assistant", "content": None, "tool_calls": [call]},
+                                                     {"role": "tool", "tool_call_id": "c1", "content": "42"}],
+                         outputs={"content": "6*7 is 42."}):
+                pass
+        # step 4: a retrieval tool between the user's question and the model, given both
+        with run.trace(step=4, sample_index=0) as tr:
+            with tr.span("user", kind="other", inputs={"content": "Who wrote Dune?"}):
+                pass
+            with tr.span("search", kind="tool", inputs={"q": "Dune author"}, outputs="Frank Herbert wrote Dune."):
+                pass
+            with tr.span("assistant", kind="llm", inputs=[{"role": "user", "content": "Context: Frank Herbert wrote Dune. "
+                                                                                    "Question: Who wrote Dune?"}],
+                         outputs="Frank Herbert."):
+                pass
         return run.run_id
 
 
@@ -395,7 +418,7 @@ def test_trajectory_turns_come_in_the_order_they_happened(light, server, pages_s
     browser = light
     _root, ids, _tmp = pages_store
     open_page(browser, server, f"/trajectories/agent/{ids['agent']}")
-    trajs = wait_for(lambda: (t := js(browser, TURNS_JS)) and len(t) == 2 and t, what="two trajectories")
+    trajs = wait_for(lambda: (t := js(browser, TURNS_JS)) and len(t) == 4 and t, what="four trajectories")
     # a tool call nested in the model's turn comes before the answer that waited for it, and the
     # model's wording of the user's question is not a second user turn (it is folded in the answer)
     assert [r for r, _t in trajs[0]] == ["user", "tool calculator", "assistant", "reward"]
@@ -411,7 +434,15 @@ def test_trajectory_turns_come_in_the_order_they_happened(light, server, pages_s
     # the span tree lists siblings in start order too
     names = js(browser, "return [...[...document.querySelectorAll('.traj')][1].querySelectorAll('.spantree .span > span > b')].map(b => b.textContent)")
     assert names == ["episode", "assistant", "calculator", "assistant"]
+    # a chat API: each message once, in the model's order; the tool-call message of the second
+    # call's input is the call already shown, not an empty assistant turn
+    assert trajs[2] == [["system", "Use tools."], ["user", "6*7?"], ["tool call calculator", '{\n  "expr": "6*7"\n}'],
+                        ["tool calculator", '{\n  "expr": "6*7"\n} | 42'], ["assistant", "6*7 is 42."]]
+    # the question is still open after the retrieval: the model's prompt is folded, not a user turn
+    assert [r for r, _t in trajs[3]] == ["user", "tool search", "assistant"]
     shot(browser, "trajectory")
+    js(browser, "document.querySelectorAll('.traj')[2].scrollIntoView()")
+    shot(browser, "trajectory-chat")
     open_page(browser, server, f"/trajectories/agent/{ids['agent']}?step=1")
     wait_for(lambda: js(browser, "return document.querySelectorAll('.traj').length === 1"), what="one trajectory")
     js(browser, "document.querySelector('details.model-input').open = true")

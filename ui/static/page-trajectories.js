@@ -34,18 +34,32 @@ function conversation(node, out) {
   // first appears (a user span, a tool result, an earlier call), not again under every later call
   const shown = out.shown || (out.shown = new Set());
   const fresh = text => { if (shown.has(text)) return false; shown.add(text); return true; };
-  const push = (cls, role, body) => { out.push(turn(cls, role, body)); out.last = cls; };
+  // a user turn stays open (unanswered) until an assistant turn: tool turns in between do not close it
+  const push = (cls, role, body) => {
+    out.push(turn(cls, role, body));
+    if (cls === "user") out.open = true; else if (cls === "assistant") out.open = false;
+  };
   const children = () => { for (const ch of byStart(r.children)) conversation(ch, out); };
   if (r.kind === "llm") {
     // the model's input: messages not shown yet are turns of their own, except a user message
-    // right after a user turn (the model's wording of the question just asked: not a second
-    // user turn) and an input that is not a chat once the conversation has begun
+    // while the user's question is still unanswered (the model's wording of it, with whatever
+    // context was added: not a second user turn) and an input that is not a chat once the
+    // conversation has begun
     const extra = [];
     if (chat(ins)) {
       ins.forEach(m => {
+        const empty = !has(m.content) || m.content === "";
+        if (m.role === "assistant" && Array.isArray(m.tool_calls) && m.tool_calls.length) {
+          // an earlier reply asking for tools: shown where it was the output, else here
+          if (!fresh(JSON.stringify(m.tool_calls))) return;
+          if (!empty && fresh(contentText(m.content))) push("assistant", "assistant", pre(contentText(m.content)));
+          toolCallTurns(m).forEach(c => out.push(c));
+          return;
+        }
+        if (empty) return;
         const t = contentText(m.content);
         if (!fresh(t)) return;
-        if (m.role === "user" && out.last === "user") extra.push(m.role + ": " + t);
+        if (m.role === "user" && out.open) extra.push(m.role + ": " + t);
         else push(m.role === "tool" ? "tool" : m.role, m.role, pre(t));
       });
     } else if (has(ins)) {
@@ -62,7 +76,7 @@ function conversation(node, out) {
         push("assistant", "assistant", el("div", {}, extra.length ? modelInput(extra.join("\n\n")) : null, text !== null ? pre(text) : null));
       }
     };
-    if (calls.length) { answer(); calls.forEach(c => { out.push(c); out.last = "tool"; }); children(); }
+    if (calls.length) { shown.add(JSON.stringify(outs.tool_calls)); answer(); calls.forEach(c => out.push(c)); children(); }
     else { children(); answer(); }
   } else if (r.kind === "tool") {
     if (has(outs)) shown.add(contentText(outs));
