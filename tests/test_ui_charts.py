@@ -310,3 +310,20 @@ def test_the_header_names_the_store_and_says_live(site):
     wait_for(lambda: js(driver, "return document.getElementById('root').textContent") == str(root), what="the store's path")
     time.sleep(4)  # a poll has happened
     assert js(driver, "return document.getElementById('live').textContent") == "live"
+
+
+def test_charts_draw_in_the_dark_theme_when_the_system_asks_for_it(site):
+    _root, ids, server, driver, _dl = site
+    open_fresh(driver, runs_link(server, ids, ALL[:3], keys="reward"))
+    wait_chart(driver, "reward", lambda s: len(s) == 3)
+    stroke = """const c = window.__ts.charts['reward']; if (!c || !c.u) return null;
+                const a = c.u.axes[0]; return typeof a.stroke === 'function' ? a.stroke(c.u, 0) : a.stroke;"""
+    light = js(driver, stroke)
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        dark = wait_for(lambda: (s := js(driver, stroke)) and s != light and s, what="the axes to take the dark theme")
+        assert dark == js(driver, "return getComputedStyle(document.documentElement).getPropertyValue('--axis').trim()")
+        js(driver, "document.getElementById('charts').scrollIntoView();")
+        shot(driver, "dark")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})

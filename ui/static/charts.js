@@ -496,4 +496,6 @@ class ChartPanel {
   }
   resize() { for (const c of this.charts.values()) c.resize(); }
 }
+// the axes and grid take the theme's colours when drawn: draw again when the theme changes
+matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => state.panel && state.panel.redraw(true));
 window.addEventListener("resize", () => { clearTimeout(window.__rs); window.__rs = setTimeout(() => state.panel && state.panel.resize(), 150); });
