@@ -122,6 +122,10 @@ TRAVERSALS = [
     "/api/series?run=../../etc/passwd&key=x",
     "/api/histograms?run=../../etc&key=passwd",
     "/api/artifact?run=../../etc&name=passwd&version=1&path=passwd",
+    "/api/bands?run=../../etc/passwd&group=g&key=x",
+    "/api/csv?run=../../etc/passwd&key=x",
+    "/api/csv?run=..%2F..%2Fetc%2Fpasswd&key=passwd",
+    "/api/generations?run=../../etc/passwd",
 ]
 
 
@@ -174,6 +178,8 @@ def test_a_token_is_required_off_loopback(store):
         assert "0.0.0.0" not in s.banner and f"http://{socket.gethostname()}:{s.port}/?token={token}" in s.banner
         assert s.request("/api/runs")[0] == 401
         assert s.request("/")[0] == 401
+        for route in ("/api/bands?run=rl/x&group=g&key=k", "/api/csv?run=rl/x&key=k", "/api/generations?run=rl/x"):
+            assert s.request(route)[0] == 401, route
         assert s.request("/api/runs", {"Authorization": "Bearer wrong"})[0] == 401
         assert s.request("/api/runs", {"Authorization": f"Bearer {token}"})[0] == 200
         status, headers, _b = s.request(f"/?token={token}")
@@ -192,7 +198,9 @@ def test_the_server_writes_nothing(server, store):
     for path in ("/", "/api/runs", f"/api/run?run=rl/{ids['alpha']}", f"/api/keys?run=rl/{ids['alpha']}",
                  f"/api/series?run=rl/{ids['alpha']}&run=rl/{ids['beta']}&key=actor/entropy",
                  f"/api/compare?run=rl/{ids['alpha']}&run=rl/{ids['beta']}", f"/api/samples?run=rl/{ids['alpha']}",
-                 f"/api/trajectories?run=rl/{ids['alpha']}", f"/api/histograms?run=rl/{ids['alpha']}&key=grad/hist"):
+                 f"/api/trajectories?run=rl/{ids['alpha']}", f"/api/histograms?run=rl/{ids['alpha']}&key=grad/hist",
+                 f"/api/bands?run=rl/{ids['alpha']}&run=rl/{ids['beta']}&group=a&group=b&key=actor/entropy",
+                 f"/api/csv?run=rl/{ids['alpha']}&key=actor/entropy", f"/api/generations?run=rl/{ids['alpha']}"):
         assert server.request(path)[0] == 200, path
     assert files_of(root) == before
 
