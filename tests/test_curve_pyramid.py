@@ -76,6 +76,8 @@ def test_equal_values_pick_the_same_points_at_every_level(tmp_path_factory, data
     cache = Pyramids(root)
     assert cache.curve(duckdb.connect(), [part], "k", "step", width) == reference(steps, values, width)
     assert Pyramids(root).curve(duckdb.connect(), [part], "k", "step", width) == reference(steps, values, width)  # from disk
+    for other in (1, 700):  # an overlay's coarse summary and a chart's finest one, in either order
+        assert cache.curve(duckdb.connect(), [part], "k", "step", other) == reference(steps, values, other)
 
 
 def test_summaries_persist_and_a_poll_computes_only_new_parts(tmp_path):

@@ -224,10 +224,10 @@ class Pyramids:
         A run drawn in few buckets (an overlay of hundreds of runs gets a few dozen each) is
         merged from its parts' coarse summaries (at most :data:`COARSE_BUCKETS` buckets, a few KB
         on disk), so a restart reads kilobytes per run, not each part's finest level."""
-        coarse = self.summaries(con, [f for fs in runs.values() for f in fs], key, axis, coarse=True)
         chosen: dict[Any, tuple[list[Buckets], int]] = {}
-        fine_runs: dict[Any, list] = {}
-        for rid, files in runs.items():
+        fine_runs: dict[Any, list] = {} if width <= COARSE_BUCKETS // 2 else dict(runs)  # a wide chart needs the finest
+        coarse = self.summaries(con, [f for fs in runs.values() for f in fs], key, axis, coarse=True) if not fine_runs else {}
+        for rid, files in (runs.items() if not fine_runs else ()):
             parts = [s for f in files if (s := coarse.get(str(f))) is not None and len(s)]
             if not parts:
                 continue
@@ -278,13 +278,19 @@ class Pyramids:
             else:
                 todo[f] = ident
         if todo and coarse:
-            fine = self.summaries(con, list(todo), key, axis)
+            # from the finest summary when it is kept; a part never summarized (a first look at
+            # hundreds of runs) is summarized coarsely by DuckDB directly, its finest level left
+            # for when one chart asks for it
+            fine = {f: self._cached(_identity(f, key, axis)) for f in todo}
+            direct = compute(con, [f for f, b in fine.items() if b is False], key, axis, COARSE_BUCKETS)
             for f, ident in todo.items():
-                b = fine.get(f)
-                c = coarse_level(b) if b is not None else None
+                b = fine[f]
+                c = direct.get(f) if b is False else coarse_level(b) if b is not None else None  # type: ignore[arg-type]
                 out[f] = c
                 self._remember(ident, c)
                 self._store(ident, c)
+            with self._lock:
+                self.computed += sum(1 for b in fine.values() if b is False)
         elif todo:
             computed = compute(con, list(todo), key, axis)
             for f, ident in todo.items():
@@ -295,6 +301,16 @@ class Pyramids:
             with self._lock:
                 self.computed += len(todo)
         return out
+
+    def _cached(self, ident: tuple) -> Buckets | None | bool:
+        """A summary kept in memory or on disk, without computing it (False: not kept)."""
+        with self._lock:
+            if ident in self._mem:
+                return self._mem[ident]
+        found = self._load(ident)
+        if found is not False:
+            self._remember(ident, found)  # type: ignore[arg-type]
+        return found
 
     # ------------------------------------------------------------------ memory
     def _remember(self, ident: tuple, b: Buckets | None) -> None:
@@ -403,13 +419,16 @@ def _mtime(p: Path) -> float:
 
 
 # ---------------------------------------------------------------------- computing
-def compute(con, files: Sequence[str], key: str, axis: str) -> dict[str, Buckets]:
-    """Each part's summary of ``key`` at its finest level, in two DuckDB queries over all of
-    them (their extents, then their buckets). Parts without a finite point of the key are absent."""
+def compute(con, files: Sequence[str], key: str, axis: str, buckets: int = FINEST_BUCKETS) -> dict[str, Buckets]:
+    """Each part's summary of ``key`` at its finest level (about ``buckets`` buckets; fewer make a
+    coarse summary, which records the finest level in ``finest``), in two DuckDB queries over all
+    of them (their extents, then their buckets). Parts without a finite point of the key are absent."""
     import numpy as np
 
     if axis not in MIN_LEVEL:
         raise ValueError("axis must be 'step' or 'time'")
+    if not files:
+        return {}
     xexpr = "step::DOUBLE" if axis == "step" else "epoch_us(ts) / 1e6"
     src = "read_parquet($files, filename = true, union_by_name = true)"
     where = "key = $key AND isfinite(value)"
@@ -421,8 +440,10 @@ def compute(con, files: Sequence[str], key: str, axis: str) -> dict[str, Buckets
         if not ext:
             return {}
         values = []
+        finest: dict[str, int] = {}
         for i, (fname, x0, x1) in enumerate(ext):
-            k = level_for(x1 - x0, FINEST_BUCKETS, axis)
+            finest[fname] = level_for(x1 - x0, FINEST_BUCKETS, axis)
+            k = level_for(x1 - x0, buckets, axis)
             params[f"f{i}"], params[f"s{i}"], params[f"k{i}"] = fname, 2.0 ** -k, k
             values.append(f"($f{i}, $s{i}::DOUBLE, $k{i}::INTEGER)")
         rows = cur.sql(f"""
@@ -444,5 +465,5 @@ def compute(con, files: Sequence[str], key: str, axis: str) -> dict[str, Buckets
         arrays = {f: np.ascontiguousarray(c[s:e]) for f, c in zip(FIELDS, cols)}
         arrays["idx"] = arrays["idx"].astype(np.int64)
         arrays["n"] = arrays["n"].astype(np.int64)
-        out[names[s]] = with_levels(Buckets(int(ks[s]), arrays))
+        out[names[s]] = with_levels(Buckets(int(ks[s]), arrays, finest=finest[names[s]] if buckets < FINEST_BUCKETS else None))
     return out
