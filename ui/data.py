@@ -340,13 +340,7 @@ class Store:
         runs in one query that joins each row to its run's extent."""
         xexpr = "step::DOUBLE" if x == "step" else "epoch_us(ts) / 1e6"
         base: dict[str, Any] = {"key": key}
-        where = "key = $key AND isfinite(value)"
-        if lo is not None:
-            base["lo"] = float(lo)
-            where += " AND step >= ceil($lo)" if x == "step" else " AND ts >= to_timestamp($lo)"
-        if hi is not None:
-            base["hi"] = float(hi)
-            where += " AND step <= floor($hi)" if x == "step" else " AND ts <= to_timestamp($hi)"
+        where = "key = $key AND isfinite(value)" + _x_range(x, lo, hi, base)
         m4 = """m4 AS (SELECT g, min(x) AS fx, arg_min(value, x) AS fv, max(x) AS lx, arg_max(value, x) AS lv,
                               arg_min(x, value) AS nx, min(value) AS nv, arg_max(x, value) AS mx, max(value) AS mv
                        FROM b GROUP BY g),
@@ -479,13 +473,7 @@ class Store:
         runs = list({(r.project, r.run_id): r for r in runs}.values())
         files = [str(f) for r in runs for f in r.paths.parts("metrics")]
         params: dict[str, Any] = {"key": key, "files": files}
-        where = "key = $key"
-        if lo is not None:
-            params["lo"] = float(lo)
-            where += " AND step >= ceil($lo)" if x == "step" else " AND ts >= to_timestamp($lo)"
-        if hi is not None:
-            params["hi"] = float(hi)
-            where += " AND step <= floor($hi)" if x == "step" else " AND ts <= to_timestamp($hi)"
+        where = "key = $key" + _x_range(x, lo, hi, params)
         header = b"project,run_id,run_name,step,time,value\n"
         if not files:
             yield header
@@ -765,6 +753,19 @@ def _fingerprint(r: RunInfo) -> tuple[list | None, tuple | None]:
         return None, ("dir", str(folder), st.st_ino, st.st_mtime_ns)
     files = r.paths.parts("metrics")
     return files, tuple((str(p), f.st_size, f.st_mtime_ns) for p in files for f in [p.stat()])
+
+
+def _x_range(x: str, lo: float | None, hi: float | None, params: dict[str, Any]) -> str:
+    """The SQL condition keeping x (``step``, or ``time`` in wall seconds) within ``[lo, hi]``
+    (either may be None), its bounds bound into ``params``; pushed down to the Parquet reader."""
+    where = ""
+    if lo is not None:
+        params["lo"] = float(lo)
+        where += " AND step >= ceil($lo)" if x == "step" else " AND ts >= to_timestamp($lo)"
+    if hi is not None:
+        params["hi"] = float(hi)
+        where += " AND step <= floor($hi)" if x == "step" else " AND ts <= to_timestamp($hi)"
+    return where
 
 
 def _fragment(xs: str, ys: str, n: int, vmin: float, vmax: float) -> str:

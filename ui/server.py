@@ -163,6 +163,19 @@ class Params:
     def __init__(self, query, body: dict | None = None):
         self.query, self.body = query, body or {}
 
+    @classmethod
+    async def of(cls, request: Request) -> Params:
+        """A request's parameters; a POST's body must be a JSON object (else :class:`UsageError`)."""
+        body = None
+        if request.method == "POST":
+            try:
+                body = await request.json()
+            except ValueError:
+                raise UsageError("the body must be a JSON object") from None
+            if not isinstance(body, dict):
+                raise UsageError("the body must be a JSON object")
+        return cls(request.query_params, body)
+
     def get(self, name: str, default: Any = None) -> Any:
         if name in self.body:
             v = self.body[name]
@@ -216,15 +229,7 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
     def api(fn):
         async def endpoint(request: Request) -> Response:
             try:
-                body = None
-                if request.method == "POST":
-                    try:
-                        body = await request.json()
-                    except ValueError:
-                        raise UsageError("the body must be a JSON object") from None
-                    if not isinstance(body, dict):
-                        raise UsageError("the body must be a JSON object")
-                params = Params(request.query_params, body)
+                params = await Params.of(request)
                 out = await run_in_threadpool(fn, params)
                 if isinstance(out, bytes):  # JSON text made by the data layer
                     return Response(out, media_type="application/json")
@@ -278,15 +283,7 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
     async def csv(request: Request) -> Response:
         """Every stored point of one key of the runs in a range, as a CSV download."""
         try:
-            body = None
-            if request.method == "POST":
-                try:
-                    body = await request.json()
-                except ValueError:
-                    raise UsageError("the body must be a JSON object") from None
-                if not isinstance(body, dict):
-                    raise UsageError("the body must be a JSON object")
-            params = Params(request.query_params, body)
+            params = await Params.of(request)
             key = params.get("key")
             if not key:
                 raise UsageError("give key=")
