@@ -24,18 +24,15 @@ from tests.ui_support import (
     SPIKE_VALUE,
     XSS,
     UiServer,
-    chromium_paths,
+    chromium,
     env_for,
-    start_browser,
+    require_chromium,
+    serving,
     wait_for,
     write_small_runs,
 )
 
-pytest.importorskip("starlette")
-pytest.importorskip("selenium")
-if chromium_paths() is None:
-    pytest.skip("chromium and chromedriver are not installed (make install-browser, or apt-get install chromium "
-                "chromium-driver)", allow_module_level=True)
+require_chromium()
 
 
 # its tests share a server/store (session-scoped: a module fixture is set up again whenever another
@@ -61,18 +58,14 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(store):
     root, _ids, tmp = store
-    s = UiServer(root, tmp)
-    yield s
-    s.stop()
+    with serving(root, tmp) as s:
+        yield s
 
 
 @pytest.fixture(scope="session")
 def browser(server):
-    d = start_browser()
-    d.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield d
-    d.quit()
+    with chromium() as d:
+        yield d
 
 
 def shot(browser, name: str) -> None:

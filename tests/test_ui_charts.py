@@ -17,13 +17,9 @@ import urllib.parse
 
 import pytest
 
-from tests.ui_support import ARTIFACTS, UiServer, chromium_paths, start_browser, wait_for
+from tests.ui_support import ARTIFACTS, chromium, require_chromium, serving, wait_for
 
-pytest.importorskip("starlette")
-pytest.importorskip("selenium")
-if chromium_paths() is None:
-    pytest.skip("chromium and chromedriver are not installed (make install-browser, or apt-get install chromium "
-                "chromium-driver)", allow_module_level=True)
+require_chromium()
 
 pytestmark = pytest.mark.xdist_group("test_ui_charts")
 
@@ -54,16 +50,11 @@ def site(tmp_path_factory):
             run.finish()
             ids[name] = run.id
             time.sleep(0.05)  # runs start at different times: relative time lines them up
-    server = UiServer(root, tmp)
-    driver = start_browser()
-    driver.set_page_load_timeout(30)
     downloads = tmp / "downloads"
     downloads.mkdir()
-    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield root, ids, server, driver, downloads
-    driver.quit()
-    server.stop()
+    with serving(root, tmp) as server, chromium() as driver:
+        driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        yield root, ids, server, driver, downloads
 
 
 def js(driver, code: str, *args):

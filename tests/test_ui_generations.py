@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_support import ARTIFACTS, XSS, UiServer, chromium_paths, start_browser, wait_for
+from tests.ui_support import (
+    ARTIFACTS,
+    XSS,
+    chromium,
+    require_chromium,
+    serving,
+    wait_for,
+)
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -83,9 +90,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(store):
     root, _ids, tmp = store
-    s = UiServer(root, tmp)
-    yield s
-    s.stop()
+    with serving(root, tmp) as s:
+        yield s
 
 
 def runs_q(ids, *names: str) -> str:
@@ -258,14 +264,9 @@ def test_at_most_twelve_runs_and_thousands_of_samples_answer_fast(tmp_path):
 # ---------------------------------------------------------------------- the page in Chromium
 @pytest.fixture(scope="module")
 def browser(server):
-    if chromium_paths() is None:
-        pytest.skip("chromium and chromedriver are not installed (make install-browser)")
-    pytest.importorskip("selenium")
-    d = start_browser()  # a 1,400 x 1,000 window
-    d.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield d
-    d.quit()
+    require_chromium()
+    with chromium() as d:
+        yield d
 
 
 def js(browser, code: str, *args):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import trackstore
-from tests.ui_support import ARTIFACTS, UiServer, chromium_paths, start_browser, wait_for
+from tests.ui_support import ARTIFACTS, UiServer, chromium, chromium_paths, require_chromium, wait_for
 
 pytest.importorskip("starlette")
 PIL = pytest.importorskip("PIL.Image", reason="Pillow makes the JPEG fixture")
@@ -76,12 +76,9 @@ needs_browser = pytest.mark.skipif(chromium_paths() is None, reason="chromium an
 
 @pytest.fixture(scope="module")
 def browser(site):
-    pytest.importorskip("selenium")
-    d = start_browser()
-    d.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield d
-    d.quit()
+    require_chromium()
+    with chromium() as d:
+        yield d
 
 
 def _loaded_images(browser, css: str) -> list[dict]:

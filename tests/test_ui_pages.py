@@ -17,13 +17,16 @@ import re
 
 import pytest
 
-from tests.ui_support import ARTIFACTS, UiServer, chromium_paths, start_browser, wait_for, write_small_runs
+from tests.ui_support import (
+    ARTIFACTS,
+    chromium,
+    require_chromium,
+    serving,
+    wait_for,
+    write_small_runs,
+)
 
-pytest.importorskip("starlette")
-pytest.importorskip("selenium")
-if chromium_paths() is None:
-    pytest.skip("chromium and chromedriver are not installed (make install-browser, or apt-get install chromium "
-                "chromium-driver)", allow_module_level=True)
+require_chromium()
 
 pytestmark = pytest.mark.xdist_group("test_ui_pages")
 
@@ -118,18 +121,14 @@ def pages_store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(pages_store):
     root, _ids, tmp = pages_store
-    s = UiServer(root, tmp)
-    yield s
-    s.stop()
+    with serving(root, tmp) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    d = start_browser()
-    d.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield d
-    d.quit()
+    with chromium() as d:
+        yield d
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO
-from tests.ui_support import UiServer, env_for, write_small_runs
+from tests.ui_support import UiServer, env_for, serving, write_small_runs
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -43,9 +43,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(store):
     root, _ids, tmp = store
-    s = UiServer(root, tmp)
-    yield s
-    s.stop()
+    with serving(root, tmp) as s:
+        yield s
 
 
 def files_of(root):

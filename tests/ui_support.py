@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.helpers import REPO
@@ -166,6 +167,40 @@ def start_browser():
         opts.add_argument(a)
     opts.binary_location = browser
     return webdriver.Chrome(options=opts, service=Service(driver))
+
+
+def require_chromium() -> None:
+    """Skip the calling test module, saying why, when the dashboard's extra, Selenium or the
+    system's Chromium and chromedriver are missing."""
+    import pytest
+
+    pytest.importorskip("starlette")
+    pytest.importorskip("selenium")
+    if chromium_paths() is None:
+        pytest.skip("chromium and chromedriver are not installed (make install-browser, or apt-get install chromium "
+                    "chromium-driver)", allow_module_level=True)
+
+
+@contextmanager
+def serving(root: Path, home: Path, *args: str, host: str = "127.0.0.1"):
+    """``trackstore ui`` over ``root`` for the duration of the block."""
+    s = UiServer(root, home, *args, host=host)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@contextmanager
+def chromium():
+    """A headless Chromium (1,400 x 1,000) for the duration of the block; screenshots go to ARTIFACTS."""
+    d = start_browser()
+    d.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield d
+    finally:
+        d.quit()
 
 
 def wait_for(fn, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
