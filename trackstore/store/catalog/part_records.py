@@ -2,10 +2,13 @@
 
 A part file is immutable and arrives by a rename, so its name, size and modification time
 name its content: :class:`PartRecord` keeps, per part, what its footer and its
-``writer``/``seq`` columns say (rows, row-id set, largest step, newest time), read once
+``writer``/``seq`` columns say (rows, row-id set, largest step, newest time) and, for a metrics
+part, what its ``step``/``key``/``value``/``ts`` columns say (its non-finite values per key, its
+first time and number of distinct log times), read once
 (:func:`read_part_record`, the only reader of part files here; pyarrow is imported only then)
 and reused while a part with that name, size and mtime is listed (:func:`list_parts`).
-:func:`parts_digest` names every part of a run in one string: equal digests, same rows.
+:func:`parts_digest` names every part of a run in one string: equal digests, same rows;
+:func:`metric_facts` sums a run's metrics parts up for alerts (:mod:`trackstore.read.alerts`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from ..layout import KINDS, relist
+from ..layout import KINDS, parse_part_name, relist
 from ..ranges import RangeSet
 from ..vocab import Kind
 
@@ -27,6 +31,10 @@ class PartRecord:
     ``rows`` and ``ids`` are None when its ``writer``/``seq`` columns cannot be read (a damaged
     part: its rows can be neither counted nor synced); ``last_ts`` is None when its footer
     cannot be read; ``last_step`` is the largest metrics ``step`` in its footer statistics.
+    A metrics part also has ``first_ts`` (its oldest row time), ``events`` (its distinct row
+    times: the ``log`` calls it holds) and ``nonfinite``, per key with NaN or infinite values
+    ``[nan, inf, first step]`` (``{}``: none); all three None for other kinds, or when its
+    columns cannot be read.
     """
 
     name: str
@@ -36,9 +44,13 @@ class PartRecord:
     ids: dict | None
     last_step: int | None
     last_ts: float | None
+    first_ts: float | None = None
+    events: int | None = None
+    nonfinite: dict | None = None
 
     def to_json(self) -> list:
-        return [self.name, self.size, self.mtime_ns, self.rows, self.ids, self.last_step, self.last_ts]
+        return [self.name, self.size, self.mtime_ns, self.rows, self.ids, self.last_step, self.last_ts,
+                self.first_ts, self.events, self.nonfinite]
 
     @classmethod
     def from_json(cls, v: list) -> PartRecord:
@@ -82,8 +94,112 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
         raise
     except Exception:  # damaged: doctor reports it; it cannot be counted or synced either
         pass
+    first_ts = events = nonfinite = None
+    if kind == Kind.METRICS and ids is not None:
+        try:
+            first_ts, events, nonfinite = _metric_values(read_columns(path, ["step", "key", "value", "ts"]))
+        except FileNotFoundError:
+            raise
+        except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
+            pass
     return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
-                      int(last_step) if last_step is not None else None, last_ts)
+                      int(last_step) if last_step is not None else None, last_ts, first_ts, events, nonfinite)
+
+
+def _metric_values(table) -> tuple[float | None, int, dict]:
+    """``(oldest ts, distinct ts, {key: [nan, inf, first step]})`` of a metrics part's rows.
+
+    Every value is looked at (numpy over the column buffers, no pandas): Parquet's min/max
+    statistics leave NaN out, so they cannot tell whether a part holds one."""
+    import numpy as np
+
+    times: list = []
+    keys: dict[str, list] = {}
+    per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}.get(getattr(table.column("ts").type, "unit", "us"), 1e6)
+    for chunk_i in range(table.column("ts").num_chunks):
+        times.append(_plain(table.column("ts").chunk(chunk_i), np.int64))
+    for ci in range(table.column("value").num_chunks):
+        values = table.column("value").chunk(ci)
+        v = _plain(values, np.float64)
+        bad = ~np.isfinite(v)
+        if values.null_count:  # a null (a value logged as None) is not a NaN
+            valid = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little")
+            bad &= valid[values.offset:values.offset + len(values)].astype(bool)
+        if not bad.any():
+            continue
+        at = np.flatnonzero(bad)
+        offset = sum(len(c) for c in table.column("value").chunks[:ci])
+        steps = _row_slice(table.column("step"), offset, len(values))
+        names = _row_slice(table.column("key"), offset, len(values))
+        if hasattr(names, "dictionary"):  # how part files store keys: codes into a few names
+            lookup, codes = names.dictionary.to_pylist(), _plain(names.indices, np.int32)[at]
+            labels = [lookup[c] for c in codes.tolist()]
+        else:
+            every = names.to_pylist()
+            labels = [every[i] for i in at.tolist()]
+        step_of = _plain(steps, np.int64)[at].tolist()
+        nan_of = np.isnan(v[at]).tolist()
+        for label, step, is_nan in zip(labels, step_of, nan_of):
+            entry = keys.setdefault(label, [0, 0, step])
+            entry[0 if is_nan else 1] += 1
+            entry[2] = min(entry[2], step)
+    ts = np.concatenate(times) if times else np.zeros(0, np.int64)
+    first = float(ts.min()) / per_s if len(ts) else None
+    return first, int(len(np.unique(ts))), keys
+
+
+def _plain(arr, dtype):
+    """The values of a primitive Arrow array as numpy (nulls hold whatever the buffer holds)."""
+    import numpy as np
+
+    width = np.dtype(dtype).itemsize
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * width)
+
+
+def _row_slice(column, offset: int, length: int):
+    """Rows ``offset`` to ``offset + length`` of a chunked column, as one array."""
+    if column.num_chunks == 1:
+        return column.chunk(0).slice(offset, length)
+    return column.slice(offset, length).combine_chunks()
+
+
+class MetricFacts(NamedTuple):
+    """What a run's metrics parts say for alerts (:func:`metric_facts`): ``nonfinite`` NaN and
+    infinite values, per key ``[nan, inf, first step]`` in ``keys``; ``last_ts`` the newest
+    row time; ``interval`` the usual seconds between two log times of the writer that logged
+    most often (None: no writer logged twice); ``last_step`` the largest step."""
+
+    nonfinite: int
+    keys: dict
+    last_ts: float | None
+    interval: float | None
+    last_step: int | None
+
+
+def metric_facts(parts: list[PartRecord]) -> MetricFacts:
+    """:class:`MetricFacts` of a run's metrics parts (damaged ones passed over)."""
+    keys: dict[str, list] = {}
+    per_writer: dict[str, list] = {}  # writer -> [first ts, last ts, events]
+    last_ts = last_step = None
+    for p in parts:
+        if p.damaged:
+            continue
+        if p.last_step is not None:
+            last_step = p.last_step if last_step is None else max(last_step, p.last_step)
+        for k, (nan, inf, step) in (p.nonfinite or {}).items():
+            have = keys.get(k)
+            keys[k] = [nan, inf, step] if have is None else [have[0] + nan, have[1] + inf, min(have[2], step)]
+        if p.first_ts is None or p.events is None or p.last_ts is None or not p.rows:
+            continue
+        last_ts = p.last_ts if last_ts is None else max(last_ts, p.last_ts)
+        parsed = parse_part_name(p.name)
+        w = per_writer.setdefault(parsed[0] if parsed else p.name, [p.first_ts, p.last_ts, 0])
+        w[0], w[1], w[2] = min(w[0], p.first_ts), max(w[1], p.last_ts), w[2] + p.events
+    interval = None
+    busiest = max(per_writer.values(), key=lambda w: w[2], default=None)
+    if busiest is not None and busiest[2] >= 2 and busiest[1] > busiest[0]:
+        interval = (busiest[1] - busiest[0]) / (busiest[2] - 1)
+    return MetricFacts(sum(v[0] + v[1] for v in keys.values()), keys, last_ts, interval, last_step)
 
 
 def column_max(md, column: str):
