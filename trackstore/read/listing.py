@@ -148,6 +148,14 @@ class RunInfo:
             self._facts = facts_of(self.catalog, self.paths.root, self.project, self.run_id)
         return self._facts
 
+    def refresh_facts(self, catalog: Catalog | None = None) -> MetricFacts | None:
+        """:meth:`metric_facts` read again now (through ``catalog`` when given, else the run's own):
+        what a listing kept a while (the dashboard's) asks of a live run before showing it."""
+        self._facts = False
+        if catalog is not None:
+            self._facts = catalog.metric_facts(self.project, self.run_id)
+        return self.metric_facts()
+
     def alerts(self, *, stall_after: float | None = None, now: float | None = None) -> RunAlerts:
         """The run's alerts (:mod:`trackstore.read.alerts`): non-finite metric values, a live run that stalled."""
         from .alerts import STALL_AFTER, alerts_of
@@ -577,6 +585,23 @@ def run_bytes(info: RunInfo) -> int:
     if catalog is None:
         return tree_bytes(info.paths.dir)
     return catalog.run_bytes(info.project, info.run_id)
+
+
+def refresh_live(runs: Iterable[RunInfo], root: str | os.PathLike | None = None) -> None:
+    """Read again the metric facts (last step, alerts) of the runs that are ``running``, through
+    one catalog of the store, saved once: a listing kept a while stays fresh where it changes
+    (a live run's parts) and costs nothing more for the others."""
+    live = [r for r in runs if r.status == RunStatus.RUNNING]
+    if not live:
+        return
+    from ..store.catalog import open_catalog
+
+    catalog = open_catalog(resolve_root(root if root is not None else live[0].paths.root))
+    try:
+        for r in live:
+            r.refresh_facts(catalog)
+    finally:
+        catalog.save()
 
 
 def save_catalogs(runs: Iterable[RunInfo]) -> None:
