@@ -59,18 +59,22 @@ class RunAlerts:
         return ", ".join(out)
 
     def fields(self) -> dict[str, Any]:
-        """The alert fields of a run's row in ``--format json`` and ``/api/runs``."""
+        """The alert fields of a run's row in ``--format json`` and ``/api/runs`` (a new dict)."""
         return {"alerts": list(self.codes), "alert_text": list(self.texts), "nonfinite": self.nonfinite,
-                "nonfinite_keys": self.nonfinite_keys, "last_metric_at": self.last_metric_at,
+                "nonfinite_keys": dict(self.nonfinite_keys), "last_metric_at": self.last_metric_at,
                 "metric_interval_s": self.interval_s, "silent_s": self.silent_s}
+
+
+QUIET = RunAlerts()  # what most runs of a store have: nothing (shared; never changed)
 
 
 def alerts_of(facts: MetricFacts | None, status: str, *, stall_after: float = STALL_AFTER,
               now: float | None = None) -> RunAlerts:
-    """The alerts of a run whose effective status is ``status`` and whose metrics parts say ``facts``."""
+    """The alerts of a run whose effective status is ``status`` and whose metrics parts say
+    ``facts`` (read-only: a run with nothing to say shares :data:`QUIET`)."""
+    if facts is None or (not facts.nonfinite and status != RunStatus.RUNNING):
+        return QUIET
     out = RunAlerts()
-    if facts is None:
-        return out
     if facts.nonfinite:
         keys = {k: {"nan": int(v[0]), "inf": int(v[1]), "first_step": v[2]} for k, v in sorted(facts.keys.items())}
         out.codes.append(NONFINITE)
