@@ -65,10 +65,9 @@ class PartRecord:
 
 
 def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
-    """Read a part's footer and its ``writer``/``seq`` columns (raises FileNotFoundError if it vanished)."""
+    """Read a part's footer and its ``writer``/``seq`` columns, and a metrics part's values
+    (raises FileNotFoundError if it vanished)."""
     import pyarrow.parquet as pq
-
-    from ..parts import read_columns
 
     if not path.exists():
         raise FileNotFoundError(path)
@@ -85,25 +84,41 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     except (OSError, ValueError):
         pass
     rows = ids = None
+    # a metrics part's row ids and values in one read (half the time of two); its row ids alone
+    # when its values cannot be read
+    both = _read_or_none(path, ["writer", "seq", *_METRIC_COLUMNS]) if kind == Kind.METRICS else None
+    t = both if both is not None else _read_or_none(path, ["writer", "seq"])
     try:
-        t = read_columns(path, ["writer", "seq"])
-        got = RangeSet()
-        got.add_table(t)
-        rows, ids = t.num_rows, got.to_json()
-    except FileNotFoundError:
-        raise
+        if t is not None:
+            got = RangeSet()
+            got.add_table(t)
+            rows, ids = t.num_rows, got.to_json()
     except Exception:  # damaged: doctor reports it; it cannot be counted or synced either
         pass
     first_ts = events = nonfinite = None
-    if kind == Kind.METRICS and ids is not None:
+    if both is not None and ids is not None:
         try:
-            first_ts, events, nonfinite = _metric_values(read_columns(path, ["step", "key", "value", "ts"]))
-        except FileNotFoundError:
-            raise
+            first_ts, events, nonfinite = _metric_values(both)
         except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
             pass
     return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
                       int(last_step) if last_step is not None else None, last_ts, first_ts, events, nonfinite)
+
+
+_METRIC_COLUMNS = ("step", "key", "value", "ts")  # what metric_facts is made of
+
+
+def _read_or_none(path: Path, columns: list[str]):
+    """Some columns of a part (:func:`~trackstore.store.parts.read_columns`); None when they
+    cannot be read (raises FileNotFoundError if it vanished)."""
+    from ..parts import read_columns
+
+    try:
+        return read_columns(path, columns)
+    except FileNotFoundError:
+        raise
+    except Exception:  # damaged, or a column missing
+        return None
 
 
 def _metric_values(table) -> tuple[float | None, int, dict]:
