@@ -69,6 +69,8 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     (raises FileNotFoundError if it vanished)."""
     import pyarrow.parquet as pq
 
+    from ..parts import read_columns
+
     if not path.exists():
         raise FileNotFoundError(path)
     last_ts: float | None = None
@@ -98,14 +100,17 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     first_ts = events = nonfinite = None
     if both is not None and ids is not None:
         try:
-            first_ts, events, nonfinite = _metric_values(both)
+            first_ts, events, nonfinite = _metric_values(both, lambda: read_columns(path, ["key"]).column("key"))
+        except FileNotFoundError:  # swapped away by a compaction: listed again
+            raise
         except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
             pass
     return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
                       int(last_step) if last_step is not None else None, last_ts, first_ts, events, nonfinite)
 
 
-_METRIC_COLUMNS = ("step", "key", "value", "ts")  # what metric_facts is made of
+# what metric_facts is made of; ``key`` (half the cost of the read) only for parts with a non-finite value
+_METRIC_COLUMNS = ("step", "value", "ts")
 
 
 def _read_or_none(path: Path, columns: list[str]):
@@ -121,8 +126,10 @@ def _read_or_none(path: Path, columns: list[str]):
         return None
 
 
-def _metric_values(table) -> tuple[float | None, int, dict]:
-    """``(oldest ts, distinct ts, {key: [nan, inf, first step]})`` of a metrics part's rows.
+def _metric_values(table, read_keys) -> tuple[float | None, int, dict]:
+    """``(oldest ts, distinct ts, {key: [nan, inf, first step]})`` of a metrics part's rows
+    (``step``, ``value``, ``ts``; ``read_keys()`` gives its ``key`` column, read only when a
+    value is not finite).
 
     Every value is looked at (numpy over the column buffers, no pandas): Parquet's min/max
     statistics leave NaN out, so they cannot tell whether a part holds one."""
@@ -130,6 +137,7 @@ def _metric_values(table) -> tuple[float | None, int, dict]:
 
     times: list = []
     keys: dict[str, list] = {}
+    key_column = None
     per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}.get(getattr(table.column("ts").type, "unit", "us"), 1e6)
     for chunk_i in range(table.column("ts").num_chunks):
         times.append(_plain(table.column("ts").chunk(chunk_i), np.int64))
@@ -145,7 +153,9 @@ def _metric_values(table) -> tuple[float | None, int, dict]:
         at = np.flatnonzero(bad)
         offset = sum(len(c) for c in table.column("value").chunks[:ci])
         steps = _row_slice(table.column("step"), offset, len(values))
-        names = _row_slice(table.column("key"), offset, len(values))
+        if key_column is None:
+            key_column = read_keys()
+        names = _row_slice(key_column, offset, len(values))
         if hasattr(names, "dictionary"):  # how part files store keys: codes into a few names
             lookup, codes = names.dictionary.to_pylist(), _plain(names.indices, np.int32)[at]
             labels = [lookup[c] for c in codes.tolist()]
