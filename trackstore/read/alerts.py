@@ -59,9 +59,10 @@ class RunAlerts:
         return ", ".join(out)
 
     def fields(self) -> dict[str, Any]:
-        """The alert fields of a run's row in ``--format json`` and ``/api/runs`` (a new dict)."""
+        """The alert fields of a run's row in ``--format json`` and ``/api/runs`` (a new dict;
+        ``nonfinite_keys`` None rather than empty: Parquet output cannot hold an empty struct)."""
         return {"alerts": list(self.codes), "alert_text": list(self.texts), "nonfinite": self.nonfinite,
-                "nonfinite_keys": dict(self.nonfinite_keys), "last_metric_at": self.last_metric_at,
+                "nonfinite_keys": dict(self.nonfinite_keys) or None, "last_metric_at": self.last_metric_at,
                 "metric_interval_s": self.interval_s, "silent_s": self.silent_s}
 
 
