@@ -53,9 +53,9 @@ def runs(
     """List runs with their status (a run whose writer died is shown as crashed) and alerts, filtered and sorted.
 
     The alerts column marks a run that logged a NaN or infinite metric value (NaN, inf) and a
-    running run that stopped logging: its newest metric is older than --stall-after times its
-    usual logging interval (that of the writer that logged most often) and older than a minute
-    ("stalled 14m"). A run that ended is never stalled. --format json adds alerts, alert_text,
+    running run that stopped logging: its newest metric (system/ metrics aside) is older than
+    --stall-after times its usual logging interval (that of the writer that logged most often)
+    and older than a minute ("stalled 14m"). A run that ended is never stalled. --format json adds alerts, alert_text,
     nonfinite, nonfinite_keys (per key: nan, inf, first_step), last_metric_at,
     metric_interval_s and silent_s. The store's catalog counts non-finite values once per part
     file, so a listing reads only the parts it has not seen.

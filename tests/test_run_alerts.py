@@ -385,3 +385,42 @@ def test_a_first_listing_reads_new_parts_without_pandas_or_duckdb(root):
     assert first.stdout.split() == ["['pyarrow']", "True"]
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert again.stdout.split() == ["[]", "True"]
+
+
+def test_system_metrics_do_not_keep_a_stalled_run_alive(root):
+    """The sampler thread logs ``system/`` keys every interval whatever training does: a run whose
+    own metrics stopped 14 minutes ago is stalled though its system metrics are fresh."""
+    from trackstore.store.catalog import part_records
+    from trackstore.write import system
+
+    assert part_records.SYSTEM_PREFIX == system.PREFIX
+    child = python_child(f"""
+import time, trackstore
+real = time.time
+run = trackstore.init(project="p", name="stuck", root={str(root)!r}, system_metrics=True,
+                      system_metrics_interval=0.1, flush_interval=0.2)
+fake = [real() - 840 - 59 * 20]
+time.time = lambda: fake[0]
+for step in range(60):
+    run.log({{"actor/pg_loss": 1.0}}, step=step)
+    fake[0] += 20
+time.time = real
+run.flush()
+print(run.id, flush=True)
+time.sleep(60)
+""", env={"TRACKSTORE_SYSTEM_METRICS": "1"})
+    try:
+        rid = child.stdout.readline().strip()
+
+        def fresh_system_rows() -> bool:
+            t = trackstore.query("SELECT count(*) AS n FROM metrics WHERE run_id = $r AND key LIKE 'system/%' "
+                                 "AND ts > now() - INTERVAL 30 SECOND", {"r": rid}, root=root)
+            return t.column("n")[0].as_py() > 0
+
+        wait_for(fresh_system_rows, "the sampler's rows")
+        (info,) = list_runs(root)
+        a = info.alerts()
+        assert info.status == "running" and a.codes == [STALLED], a
+        assert a.texts == ["no metric for 14 min, usually every 20 s"] and a.short == "stalled 14m"
+    finally:
+        kill9(child)

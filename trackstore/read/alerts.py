@@ -7,7 +7,8 @@ never by scanning a store's metrics at listing time:
 * **non-finite** (``nonfinite``): the run holds NaN or infinite metric values; per key how
   many of each and the first step one was seen at.
 * **stalled** (``stalled``): the run is ``running`` (a writer is alive) but its newest metric
-  row is older than ``stall_after`` times its usual logging interval, and older than
+  row (of its own keys: the ``system/`` metrics a sampler thread logs whatever training does
+  do not count) is older than ``stall_after`` times its usual logging interval, and older than
   :data:`STALL_FLOOR_S`. The usual interval is that of the writer that logged most often: the
   time between its first and newest metric row over its number of distinct log times, less
   one (a writer's pauses, evaluation phases included, count in it, so it errs on the quiet

@@ -31,10 +31,11 @@ class PartRecord:
     ``rows`` and ``ids`` are None when its ``writer``/``seq`` columns cannot be read (a damaged
     part: its rows can be neither counted nor synced); ``last_ts`` is None when its footer
     cannot be read; ``last_step`` is the largest metrics ``step`` in its footer statistics.
-    A metrics part also has ``first_ts`` (its oldest row time), ``events`` (its distinct row
-    times: the ``log`` calls it holds) and ``nonfinite``, per key with NaN or infinite values
-    ``[nan, inf, first step]`` (``{}``: none); all three None for other kinds, or when its
-    columns cannot be read.
+    A metrics part also has, over its rows of keys outside :data:`SYSTEM_PREFIX` (the training's
+    own ``log`` calls, not the system metrics sampler's), ``first_log_ts`` and ``last_log_ts``
+    (their oldest and newest row times) and ``log_times`` (their distinct row times: the ``log``
+    calls it holds), and ``nonfinite``, per key (any key) with NaN or infinite values ``[nan,
+    inf, first step]`` (``{}``: none); None for other kinds, or when its columns cannot be read.
     """
 
     name: str
@@ -44,13 +45,14 @@ class PartRecord:
     ids: dict | None
     last_step: int | None
     last_ts: float | None
-    first_ts: float | None = None
-    events: int | None = None
+    first_log_ts: float | None = None
+    last_log_ts: float | None = None
+    log_times: int | None = None
     nonfinite: dict | None = None
 
     def to_json(self) -> list:
         return [self.name, self.size, self.mtime_ns, self.rows, self.ids, self.last_step, self.last_ts,
-                self.first_ts, self.events, self.nonfinite]
+                self.first_log_ts, self.last_log_ts, self.log_times, self.nonfinite]
 
     @classmethod
     def from_json(cls, v: list) -> PartRecord:
@@ -68,8 +70,6 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     """Read a part's footer and its ``writer``/``seq`` columns, and a metrics part's values
     (raises FileNotFoundError if it vanished)."""
     import pyarrow.parquet as pq
-
-    from ..parts import read_columns
 
     if not path.exists():
         raise FileNotFoundError(path)
@@ -97,20 +97,21 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
             rows, ids = t.num_rows, got.to_json()
     except Exception:  # damaged: doctor reports it; it cannot be counted or synced either
         pass
-    first_ts = events = nonfinite = None
+    logs: tuple = (None, None, None, None)
     if both is not None and ids is not None:
         try:
-            first_ts, events, nonfinite = _metric_values(both, lambda: read_columns(path, ["key"]).column("key"))
-        except FileNotFoundError:  # swapped away by a compaction: listed again
-            raise
+            logs = _metric_values(both)
         except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
             pass
     return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
-                      int(last_step) if last_step is not None else None, last_ts, first_ts, events, nonfinite)
+                      int(last_step) if last_step is not None else None, last_ts, *logs)
 
 
-# what metric_facts is made of; ``key`` (half the cost of the read) only for parts with a non-finite value
-_METRIC_COLUMNS = ("step", "value", "ts")
+# what metric_facts is made of
+_METRIC_COLUMNS = ("step", "key", "value", "ts")
+# the keys the system metrics sampler logs (trackstore.write.system.PREFIX): a run whose training
+# stopped logging still gets them, so they do not count as its log calls
+SYSTEM_PREFIX = "system/"
 
 
 def _read_or_none(path: Path, columns: list[str]):
@@ -126,51 +127,49 @@ def _read_or_none(path: Path, columns: list[str]):
         return None
 
 
-def _metric_values(table, read_keys) -> tuple[float | None, int, dict]:
-    """``(oldest ts, distinct ts, {key: [nan, inf, first step]})`` of a metrics part's rows
-    (``step``, ``value``, ``ts``; ``read_keys()`` gives its ``key`` column, read only when a
-    value is not finite).
+def _metric_values(table) -> tuple[float | None, float | None, int, dict]:
+    """``(oldest, newest, distinct log times, {key: [nan, inf, first step]})`` of a metrics part's
+    rows (``step``, ``key``, ``value``, ``ts``): the times over the keys outside
+    :data:`SYSTEM_PREFIX`, the non-finite values over every key.
 
     Every value is looked at (numpy over the column buffers, no pandas): Parquet's min/max
     statistics leave NaN out, so they cannot tell whether a part holds one."""
     import numpy as np
 
-    times: list = []
-    keys: dict[str, list] = {}
-    key_column = None
+    if table.num_rows == 0:
+        return None, None, 0, {}
+    table = table.combine_chunks()
     per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}.get(getattr(table.column("ts").type, "unit", "us"), 1e6)
-    for chunk_i in range(table.column("ts").num_chunks):
-        times.append(_plain(table.column("ts").chunk(chunk_i), np.int64))
-    for ci in range(table.column("value").num_chunks):
-        values = table.column("value").chunk(ci)
-        v = _plain(values, np.float64)
-        bad = ~np.isfinite(v)
-        if values.null_count:  # a null (a value logged as None) is not a NaN
-            valid = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little")
-            bad &= valid[values.offset:values.offset + len(values)].astype(bool)
-        if not bad.any():
-            continue
+    ts = _plain(table.column("ts").chunk(0), np.int64)
+    names = table.column("key").chunk(0)
+    if hasattr(names, "dictionary"):  # how part files store keys: codes into a few names
+        lookup = names.dictionary.to_pylist()
+        codes = _plain(names.indices, np.int32)
+        system = [i for i, k in enumerate(lookup) if k.startswith(SYSTEM_PREFIX)]
+        training = ~np.isin(codes, system) if system else np.ones(len(ts), bool)
+    else:  # plain strings (a part written by another tool): one code per row
+        lookup = names.to_pylist()
+        codes = np.arange(len(lookup))
+        training = np.fromiter((not k.startswith(SYSTEM_PREFIX) for k in lookup), bool, len(lookup))
+    logged = ts[training]
+    first = float(logged.min()) / per_s if len(logged) else None
+    last = float(logged.max()) / per_s if len(logged) else None
+    values = table.column("value").chunk(0)
+    v = _plain(values, np.float64)
+    bad = ~np.isfinite(v)
+    if values.null_count:  # a null (a value logged as None) is not a NaN
+        valid = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little")
+        bad &= valid[values.offset:values.offset + len(values)].astype(bool)
+    keys: dict[str, list] = {}
+    if bad.any():
         at = np.flatnonzero(bad)
-        offset = sum(len(c) for c in table.column("value").chunks[:ci])
-        steps = _row_slice(table.column("step"), offset, len(values))
-        if key_column is None:
-            key_column = read_keys()
-        names = _row_slice(key_column, offset, len(values))
-        if hasattr(names, "dictionary"):  # how part files store keys: codes into a few names
-            lookup, codes = names.dictionary.to_pylist(), _plain(names.indices, np.int32)[at]
-            labels = [lookup[c] for c in codes.tolist()]
-        else:
-            every = names.to_pylist()
-            labels = [every[i] for i in at.tolist()]
-        step_of = _plain(steps, np.int64)[at].tolist()
-        nan_of = np.isnan(v[at]).tolist()
-        for label, step, is_nan in zip(labels, step_of, nan_of):
+        steps = _plain(table.column("step").chunk(0), np.int64)[at].tolist()
+        labels = [lookup[c] for c in codes[at].tolist()]
+        for label, step, is_nan in zip(labels, steps, np.isnan(v[at]).tolist()):
             entry = keys.setdefault(label, [0, 0, step])
             entry[0 if is_nan else 1] += 1
             entry[2] = min(entry[2], step)
-    ts = np.concatenate(times) if times else np.zeros(0, np.int64)
-    first = float(ts.min()) / per_s if len(ts) else None
-    return first, int(len(np.unique(ts))), keys
+    return first, last, int(len(np.unique(logged))), keys
 
 
 def _plain(arr, dtype):
@@ -181,18 +180,12 @@ def _plain(arr, dtype):
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * width)
 
 
-def _row_slice(column, offset: int, length: int):
-    """Rows ``offset`` to ``offset + length`` of a chunked column, as one array."""
-    if column.num_chunks == 1:
-        return column.chunk(0).slice(offset, length)
-    return column.slice(offset, length).combine_chunks()
-
-
 class MetricFacts(NamedTuple):
     """What a run's metrics parts say for alerts (:func:`metric_facts`): ``nonfinite`` NaN and
     infinite values, per key ``[nan, inf, first step]`` in ``keys``; ``last_ts`` the newest
-    row time; ``interval`` the usual seconds between two log times of the writer that logged
-    most often (None: no writer logged twice); ``last_step`` the largest step."""
+    row time of the training's own keys (not :data:`SYSTEM_PREFIX`); ``interval`` the usual
+    seconds between two log times of the writer that logged most often (None: no writer logged
+    twice); ``last_step`` the largest step."""
 
     nonfinite: int
     keys: dict
@@ -214,12 +207,12 @@ def metric_facts(parts: list[PartRecord]) -> MetricFacts:
         for k, (nan, inf, step) in (p.nonfinite or {}).items():
             have = keys.get(k)
             keys[k] = [nan, inf, step] if have is None else [have[0] + nan, have[1] + inf, min(have[2], step)]
-        if p.first_ts is None or p.events is None or p.last_ts is None or not p.rows:
+        if p.first_log_ts is None or p.last_log_ts is None or not p.log_times:
             continue
-        last_ts = p.last_ts if last_ts is None else max(last_ts, p.last_ts)
+        last_ts = p.last_log_ts if last_ts is None else max(last_ts, p.last_log_ts)
         parsed = parse_part_name(p.name)
-        w = per_writer.setdefault(parsed[0] if parsed else p.name, [p.first_ts, p.last_ts, 0])
-        w[0], w[1], w[2] = min(w[0], p.first_ts), max(w[1], p.last_ts), w[2] + p.events
+        w = per_writer.setdefault(parsed[0] if parsed else p.name, [p.first_log_ts, p.last_log_ts, 0])
+        w[0], w[1], w[2] = min(w[0], p.first_log_ts), max(w[1], p.last_log_ts), w[2] + p.log_times
     interval = None
     busiest = max(per_writer.values(), key=lambda w: w[2], default=None)
     if busiest is not None and busiest[2] >= 2 and busiest[1] > busiest[0]:
