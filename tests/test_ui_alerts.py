@@ -161,6 +161,9 @@ def test_a_live_runs_last_step_keeps_up_with_its_parts(server, store):
             time.sleep(0.4)
         assert seen == sorted(seen) and seen[-1] > seen[0]  # it grew poll by poll
         assert ahead > 0  # the table was ahead of run.json: what it showed before
+        before = parts_step()
+        page = server.json(f"/api/run?run=live/{run_id}")  # the run page reads the run afresh
+        assert page["status"] == "running" and page["last_step"] >= before and page["alerts"] == []
     finally:
         stop.touch()
         assert writer.wait(60) == 0

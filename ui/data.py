@@ -233,6 +233,8 @@ class Store:
         sync = [s for s in sync_state_rows(self.root, {(info.project, info.run_id)})  # this run's cursors alone
                 if s["project"] == info.project and s["run_id"] == info.run_id]
         row = info.row()
+        alerts = info.alerts()  # reads the run's metric facts: a live run's last step from its parts
+        row["last_step"] = info.last_step
         return clean(json.loads(json.dumps({
             **row,
             "command": m.get("command"), "cwd": m.get("cwd"), "git": m.get("git"), "python": m.get("python"),
@@ -241,7 +243,7 @@ class Store:
             "config_updates": m.get("config_updates") or [],
             "writers": [{k: w.get(k) for k in ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status",
                                               "ended_at", "error", "exit_code")} for w in info.writers],
-            **_alert_fields(info.alerts()),
+            **_alert_fields(alerts),
             "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "image_keys": image_keys,
             "sync": sync,
             "keys": self.keys([info]),

@@ -167,9 +167,10 @@ class RunInfo:
     def last_step(self) -> int | None:
         """The largest step logged: recorded in run.json, or for a crashed run also from the data;
         for a running run also its newest part files (run.json is rewritten at a heartbeat, every
-        10 s; parts arrive at every flush, every 2 s, as the dashboard's charts read them)."""
+        10 s; parts arrive at every flush, every 2 s, as the dashboard's charts read them), when
+        the run was found through the catalog (:func:`load_run` reads no more than before)."""
         steps = [self._light("last_step"), self.extent.last_step if self.extent else None]
-        if self.status == RunStatus.RUNNING:
+        if self.status == RunStatus.RUNNING and (self._entry is not None or self._facts is not False):
             facts = self.metric_facts()
             steps.append(facts.last_step if facts is not None else None)
         return max((s for s in steps if s is not None), default=None)
