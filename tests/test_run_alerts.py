@@ -13,6 +13,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 import trackstore
 from tests.helpers import cli_in_pty, kill9, python_child, run_cli, wait_for
@@ -424,3 +425,53 @@ time.sleep(60)
         assert a.texts == ["no metric for 14 min, usually every 20 s"] and a.short == "stalled 14m"
     finally:
         kill9(child)
+
+
+class LiveRunMachine(RuleBasedStateMachine):
+    """A live run logs finite and non-finite values, flushes, and is listed between any two
+    steps: the listing's counts equal a scan of the stored rows, its last step is at least the
+    largest stored step, and the run stalls only while it runs."""
+
+    def __init__(self):
+        super().__init__()
+        import tempfile
+
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+        self.run = trackstore.init(project="p", name="m", root=self.root, flush_interval=3600.0)
+        self.step = 0
+
+    @rule(values=st.lists(st.sampled_from([1.0, NAN, INF, -INF]), min_size=1, max_size=5))
+    def log(self, values):
+        for v in values:
+            self.run.log({"k": v}, step=self.step)
+            self.step += 1
+
+    @rule()
+    def flush(self):
+        self.run.flush()
+
+    @rule()
+    def listed_like_a_scan(self):
+        (row,) = listed_rows(self.root, alerts=10)
+        t = trackstore.query("SELECT max(step) AS s, count(*) FILTER (WHERE isnan(value)) AS nan, "
+                             "count(*) FILTER (WHERE isinf(value)) AS inf FROM metrics", root=self.root)
+        stored, nan, inf = (t.column(c)[0].as_py() for c in ("s", "nan", "inf"))
+        assert row["status"] == "running"
+        assert row["nonfinite"] == nan + inf
+        assert row["alerts"] == (["nonfinite"] if nan + inf else [])
+        if stored is not None:
+            assert row["last_step"] is not None and row["last_step"] >= stored
+        # a day later without a new metric: stalled once it has a usual interval (two log times)
+        later = list_runs(self.root)[0].alerts(now=time.time() + 86400)
+        assert (STALLED in later.codes) == (later.interval_s is not None)
+
+    def teardown(self):
+        self.run.finish()
+        (info,) = list_runs(self.root)
+        assert info.status == "finished" and STALLED not in info.alerts(now=time.time() + 86400).codes
+        self.tmp.cleanup()
+
+
+TestLiveRunMachine = LiveRunMachine.TestCase
+TestLiveRunMachine.settings = settings(max_examples=6, stateful_step_count=8, deadline=None)
