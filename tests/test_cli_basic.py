@@ -16,6 +16,7 @@ import pytest
 
 import trackstore
 from tests.helpers import python_child, run_cli
+from trackstore.cli.runs_cmd import ALERT_COLUMNS
 from trackstore.read.listing import RUN_COLUMNS, list_runs
 
 
@@ -66,12 +67,12 @@ def test_demo_then_runs_and_show(root):
     out = run_cli("runs", "--format", "json", root=root)
     assert out.returncode == 0, out.stderr
     [row] = json.loads(out.stdout)
-    assert list(row) == list(RUN_COLUMNS)  # the `runs` view's columns
+    assert list(row) == [*RUN_COLUMNS, *ALERT_COLUMNS]  # the `runs` view's columns, then the run's alerts
     assert (row["project"], row["run_id"], row["status"], row["last_step"]) == ("demo-grpo", info.run_id, "finished", 20)
 
     out = run_cli("runs", "--format", "csv", root=root)
     [header, line] = list(csv.reader(io.StringIO(out.stdout)))
-    assert header == list(RUN_COLUMNS) and line[1] == info.run_id
+    assert header == [*RUN_COLUMNS, *ALERT_COLUMNS] and line[1] == info.run_id
 
     out = run_cli("runs", root=root)
     assert out.returncode == 0 and info.run_id in out.stdout and "finished" in out.stdout

@@ -24,10 +24,14 @@ The promises it keeps:
   settled folder by its own inode and mtime (parts are immutable and a compaction swaps the
   whole folder). A listing a compaction swapped away is taken again.
 * **The runs table costs what changed.** Each run's row is kept with what it was made from
-  (its run.json's fingerprint in the catalog, its effective status, end and last step) and
-  made again only when that changed (always for a run whose run.json changed in the last
-  seconds); the answer carries an ``ETag`` of its bytes, so a page polling an unchanged store
-  gets ``304 Not Modified`` and neither downloads nor parses the table again.
+  (its run.json's fingerprint in the catalog, its effective status, end and last step, its
+  alerts) and made again only when that changed (always for a run whose run.json changed in
+  the last seconds); the answer carries an ``ETag`` of its bytes, so a page polling an
+  unchanged store gets ``304 Not Modified`` and neither downloads nor parses the table again.
+  A live run's last step and alerts come from the catalog's facts of its metrics parts
+  (:mod:`trackstore.read.alerts`), listed again when its metrics folder changed, so the table's
+  last step is as fresh as the charts (which read the same parts), not as old as run.json's
+  last heartbeat (10 s); a run that did not change costs one more ``stat`` (its metrics folder).
 * User values reach DuckDB as bound parameters; file lists come from the store's own listing.
 """
 
@@ -44,7 +48,8 @@ from typing import Any, Iterable, Sequence
 
 from trackstore.errors import RunNotFoundError, UsageError
 from trackstore.read import browse
-from trackstore.read.listing import RunInfo, list_runs, load_run
+from trackstore.read.alerts import RunAlerts
+from trackstore.read.listing import RunInfo, list_runs, load_run, refresh_live
 from trackstore.read.overview import flatten
 from trackstore.read.points import run_keys
 from trackstore.read.pyramid import Pyramids
@@ -68,6 +73,7 @@ def _finite(v: Any) -> Any:
 def _run_row(r: RunInfo) -> dict[str, Any]:
     row = r.row()
     return clean({
+        **_alert_fields(r.alerts()),
         "project": r.project, "run_id": r.run_id, "name": r.name, "status": row["status"],
         "created_at": row["created_at"], "ended_at": row["ended_at"], "updated_at": row["updated_at"],
         "last_step": row["last_step"], "tags": row["tags"], "host": row["host"], "user": row["user"],
@@ -75,6 +81,14 @@ def _run_row(r: RunInfo) -> dict[str, Any]:
         "summary": {k: v for k, v in (row["summary"] or {}).items() if isinstance(v, (int, float, str, bool))},
         "config": flatten(row["config"] or {}),
     })
+
+
+def _alert_fields(alerts: RunAlerts) -> dict[str, Any]:
+    """A run's alerts as the page shows them (:mod:`trackstore.read.alerts`): everything but the
+    seconds of silence, which change at every poll (the page has ``last_metric_at``)."""
+    fields = alerts.fields()
+    del fields["silent_s"]
+    return fields
 
 
 def clean(value: Any) -> Any:
@@ -124,7 +138,7 @@ class Store:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a bad run.json is shown as missing values; doctor reports it
-            runs = list_runs(self.root)
+            runs = list_runs(self.root, facts=True)  # alerts, and a live run's last step from its parts
         by_id: dict[str, list[RunInfo]] = {}
         for r in runs:
             by_id.setdefault(r.run_id, []).append(r)
@@ -174,6 +188,7 @@ class Store:
         import hashlib
 
         runs = self.runs()
+        refresh_live(runs, self.root)  # the listing is shared for LIST_TTL_S; a live run's parts are newer
         kept = self._rows
         fresh: dict[tuple[str, str], tuple[tuple, bytes]] = {}
         parts = []
@@ -181,7 +196,10 @@ class Store:
             key = (r.project, r.run_id)
             catalog = r.catalog
             fp = catalog.meta_fingerprint(r.project, r.run_id) if catalog is not None else None
-            basis = (fp, r.status, r.ended_at, r.last_step)
+            alerts = r.alerts()
+            # a live run's last step and alerts come from its parts (the catalog's metrics facts),
+            # which change between two heartbeats of its run.json: they are part of the basis
+            basis = (fp, r.status, r.ended_at, r.last_step, json.dumps(_alert_fields(alerts)))
             old = kept.get(key)
             if fp and old is not None and old[0] == basis:
                 text = old[1]
@@ -215,6 +233,8 @@ class Store:
         sync = [s for s in sync_state_rows(self.root, {(info.project, info.run_id)})  # this run's cursors alone
                 if s["project"] == info.project and s["run_id"] == info.run_id]
         row = info.row()
+        alerts = info.alerts()  # reads the run's metric facts: a live run's last step from its parts
+        row["last_step"] = info.last_step
         return clean(json.loads(json.dumps({
             **row,
             "command": m.get("command"), "cwd": m.get("cwd"), "git": m.get("git"), "python": m.get("python"),
@@ -223,6 +243,7 @@ class Store:
             "config_updates": m.get("config_updates") or [],
             "writers": [{k: w.get(k) for k in ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status",
                                               "ended_at", "error", "exit_code")} for w in info.writers],
+            **_alert_fields(alerts),
             "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "image_keys": image_keys,
             "sync": sync,
             "keys": self.keys([info]),

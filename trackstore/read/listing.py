@@ -38,7 +38,8 @@ from ..store.meta import RunJsonWarning
 from ..store.vocab import Kind, RunStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..store.catalog import Catalog, RunEntry
+    from ..store.catalog import Catalog, MetricFacts, RunEntry
+    from .alerts import RunAlerts
 
 RUN_COLUMNS = (
     "project", "run_id", "name", "status", "created_at", "ended_at", "updated_at", "last_step",
@@ -66,6 +67,7 @@ class RunInfo:
         self._entry = entry
         self._extent = extent
         self._extent_known = extent is not None
+        self._facts: Any = False  # MetricFacts | None once asked for (metric_facts)
 
     def __repr__(self) -> str:
         return f"RunInfo({self.project}/{self.run_id}, {self.status})"
@@ -137,10 +139,40 @@ class RunInfo:
                                 if self._entry is not None else data_extent(self.paths))
         return self._extent
 
+    def metric_facts(self) -> MetricFacts | None:
+        """What the catalog keeps of the run's metrics parts (:meth:`~trackstore.store.catalog.Catalog.metric_facts`):
+        non-finite values, newest row time, usual logging interval, largest step. Asked once."""
+        if self._facts is False:
+            from .alerts import facts_of
+
+            self._facts = facts_of(self.catalog, self.paths.root, self.project, self.run_id)
+        return self._facts
+
+    def refresh_facts(self, catalog: Catalog | None = None) -> MetricFacts | None:
+        """:meth:`metric_facts` read again now (through ``catalog`` when given, else the run's own):
+        what a listing kept a while (the dashboard's) asks of a live run before showing it."""
+        self._facts = False
+        if catalog is not None:
+            self._facts = catalog.metric_facts(self.project, self.run_id)
+        return self.metric_facts()
+
+    def alerts(self, *, stall_after: float | None = None, now: float | None = None) -> RunAlerts:
+        """The run's alerts (:mod:`trackstore.read.alerts`): non-finite metric values, a live run that stalled."""
+        from .alerts import STALL_AFTER, alerts_of
+
+        return alerts_of(self.metric_facts(), self.status, now=now,
+                         stall_after=STALL_AFTER if stall_after is None else stall_after)
+
     @property
     def last_step(self) -> int | None:
-        """The largest step logged: recorded in run.json, or for a crashed run also from the data."""
+        """The largest step logged: recorded in run.json, or for a crashed run also from the data;
+        for a running run also its newest part files (run.json is rewritten at a heartbeat, every
+        10 s; parts arrive at every flush, every 2 s, as the dashboard's charts read them), when
+        the run was found through the catalog (:func:`load_run` reads no more than before)."""
         steps = [self._light("last_step"), self.extent.last_step if self.extent else None]
+        if self.status == RunStatus.RUNNING and (self._entry is not None or self._facts is not False):
+            facts = self.metric_facts()
+            steps.append(facts.last_step if facts is not None else None)
         return max((s for s in steps if s is not None), default=None)
 
     @property
@@ -162,7 +194,7 @@ class RunInfo:
     def list_row(self) -> dict[str, Any]:
         """:meth:`row` without ``config``, ``summary``, ``notes``, ``error`` and ``write_errors``:
         what a listing filters, sorts and shows, without parsing the rest of run.json."""
-        if self._meta is None and self._entry is not None and self.status != RunStatus.CRASHED:
+        if self._meta is None and self._entry is not None and self.status not in (RunStatus.CRASHED, RunStatus.RUNNING):
             return _list_row(self.project, self.run_id, self.status, self._entry.light)  # the common case
         get = self._light
         return {
@@ -356,13 +388,16 @@ def from_catalog(catalog: Catalog, project: str, run_id: str, unreadable: bool) 
 
 
 def list_runs(root: str | os.PathLike | None = None, *, project: str | None = None,
-              status: str | Iterable[str] | None = None, unreadable: bool = False) -> list[RunInfo]:
+              status: str | Iterable[str] | None = None, unreadable: bool = False,
+              facts: bool = False) -> list[RunInfo]:
     """Every run under the store root, oldest first (run ids sort by creation time).
 
     ``unreadable=True`` also lists runs whose run.json cannot be parsed (what their folder and
     writer files tell); by default they are left out with a warning, as is a run folder that has
     no run.json yet. Answered from the store's catalog (:mod:`trackstore.store.catalog`): a
     directory scan and a ``stat`` of each run.json, files read only where something changed.
+    ``facts``: each run's :meth:`RunInfo.metric_facts` (its alerts, a live run's last step) is
+    read too, before the catalog is saved (one more ``stat`` a run, and the parts not seen yet).
     """
     from ..store.catalog import open_catalog
 
@@ -382,6 +417,8 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
                 continue
             if wanted and info.status not in wanted:
                 continue
+            if facts:
+                info.metric_facts()
             out.append(info)
     finally:
         catalog.save()
@@ -390,16 +427,23 @@ def list_runs(root: str | os.PathLike | None = None, *, project: str | None = No
 
 
 def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = None,
-                unreadable: bool = False, meta: bool = False) -> list[dict[str, Any]]:
+                unreadable: bool = False, meta: bool = False, alerts: float | None = None) -> list[dict[str, Any]]:
     """:meth:`RunInfo.view_row` (``light=True``) of every run :func:`list_runs` gives, in its
     order: what a listing shows, filters and sorts by. ``meta``: each row also holds ``_meta``,
-    :meth:`RunInfo.meta_json` (the run.json fields the catalog keeps, as JSON text). A run that
-    did not change and has ended costs one ``stat`` and no run object (a listing of thousands
-    of runs)."""
+    :meth:`RunInfo.meta_json` (the run.json fields the catalog keeps, as JSON text). ``alerts``
+    (a ``stall_after``, see :mod:`trackstore.read.alerts`): each row also holds the alert fields
+    (:meth:`~trackstore.read.alerts.RunAlerts.fields`) and ``_alerts``, the
+    :class:`~trackstore.read.alerts.RunAlerts`. A run that did not change and has ended costs
+    one ``stat`` (two with ``alerts``: its metrics folder too) and no run object (a listing of
+    thousands of runs)."""
+    import time
+
     from ..store.catalog import open_catalog
+    from .alerts import alerts_of
 
     root_path = resolve_root(root)
     catalog = open_catalog(root_path)
+    now = time.time()
     found: list[tuple[tuple[str, str], dict[str, Any]]] = []
     try:
         listed = catalog.listing(project)
@@ -413,6 +457,8 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
                 got = typed_list_row(got)
                 if meta:
                     got["_meta"] = catalog.meta_json(*key) or "{}"
+                if alerts is not None:
+                    got["_alerts"] = alerts_of(catalog.metric_facts(*key), got["status"], stall_after=alerts, now=now)
             else:
                 info = from_catalog(catalog, *key, unreadable)
                 if info is None:
@@ -421,6 +467,10 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
                 got = info.view_row(light=True)
                 if meta:
                     got["_meta"] = info.meta_json()
+                if alerts is not None:
+                    got["_alerts"] = info.alerts(stall_after=alerts, now=now)
+            if alerts is not None:
+                got.update(got["_alerts"].fields())
             found.append((order, got))
     finally:
         catalog.save()
@@ -536,6 +586,23 @@ def run_bytes(info: RunInfo) -> int:
     if catalog is None:
         return tree_bytes(info.paths.dir)
     return catalog.run_bytes(info.project, info.run_id)
+
+
+def refresh_live(runs: Iterable[RunInfo], root: str | os.PathLike | None = None) -> None:
+    """Read again the metric facts (last step, alerts) of the runs that are ``running``, through
+    one catalog of the store, saved once: a listing kept a while stays fresh where it changes
+    (a live run's parts) and costs nothing more for the others."""
+    live = [r for r in runs if r.status == RunStatus.RUNNING]
+    if not live:
+        return
+    from ..store.catalog import open_catalog
+
+    catalog = open_catalog(resolve_root(root if root is not None else live[0].paths.root))
+    try:
+        for r in live:
+            r.refresh_facts(catalog)
+    finally:
+        catalog.save()
 
 
 def save_catalogs(runs: Iterable[RunInfo]) -> None:

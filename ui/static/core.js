@@ -141,3 +141,15 @@ async function loadRuns() {
   for (const s of [...state.selected]) if (!state.byRef.has(s)) state.selected.delete(s);
   return d.runs;
 }
+// a run's alerts beside its status (runs table, run page header): NaN or infinite metric values, or
+// a live run that stopped logging. The tooltip is the server's sentences ("NaN in actor/pg_loss since
+// step 120", "no metric for 14 min, usually every 20 s"), set as an attribute: text, never markup.
+function alertBadge(run) {
+  const codes = (run && run.alerts) || [];
+  if (!codes.length) return null;
+  const keys = Object.values(run.nonfinite_keys || {});
+  const nan = keys.some(k => k.nan), inf = keys.some(k => k.inf);
+  const label = codes.map(c => c === "nonfinite" ? (nan && inf ? "NaN+inf" : nan ? "NaN" : "inf") : c).join(" · ");
+  return el("span", { class: "alert-badge " + codes.join(" "), title: (run.alert_text || []).join("\n"),
+                      "aria-label": (run.alert_text || []).join("; ") }, "⚠ " + label);
+}

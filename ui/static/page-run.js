@@ -67,7 +67,7 @@ async function pageRun(project, runId) {
   const panel = new ChartPanel([id], () => ({ name: d.name }));
   state.panel = panel;
   clear($app).append(
-    el("h1", {}, el("span", { class: "swatch", style: `background:${color(id)}` }), d.name, " ", statusBadge(d.status)),
+    el("h1", {}, el("span", { class: "swatch", style: `background:${color(id)}` }), d.name, " ", statusBadge(d.status), alertBadge(d)),
     el("div", { class: "cols" },
       el("div", {}, el("h2", {}, "Run"), kvTable([
         ["project", d.project], ["run id", el("span", { class: "mono" }, d.run_id)], ["status", statusBadge(d.status)],

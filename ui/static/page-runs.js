@@ -16,7 +16,7 @@ function configMatch(r, expr) {
 function filteredRuns() {
   const f = state.filter, t = f.text.toLowerCase(), c = f.config.toLowerCase().trim();
   let rows = state.runs.filter(r =>
-    (!f.project || r.project === f.project) && (!f.status || r.status === f.status) &&
+    (!f.project || r.project === f.project) && (!f.status || r.status === f.status || (f.status === "alerts" && (r.alerts || []).length > 0)) &&
     (!f.tag || (r.tags || []).includes(f.tag)) &&
     (!t || [r.name, r.run_id, r.project, r.host, r.notes, ...(r.tags || [])].some(s => s && String(s).toLowerCase().includes(t))) &&
     (!c || configMatch(r, c)));
@@ -65,7 +65,7 @@ async function pageRuns(params) {
     el("input", { type: "search", id: "filter-text", placeholder: "search name, id, tag, host", value: f.text, oninput: e => { f.text = e.target.value; rerender(); } }),
     el("select", { id: "filter-project", onchange: e => { f.project = e.target.value; rerender(); } }, opt("", "all projects", f.project), projects.map(p => opt(p, p, f.project))),
     el("select", { id: "filter-status", onchange: e => { f.status = e.target.value; rerender(); } }, opt("", "any status", f.status),
-      ["running", "finished", "failed", "crashed"].map(s => opt(s, s, f.status))),
+      ["running", "finished", "failed", "crashed"].map(s => opt(s, s, f.status)), opt("alerts", "with alerts", f.status)),
     el("select", { id: "filter-tag", onchange: e => { f.tag = e.target.value; rerender(); } }, opt("", "any tag", f.tag), tags.map(t => opt(t, t, f.tag))),
     el("input", { type: "search", id: "filter-config", placeholder: "config: key=value or key~text", value: f.config, oninput: e => { f.config = e.target.value; rerender(); } }),
     el("input", { type: "text", placeholder: "summary columns (comma-separated keys)", value: state.summaryCols.join(", "), title: "summary metric columns",
@@ -99,7 +99,7 @@ async function pageRuns(params) {
           el("span", { class: "swatch", style: `background:${color(id)}` })),
         el("td", {}, r.project),
         el("td", {}, el("a", { href: link(["run", r.project, r.run_id]), title: r.run_id }, r.name)),
-        el("td", { class: "status-cell" }, statusBadge(r.status)),
+        el("td", { class: "status-cell" }, statusBadge(r.status), alertBadge(r)),
         el("td", {}, (r.tags || []).map(t => el("span", { class: "tag" }, t))),
         el("td", { class: "mono" }, fmtTime(r.created_at)),
         el("td", { class: "num last-step" }, fmtNum(r.last_step)),

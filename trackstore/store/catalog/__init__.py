@@ -32,9 +32,18 @@ from ..layout import RUN_FILE
 from .cache import Catalog, RunEntry, UnchangedRun, open_catalog
 from .folders import run_folders
 from .freshness import RACY_S, fingerprint
-from .part_records import PartRecord, PartsSummary, column_max, column_max_time, parts_digest, read_part_record
+from .part_records import (
+    MetricFacts,
+    PartRecord,
+    PartsSummary,
+    column_max,
+    column_max_time,
+    metric_facts,
+    parts_digest,
+    read_part_record,
+)
 from .rows import CATALOG_DIR, CATALOG_FILE, CATALOG_VERSION, RunRow, catalog_path, is_catalog_path
 
-__all__ = ["CATALOG_DIR", "CATALOG_FILE", "CATALOG_VERSION", "RACY_S", "RUN_FILE", "Catalog", "PartRecord",
+__all__ = ["CATALOG_DIR", "CATALOG_FILE", "CATALOG_VERSION", "RACY_S", "RUN_FILE", "Catalog", "MetricFacts", "PartRecord",
            "PartsSummary", "RunEntry", "RunRow", "UnchangedRun", "catalog_path", "column_max", "column_max_time",
-           "fingerprint", "is_catalog_path", "open_catalog", "parts_digest", "read_part_record", "run_folders"]
+           "fingerprint", "is_catalog_path", "metric_facts", "open_catalog", "parts_digest", "read_part_record", "run_folders"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..layout import ARTIFACTS_DIR, KINDS, PROJECT_PREFIX, RUN_PREFIX, RunPaths, outside_store
 from ..meta import parse_run_json
+from ..vocab import Kind
 from .folders import run_folders
 from .freshness import (
     FOLDER_BYTES,
@@ -40,7 +41,7 @@ from .freshness import (
     same,
     stat_fingerprint,
 )
-from .part_records import PartRecord, PartsSummary, list_parts, parts_digest
+from .part_records import MetricFacts, PartRecord, PartsSummary, list_parts, metric_facts, parts_digest
 from .rows import (
     CURSOR_COLUMNS,
     DETAIL_COLUMNS,
@@ -52,6 +53,7 @@ from .rows import (
     RunRow,
     catalog_path,
     dumps,
+    facts_columns,
     light_columns,
     light_of_meta,
     writers_lost,
@@ -392,13 +394,33 @@ class Catalog:
             kind_fps = "|".join([*(fps[k] or "" for k in KINDS), "+" if has_artifacts else "-"]) if stable else ""
             quick: dict[str, Any] = {"dir_fp": dir_fp or "", "kind_fps": kind_fps,
                      "kind_rows": "|".join(str(sum(p.rows or 0 for p in out[k] if not p.damaged)) for k in KINDS),
-                     "damaged": sum(p.damaged for k in KINDS for p in out[k])}
+                     "damaged": sum(p.damaged for k in KINDS for p in out[k]),
+                     "metrics_fp": fps[Kind.METRICS] or "", **facts_columns(metric_facts(out[Kind.METRICS]))}
             if changed:
                 self._update(key, parts=dumps({k: [fps[k], [p.to_json() for p in out[k]]] for k in KINDS}),
                              parts_fp=parts_digest(out) if stable else "", **quick)
             elif row.replaced(**quick) != row:
                 self._update(key, **quick)
         return out, stable
+
+    def metric_facts(self, project: str, run_id: str) -> MetricFacts | None:
+        """What the run's metrics parts say for alerts (:class:`~.part_records.MetricFacts`):
+        from its row and one ``stat`` of its metrics folder while that folder keeps the
+        fingerprint the facts were derived under (parts arrive and leave by renames, and are
+        immutable); else from :meth:`parts`, which reads only the parts it has not seen. None
+        for a folder without a run.json."""
+        key = (project, run_id)
+        row = self._row(key)
+        if row is not None and row.nonfinite is not None and row.metrics_fp:
+            now = stat_fingerprint(f"{self._run_dir(project, run_id)}{SEP}{KIND_DIRS[Kind.METRICS]}", self._limit)
+            if same(row.metrics_fp, now):
+                return row.metric_facts()
+        if row is None and not self.has_run_dir(project, run_id):
+            return None
+        found, _stable = self.parts(project, run_id)
+        row = self._row(key)
+        facts = row.metric_facts() if row is not None else None
+        return facts if facts is not None else metric_facts(found[Kind.METRICS])
 
     def unchanged_row(self, project: str, run_id: str) -> RunRow | None:
         """The run's row as the file holds it when nothing of the run changed since the row was

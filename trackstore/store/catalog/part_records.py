@@ -2,10 +2,13 @@
 
 A part file is immutable and arrives by a rename, so its name, size and modification time
 name its content: :class:`PartRecord` keeps, per part, what its footer and its
-``writer``/``seq`` columns say (rows, row-id set, largest step, newest time), read once
+``writer``/``seq`` columns say (rows, row-id set, largest step, newest time) and, for a metrics
+part, what its ``step``/``key``/``value``/``ts`` columns say (its non-finite values per key, its
+first time and number of distinct log times), read once
 (:func:`read_part_record`, the only reader of part files here; pyarrow is imported only then)
 and reused while a part with that name, size and mtime is listed (:func:`list_parts`).
-:func:`parts_digest` names every part of a run in one string: equal digests, same rows.
+:func:`parts_digest` names every part of a run in one string: equal digests, same rows;
+:func:`metric_facts` sums a run's metrics parts up for alerts (:mod:`trackstore.read.alerts`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from ..layout import KINDS, relist
+from ..layout import KINDS, parse_part_name, relist
 from ..ranges import RangeSet
 from ..vocab import Kind
 
@@ -27,6 +31,11 @@ class PartRecord:
     ``rows`` and ``ids`` are None when its ``writer``/``seq`` columns cannot be read (a damaged
     part: its rows can be neither counted nor synced); ``last_ts`` is None when its footer
     cannot be read; ``last_step`` is the largest metrics ``step`` in its footer statistics.
+    A metrics part also has, over its rows of keys outside :data:`SYSTEM_PREFIX` (the training's
+    own ``log`` calls, not the system metrics sampler's), ``first_log_ts`` and ``last_log_ts``
+    (their oldest and newest row times) and ``log_times`` (their distinct row times: the ``log``
+    calls it holds), and ``nonfinite``, per key (any key) with NaN or infinite values ``[nan,
+    inf, first step]`` (``{}``: none); None for other kinds, or when its columns cannot be read.
     """
 
     name: str
@@ -36,9 +45,14 @@ class PartRecord:
     ids: dict | None
     last_step: int | None
     last_ts: float | None
+    first_log_ts: float | None = None
+    last_log_ts: float | None = None
+    log_times: int | None = None
+    nonfinite: dict | None = None
 
     def to_json(self) -> list:
-        return [self.name, self.size, self.mtime_ns, self.rows, self.ids, self.last_step, self.last_ts]
+        return [self.name, self.size, self.mtime_ns, self.rows, self.ids, self.last_step, self.last_ts,
+                self.first_log_ts, self.last_log_ts, self.log_times, self.nonfinite]
 
     @classmethod
     def from_json(cls, v: list) -> PartRecord:
@@ -53,10 +67,9 @@ class PartRecord:
 
 
 def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
-    """Read a part's footer and its ``writer``/``seq`` columns (raises FileNotFoundError if it vanished)."""
+    """Read a part's footer and its ``writer``/``seq`` columns, and a metrics part's values
+    (raises FileNotFoundError if it vanished)."""
     import pyarrow.parquet as pq
-
-    from ..parts import read_columns
 
     if not path.exists():
         raise FileNotFoundError(path)
@@ -73,17 +86,138 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     except (OSError, ValueError):
         pass
     rows = ids = None
+    # a metrics part's row ids and values in one read (half the time of two); its row ids alone
+    # when its values cannot be read
+    both = _read_or_none(path, ["writer", "seq", *_METRIC_COLUMNS]) if kind == Kind.METRICS else None
+    t = both if both is not None else _read_or_none(path, ["writer", "seq"])
     try:
-        t = read_columns(path, ["writer", "seq"])
-        got = RangeSet()
-        got.add_table(t)
-        rows, ids = t.num_rows, got.to_json()
-    except FileNotFoundError:
-        raise
+        if t is not None:
+            got = RangeSet()
+            got.add_table(t)
+            rows, ids = t.num_rows, got.to_json()
     except Exception:  # damaged: doctor reports it; it cannot be counted or synced either
         pass
+    logs: tuple = (None, None, None, None)
+    if both is not None and ids is not None:
+        try:
+            logs = _metric_values(both)
+        except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
+            pass
     return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
-                      int(last_step) if last_step is not None else None, last_ts)
+                      int(last_step) if last_step is not None else None, last_ts, *logs)
+
+
+# what metric_facts is made of
+_METRIC_COLUMNS = ("step", "key", "value", "ts")
+# the keys the system metrics sampler logs (trackstore.write.system.PREFIX): a run whose training
+# stopped logging still gets them, so they do not count as its log calls
+SYSTEM_PREFIX = "system/"
+
+
+def _read_or_none(path: Path, columns: list[str]):
+    """Some columns of a part (:func:`~trackstore.store.parts.read_columns`); None when they
+    cannot be read (raises FileNotFoundError if it vanished)."""
+    from ..parts import read_columns
+
+    try:
+        return read_columns(path, columns)
+    except FileNotFoundError:
+        raise
+    except Exception:  # damaged, or a column missing
+        return None
+
+
+def _metric_values(table) -> tuple[float | None, float | None, int, dict]:
+    """``(oldest, newest, distinct log times, {key: [nan, inf, first step]})`` of a metrics part's
+    rows (``step``, ``key``, ``value``, ``ts``): the times over the keys outside
+    :data:`SYSTEM_PREFIX`, the non-finite values over every key.
+
+    Every value is looked at (numpy over the column buffers, no pandas): Parquet's min/max
+    statistics leave NaN out, so they cannot tell whether a part holds one."""
+    import numpy as np
+
+    if table.num_rows == 0:
+        return None, None, 0, {}
+    table = table.combine_chunks()
+    per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}.get(getattr(table.column("ts").type, "unit", "us"), 1e6)
+    ts = _plain(table.column("ts").chunk(0), np.int64)
+    names = table.column("key").chunk(0)
+    if hasattr(names, "dictionary"):  # how part files store keys: codes into a few names
+        lookup = names.dictionary.to_pylist()
+        codes = _plain(names.indices, np.int32)
+        system = [i for i, k in enumerate(lookup) if k.startswith(SYSTEM_PREFIX)]
+        training = ~np.isin(codes, system) if system else np.ones(len(ts), bool)
+    else:  # plain strings (a part written by another tool): one code per row
+        lookup = names.to_pylist()
+        codes = np.arange(len(lookup))
+        training = np.fromiter((not k.startswith(SYSTEM_PREFIX) for k in lookup), bool, len(lookup))
+    logged = ts[training]
+    first = float(logged.min()) / per_s if len(logged) else None
+    last = float(logged.max()) / per_s if len(logged) else None
+    values = table.column("value").chunk(0)
+    v = _plain(values, np.float64)
+    bad = ~np.isfinite(v)
+    if values.null_count:  # a null (a value logged as None) is not a NaN
+        valid = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little")
+        bad &= valid[values.offset:values.offset + len(values)].astype(bool)
+    keys: dict[str, list] = {}
+    if bad.any():
+        at = np.flatnonzero(bad)
+        steps = _plain(table.column("step").chunk(0), np.int64)[at].tolist()
+        labels = [lookup[c] for c in codes[at].tolist()]
+        for label, step, is_nan in zip(labels, steps, np.isnan(v[at]).tolist()):
+            entry = keys.setdefault(label, [0, 0, step])
+            entry[0 if is_nan else 1] += 1
+            entry[2] = min(entry[2], step)
+    return first, last, int(len(np.unique(logged))), keys
+
+
+def _plain(arr, dtype):
+    """The values of a primitive Arrow array as numpy (nulls hold whatever the buffer holds)."""
+    import numpy as np
+
+    width = np.dtype(dtype).itemsize
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * width)
+
+
+class MetricFacts(NamedTuple):
+    """What a run's metrics parts say for alerts (:func:`metric_facts`): ``nonfinite`` NaN and
+    infinite values, per key ``[nan, inf, first step]`` in ``keys``; ``last_ts`` the newest
+    row time of the training's own keys (not :data:`SYSTEM_PREFIX`); ``interval`` the usual
+    seconds between two log times of the writer that logged most often (None: no writer logged
+    twice); ``last_step`` the largest step."""
+
+    nonfinite: int
+    keys: dict
+    last_ts: float | None
+    interval: float | None
+    last_step: int | None
+
+
+def metric_facts(parts: list[PartRecord]) -> MetricFacts:
+    """:class:`MetricFacts` of a run's metrics parts (damaged ones passed over)."""
+    keys: dict[str, list] = {}
+    per_writer: dict[str, list] = {}  # writer -> [first ts, last ts, events]
+    last_ts = last_step = None
+    for p in parts:
+        if p.damaged:
+            continue
+        if p.last_step is not None:
+            last_step = p.last_step if last_step is None else max(last_step, p.last_step)
+        for k, (nan, inf, step) in (p.nonfinite or {}).items():
+            have = keys.get(k)
+            keys[k] = [nan, inf, step] if have is None else [have[0] + nan, have[1] + inf, min(have[2], step)]
+        if p.first_log_ts is None or p.last_log_ts is None or not p.log_times:
+            continue
+        last_ts = p.last_log_ts if last_ts is None else max(last_ts, p.last_log_ts)
+        parsed = parse_part_name(p.name)
+        w = per_writer.setdefault(parsed[0] if parsed else p.name, [p.first_log_ts, p.last_log_ts, 0])
+        w[0], w[1], w[2] = min(w[0], p.first_log_ts), max(w[1], p.last_log_ts), w[2] + p.log_times
+    interval = None
+    busiest = max(per_writer.values(), key=lambda w: w[2], default=None)
+    if busiest is not None and busiest[2] >= 2 and busiest[1] > busiest[0]:
+        interval = (busiest[1] - busiest[0]) / (busiest[2] - 1)
+    return MetricFacts(sum(v[0] + v[1] for v in keys.values()), keys, last_ts, interval, last_step)
 
 
 def column_max(md, column: str):

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..layout import KINDS
+from .part_records import MetricFacts
 
 CATALOG_DIR = "_catalog"
 CATALOG_FILE = "catalog.sqlite"
-CATALOG_VERSION = 4  # 4: the images kind (six per-kind counts); 3: cursors gained `staged`
+CATALOG_VERSION = 5  # 5: metrics facts for alerts; 4: the images kind (six per-kind counts); 3: cursors gained `staged`
 
 
 class RunRow(NamedTuple):
@@ -29,7 +30,8 @@ class RunRow(NamedTuple):
 
     ``meta_fp`` holds ``name`` ... ``write_errors``; ``writers_fp`` holds ``writers_lost``;
     ``dir_fp`` and ``kind_fps`` hold ``kind_rows``, ``damaged`` and ``parts_fp``; ``bytes_fp``
-    (``meta_fp|writers_fp|parts_fp``) holds ``bytes`` (:mod:`.freshness` checks them)."""
+    (``meta_fp|writers_fp|parts_fp``) holds ``bytes`` (:mod:`.freshness` checks them);
+    ``metrics_fp`` holds ``nonfinite`` ... ``metric_step`` (:meth:`~.cache.Catalog.metric_facts`)."""
 
     project: str
     run_id: str
@@ -60,6 +62,12 @@ class RunRow(NamedTuple):
     parts_fp: str | None = None  # parts_digest of every part
     bytes_fp: str | None = None
     bytes: int | None = None
+    metrics_fp: str | None = None  # the metrics folder's fingerprint the facts below were derived under
+    nonfinite: int | None = None  # NaN and infinite metric values (None: not derived)
+    nonfinite_keys: str | None = None  # JSON {key: [nan, inf, first step]}
+    metric_last_ts: float | None = None  # the newest metric row's ts
+    metric_interval: float | None = None  # the usual seconds between log times (trackstore.read.alerts)
+    metric_step: int | None = None  # the largest metrics step in the parts' footers
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
@@ -98,6 +106,13 @@ class RunRow(NamedTuple):
 
     def rows_per_kind(self) -> dict[str, int]:
         return dict(zip(KINDS, counts(self.kind_rows or "")))
+
+    def metric_facts(self) -> MetricFacts | None:
+        """What the metrics parts say for alerts, as kept (None: not derived)."""
+        if self.nonfinite is None:
+            return None
+        return MetricFacts(int(self.nonfinite), json.loads(self.nonfinite_keys) if self.nonfinite_keys else {},
+                           self.metric_last_ts, self.metric_interval, self.metric_step)
 
     def losses(self) -> list[dict]:
         """The writer files that recorded ``write_errors`` (``writer_id`` and ``write_errors``)."""
@@ -193,7 +208,9 @@ SCHEMA = (
     "problems TEXT, name TEXT, status TEXT, created_at TEXT, ended_at TEXT, updated_at TEXT, last_step INTEGER, "
     "host TEXT, user TEXT, tags TEXT, grp TEXT, job_type TEXT, exit_code INTEGER, heartbeat_at TEXT, pid INTEGER, "
     "write_errors TEXT, writers_fp TEXT, writers_lost TEXT, dir_fp TEXT, kind_fps TEXT, kind_rows TEXT, "
-    "damaged INTEGER, parts_fp TEXT, bytes_fp TEXT, bytes INTEGER, PRIMARY KEY (project, run_id)) WITHOUT ROWID",
+    "damaged INTEGER, parts_fp TEXT, bytes_fp TEXT, bytes INTEGER, metrics_fp TEXT, nonfinite INTEGER, "
+    "nonfinite_keys TEXT, metric_last_ts REAL, metric_interval REAL, metric_step INTEGER, "
+    "PRIMARY KEY (project, run_id)) WITHOUT ROWID",
     "CREATE TABLE run_details (project TEXT NOT NULL, run_id TEXT NOT NULL, meta TEXT, writers TEXT, parts TEXT, "
     "PRIMARY KEY (project, run_id))",
     "CREATE TABLE cursors (path TEXT PRIMARY KEY, fp TEXT, dir_fp TEXT, parts_fp TEXT, target TEXT, "
@@ -235,6 +252,13 @@ def light_columns(light: dict) -> dict:
     out["grp"] = light.get("group")
     out["tags"] = dumps(light["tags"]) if light.get("tags") is not None else None
     return out
+
+
+def facts_columns(facts: MetricFacts) -> dict:
+    """The :class:`RunRow` fields of a run's :class:`~.part_records.MetricFacts` (the inverse of
+    :meth:`RunRow.metric_facts`)."""
+    return {"nonfinite": facts.nonfinite, "nonfinite_keys": json.dumps(facts.keys, sort_keys=True) if facts.keys else None,
+            "metric_last_ts": facts.last_ts, "metric_interval": facts.interval, "metric_step": facts.last_step}
 
 
 def writers_lost(writers: list[dict]) -> str | None:
