@@ -66,6 +66,9 @@ def test_a_nan_in_the_middle_of_a_part_is_counted(root):
     col = md.schema.names.index("value")
     stats = md.row_group(0).column(col).statistics
     assert stats.has_min_max and not math.isnan(stats.min) and not math.isnan(stats.max)  # the NaN is invisible there
+    from trackstore.store import metric_facts
+
+    assert metric_facts.decode(md.metadata)[3] == {"actor/pg_loss": [1, 0, 150]}  # the writer counted it, in the footer
     got = facts(root, rid)
     assert got is not None and got.nonfinite == 1
     assert got.keys == {"actor/pg_loss": [1, 0, 150]}
@@ -74,6 +77,54 @@ def test_a_nan_in_the_middle_of_a_part_is_counted(root):
     a = info.alerts()
     assert a.codes == [NONFINITE] and a.texts == ["NaN in actor/pg_loss since step 150"]
     assert a.short == "NaN"
+
+
+def test_the_catalog_reads_facts_from_the_footer_and_values_only_without_them(root, monkeypatch):
+    """A part the writer wrote carries its facts in its footer: the catalog reads no value of it. A
+    part written without them (before they existed, or by another tool) is read value by value."""
+    import pyarrow.parquet as pq
+
+    from trackstore.store import metric_facts
+    from trackstore.store.catalog import part_records
+
+    with_facts = nan_run(root, [1.0, NAN, 3.0, INF])
+
+    def no_value_reads(table):
+        raise AssertionError("a part with facts in its footer was read value by value")
+
+    with monkeypatch.context() as m:
+        m.setattr(part_records, "metric_values", no_value_reads)
+        got = facts(root, with_facts)
+    assert got is not None and got.nonfinite == 2 and got.keys == {"actor/pg_loss": [1, 1, 1]}
+    old = nan_run(root, [5.0, 6.0, NAN])
+    (part,) = (RunPaths(root, "p", old).dir / "metrics").glob("*.parquet")
+    table = pq.read_table(part)
+    meta = {k: v for k, v in table.schema.metadata.items() if k != metric_facts.FACTS_KEY}
+    pq.write_table(table.replace_schema_metadata(meta), part)  # as a part written before the facts existed
+    assert metric_facts.decode(pq.read_metadata(part).metadata) is None
+    got = facts(root, old)
+    assert got is not None and got.nonfinite == 1 and got.keys == {"actor/pg_loss": [1, 0, 2]}
+
+
+def test_a_first_listing_of_settled_runs_reads_footers_only(root, monkeypatch):
+    """A store listed for the first time (copied in, or its _catalog deleted): a settled run's
+    alerts come from its metrics parts' footers; no part's rows (not even its row ids) are read.
+    A later command that needs the parts (status, sync) reads them then."""
+    from trackstore.store import parts
+
+    rid = nan_run(root, [1.0, NAN, 2.0], flush_every=1)
+    time.sleep(3.2)  # older than the catalog's racy window: a settled folder
+
+    def no_row_reads(*_a, **_k):
+        raise AssertionError("a part's rows were read by a first listing")
+
+    with monkeypatch.context() as m:
+        m.setattr(parts, "read_columns", no_row_reads)
+        (info,) = list_runs(root)
+        assert info.alerts().texts == ["NaN in actor/pg_loss since step 1"]
+        got = facts(root, rid)  # kept in the run's row
+    assert got is not None and got.nonfinite == 1 and got.keys == {"actor/pg_loss": [1, 0, 1]}
+    assert got.last_step == 2
 
 
 def test_inf_and_minus_inf_are_counted_apart_from_nan(root):
@@ -391,10 +442,10 @@ def test_a_first_listing_reads_new_parts_without_pandas_or_duckdb(root):
 def test_system_metrics_do_not_keep_a_stalled_run_alive(root):
     """The sampler thread logs ``system/`` keys every interval whatever training does: a run whose
     own metrics stopped 14 minutes ago is stalled though its system metrics are fresh."""
-    from trackstore.store.catalog import part_records
+    from trackstore.store import metric_facts
     from trackstore.write import system
 
-    assert part_records.SYSTEM_PREFIX == system.PREFIX
+    assert metric_facts.SYSTEM_PREFIX == system.PREFIX
     child = python_child(f"""
 import time, trackstore
 real = time.time

@@ -82,6 +82,11 @@ def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], N
             table = table.cast(target)
         if by_key:
             row_group = key_row_group_rows(table.num_rows - tail)
+        # what alerts need of these rows (non-finite values, log times), in the footer: the
+        # catalog then reads the footer, not every value, of each new part
+        from .metric_facts import FACTS_KEY, encode, metric_values
+
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), FACTS_KEY: encode(metric_values(table))})
     encodings = {k: v for k, v in schema.ENCODINGS.get(kind, {}).items() if k in table.schema.names}
     dictionary = [n for n in table.schema.names if n not in encodings]
     # Min/max statistics for numbers and times only (step, seq, ts, value...): they let readers

@@ -41,7 +41,7 @@ from .freshness import (
     same,
     stat_fingerprint,
 )
-from .part_records import MetricFacts, PartRecord, PartsSummary, list_parts, metric_facts, parts_digest
+from .part_records import MetricFacts, PartRecord, PartsSummary, list_part_facts, list_parts, metric_facts, parts_digest
 from .rows import (
     CURSOR_COLUMNS,
     DETAIL_COLUMNS,
@@ -417,6 +417,18 @@ class Catalog:
                 return row.metric_facts()
         if row is None and not self.has_run_dir(project, run_id):
             return None
+        if row is not None and not self._detail(key, "parts"):
+            # this run's parts were never read (a first listing of the store): while its metrics
+            # folder is settled, its parts' footers say what alerts need, without the row ids every
+            # part would cost; the sums are kept under the folder's fingerprint, taken before the
+            # listing. A folder changed in the last seconds (a live run) goes to parts(), which
+            # keeps each part's record, so a poll reads only the parts that arrived since.
+            mdir = f"{self._run_dir(project, run_id)}{SEP}{KIND_DIRS[Kind.METRICS]}"
+            fp = stat_fingerprint(mdir, self._limit)
+            if fp:
+                summed = metric_facts(list_part_facts(Path(mdir)) if fp != "-" else [])
+                self._update(key, metrics_fp=fp, **facts_columns(summed))
+                return summed
         found, _stable = self.parts(project, run_id)
         row = self._row(key)
         facts = row.metric_facts() if row is not None else None

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..layout import KINDS, parse_part_name, relist
+from ..metric_facts import decode as metric_facts_of
+from ..metric_facts import metric_values
 from ..ranges import RangeSet
 from ..vocab import Kind
 
@@ -31,7 +33,7 @@ class PartRecord:
     ``rows`` and ``ids`` are None when its ``writer``/``seq`` columns cannot be read (a damaged
     part: its rows can be neither counted nor synced); ``last_ts`` is None when its footer
     cannot be read; ``last_step`` is the largest metrics ``step`` in its footer statistics.
-    A metrics part also has, over its rows of keys outside :data:`SYSTEM_PREFIX` (the training's
+    A metrics part also has, over its rows of keys outside :data:`~trackstore.store.metric_facts.SYSTEM_PREFIX` (the training's
     own ``log`` calls, not the system metrics sampler's), ``first_log_ts`` and ``last_log_ts``
     (their oldest and newest row times) and ``log_times`` (their distinct row times: the ``log``
     calls it holds), and ``nonfinite``, per key (any key) with NaN or infinite values ``[nan,
@@ -67,28 +69,31 @@ class PartRecord:
 
 
 def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
-    """Read a part's footer and its ``writer``/``seq`` columns, and a metrics part's values
-    (raises FileNotFoundError if it vanished)."""
+    """Read a part's footer and its ``writer``/``seq`` columns, and a metrics part's facts
+    (:mod:`trackstore.store.metric_facts`): from its footer, or from its values when it was
+    written without them (raises FileNotFoundError if it vanished)."""
     import pyarrow.parquet as pq
 
     if not path.exists():
         raise FileNotFoundError(path)
     last_ts: float | None = None
     last_step = None
+    facts = None
     try:
         md = pq.read_metadata(path)
         ts = column_max_time(md, "ts")
         last_ts = ts if ts is not None else st.st_mtime
         if kind == Kind.METRICS:
             last_step = column_max(md, "step")
+            facts = metric_facts_of(md.metadata)
     except FileNotFoundError:
         raise
     except (OSError, ValueError):
         pass
     rows = ids = None
-    # a metrics part's row ids and values in one read (half the time of two); its row ids alone
-    # when its values cannot be read
-    both = _read_or_none(path, ["writer", "seq", *_METRIC_COLUMNS]) if kind == Kind.METRICS else None
+    # a metrics part written without its facts: its row ids and values in one read (half the
+    # time of two); its row ids alone when its values cannot be read, or are not needed
+    both = _read_or_none(path, ["writer", "seq", *_METRIC_COLUMNS]) if kind == Kind.METRICS and facts is None else None
     t = both if both is not None else _read_or_none(path, ["writer", "seq"])
     try:
         if t is not None:
@@ -98,20 +103,19 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     except Exception:  # damaged: doctor reports it; it cannot be counted or synced either
         pass
     logs: tuple = (None, None, None, None)
-    if both is not None and ids is not None:
+    if facts is not None and ids is not None:
+        logs = facts
+    elif both is not None and ids is not None:
         try:
-            logs = _metric_values(both)
+            logs = metric_values(both)
         except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
             pass
     return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
                       int(last_step) if last_step is not None else None, last_ts, *logs)
 
 
-# what metric_facts is made of
+# what a metrics part's facts are computed from, when its footer lacks them
 _METRIC_COLUMNS = ("step", "key", "value", "ts")
-# the keys the system metrics sampler logs (trackstore.write.system.PREFIX): a run whose training
-# stopped logging still gets them, so they do not count as its log calls
-SYSTEM_PREFIX = "system/"
 
 
 def _read_or_none(path: Path, columns: list[str]):
@@ -127,63 +131,10 @@ def _read_or_none(path: Path, columns: list[str]):
         return None
 
 
-def _metric_values(table) -> tuple[float | None, float | None, int, dict]:
-    """``(oldest, newest, distinct log times, {key: [nan, inf, first step]})`` of a metrics part's
-    rows (``step``, ``key``, ``value``, ``ts``): the times over the keys outside
-    :data:`SYSTEM_PREFIX`, the non-finite values over every key.
-
-    Every value is looked at (numpy over the column buffers, no pandas): Parquet's min/max
-    statistics leave NaN out, so they cannot tell whether a part holds one."""
-    import numpy as np
-
-    if table.num_rows == 0:
-        return None, None, 0, {}
-    table = table.combine_chunks()
-    per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}.get(getattr(table.column("ts").type, "unit", "us"), 1e6)
-    ts = _plain(table.column("ts").chunk(0), np.int64)
-    names = table.column("key").chunk(0)
-    if hasattr(names, "dictionary"):  # how part files store keys: codes into a few names
-        lookup = names.dictionary.to_pylist()
-        codes = _plain(names.indices, np.int32)
-        system = [i for i, k in enumerate(lookup) if k.startswith(SYSTEM_PREFIX)]
-        training = ~np.isin(codes, system) if system else np.ones(len(ts), bool)
-    else:  # plain strings (a part written by another tool): one code per row
-        lookup = names.to_pylist()
-        codes = np.arange(len(lookup))
-        training = np.fromiter((not k.startswith(SYSTEM_PREFIX) for k in lookup), bool, len(lookup))
-    logged = ts[training]
-    first = float(logged.min()) / per_s if len(logged) else None
-    last = float(logged.max()) / per_s if len(logged) else None
-    values = table.column("value").chunk(0)
-    v = _plain(values, np.float64)
-    bad = ~np.isfinite(v)
-    if values.null_count:  # a null (a value logged as None) is not a NaN
-        valid = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little")
-        bad &= valid[values.offset:values.offset + len(values)].astype(bool)
-    keys: dict[str, list] = {}
-    if bad.any():
-        at = np.flatnonzero(bad)
-        steps = _plain(table.column("step").chunk(0), np.int64)[at].tolist()
-        labels = [lookup[c] for c in codes[at].tolist()]
-        for label, step, is_nan in zip(labels, steps, np.isnan(v[at]).tolist()):
-            entry = keys.setdefault(label, [0, 0, step])
-            entry[0 if is_nan else 1] += 1
-            entry[2] = min(entry[2], step)
-    return first, last, int(len(np.unique(logged))), keys
-
-
-def _plain(arr, dtype):
-    """The values of a primitive Arrow array as numpy (nulls hold whatever the buffer holds)."""
-    import numpy as np
-
-    width = np.dtype(dtype).itemsize
-    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * width)
-
-
 class MetricFacts(NamedTuple):
     """What a run's metrics parts say for alerts (:func:`metric_facts`): ``nonfinite`` NaN and
     infinite values, per key ``[nan, inf, first step]`` in ``keys``; ``last_ts`` the newest
-    row time of the training's own keys (not :data:`SYSTEM_PREFIX`); ``interval`` the usual
+    row time of the training's own keys (not :data:`~trackstore.store.metric_facts.SYSTEM_PREFIX`); ``interval`` the usual
     seconds between two log times of the writer that logged most often (None: no writer logged
     twice); ``last_step`` the largest step."""
 
@@ -282,6 +233,38 @@ class PartsSummary:
     rows: dict[str, int]
     damaged: int
     records: dict[str, list[PartRecord]] | None
+
+
+def list_part_facts(kdir: Path) -> list[PartRecord]:
+    """A metrics folder's parts as far as alerts need them (:func:`metric_facts`), from one
+    consistent listing: each part's footer (its facts, largest step and newest time), and the
+    whole part only when its footer holds no facts. Row ids are not read: these records are
+    summed, never kept (what a first ``runs`` of a store costs: a footer a part)."""
+    def one(path: Path) -> PartRecord:
+        st = os.stat(path)  # FileNotFoundError: swapped meanwhile, relist lists again
+        return read_part_facts(path, st)
+
+    found, _vanished = relist(kdir, one)
+    return [r for r in found if isinstance(r, PartRecord)]
+
+
+def read_part_facts(path: Path, st: os.stat_result) -> PartRecord:
+    """:func:`list_part_facts` for one metrics part (``ids`` empty: not read, not damaged)."""
+    import pyarrow.parquet as pq
+
+    try:
+        md = pq.read_metadata(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError):
+        return read_part_record(path, Kind.METRICS, st)
+    facts = metric_facts_of(md.metadata)
+    if facts is None:  # written before parts carried their facts, or by another tool
+        return read_part_record(path, Kind.METRICS, st)
+    step = column_max(md, "step")
+    ts = column_max_time(md, "ts")
+    return PartRecord(path.name, st.st_size, st.st_mtime_ns, md.num_rows, {}, int(step) if step is not None else None,
+                      ts if ts is not None else st.st_mtime, *facts)
 
 
 def list_parts(kdir: Path, kind: str, known: dict[tuple, PartRecord]) -> list[PartRecord]:
