@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from ..errors import CorruptFileError, StoreError
 from .layout import RunPaths, parse_part_name, relist
+from .metric_facts import FACTS_KEY, encode, metric_values
 from .ranges import RangeSet
 from .vocab import Kind
 
@@ -84,8 +85,6 @@ def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], N
             row_group = key_row_group_rows(table.num_rows - tail)
         # what alerts need of these rows (non-finite values, log times), in the footer: the
         # catalog then reads the footer, not every value, of each new part
-        from .metric_facts import FACTS_KEY, encode, metric_values
-
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), FACTS_KEY: encode(metric_values(table))})
     encodings = {k: v for k, v in schema.ENCODINGS.get(kind, {}).items() if k in table.schema.names}
     dictionary = [n for n in table.schema.names if n not in encodings]
