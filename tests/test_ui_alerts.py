@@ -18,7 +18,7 @@ import time
 import pytest
 
 import trackstore
-from tests.ui_support import ARTIFACTS, UiServer, chromium_paths, env_for, start_browser, wait_for
+from tests.ui_support import ARTIFACTS, LIVE_RUN, chromium, env_for, require_chromium, serving, wait_for
 
 pytest.importorskip("starlette")
 
@@ -42,19 +42,6 @@ while not os.path.exists({stop!r}):
     time.sleep(0.1)
 run.finish()
 """
-
-LIVE_RUN = """
-import os, time, trackstore
-run = trackstore.init(project="live", name="growing", root={root!r}, flush_interval=0.3)
-print(run.id, flush=True)
-step = 0
-while not os.path.exists({stop!r}):
-    run.log({{"live/value": float(step)}}, step=step)
-    step += 1
-    time.sleep(0.02)
-run.finish()
-"""
-
 
 def _finished_runs(root) -> dict[str, str]:
     ids = {}
@@ -90,9 +77,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(store):
     root, _ids, tmp = store
-    s = UiServer(root, tmp)
-    yield s
-    s.stop()
+    with serving(root, tmp) as s:
+        yield s
 
 
 def _rows(server) -> dict[str, dict]:
@@ -174,15 +160,9 @@ def test_a_live_runs_last_step_keeps_up_with_its_parts(server, store):
 # ------------------------------------------------------------------ in a real browser
 @pytest.fixture(scope="module")
 def browser(server):
-    if chromium_paths() is None:
-        pytest.skip("chromium and chromedriver are not installed (make install-browser, or apt-get install chromium "
-                    "chromium-driver)")
-    pytest.importorskip("selenium")
-    d = start_browser()
-    d.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield d
-    d.quit()
+    require_chromium()
+    with chromium() as d:
+        yield d
 
 
 def js(browser, code: str, *args):
