@@ -76,11 +76,12 @@ class WholePart:
     """A local part file every row of which is pending, handed to a sync target as it is (its
     bytes, read once) for a target that stores parts unchanged (the team store): no decoding,
     no encoding. ``ids`` are its row ids (``writer``, ``seq``), ``num_rows`` its rows; ``pf``
-    the ``pyarrow.parquet.ParquetFile`` its footer was read with, when the caller has it."""
+    the ``pyarrow.parquet.ParquetFile`` its footer was read with, and ``table`` its rows as
+    read from it, when the caller has them."""
 
-    def __init__(self, path: Path, data: bytes, ids: RangeSet, num_rows: int, pf=None):
+    def __init__(self, path: Path, data: bytes, ids: RangeSet, num_rows: int, pf=None, table=None):
         self.path, self.data, self.ids, self.num_rows = path, data, ids, num_rows
-        self._pf = pf
+        self._pf, self._table = pf, table
 
     def __repr__(self) -> str:
         return f"WholePart({self.path.name}, {self.num_rows} rows)"
@@ -94,19 +95,22 @@ class WholePart:
 
         from ..store.parts import conform
 
+        if self._table is not None:
+            return conform(self._table, kind)
         pf = self._pf if self._pf is not None else pq.ParquetFile(io.BytesIO(self.data))
         return conform(pf.read(use_threads=False), kind)
 
 
-def whole_part_ids(pf) -> RangeSet | None:
+def whole_part_ids(pf, table=None) -> RangeSet | None:
     """The row ids (``writer``, ``seq``) of an open part (``pyarrow.parquet.ParquetFile``); None
     when a ``writer`` or ``seq`` is null (no part is written so: the caller reads its rows,
     which refuses it). The ``writer`` column is read; ``seq`` comes from the footer's
     statistics when the part is one writer's and its seqs fill ``[min, max]`` (``num_rows ==
     max - min + 1``: a writer's seqs are unique, so there is no gap): a writer's part, whole or
-    compacted, is read without decoding its ``seq`` column. Otherwise ``seq`` is read."""
+    compacted, is read without decoding its ``seq`` column. Otherwise ``seq`` is read. ``table``:
+    the part's rows, read already (nothing more is read then)."""
     md = pf.metadata
-    writer = pf.read(columns=["writer"], use_threads=False).column("writer")
+    writer = (table if table is not None else pf.read(columns=["writer"], use_threads=False)).column("writer")
     if writer.null_count:
         return None
     ids = RangeSet()
@@ -118,7 +122,8 @@ def whole_part_ids(pf) -> RangeSet | None:
         names = writer.unique()
         if len(names) == 1 and span[1] - span[0] + 1 == md.num_rows:
             return RangeSet.from_json({names[0].as_py(): [[span[0], span[1]]]})
-    table = pf.read(columns=["writer", "seq"], use_threads=False)
+    if table is None:
+        table = pf.read(columns=["writer", "seq"], use_threads=False)
     if table.column("seq").null_count:
         return None
     ids.add_table(table)
@@ -147,12 +152,19 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
     in ``exclude`` and that are their writer's only such part, read as bytes and checked
     (format version, the kind's columns, row ids) without decoding their data; and every other
     pending row, decoded as :func:`read_kind` returns them (a writer's several small parts are
-    better sent merged). A part that does not check out is handled as :func:`read_kind` handles it."""
+    better sent merged). A part that does not check out is handled as :func:`read_kind` handles it.
+
+    A kind folder of several parts (a live run's flushes, most often one writer's: they will be
+    decoded to be merged) has each part's rows read at once, and its row ids taken from them;
+    a folder of one part (a finished or compacted run) has only its ids read
+    (:func:`whole_part_ids`)."""
     import io
+    import os
 
     import pyarrow.parquet as pq
 
     from ..store import schema
+    from ..store.layout import is_part_name
     from ..store.parts import schema_problem
 
     whole: list[WholePart] = []
@@ -164,14 +176,20 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
             pf = pq.ParquetFile(io.BytesIO(data))
             version = schema.file_version(pf.schema_arrow.metadata)
             problem = schema_problem(pf.schema_arrow, kind)
-            ids = whole_part_ids(pf) if problem is None else None
+            table = pf.read(use_threads=False) if several and problem is None else None
+            ids = whole_part_ids(pf, table) if problem is None else None
         except Exception:  # damaged framing or footer: read_rows names the damage
             return ("rows", read_rows(part, kind))
         if (version is not None and version > schema.SCHEMA_VERSION) or ids is None:
             return ("rows", read_rows(part, kind))  # read_rows refuses it, saying why
         if exclude and exclude.overlap(ids):
             return ("rows", read_rows(part, kind))  # partly acknowledged: its pending rows only
-        return ("whole", WholePart(part, data, ids, pf.metadata.num_rows, pf))
+        return ("whole", WholePart(part, data, ids, pf.metadata.num_rows, pf, table))
+
+    try:  # how many parts: a guess, for the way they are read (each is checked all the same)
+        several = sum(1 for name in os.listdir(paths.kind_dir(kind)) if is_part_name(name)) > 1
+    except OSError:
+        several = False
 
     def on_damaged(path, exc):
         if damaged is not None:
