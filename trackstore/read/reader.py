@@ -89,15 +89,14 @@ class WholePart:
     def rows(self, kind: str):
         """Its rows, decoded (when a target must look at them after all): from the footer
         already parsed, one thread (a few-second flush reads twice as fast so)."""
-        import io
-
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         from ..store.parts import conform
 
         if self._table is not None:
             return conform(self._table, kind)
-        pf = self._pf if self._pf is not None else pq.ParquetFile(io.BytesIO(self.data))
+        pf = self._pf if self._pf is not None else pq.ParquetFile(pa.BufferReader(self.data))
         return conform(pf.read(use_threads=False), kind)
 
 
@@ -158,9 +157,9 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
     decoded to be merged) has each part's rows read at once, and its row ids taken from them;
     a folder of one part (a finished or compacted run) has only its ids read
     (:func:`whole_part_ids`)."""
-    import io
     import os
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from ..store import schema
@@ -173,7 +172,7 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
     def one(part: Path):
         data = part.read_bytes()  # FileNotFoundError: a compaction swapped the folder; each_part lists again
         try:
-            pf = pq.ParquetFile(io.BytesIO(data))
+            pf = pq.ParquetFile(pa.BufferReader(data))  # Arrow's own reader over the bytes: no Python file calls
             version = schema.file_version(pf.schema_arrow.metadata)
             problem = schema_problem(pf.schema_arrow, kind)
             table = pf.read(use_threads=False) if several and problem is None else None
