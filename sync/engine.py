@@ -633,10 +633,10 @@ class Engine:
         for k, ids in cursor.in_doubt_rows().items():
             rows = read_kind(info.paths, k, damaged={})
             tables[k] = rows.filter(ids.mask(rows))
-        if kind == RUN:  # a run's pass (Capabilities.doubt_per_run): each kind reconciled in its turn
-            for k in REPLAY_ORDER:
-                if k in tables and tables[k].num_rows:
-                    self._deliver(k, tables[k], cursor, res, doubtful=True, note=True, marked=True)
+        if kind == RUN:  # a run's pass (Capabilities.doubt_per_run): each kind reconciled in its turn,
+            for k in REPLAY_ORDER:  # in the target's batches (the pass may have held many)
+                for batch in self._batches(k, tables[k]) if k in tables and tables[k].num_rows else ():
+                    self._deliver(k, batch, cursor, res, doubtful=True, note=True, marked=True)
             # the doubt ends here, as a batch's does: the rows of a part unreadable now stay pending
             cursor.acknowledge(cursor.in_doubt_rows(), {}, {})
             return
