@@ -298,6 +298,11 @@ class Capabilities:
     #: ids, never decoded); the other rows go as tables. ``reconcile`` may answer a WholePart
     #: with the rows it lacks as a table.
     whole_parts: tuple[str, ...] = ()
+    #: the target reconciles what it holds of a kind at once, whatever the batches (the team
+    #: store reads its parts' row ids): the engine marks every row a pass sends of a run in
+    #: doubt in one durable write, instead of one per batch (docs/sync.md, "Exactly once").
+    #: Not with ``merge_steps``, whose batches stay one doubt each
+    doubt_per_run: bool = False
 
 
 @dataclass

@@ -15,6 +15,12 @@ For each run, in order:
    atomic, so at every instant the stored cursor has at most one batch in doubt, the one sent
    last or being sent: a crash anywhere is repaired by step 2 on the next run (a batch whose
    acknowledgement was not written yet is reconciled, found at the target, and not sent again).
+   A target whose reconcile reads what it holds of a kind at once, whatever the batch
+   (:attr:`~.adapter.Capabilities.doubt_per_run`: the team store) has every pending row of the
+   run marked in doubt in one durable write before its first batch, each acknowledgement taking
+   its batch's rows out of that doubt, and the run's last save storing them all: two durable
+   writes a run, whatever its batches (a crash is repaired the same way, every kind of the
+   doubt reconciled).
 5. When the run has ended, ``adapter.finish_run`` pushes summary and final status.
 
 Nothing is skipped silently: a part file that cannot be read and holds rows the target lacks
@@ -40,9 +46,10 @@ from trackstore.errors import TargetRefusedError, TargetUnreachableError, Tracks
 from trackstore.read.listing import RunInfo, list_runs, resolve_runs
 from trackstore.read.reader import WholePart, read_kind, read_kind_parts
 from trackstore.store.clock import iso
-from trackstore.store.cursor import Cursor
+from trackstore.store.cursor import RUN, Cursor
 from trackstore.store.layout import resolve_root
 from trackstore.store.ledger import CURSOR_ERRORS, cursor_path, load_cursor, save_cursor, unchanged_since_ack
+from trackstore.store.ranges import RangeSet
 from trackstore.store.redact import redact_text
 from trackstore.store.vocab import REPLAY_ORDER, TERMINAL, Kind, RunStatus
 
@@ -435,17 +442,18 @@ class Engine:
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
         merged = {k: tables[k] for k in REPLAY_ORDER if k in self.caps.merge_steps}
+        marked = self._mark_run_in_doubt(tables, whole, cursor) if self.caps.doubt_per_run and not merged else False
         if any(t.num_rows for t in merged.values()):
             self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
         for kind in REPLAY_ORDER:
             for part in whole.get(kind, ()):  # local parts sent as they are (Capabilities.whole_parts)
-                self._deliver(kind, part, cursor, res, doubtful=doubtful)
+                self._deliver(kind, part, cursor, res, doubtful=doubtful, marked=marked)
                 self.progress.advanced(part.num_rows)
                 if self.on_batch is not None:
                     self.on_batch()
             table = tables[kind]
             if table.num_rows and kind not in merged:
-                self._send_kind(kind, table, cursor, res, doubtful=doubtful)
+                self._send_kind(kind, table, cursor, res, doubtful=doubtful, marked=marked)
         status = run_plan.status
         if status:
             self._call(res, lambda: self.adapter.finish_run(info, cursor, status))
@@ -506,12 +514,33 @@ class Engine:
         res.pending = self._pending_counts(info, tables)
         return tables, unreadable
 
-    def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult, *, doubtful: bool = False) -> None:
+    def _mark_run_in_doubt(self, tables: dict, whole: dict, cursor: Cursor) -> bool:
+        """Mark every row this pass will send of the run in doubt, in one durable write
+        (:attr:`~.adapter.Capabilities.doubt_per_run`), with what the cursor holds unsaved; False
+        when there is nothing to send."""
+        rows: dict = {}
+        for kind in REPLAY_ORDER:
+            ids = row_ranges(tables[kind]) if tables[kind].num_rows else None
+            for part in whole.get(kind, ()):
+                ids = ids or RangeSet()
+                ids.update(part.ids)
+            if ids:
+                rows[kind] = ids
+        if not rows:
+            return False
+        now = iso(time.time())
+        cursor.mark_run_in_doubt(rows, f"{RUN}-{now}", now)
+        self._save(cursor)
+        return True
+
+    def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult, *, doubtful: bool = False,
+                   marked: bool = False) -> None:
         """Send ``table`` batch by batch. ``doubtful``: the target may hold some of these rows
         already (a lost or quarantined cursor found an existing remote run), so every batch is
-        reconciled before it is sent."""
+        reconciled before it is sent. ``marked``: the rows are in the run's doubt already
+        (:meth:`_mark_run_in_doubt`)."""
         for batch in self._batches(kind, table):
-            self._deliver(kind, batch, cursor, res, doubtful=doubtful)
+            self._deliver(kind, batch, cursor, res, doubtful=doubtful, marked=marked)
             self.progress.advanced(batch.num_rows)
             if self.on_batch is not None:
                 self.on_batch()
@@ -532,7 +561,7 @@ class Engine:
                 self.on_batch()
 
     def _deliver(self, kind: str, batch, cursor: Cursor, res: RunResult, *, doubtful: bool = False,
-                 note: bool = False) -> None:
+                 note: bool = False, marked: bool = False) -> None:
         """The exactly-once protocol for one batch (a Table of ``kind``, or a :class:`StepBatch`).
 
         The cursor records the batch as in doubt before anything is sent. A send that fails
@@ -541,12 +570,18 @@ class Engine:
         it holds (``adapter.reconcile``) and sends only the rest, under a new batch id. Rows
         the target holds or acknowledged join the cursor's acknowledged set, atomically with
         the end of the doubt.
+
+        ``marked``: the batch's rows are in a doubt of kind ``run`` stored already (the run's
+        pass, :meth:`_mark_run_in_doubt`, or one a previous sync left): nothing is written before
+        the send, and the acknowledgement takes the batch's rows out of that doubt.
         """
         ids = batch_ids(kind, batch)
-        cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
+        if not marked:
+            cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
         # rows a session handed over and never confirmed: ask the target before sending them
         doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
-        self._save(cursor)  # with the previous batch's acknowledgement, if it was not stored yet
+        if not marked:
+            self._save(cursor)  # with the previous batch's acknowledgement, if it was not stored yet
         pending, result, attempt = batch, SendResult(), 0
         held = 0
         while True:
@@ -598,6 +633,13 @@ class Engine:
         for k, ids in cursor.in_doubt_rows().items():
             rows = read_kind(info.paths, k, damaged={})
             tables[k] = rows.filter(ids.mask(rows))
+        if kind == RUN:  # a run's pass (Capabilities.doubt_per_run): each kind reconciled in its turn,
+            for k in REPLAY_ORDER:  # in the target's batches (the pass may have held many)
+                for batch in self._batches(k, tables[k]) if k in tables and tables[k].num_rows else ():
+                    self._deliver(k, batch, cursor, res, doubtful=True, note=True, marked=True)
+            # the doubt ends here, as a batch's does: the rows of a part unreadable now stay pending
+            cursor.acknowledge(cursor.in_doubt_rows(), {}, {})
+            return
         if kind != STEPS and kind in self.caps.merge_steps:  # left by a version that sent kinds one by one
             kind = STEPS
         self._deliver(kind, StepBatch(tables) if kind == STEPS else tables[kind], cursor, res, doubtful=True,

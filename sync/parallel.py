@@ -301,7 +301,9 @@ class _Scheduler:
                 # a batch can take a millisecond (the team store): a heartbeat every few seconds
                 # is what staleness (locks.STALE_AFTER_S) needs, and a worker frozen longer than
                 # that still finds out at its next batch that its lock was taken over
-                if lock is not None and now - beaten.get(id(lock), -LOCK_BEAT_S) >= LOCK_BEAT_S:
+                # a lock first seen here was taken just now (its heartbeat is its creation): its
+                # first refresh is due LOCK_BEAT_S later, not at the run's first batch
+                if lock is not None and now - beaten.setdefault(id(lock), now) >= LOCK_BEAT_S:
                     lock.refresh()
                     beaten[id(lock)] = now
             if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:

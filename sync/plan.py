@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from trackstore.store.cursor import Cursor
+from trackstore.store.cursor import RUN, Cursor
 from trackstore.store.ledger import cursor_settled, status_to_push
 from trackstore.store.vocab import TERMINAL
 
@@ -92,7 +92,8 @@ class RunPlan:
             return []
         out = [f"create the {target} run (or find it)" if self.remote == FIND_OR_CREATE else f"open the {target} run"]
         if self.in_doubt:
-            out.append(f"reconcile the {self.in_doubt.kind} batch in doubt ({_rows(self.in_doubt.rows)})")
+            what = "rows of the last pass" if self.in_doubt.kind == RUN else f"{self.in_doubt.kind} batch"
+            out.append(f"reconcile the {what} in doubt ({_rows(self.in_doubt.rows)})")
         if self.metadata:
             out.append("send config and tags")
         if self.recheck:

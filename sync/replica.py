@@ -128,6 +128,9 @@ class ReplicaAdapter(Adapter):
         # a local part none of whose rows is here yet is stored as it is: no decoding, no encoding
         # (artifacts go as rows: their files are copied before the manifest rows naming them)
         whole_parts=(Kind.METRICS, Kind.SAMPLES, Kind.SPANS, Kind.HISTOGRAMS),
+        # reconcile reads the run's parts of a kind: a crash anywhere in a run's pass costs the
+        # same reading whether one batch or all of them were in doubt, so one mark covers them
+        doubt_per_run=True,
     )
 
     def __init__(self, options):

@@ -14,6 +14,8 @@ Faults are queued on the target and fire on the next ``send``/``reconcile`` call
 * ``"abort_before"`` / ``"abort_after"``: :class:`Abort` (a ``BaseException``, so nothing in the
   engine catches it) before or after the rows are stored: the process was SIGKILLed at that
   boundary. The cursor is left exactly as a killed process leaves it on disk.
+* ``"interrupt_after"``: stored, then ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM, which the CLI
+  raises as one): the engine stores what it acknowledged and not yet saved, then stops.
 
 Usage::
 
@@ -45,7 +47,7 @@ from .adapter import (
 )
 
 KINDS = REPLAY_ORDER  # every kind, in the order the engine replays them
-FAULTS = ("fail_before", "fail_after", "timeout", "drop", "abort_before", "abort_after")
+FAULTS = ("fail_before", "fail_after", "timeout", "drop", "abort_before", "abort_after", "interrupt_after")
 
 
 class Abort(BaseException):
@@ -153,6 +155,8 @@ class MemoryAdapter(Adapter):
             raise TimeoutError("injected: timed out after the target stored the batch")
         if fault == "abort_after":
             raise Abort("killed after the target stored the batch")
+        if fault == "interrupt_after":  # Ctrl-C or SIGTERM (the CLI raises it) during the request
+            raise KeyboardInterrupt("interrupted after the target stored the batch")
         return SendResult()
 
     def reconcile(self, kind: str, rows, cursor, batch_id: str):
@@ -214,3 +218,15 @@ class SessionMemoryAdapter(MemoryAdapter):
             for kind, rows in remote.spool.items():
                 remote.held.setdefault(kind, Counter()).update(rows)
             remote.spool.clear()
+
+
+class RunDoubtMemoryAdapter(MemoryAdapter):
+    """The same target declaring :attr:`~.adapter.Capabilities.doubt_per_run` (like the team
+    store): the engine marks a run's whole pass in doubt at once, and its many small batches
+    (7 rows) leave that doubt one by one."""
+
+    name = "memory-run-doubt"
+    CAPABILITIES = replace(MemoryAdapter.CAPABILITIES, doubt_per_run=True)
+
+    def destination(self) -> str:
+        return f"memory-run-doubt:{self.target.name}"

@@ -1,7 +1,7 @@
 """The sync cursor's methods (``trackstore.store.cursor.Cursor``) as a state machine.
 
 Random sequences of the protocol's changes (a session begins, a batch is marked in doubt and
-acknowledged, a session is confirmed or rolled back, rows are marked for a recheck, the remote
+acknowledged, a run's pass is marked in doubt at once and acknowledged batch by batch, a session is confirmed or rolled back, rows are marked for a recheck, the remote
 run is forgotten) are played on a cursor and on a plain model of what it must hold. After every
 step the cursor survives its own JSON (what is stored is what is read back, through the one
 check every reader uses), and it agrees with the model: acknowledged rows, the batch in doubt,
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from trackstore.store.cursor import STEPS, Cursor, check_cursor
+from trackstore.store.cursor import RUN, STEPS, Cursor, check_cursor
 from trackstore.store.ranges import RangeSet
 
 KINDS = ("metrics", "samples")
@@ -49,6 +49,7 @@ class CursorMachine(RuleBasedStateMachine):
         self.session: dict[str, set] | None = None
         self.recheck: dict[str, set] = {k: set() for k in KINDS}
         self.doubt: dict[str, set] | None = None
+        self.run_doubt = False  # the doubt is a run's pass (kind RUN): batches leave it one by one
 
     @rule()
     @precondition(lambda self: self.session is None and self.doubt is None)
@@ -62,19 +63,33 @@ class CursorMachine(RuleBasedStateMachine):
         kind = STEPS if len(batch) > 1 else next(iter(batch))
         self.cursor.mark_in_doubt(kind, {k: _ids(v) for k, v in batch.items()}, "b", "2026-12-05T00:00:00Z")
         self.doubt = {k: set(v) for k, v in batch.items()}
+        self.run_doubt = False
+        assert {k: _rows(v) for k, v in self.cursor.in_doubt_rows().items()} == self.doubt
+
+    @rule(batch=batches)
+    @precondition(lambda self: self.doubt is None)
+    def send_a_run(self, batch):
+        self.cursor.mark_run_in_doubt({k: _ids(v) for k, v in batch.items()}, "run-b", "2026-12-05T00:00:00Z")
+        self.doubt = {k: set(v) for k, v in batch.items()}
+        self.run_doubt = True
+        assert self.cursor.in_doubt["kind"] == RUN
         assert {k: _rows(v) for k, v in self.cursor.in_doubt_rows().items()} == self.doubt
 
     @rule(data=st.data())
     @precondition(lambda self: self.doubt is not None)
     def acknowledge(self, data):
-        acked = {k: data.draw(st.sets(st.sampled_from(sorted(v)))) for k, v in self.doubt.items()}
-        self.cursor.acknowledge({k: _ids(v) for k, v in self.doubt.items()}, {k: _ids(v) for k, v in acked.items()},
+        # a batch: the whole doubt, or (a run's pass) some of its rows, of one kind or several
+        handed = {k: data.draw(st.sets(st.sampled_from(sorted(v)), min_size=1)) if self.run_doubt else set(v)
+                  for k, v in self.doubt.items()}
+        acked = {k: data.draw(st.sets(st.sampled_from(sorted(v)))) if v else set() for k, v in handed.items()}
+        self.cursor.acknowledge({k: _ids(v) for k, v in handed.items()}, {k: _ids(v) for k, v in acked.items()},
                                 {k: 0 for k in acked})
         for k, v in acked.items():
             self.acked[k] |= v
-        for k, v in self.doubt.items():
+        for k, v in handed.items():
             self.recheck[k] -= v
-        self.doubt = None
+        left = {k: rest for k, v in self.doubt.items() if (rest := v - handed.get(k, set()))}
+        self.doubt = left if self.run_doubt and left else None
 
     @rule()
     @precondition(lambda self: self.session is not None and self.doubt is None)
@@ -118,6 +133,7 @@ class CursorMachine(RuleBasedStateMachine):
             assert _rows(self.cursor.acked.get(k)) == self.acked[k], k
             assert _rows(self.cursor.recheck.get(k)) == self.recheck[k], k
         assert (self.cursor.in_doubt is None) == (self.doubt is None)
+        assert {k: _rows(v) for k, v in self.cursor.in_doubt_rows().items()} == (self.doubt or {})
         assert (self.cursor.session is None) == (self.session is None)
 
     @invariant()

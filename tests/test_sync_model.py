@@ -3,12 +3,14 @@
 Random interleavings of: rows of every kind logged by several writers of one run, writers
 finishing, compaction, syncs through :mod:`trackstore.sync.testing`'s in-memory target with
 faults queued (fail before or after the target stored a batch, time-outs, dropped connections)
-and SIGKILL-equivalent aborts before or after a batch is stored, and cursors lost (as when
+and SIGKILL-equivalent aborts before or after a batch is stored, interrupts (Ctrl-C, SIGTERM)
+after a batch is stored, and cursors lost (as when
 ``doctor --fix`` quarantines one). After every step: the target holds every row the cursor
 acknowledged exactly once and no row twice. After a final clean sync: it holds every stored
 row exactly once. The same model runs against a step-merged target (one row per step, like
-wandb), which also records any step the engine split or sent out of order, and against a target
-that makes rows durable only when its session closes (like SwanLab).
+wandb), which also records any step the engine split or sent out of order, against a target
+that makes rows durable only when its session closes (like SwanLab), and against one that takes
+a run's whole pass as one doubt (``Capabilities.doubt_per_run``, like the team store).
 
 The suite runs a bounded number of examples; a deeper run is one command:
 
@@ -41,6 +43,7 @@ from trackstore.sync.testing import (
     Abort,
     MemoryAdapter,
     MemoryTarget,
+    RunDoubtMemoryAdapter,
     SessionMemoryAdapter,
     StepMemoryAdapter,
 )
@@ -109,8 +112,8 @@ class SyncModel(RuleBasedStateMachine):
         self.target.faults = [None] * clean + list(faults)  # `clean` batches go through first
         try:
             self._engine().sync(select_runs(self.root, SyncOptions()))
-        except Abort:
-            pass  # the process died: whatever the cursor on disk says is what the next sync sees
+        except (Abort, KeyboardInterrupt):
+            pass  # the process died, or stopped on an interrupt: what the cursor on disk says is what the next sync sees
         self.target.faults = []
 
     @rule()
@@ -173,14 +176,24 @@ class SessionSyncModel(SyncModel):
     adapter = SessionMemoryAdapter
 
 
+class RunDoubtSyncModel(SyncModel):
+    """The same model against a target that takes a run's whole pass as one doubt (like the team
+    store, ``Capabilities.doubt_per_run``): kills and faults between its batches leave the
+    run's doubt, which the next sync reconciles."""
+
+    adapter = RunDoubtMemoryAdapter
+
+
 # the variants share the engine's code paths with the plain model: half its examples keep the
-# suite's time (TRACKSTORE_MODEL_EXAMPLES deepens all three)
-for _model, _n in ((SyncModel, EXAMPLES), (StepSyncModel, max(1, EXAMPLES // 2)), (SessionSyncModel, max(1, EXAMPLES // 2))):
+# suite's time (TRACKSTORE_MODEL_EXAMPLES deepens all four)
+for _model, _n in ((SyncModel, EXAMPLES), (StepSyncModel, max(1, EXAMPLES // 2)), (SessionSyncModel, max(1, EXAMPLES // 2)),
+                   (RunDoubtSyncModel, max(1, EXAMPLES // 2))):
     _model.TestCase.settings = settings(max_examples=_n, stateful_step_count=20, deadline=None, database=None,
                                         suppress_health_check=list(HealthCheck))
 TestSyncModel = SyncModel.TestCase
 TestStepSyncModel = StepSyncModel.TestCase
 TestSessionSyncModel = SessionSyncModel.TestCase
+TestRunDoubtSyncModel = RunDoubtSyncModel.TestCase
 
 
 @pytest.mark.parametrize("model", [SyncModel, StepSyncModel, SessionSyncModel], ids=["plain", "steps", "session"])

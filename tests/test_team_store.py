@@ -61,6 +61,37 @@ def assert_exact(root: Path, replica: Path) -> None:
         assert n == source_rows(root, kind), kind
 
 
+@pytest.mark.parametrize("shape", ["one writer", "a gap", "two writers", "unordered", "a null seq", "empty"])
+def test_a_whole_parts_row_ids_from_its_footer_are_its_rows(tmp_path, shape):
+    """The row ids a whole part is sent and acknowledged under (read from the footer's seq
+    statistics when one writer's seqs fill their range) are exactly the ids its rows hold."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trackstore.read.reader import whole_part_ids
+    from trackstore.store.ranges import RangeSet
+
+    seqs = {"one writer": list(range(5, 905)), "a gap": [*range(0, 400), *range(401, 901)],
+            "two writers": list(range(900)), "unordered": random.Random(1).sample(range(900), 900),
+            "a null seq": [1, None, 3], "empty": []}[shape]
+    writers = [("w-b" if shape == "two writers" and i % 3 == 0 else "w-a") for i in range(len(seqs))]
+    if shape == "two writers":
+        seqs = [s + 10_000 if w == "w-b" else s for s, w in zip(seqs, writers)]  # each writer's seqs unique
+    table = pa.table({"writer": pa.array(writers, pa.string()), "seq": pa.array(seqs, pa.int64()),
+                      "value": pa.array([0.5] * len(seqs))})
+    path = tmp_path / "part.parquet"
+    pq.write_table(table, path, row_group_size=256)  # several row groups: statistics per group
+    pf = pq.ParquetFile(path)
+    ids, from_rows = whole_part_ids(pf), whole_part_ids(pf, pf.read())  # the ids alone; the rows read already
+    if shape == "a null seq":
+        assert ids is None and from_rows is None
+        return
+    decoded = RangeSet()
+    decoded.add_table(table)
+    assert ids == decoded == from_rows
+    assert len(ids) == len(seqs)
+
+
 def test_replica_is_a_store_that_plain_readers_and_trackstore_read(root, tmp_path):
     make_runs(root, 3)
     replica = tmp_path / "team"

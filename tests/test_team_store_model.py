@@ -173,3 +173,59 @@ class ReplicaModel(RuleBasedStateMachine):
 ReplicaModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=12, deadline=None,
                                           database=None, suppress_health_check=list(HealthCheck))
 TestReplicaModel = ReplicaModel.TestCase
+
+
+@pytest.mark.parametrize("batch", [None, 5])
+def test_killed_after_a_runs_first_part_then_more_rows_then_a_rerun_is_exact(tmp_path, batch):
+    """Every row a pass sends of a run is marked in doubt in one durable write before the first
+    part (Capabilities.doubt_per_run), and nothing is written between its parts: a sync killed
+    after the first part landed leaves that doubt, and the next sync, after the run logged more
+    (its pending rows batched otherwise, the part named by another range), reconciles it instead
+    of sending those rows again; in the target's batches when the doubt holds more (``batch``)."""
+    import pyarrow.parquet as pq
+
+    from trackstore.store.ledger import iter_cursors
+
+    root, replica = tmp_path / "store", tmp_path / "team"
+    run = trackstore.init("p", name="live", root=root, flush_interval=3600)
+    faults: list = []
+
+    def log(steps: range) -> None:  # two flushes of each kind: sent as rows, one part per kind
+        for step in steps:
+            log_record(run, "metrics", step, tmp_path / "a.bin")
+            log_record(run, "samples", step, tmp_path / "a.bin")
+            if step % 3 == 2:
+                run.flush()
+
+    def sync():
+        adapter = ReplicaAdapter(TargetOptions(uri=str(replica), store_root=str(root)))
+        adapter.folder = FaultyFolder(replica, faults)
+        return Engine(root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0, batch_size=batch)).sync(
+            select_runs(root, SyncOptions()))
+
+    log(range(0, 6))
+    assert sync().ok  # the replica knows the run: no later pass starts from a lost cursor
+    log(range(6, 12))
+    before = set(replica.glob("project=p/run=*/*/*.parquet"))
+    faults[:] = ["killed_after"]  # the pass's first part lands, and the sync dies
+    with pytest.raises(Killed):
+        sync()
+    (cursor,) = iter_cursors(root, target="store")
+    assert cursor.in_doubt["kind"] == "run"
+    assert {k: len(v) for k, v in cursor.in_doubt_rows().items()} == {"metrics": 12, "samples": 6}
+    (landed,) = set(replica.glob("project=p/run=*/*/*.parquet")) - before  # one part of pass 2, no more
+    log(range(12, 15))
+    run.finish(compact=False)
+    report = sync()
+    assert report.ok, [r.error for r in report.runs]
+    assert report.runs[0].reconciled == pq.ParquetFile(landed).metadata.num_rows  # not sent again
+    model = ReplicaModel.__new__(ReplicaModel)
+    model.root, model.replica = root, replica
+    for kind in ("metrics", "samples"):
+        held = model._replica_ids(kind)
+        assert max(held.values()) == 1, f"{kind}: a row twice in the replica"
+        assert set(held) == model._source_ids(kind), kind
+    (cursor,) = iter_cursors(root, target="store")
+    assert cursor.in_doubt is None and len(cursor.acked["metrics"]) == 30 and len(cursor.acked["samples"]) == 15
+    if batch:  # every part went as rows (a writer's several flushes), the doubt's in the target's batches too
+        assert max(pq.ParquetFile(p).metadata.num_rows for p in replica.glob("project=p/run=*/*/*.parquet")) <= batch

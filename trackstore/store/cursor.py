@@ -32,7 +32,15 @@ from .ranges import RangeSet, RangeValueError, check_count
 #: the kind of a batch in doubt that holds whole steps of several kinds (a target that takes one
 #: row per step: ``trackstore.sync.adapter.Adapter.merge_steps``); its ``rows`` map kinds to row ids
 STEPS = "steps"
-CURSOR_VERSION = 1
+#: the kind of a doubt that holds every row one pass of a sync hands to the target for a run, of
+#: several kinds and batches at once (a target whose reconcile reads what it holds per kind:
+#: ``trackstore.sync.adapter.Capabilities.doubt_per_run``); its ``rows`` map kinds to row ids,
+#: and each batch the target acknowledges leaves it (:meth:`Cursor.acknowledge`)
+RUN = "run"
+#: 2: an ``in_doubt`` of kind :data:`RUN` may be stored (version 1 never holds one)
+CURSOR_VERSION = 2
+#: the doubts whose ``rows`` map kinds to row-id sets (any other holds one kind's set)
+PER_KIND_DOUBTS = (STEPS, RUN)
 
 
 def destination_id(target: str, destination: str) -> str:
@@ -86,12 +94,12 @@ class Cursor:
         return self.acked.setdefault(kind, RangeSet())
 
     def in_doubt_rows(self) -> dict[str, RangeSet]:
-        """The rows of the batch in doubt, per kind (a step-merged batch, kind :data:`STEPS`,
-        holds several kinds); empty when no batch is in doubt."""
+        """The rows of the batch in doubt, per kind (a step-merged batch, kind :data:`STEPS`, and
+        a run's pass, kind :data:`RUN`, hold several kinds); empty when no batch is in doubt."""
         doubt = self.in_doubt
         if not doubt:
             return {}
-        rows = doubt.get("rows") if doubt.get("kind") == STEPS else {doubt.get("kind"): doubt.get("rows")}
+        rows = doubt.get("rows") if doubt.get("kind") in PER_KIND_DOUBTS else {doubt.get("kind"): doubt.get("rows")}
         return {k: RangeSet.from_json(v) for k, v in (rows or {}).items() if k}
 
     def roll_back_session(self) -> bool:
@@ -140,6 +148,15 @@ class Cursor:
         self.in_doubt = {"kind": kind, "batch_id": batch_id, "since": at,
                          "rows": {k: v.to_json() for k, v in rows.items()} if kind == STEPS else rows[kind].to_json()}
 
+    def mark_run_in_doubt(self, rows: Mapping[str, RangeSet], batch_id: str, at: str) -> None:
+        """Every row of ``rows`` (kind -> row ids) is about to be sent, batch after batch, with no
+        durable write between them: until each batch is acknowledged, its rows' outcome is
+        unknown. One doubt of kind :data:`RUN`; :meth:`acknowledge` takes each batch's rows out
+        of it and ends it with the last."""
+        self.last_send_at = at
+        self.in_doubt = {"kind": RUN, "batch_id": batch_id, "since": at,
+                         "rows": {k: v.to_json() for k, v in rows.items() if v}}
+
     def rechecked_kinds(self, rows: Mapping[str, RangeSet]) -> list[str]:
         """The kinds of which some of ``rows`` are to be rechecked with the target before sending."""
         return [k for k, ids in rows.items() if self.recheck.get(k) and self.recheck[k].overlap(ids)]
@@ -152,7 +169,8 @@ class Cursor:
                     skipped: Mapping[str, int]) -> None:
         """The target answered for the batch in doubt, whose rows were ``handed``: ``acked`` rows
         are held (or cannot be held, counted per kind in ``skipped``); the rest stay pending. The
-        doubt ends, and no row of the batch needs a recheck any more."""
+        doubt ends, and no row of the batch needs a recheck any more. A doubt of kind :data:`RUN`
+        ends for the batch's rows only: it ends when no row is left in it."""
         for k, ids in acked.items():
             self.acked_set(k).update(ids)
         for k, n in skipped.items():
@@ -161,6 +179,11 @@ class Cursor:
         for k, ids in handed.items():
             if k in self.recheck:
                 self.recheck[k] = self.recheck[k] - ids
+        if self.in_doubt and self.in_doubt.get("kind") == RUN:
+            left = {k: rest for k, ids in self.in_doubt_rows().items() if (rest := ids - handed.get(k, RangeSet()))}
+            if left:
+                self.in_doubt = {**self.in_doubt, "rows": {k: v.to_json() for k, v in left.items()}}
+                return
         self.in_doubt = None
 
     def forget(self) -> None:
@@ -286,7 +309,7 @@ def check_cursor(data: Any) -> dict:
     if doubt is not None:
         if not isinstance(doubt, dict):
             raise RangeValueError("in_doubt", f"must be an object or null, not {type(doubt).__name__}")
-        if doubt.get("kind") == STEPS:
+        if doubt.get("kind") in PER_KIND_DOUBTS:
             sets(doubt.get("rows"), "in_doubt.rows")
         else:
             RangeSet.from_json(doubt.get("rows"), "in_doubt.rows")
