@@ -53,7 +53,7 @@ from trackstore.read.listing import RunInfo, list_runs, load_run, refresh_live
 from trackstore.read.overview import flatten
 from trackstore.read.points import run_keys
 from trackstore.read.pyramid import Pyramids
-from trackstore.read.views import confine, connect, run_sql
+from trackstore.read.views import bound_values, confine, connect, run_sql
 from trackstore.records.samples import decode_row
 from trackstore.store.layout import resolve_root
 
@@ -394,14 +394,12 @@ class Store:
                               f"FROM {src} WHERE {where} GROUP BY project, run", params).fetchall()
             if not ext:
                 return {}
-            values = []
             params.update(w=width - 1, width=width)
-            for i, (project, run_id, x0, x1, _n, _a, _b) in enumerate(ext):
-                params.update({f"p{i}": project, f"r{i}": run_id, f"a{i}": x0,
-                               f"s{i}": width / (x1 - x0) if x1 > x0 else 0.0})
-                values.append(f"($p{i}, $r{i}, {i}, $a{i}::DOUBLE, $s{i}::DOUBLE)")
+            values = bound_values([(project, run_id, i, x0, width / (x1 - x0) if x1 > x0 else 0.0)
+                                   for i, (project, run_id, x0, x1, _n, _a, _b) in enumerate(ext)],
+                                  params, (None, None, "INTEGER", "DOUBLE", "DOUBLE"))
             rows = cur.execute(f"""
-                WITH ext(project, run, i, x0, scale) AS (VALUES {', '.join(values)}),
+                WITH ext(project, run, i, x0, scale) AS (VALUES {values}),
                 b AS (SELECT (i * $width + least(floor((x - x0) * scale), $w))::INTEGER AS g, x, value
                       FROM (SELECT project, run, {xexpr} AS x, value FROM {src} WHERE {where}) JOIN ext USING (project, run)),
                 {m4}""", params).fetchall()
@@ -437,10 +435,7 @@ class Store:
         xexpr = {"step": "step::DOUBLE", "time": "epoch_us(ts) / 1e6",
                  "relative": "epoch_us(ts) / 1e6 - min(epoch_us(ts) / 1e6) OVER (PARTITION BY project, run)"}[x]
         params: dict[str, Any] = {"key": key, "files": files, "width": width}
-        values = []
-        for i, (label, r) in enumerate(members):
-            params.update({f"p{i}": r.project, f"r{i}": r.run_id, f"g{i}": label})
-            values.append(f"($p{i}, $r{i}, $g{i})")
+        values = bound_values([(r.project, r.run_id, label) for label, r in members], params)
         where = ""
         if lo is not None:
             params["lo"] = float(lo)
@@ -449,7 +444,7 @@ class Store:
             params["hi"] = float(hi)
             where += " AND x <= $hi"
         sql = f"""
-            WITH mem(project, run, grp) AS (VALUES {', '.join(values)}),
+            WITH mem(project, run, grp) AS (VALUES {values}),
             src AS (SELECT project, run, {xexpr} AS x, value
                     FROM read_parquet($files, hive_partitioning = true, union_by_name = true)
                     WHERE key = $key AND isfinite(value)),
@@ -499,14 +494,11 @@ class Store:
         if not files:
             yield header
             return
-        values = []
-        for i, r in enumerate(runs):
-            params.update({f"p{i}": r.project, f"r{i}": r.run_id, f"n{i}": r.name})
-            values.append(f"($p{i}, $r{i}, $n{i})")
+        values = bound_values([(r.project, r.run_id, r.name) for r in runs], params)
         cur = self._duck.cursor()
         try:
             reader = cur.sql(f"""
-                WITH names(project, run, run_name) AS (VALUES {', '.join(values)})
+                WITH names(project, run, run_name) AS (VALUES {values})
                 SELECT project, run AS run_id, run_name, step, strftime(ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS time, value
                 FROM read_parquet($files, hive_partitioning = true, union_by_name = true) JOIN names USING (project, run)
                 WHERE {where} ORDER BY project, run, step, ts""", params=params).to_arrow_reader(65536)

@@ -425,6 +425,8 @@ def compute(con, files: Sequence[str], key: str, axis: str, buckets: int = FINES
     of them (their extents, then their buckets). Parts without a finite point of the key are absent."""
     import numpy as np
 
+    from .views import bound_values
+
     if axis not in MIN_LEVEL:
         raise ValueError("axis must be 'step' or 'time'")
     if not files:
@@ -439,15 +441,15 @@ def compute(con, files: Sequence[str], key: str, axis: str, buckets: int = FINES
                           params).fetchall()
         if not ext:
             return {}
-        values = []
         finest: dict[str, int] = {}
-        for i, (fname, x0, x1) in enumerate(ext):
+        levels = []
+        for fname, x0, x1 in ext:
             finest[fname] = level_for(x1 - x0, FINEST_BUCKETS, axis)
             k = level_for(x1 - x0, buckets, axis)
-            params[f"f{i}"], params[f"s{i}"], params[f"k{i}"] = fname, 2.0 ** -k, k
-            values.append(f"($f{i}, $s{i}::DOUBLE, $k{i}::INTEGER)")
+            levels.append((fname, 2.0 ** -k, k))
+        values = bound_values(levels, params, (None, "DOUBLE", "INTEGER"))
         rows = cur.sql(f"""
-            WITH lv(filename, scale, k) AS (VALUES {', '.join(values)}),
+            WITH lv(filename, scale, k) AS (VALUES {values}),
             b AS (SELECT filename, k, floor(x * scale)::BIGINT AS i, x, value
                   FROM (SELECT filename, {xexpr} AS x, value FROM {src} WHERE {where}) JOIN lv USING (filename))
             SELECT filename, any_value(k), i, count(*), min(x), arg_min(value, x), arg_min(x, (value, x)), min(value),

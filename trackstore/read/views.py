@@ -212,6 +212,22 @@ def sql_string(value: str | os.PathLike) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def bound_values(rows: Sequence[Sequence[Any]], params: dict[str, Any], casts: Sequence[str | None] = ()) -> str:
+    """The rows of a ``VALUES`` list, every value a bound parameter (``$v<row>_<column>``, added
+    to ``params``; ``casts`` gives a column's SQL type where DuckDB cannot infer it): how a query
+    joins its rows with what the caller knows per file or per run, user values never in its text."""
+    out = []
+    for i, row in enumerate(rows):
+        cells = []
+        for j, value in enumerate(row):
+            name = f"v{i}_{j}"
+            params[name] = value
+            cast = casts[j] if j < len(casts) else None
+            cells.append(f"${name}::{cast}" if cast else f"${name}")
+        out.append(f"({', '.join(cells)})")
+    return ", ".join(out)
+
+
 def quote_ident(name: str) -> str:
     """A SQL identifier, quoted: any metric key can become a column name safely."""
     return '"' + str(name).replace('"', '""') + '"'
