@@ -4,8 +4,9 @@ A part file is immutable and arrives by a rename, so its name, size and modifica
 name its content: :class:`PartRecord` keeps, per part, what its footer and its
 ``writer``/``seq`` columns say (rows, row-id set, largest step, newest time) and, for a metrics
 part, what its ``step``/``key``/``value``/``ts`` columns say (its non-finite values per key, its
-first time and number of distinct log times), read once
-(:func:`read_part_record`, the only reader of part files here; pyarrow is imported only then)
+first time and number of distinct log times, from its footer when the writer put them there),
+read once (:func:`read_part_record`; :func:`read_part_facts` reads a footer alone; pyarrow is
+imported only then)
 and reused while a part with that name, size and mtime is listed (:func:`list_parts`).
 :func:`parts_digest` names every part of a run in one string: equal digests, same rows;
 :func:`metric_facts` sums a run's metrics parts up for alerts (:mod:`trackstore.read.alerts`).
@@ -72,24 +73,10 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
     """Read a part's footer and its ``writer``/``seq`` columns, and a metrics part's facts
     (:mod:`trackstore.store.metric_facts`): from its footer, or from its values when it was
     written without them (raises FileNotFoundError if it vanished)."""
-    import pyarrow.parquet as pq
-
     if not path.exists():
         raise FileNotFoundError(path)
-    last_ts: float | None = None
-    last_step = None
-    facts = None
-    try:
-        md = pq.read_metadata(path)
-        ts = column_max_time(md, "ts")
-        last_ts = ts if ts is not None else st.st_mtime
-        if kind == Kind.METRICS:
-            last_step = column_max(md, "step")
-            facts = metric_facts_of(md.metadata)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError):
-        pass
+    footer = _footer(path, kind, st)
+    last_ts, last_step, facts = footer[1:] if footer is not None else (None, None, None)
     rows = ids = None
     # a metrics part written without its facts: its row ids and values in one read (half the
     # time of two); its row ids alone when its values cannot be read, or are not needed
@@ -110,8 +97,25 @@ def read_part_record(path: Path, kind: str, st: os.stat_result) -> PartRecord:
             logs = metric_values(both)
         except Exception:  # unreadable values: nothing is said of them (doctor reports the part)
             pass
-    return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids,
-                      int(last_step) if last_step is not None else None, last_ts, *logs)
+    return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, ids, last_step, last_ts, *logs)
+
+
+def _footer(path: Path, kind: str, st: os.stat_result) -> tuple | None:
+    """``(rows, newest time, largest metrics step, metrics facts)`` from a part's footer (the
+    time falls back on the file's mtime); None when the footer cannot be read (raises
+    FileNotFoundError if it vanished)."""
+    import pyarrow.parquet as pq
+
+    try:
+        md = pq.read_metadata(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError):
+        return None
+    ts = column_max_time(md, "ts")
+    step = column_max(md, "step") if kind == Kind.METRICS else None
+    return (md.num_rows, ts if ts is not None else st.st_mtime, int(step) if step is not None else None,
+            metric_facts_of(md.metadata) if kind == Kind.METRICS else None)
 
 
 # what a metrics part's facts are computed from, when its footer lacks them
@@ -249,22 +253,14 @@ def list_part_facts(kdir: Path) -> list[PartRecord]:
 
 
 def read_part_facts(path: Path, st: os.stat_result) -> PartRecord:
-    """:func:`list_part_facts` for one metrics part (``ids`` empty: not read, not damaged)."""
-    import pyarrow.parquet as pq
-
-    try:
-        md = pq.read_metadata(path)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError):
+    """:func:`list_part_facts` for one metrics part (``ids`` empty: not read, not damaged); the
+    whole part (:func:`read_part_record`) when its footer holds no facts (written before parts
+    carried them, or by another tool) or cannot be read."""
+    footer = _footer(path, Kind.METRICS, st)
+    if footer is None or footer[3] is None:
         return read_part_record(path, Kind.METRICS, st)
-    facts = metric_facts_of(md.metadata)
-    if facts is None:  # written before parts carried their facts, or by another tool
-        return read_part_record(path, Kind.METRICS, st)
-    step = column_max(md, "step")
-    ts = column_max_time(md, "ts")
-    return PartRecord(path.name, st.st_size, st.st_mtime_ns, md.num_rows, {}, int(step) if step is not None else None,
-                      ts if ts is not None else st.st_mtime, *facts)
+    rows, last_ts, last_step, facts = footer
+    return PartRecord(path.name, st.st_size, st.st_mtime_ns, rows, {}, last_step, last_ts, *facts)
 
 
 def list_parts(kdir: Path, kind: str, known: dict[tuple, PartRecord]) -> list[PartRecord]:
