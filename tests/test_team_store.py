@@ -367,3 +367,27 @@ def test_a_worker_that_looked_before_another_marked_the_replica_still_agrees(roo
     report = sync(root, first, SyncOptions(), jobs=4)
     assert [r.error for r in report.runs if not r.ok] == []
     assert_exact(root, replica)
+
+
+@pytest.mark.parametrize("text,refused", [
+    ("Error performing PUT http://127.0.0.1:44089/team/k in 1ms - HTTP error: error sending request "
+     "(x-amz-date: 20261207T005403Z)", False),  # a dead endpoint at 00:54:03: the digits of a time
+    ("Error performing PUT http://127.0.0.1:40312/team/k - HTTP error: error sending request", False),
+    ("Error performing PUT http://127.0.0.1:9000/team/k - Server returned non-2xx status code: 403 Forbidden: ",
+     True),
+    ("Error performing GET ... <Code>SignatureDoesNotMatch</Code>", True),
+])
+def test_only_a_status_403_reads_as_access_denied(text, refused):
+    """An S3 error is access denied (exit 10) for a status 403 or an S3 denial code, never for
+    the digits 403 inside a signed request's date or a port (then it is a connection trouble,
+    retried, and exit 7 when it lasts)."""
+    from obstore import exceptions as ox
+
+    from trackstore.errors import RetryableError, TargetRefusedError
+    from trackstore.store import objects
+
+    folder = objects.S3Folder.__new__(objects.S3Folder)
+    folder.url, folder.bucket = "s3://team/p", "team"
+    with pytest.raises(TargetRefusedError if refused else RetryableError):
+        with folder._errors("k"):
+            raise ox.GenericError(f"Generic S3 error: {text}")

@@ -299,7 +299,10 @@ class S3Folder(ObjectFolder):
             text = str(exc)
             if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
                 raise TargetRefusedError(f"{self.url}: no such bucket {self.bucket!r}") from None
-            if any(w in text for w in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")):
+            # a status 403 standing alone: a cut connection's text holds the signed request, whose
+            # X-Amz-Date (20261207T005403Z) or a port may contain those digits
+            if re.search(r"(?<!\w)403(?!\w)", text) or any(
+                    w in text for w in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")):
                 raise TargetRefusedError(f"{self.url}: access denied ({_first_line(exc)}); check "
                                          "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE") from None
             raise RetryableError(f"{self.url}: {_first_line(exc)}") from None
