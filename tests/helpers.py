@@ -224,6 +224,16 @@ def kill9(child: subprocess.Popen) -> None:
     child.stderr.close()
 
 
+def rewrite_cursor(path: Path, cursor: dict) -> None:
+    """Replace a sync cursor file with ``cursor`` (its JSON) the way the store does: a temp file
+    renamed over it (trackstore.store.atomic). A test that wrote the file in place would keep its
+    folder's fingerprint, and the catalog, which trusts a cursor's cached summary while its folder
+    is unchanged (cursors are only ever renamed into place), may never see the edit."""
+    from trackstore.store.atomic import write_json_atomic
+
+    write_json_atomic(path, cursor, indent=None)
+
+
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     """Poll ``condition`` until it holds; fail the test saying ``what`` did not happen."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import mlflow_sqlite_uri, run_cli
+from tests.helpers import mlflow_sqlite_uri, rewrite_cursor, run_cli
 from trackstore.records.artifacts import list_versions
 
 
@@ -96,7 +96,7 @@ def test_mlflow_model_versions_and_moved_aliases_sqlite_and_a_resend(root, tmp_p
         doubt.add_seqs(r["writer"], [r["seq"]])
     cur["acked"]["artifacts"] = {}
     cur["in_doubt"] = {"kind": "artifacts", "rows": doubt.to_json(), "batch_id": "lost", "since": "now"}
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     assert sync(root, "--to", "mlflow", "--uri", uri)["result"] == "ok"
     check_mlflow(uri, run)
 

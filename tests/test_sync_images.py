@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import trackstore
-from tests.helpers import mlflow_sqlite_uri, run_cli
+from tests.helpers import mlflow_sqlite_uri, rewrite_cursor, run_cli
 from trackstore.store.ranges import RangeSet
 
 PIL = pytest.importorskip("PIL.Image", reason="Pillow reads the images back")
@@ -103,7 +103,7 @@ def test_wandb_reconciles_an_image_batch_in_doubt(wb, root, tmp_path):
                        "since": "now"}
     cur["remote"]["last_step"] = 1
     cur["synced_status"] = None
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     out = _cli_sync(root, "--to", "wandb", "--verify")
     assert out["verify_ok"] is True and out["skipped_by_reason"] == {}, out
     assert out["reconciled"] == 2 + 5 and not any(out["sent"].values())
@@ -178,7 +178,7 @@ def test_mlflow_resend_of_an_image_batch_in_doubt_adds_nothing(root, tmp_path):
         doubt.add_seqs(r["writer"], [r["seq"]])
     cur["acked"]["images"] = {}
     cur["in_doubt"] = {"kind": "images", "rows": doubt.to_json(), "batch_id": "x", "since": "now"}
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     out = _cli_sync(root, "--to", "mlflow", "--uri", uri)
     assert out["result"] == "ok" and out["sent"]["images"] == 7, out  # sent again: the same names
     assert _mlflow_images(client, remote.info.run_id) == before

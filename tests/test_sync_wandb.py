@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import trackstore
-from tests.helpers import fake_old_client, run_cli
+from tests.helpers import fake_old_client, rewrite_cursor, run_cli
 from tests.sync_harness import WandbHarness
 from trackstore.sync.wandb import LATE, MAX_TABLE_ROWS, OVER_TABLE, SECOND, rebin, sample_down, wandb_key, wandb_run_id
 
@@ -245,7 +245,7 @@ def test_interrupted_batch_already_in_the_log_is_not_resent(wb, root, first):
     cur["in_doubt"] = {"kind": "metrics", "rows": doubt.to_json(), "batch_id": "x", "since": "now"}
     cur["remote"]["last_step"] = first - 1
     cur["synced_status"] = None
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     out = _sync(root)[0]
     assert out["reconciled"] == len(last) and out["sent"].get("metrics", 0) == 0, out
     steps = [r["step"] for r in wb.history(run.project, run.id)]
@@ -272,7 +272,7 @@ def test_interrupted_batch_missing_from_the_log_is_sent_once(wb, root):
         if r["step"] >= 5:
             doubt.add_seqs(r["writer"], [r["seq"]])
     cur["in_doubt"] = {"kind": "metrics", "rows": doubt.to_json(), "batch_id": "x", "since": "now"}
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     out = _sync(root)[0]
     assert out["reconciled"] == 0 and out["sent"]["metrics"] == 5, out
     assert [(s, v) for _, s, v, _ in wb.metrics(run.project, run.id)] == [(s, float(s)) for s in range(10)]
@@ -431,7 +431,7 @@ def test_interrupted_step_batch_is_reconciled(wb, root):
                        "since": "now"}
     cur["remote"]["last_step"] = 7
     cur["synced_status"] = None
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     out = _sync(root, "--verify")[0]
     assert out["skipped_by_reason"] == {} and out["verify_ok"] is True, out
     assert out["reconciled"] == 8
@@ -608,7 +608,7 @@ def test_an_artifact_resent_after_an_interrupted_batch_adds_no_version(wb, root,
         (doubt if (r["name"], r["version"]) == ("policy", 1) else acked).add_seqs(r["writer"], [r["seq"]])
     cur["acked"]["artifacts"] = acked.to_json()
     cur["in_doubt"] = {"kind": "artifacts", "rows": doubt.to_json(), "batch_id": "x", "since": "now"}
-    path.write_text(json.dumps(cur))
+    rewrite_cursor(path, cur)
     out = _sync(root)[0]
     assert out["result"] == "ok" and out["skipped_by_reason"] == {}, out
     arts = [a for a in wb.artifacts(run.project, run.id) if a["type"] == "model"]
