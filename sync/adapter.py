@@ -303,6 +303,11 @@ class Capabilities:
     #: doubt in one durable write, instead of one per batch (docs/sync.md, "Exactly once").
     #: Not with ``merge_steps``, whose batches stay one doubt each
     doubt_per_run: bool = False
+    #: with ``doubt_per_run``: a run's batches are sent up to this many at once, on threads a
+    #: sync's workers share, and acknowledged as each answer comes (the run's last save stores
+    #: them). For a target whose requests are independent and whose ``send`` is thread-safe
+    #: (the team store: create-only objects); 1 sends one batch after the other
+    concurrent_sends: int = 1
 
 
 @dataclass

@@ -20,7 +20,10 @@ For each run, in order:
    run marked in doubt in one durable write before its first batch, each acknowledgement taking
    its batch's rows out of that doubt, and the run's last save storing them all: two durable
    writes a run, whatever its batches (a crash is repaired the same way, every kind of the
-   doubt reconciled).
+   doubt reconciled). Such a target may take the run's batches at once
+   (:attr:`~.adapter.Capabilities.concurrent_sends`): they are sent on threads the sync's
+   workers share, and each answer is recorded in the engine's thread, in order; the first error
+   stops the batches not started and is raised when the started ones have ended.
 5. When the run has ended, ``adapter.finish_run`` pushes summary and final status.
 
 Nothing is skipped silently: a part file that cannot be read and holds rows the target lacks
@@ -37,10 +40,11 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from trackstore.errors import TargetRefusedError, TargetUnreachableError, TrackstoreError, UsageError
 from trackstore.read.listing import RunInfo, list_runs, resolve_runs
@@ -68,6 +72,9 @@ from .batches import batch_id_of, batch_ids, concat_rows, not_acked, row_batches
 from .plan import RunPlan
 from .trajectories import NO_ROOT_SPAN, rootless_rows
 
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
 
 @dataclass
 class SyncOptions:
@@ -83,6 +90,16 @@ class SyncOptions:
     backoff_base: float = 0.5
     backoff_max: float = 30.0
     seed: int | None = None               # jitter seed (tests)
+
+
+@dataclass
+class _Outcome:
+    """What the target answered for one batch: the rows it was finally handed (the batch less
+    what reconcile found there), its result, and the rows reconcile found held."""
+
+    pending: object
+    result: SendResult
+    held: int
 
 
 @dataclass
@@ -188,8 +205,12 @@ class Engine:
     """Replays runs of one store to one adapter. One instance per ``trackstore sync`` call."""
 
     def __init__(self, root, adapter: Adapter, opts: SyncOptions, progress: Progress | None = None,
-                 on_batch: Callable[[], None] | None = None):
+                 on_batch: Callable[[], None] | None = None, sends: Executor | None = None):
         self.root = resolve_root(root)
+        # the threads that send a run's batches at once (Capabilities.concurrent_sends), shared by
+        # the workers of one sync (sync/parallel.py); None: one batch after the other
+        self.sends = sends if adapter.capabilities.concurrent_sends > 1 else None
+        self._tally = threading.Lock()  # res.retries, counted from the sending threads too
         self.adapter = adapter
         self.opts = opts
         self.progress = progress or Progress()
@@ -445,15 +466,19 @@ class Engine:
         marked = self._mark_run_in_doubt(tables, whole, cursor) if self.caps.doubt_per_run and not merged else False
         if any(t.num_rows for t in merged.values()):
             self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
-        for kind in REPLAY_ORDER:
-            for part in whole.get(kind, ()):  # local parts sent as they are (Capabilities.whole_parts)
-                self._deliver(kind, part, cursor, res, doubtful=doubtful, marked=marked)
-                self.progress.advanced(part.num_rows)
-                if self.on_batch is not None:
-                    self.on_batch()
-            table = tables[kind]
-            if table.num_rows and kind not in merged:
-                self._send_kind(kind, table, cursor, res, doubtful=doubtful, marked=marked)
+        if marked and self.sends is not None:  # the run's batches at once, acknowledged as they come
+            self._send_at_once([(kind, batch) for kind in REPLAY_ORDER
+                                for batch in [*whole.get(kind, ()),
+                                              *(self._batches(kind, tables[kind]) if tables[kind].num_rows else ())]],
+                               cursor, res, doubtful=doubtful)
+        else:
+            for kind in REPLAY_ORDER:
+                for part in whole.get(kind, ()):  # local parts sent as they are (Capabilities.whole_parts)
+                    self._deliver(kind, part, cursor, res, doubtful=doubtful, marked=marked)
+                    self._advanced(part.num_rows)
+                table = tables[kind]
+                if table.num_rows and kind not in merged:
+                    self._send_kind(kind, table, cursor, res, doubtful=doubtful, marked=marked)
         status = run_plan.status
         if status:
             self._call(res, lambda: self.adapter.finish_run(info, cursor, status))
@@ -541,9 +566,51 @@ class Engine:
         (:meth:`_mark_run_in_doubt`)."""
         for batch in self._batches(kind, table):
             self._deliver(kind, batch, cursor, res, doubtful=doubtful, marked=marked)
-            self.progress.advanced(batch.num_rows)
-            if self.on_batch is not None:
-                self.on_batch()
+            self._advanced(batch.num_rows)
+
+    def _send_at_once(self, batches: list, cursor: Cursor, res: RunResult, *, doubtful: bool) -> None:
+        """Send ``(kind, batch)`` pairs of one run's pass, every one in the run's doubt already
+        (:meth:`_mark_run_in_doubt`), up to :attr:`~.adapter.Capabilities.concurrent_sends` at
+        once on :attr:`sends`. Only the sending happens in those threads: each batch's outcome is
+        recorded here, in order, as :meth:`_deliver` records it. The first error stops batches not
+        started yet and is raised once every started one has ended and been recorded, so the
+        cursor holds exactly what the target acknowledged (an interrupt waits the same way)."""
+        import concurrent.futures as cf
+
+        assert self.sends is not None
+        todo = [(kind, batch, ids, doubtful or bool(cursor.rechecked_kinds(ids)))
+                for kind, batch in batches for ids in [batch_ids(kind, batch)]]
+        futures = [self.sends.submit(self._transfer, kind, batch, cursor, res, check)
+                   for kind, batch, _ids, check in todo]
+        error: BaseException | None = None
+        try:
+            for future, (kind, batch, ids, _check) in zip(futures, todo):
+                try:
+                    outcome = future.result()
+                except cf.CancelledError:
+                    continue
+                except BaseException as exc:  # noqa: BLE001 - raised below, once the others ended
+                    if error is None:
+                        error = exc
+                        for f in futures:
+                            f.cancel()
+                    continue
+                self._record(kind, batch, ids, outcome, cursor, res)
+                if error is None:
+                    self._advanced(batch.num_rows)
+        except BaseException:  # an interrupt (on_batch, Ctrl-C): nothing may touch the cursor after
+            for f in futures:
+                f.cancel()
+            cf.wait(futures)
+            raise
+        if error is not None:
+            raise error
+
+    def _advanced(self, rows: int) -> None:
+        """A batch of ``rows`` was delivered: progress, and the caller's hook (lock heartbeat)."""
+        self.progress.advanced(rows)
+        if self.on_batch is not None:
+            self.on_batch()
 
     def _send_steps(self, tables: dict, cursor: Cursor, res: RunResult, *, hold_from: int | None,
                     doubtful: bool) -> None:
@@ -556,9 +623,7 @@ class Engine:
             tables = {k: t.filter(pc.less(t.column("step"), hold_from)) for k, t in tables.items()}
         for batch in step_batches(tables, self.adapter.batch_size(STEPS, self.opts.batch_size)):
             self._deliver(STEPS, batch, cursor, res, doubtful=doubtful)
-            self.progress.advanced(batch.num_rows)
-            if self.on_batch is not None:
-                self.on_batch()
+            self._advanced(batch.num_rows)
 
     def _deliver(self, kind: str, batch, cursor: Cursor, res: RunResult, *, doubtful: bool = False,
                  note: bool = False, marked: bool = False) -> None:
@@ -582,8 +647,12 @@ class Engine:
         doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
         if not marked:
             self._save(cursor)  # with the previous batch's acknowledgement, if it was not stored yet
-        pending, result, attempt = batch, SendResult(), 0
-        held = 0
+        self._record(kind, batch, ids, self._transfer(kind, batch, cursor, res, doubtful), cursor, res, note=note)
+
+    def _transfer(self, kind: str, batch, cursor: Cursor, res: RunResult, doubtful: bool) -> _Outcome:
+        """Send one batch, retrying as :meth:`_deliver` says; the target's answer. Reads
+        ``cursor`` and changes nothing but ``res.retries`` (it may run on :attr:`sends`)."""
+        pending, result, attempt, held = batch, SendResult(), 0, 0
         while True:
             try:
                 if doubtful:
@@ -592,7 +661,7 @@ class Engine:
                     pending, doubtful = missing, False
                 if pending.num_rows:
                     result = self.adapter.send(kind, pending, cursor, batch_id_of(kind, pending))
-                break
+                return _Outcome(pending, result, held)
             except PermanentError:
                 raise
             except (RetryableError, ConnectionError, TimeoutError) as exc:
@@ -600,6 +669,12 @@ class Engine:
                 # the target may have stored the batch: ask before sending again
                 doubtful = self.caps.reconcile_before_retry
                 self._backoff(res, attempt, exc)
+
+    def _record(self, kind: str, batch, ids: dict, outcome: _Outcome, cursor: Cursor, res: RunResult, *,
+                note: bool = False) -> None:
+        """What the target answered for one batch (:meth:`_transfer`), into the cursor (in memory)
+        and the run's result."""
+        pending, result, held = outcome.pending, outcome.result, outcome.held
         res.reconciled += held
         if kind == STEPS:
             if result.deferred:
@@ -662,12 +737,14 @@ class Engine:
                 self._backoff(res, attempt, exc)
 
     def _backoff(self, res: RunResult, attempt: int, exc: Exception) -> None:
-        """Count retry ``attempt`` and sleep before it, or re-raise ``exc`` when retries are spent."""
+        """Count retry ``attempt`` and sleep before it, or re-raise ``exc`` when retries are spent
+        (from any thread: see :attr:`sends`)."""
         if attempt > self.opts.max_retries:
             if isinstance(exc, RetryableError):
                 raise exc
             raise RetryableError(redact_text(str(exc))) from exc
-        res.retries += 1
+        with self._tally:
+            res.retries += 1
         delay = min(self.opts.backoff_max, self.opts.backoff_base * 2 ** (attempt - 1))
         delay = self._rng.uniform(0, delay)
         self.progress.message(f"{res.project}/{res.run_id}: {redact_text(str(exc))[:200]}; retry "

@@ -48,7 +48,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from trackstore.errors import LockHeldError, UsageError
 from trackstore.read.listing import RunInfo
@@ -56,6 +56,9 @@ from trackstore.store import locks
 
 from .adapter import Adapter, TargetOptions
 from .engine import Engine, Progress, RunResult, SyncOptions, SyncReport, unchanged_runs, up_to_date_result
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 SESSION_REFRESH_S = 30.0  # the declaration's heartbeat (stale only after locks.STALE_AFTER_S elsewhere)
 LOCK_BEAT_S = 2.0  # a run lock's heartbeat, at most this often (at each batch once this much time passed)
@@ -159,10 +162,12 @@ class _Stopped(Exception):
 class _Scheduler:
     def __init__(self, root: Path, target: str, destination: str, options: TargetOptions, opts: SyncOptions,
                  runs: list[RunInfo], shared: _Shared, *, wait: bool, lock_timeout: float | None,
-                 make_adapter: Callable[[], Adapter], first_adapter: Adapter, declaration: locks.Lock):
+                 make_adapter: Callable[[], Adapter], first_adapter: Adapter, declaration: locks.Lock,
+                 sends: Executor | None = None):
         self.root, self.target, self.destination = root, target, destination
         self.options, self.opts, self.shared = options, opts, shared
         self.wait, self.make_adapter = wait, make_adapter
+        self.sends = sends  # the sending threads the workers' engines share (Capabilities.concurrent_sends)
         self.deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
         self.runs = runs
         self.results: list[RunResult | None] = [None] * len(runs)
@@ -252,7 +257,8 @@ class _Scheduler:
                         adapter = self.make_adapter()
                         with self.mutex:
                             self._adapters.append(adapter)
-                    engine = Engine(self.root, adapter, self.opts, progress, on_batch=self._beat(progress))
+                    engine = Engine(self.root, adapter, self.opts, progress, on_batch=self._beat(progress),
+                                    sends=self.sends)
                 progress.key, progress.lock, progress.held = run_key(item.info), current, held
                 progress.opened = False
                 res = engine.sync_one(item.info)
@@ -354,10 +360,15 @@ def sync_runs(root: Path, opts: SyncOptions, runs: list[RunInfo], first: Adapter
         if exclusive is not None:
             exclusive.release()
         raise
+    sends = None
+    if first.capabilities.concurrent_sends > 1:  # one pool of sending threads for every worker
+        from concurrent.futures import ThreadPoolExecutor
+
+        sends = ThreadPoolExecutor(first.capabilities.concurrent_sends, thread_name_prefix="trackstore-send")
     try:
         sched = _Scheduler(root, target, destination, first.options, opts, runs, shared, wait=wait,
                            lock_timeout=lock_timeout, make_adapter=lambda: type(first)(first.options),
-                           first_adapter=first, declaration=declaration)
+                           first_adapter=first, declaration=declaration, sends=sends)
         if shared.parallel:
             shared.call("begin", len(runs), n)
         if n == 1:
@@ -368,6 +379,8 @@ def sync_runs(root: Path, opts: SyncOptions, runs: list[RunInfo], first: Adapter
             raise sched.errors[0]
         return sched.report()
     finally:
+        if sends is not None:
+            sends.shutdown(wait=False, cancel_futures=True)  # each engine waited for its own sends
         declaration.release()
         if exclusive is not None:
             exclusive.release()

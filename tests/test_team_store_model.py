@@ -1,6 +1,7 @@
 """The team store as a state machine (Hypothesis, stateful): whatever the source store and the
 link do, a replica never holds a row twice nor a row the source does not have, and a clean sync
-makes it exact.
+makes it exact, whether a run's parts go one after the other or at once (the target's
+``concurrent_sends``, on threads: then a fault meets whichever write comes first).
 
 Random histories of runs logging every kind, finishing, resuming and compacting, and of syncs
 to a replica on a path (the real ``store`` target and engine) that meet faults in the replica's
@@ -16,6 +17,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,7 @@ class ReplicaModel(RuleBasedStateMachine):
         self.runs: list = []
         self.step = 0
         self.faults: list = []
+        self.sends = ThreadPoolExecutor(4)
 
     @precondition(lambda self: len(self.runs) < 3)
     @rule()
@@ -114,11 +117,12 @@ class ReplicaModel(RuleBasedStateMachine):
         shutil.rmtree(self.root / "_sync", ignore_errors=True)
 
     @precondition(lambda self: self.runs)
-    @rule(fault=st.sampled_from([None, "cut_before", "cut_after", "killed_after"]), clean=st.integers(0, 1))
-    def sync(self, fault, clean):
+    @rule(fault=st.sampled_from([None, "cut_before", "cut_after", "killed_after"]), clean=st.integers(0, 1),
+          at_once=st.booleans())
+    def sync(self, fault, clean, at_once):
         self.faults[:] = [None] * clean + ([fault] if fault else [])
         try:
-            self._engine().sync(select_runs(self.root, SyncOptions()))
+            self._engine(at_once).sync(select_runs(self.root, SyncOptions()))
         except Killed:
             pass
         self.faults[:] = []
@@ -139,6 +143,7 @@ class ReplicaModel(RuleBasedStateMachine):
                 for kind in KINDS:
                     assert set(self._replica_ids(kind)) == self._source_ids(kind), kind
         finally:
+            self.sends.shutdown()
             shutil.rmtree(self.base, ignore_errors=True)
 
     def _live(self):
@@ -148,10 +153,11 @@ class ReplicaModel(RuleBasedStateMachine):
         live = self._live()
         return live[r % len(live)]
 
-    def _engine(self) -> Engine:
+    def _engine(self, at_once: bool = False) -> Engine:
         adapter = ReplicaAdapter(TargetOptions(uri=str(self.replica), store_root=str(self.root)))
         adapter.folder = FaultyFolder(self.replica, self.faults)
-        return Engine(self.root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0))
+        return Engine(self.root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0),
+                      sends=self.sends if at_once else None)
 
     def _replica_ids(self, kind: str) -> Counter:
         import pyarrow.parquet as pq
@@ -229,3 +235,48 @@ def test_killed_after_a_runs_first_part_then_more_rows_then_a_rerun_is_exact(tmp
     assert cursor.in_doubt is None and len(cursor.acked["metrics"]) == 30 and len(cursor.acked["samples"]) == 15
     if batch:  # every part went as rows (a writer's several flushes), the doubt's in the target's batches too
         assert max(pq.ParquetFile(p).metadata.num_rows for p in replica.glob("project=p/run=*/*/*.parquet")) <= batch
+
+
+def test_a_part_refused_among_parts_sent_at_once_leaves_the_others_acknowledged(tmp_path):
+    """A run's parts sent at once (``concurrent_sends``): when one is refused, the parts that
+    landed are acknowledged in the cursor the run's failure saves, the refused one's rows stay in
+    doubt, and the next sync sends exactly what is missing."""
+    from trackstore.errors import PermanentError
+    from trackstore.store.ledger import iter_cursors
+
+    refuse = [True]
+
+    class RefusingFolder(objects.PathFolder):
+        def put_new(self, key: str, data: bytes) -> bool:
+            if refuse and "/samples/" in key:
+                raise PermanentError("refused")
+            return super().put_new(key, data)
+
+    root, replica = tmp_path / "store", tmp_path / "team"
+    run = trackstore.init("p", name="r", root=root, flush_interval=3600)
+    for step in range(6):
+        for kind in ("metrics", "samples", "spans", "histograms"):
+            log_record(run, kind, step, tmp_path / "a.bin")
+    run.finish(compact=False)
+    with ThreadPoolExecutor(4) as sends:
+        def sync():
+            adapter = ReplicaAdapter(TargetOptions(uri=str(replica), store_root=str(root)))
+            adapter.folder = RefusingFolder(replica)
+            return Engine(root, adapter, SyncOptions(max_retries=1, backoff_base=0.0, seed=0), sends=sends).sync(
+                select_runs(root, SyncOptions()))
+
+        first = sync()
+        assert not first.ok and "refused" in first.runs[0].error
+        (cursor,) = iter_cursors(root, target="store")
+        landed = {p.parent.name for p in replica.glob("project=p/run=*/*/*.parquet")}
+        assert "samples" not in landed and landed  # the others went, at once
+        assert set(cursor.acked) == landed  # each landed part acknowledged, no other
+        assert set(cursor.in_doubt_rows()) == {"samples"} | {"metrics", "spans", "histograms"} - landed
+        refuse.clear()
+        again = sync()
+    assert again.ok, [r.error for r in again.runs]
+    model = ReplicaModel.__new__(ReplicaModel)
+    model.root, model.replica = root, replica
+    for kind in ("metrics", "samples", "spans", "histograms"):
+        held = model._replica_ids(kind)
+        assert max(held.values()) == 1 and set(held) == model._source_ids(kind), kind
