@@ -396,8 +396,9 @@ def _try_create(path: Path, data: dict) -> bool:
     except FileExistsError:
         return False
     try:
-        os.write(fd, json.dumps(data, indent=1).encode())
-        os.fsync(fd)
+        # not fsynced: a lock lives as long as its process, and a power cut ends every process
+        # (a lock file left empty by one is stale by its age, as any unreadable lock)
+        os.write(fd, json.dumps(data, separators=(",", ":")).encode())
     finally:
         os.close(fd)
     return True
