@@ -86,6 +86,11 @@ class WholePart:
     def __repr__(self) -> str:
         return f"WholePart({self.path.name}, {self.num_rows} rows)"
 
+    @property
+    def table(self):
+        """Its rows as read from the file (the file's own types), when the caller read them; else None."""
+        return self._table
+
     def rows(self, kind: str):
         """Its rows, decoded (when a target must look at them after all): from the footer
         already parsed, one thread (a few-second flush reads twice as fast so)."""
@@ -103,28 +108,47 @@ class WholePart:
 def whole_part_ids(pf, table=None) -> RangeSet | None:
     """The row ids (``writer``, ``seq``) of an open part (``pyarrow.parquet.ParquetFile``); None
     when a ``writer`` or ``seq`` is null (no part is written so: the caller reads its rows,
-    which refuses it). The ``writer`` column is read; ``seq`` comes from the footer's
-    statistics when the part is one writer's and its seqs fill ``[min, max]`` (``num_rows ==
-    max - min + 1``: a writer's seqs are unique, so there is no gap): a writer's part, whole or
-    compacted, is read without decoding its ``seq`` column. Otherwise ``seq`` is read. ``table``:
-    the part's rows, read already (nothing more is read then)."""
+    which refuses it). ``table``: the part's rows, read already (nothing more is read then).
+    Otherwise the ``writer`` column is read, and ``seq`` comes from the footer's statistics when
+    the part is one writer's and its seqs fill ``[min, max]`` (``num_rows == max - min + 1``: a
+    writer's seqs are unique, so there is no gap): a writer's part, whole or compacted, is read
+    without decoding its ``seq`` column. Otherwise ``seq`` is read too."""
     md = pf.metadata
-    writer = (table if table is not None else pf.read(columns=["writer"], use_threads=False)).column("writer")
+    rows = md.num_rows
+    if table is not None:
+        return _table_ids(table)
+    writer = pf.read(columns=["writer"], use_threads=False).column("writer")
     if writer.null_count:
         return None
-    ids = RangeSet()
-    if md.num_rows == 0:
-        return ids
-    seq_at = next((i for i in range(md.num_columns) if md.row_group(0).column(i).path_in_schema == "seq"), None)
-    span = _seq_span(md, seq_at) if seq_at is not None else None
-    if span is not None:
+    if rows == 0:
+        return RangeSet()
+    at = next((i for i in range(md.num_columns) if md.schema.column(i).path == "seq"), None)
+    span = _seq_span(md, at) if at is not None else None
+    if span is not None and span[1] - span[0] + 1 == rows:
         names = writer.unique()
-        if len(names) == 1 and span[1] - span[0] + 1 == md.num_rows:
+        if len(names) == 1:
             return RangeSet.from_json({names[0].as_py(): [[span[0], span[1]]]})
-    if table is None:
-        table = pf.read(columns=["writer", "seq"], use_threads=False)
-    if table.column("seq").null_count:
+    return _table_ids(pf.read(columns=["writer", "seq"], use_threads=False))
+
+
+def _table_ids(table) -> RangeSet | None:
+    """The row ids of a part's rows (None when a ``writer`` or ``seq`` is null): one writer's
+    rows whose seqs fill ``[min, max]`` (a flush, a merged part) in a few vectorised calls."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    writer, seq = table.column("writer"), table.column("seq")
+    if writer.null_count or seq.null_count:
         return None
+    ids = RangeSet()
+    if table.num_rows == 0:
+        return ids
+    names = pc.unique(writer)
+    if len(names) == 1 and pa.types.is_string(names.type):
+        span = pc.min_max(seq)
+        lo, hi = span["min"].as_py(), span["max"].as_py()
+        if hi - lo + 1 == table.num_rows:
+            return RangeSet.from_json({names[0].as_py(): [[lo, hi]]})
     ids.add_table(table)
     return ids
 
@@ -164,17 +188,21 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
 
     from ..store import schema
     from ..store.layout import is_part_name
-    from ..store.parts import schema_problem
+    from ..store.parts import conform, schema_problem
 
     whole: list[WholePart] = []
     partial: list = []
+    fit: list = []  # footer schemas found fit for the kind (a writer's parts share theirs)
 
     def one(part: Path):
         data = part.read_bytes()  # FileNotFoundError: a compaction swapped the folder; each_part lists again
         try:
             pf = pq.ParquetFile(pa.BufferReader(data))  # Arrow's own reader over the bytes: no Python file calls
-            version = schema.file_version(pf.schema_arrow.metadata)
-            problem = schema_problem(pf.schema_arrow, kind)
+            found = pf.schema_arrow
+            version = schema.file_version(found.metadata)
+            problem = None if any(found.equals(s) for s in fit) else schema_problem(found, kind)
+            if problem is None and len(fit) < 4:
+                fit.append(found)
             table = pf.read(use_threads=False) if several and problem is None else None
             ids = whole_part_ids(pf, table) if problem is None else None
         except Exception:  # damaged framing or footer: read_rows names the damage
@@ -205,5 +233,10 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
         for w in p.ids.writers():
             per_writer[w] = per_writer.get(w, 0) + 1
     single = [p for p in whole if all(per_writer[w] == 1 for w in p.ids.writers())]
-    partial += [p.rows(kind) for p in whole if p not in single]
+    merged = [p for p in whole if p not in single]
+    raw = [p.table for p in merged]
+    if len(raw) > 1 and all(t is not None and t.schema.equals(raw[0].schema) for t in raw):
+        partial.append(conform(pa.concat_tables(raw), kind))  # one cast of the lot, not one a part
+    else:
+        partial += [p.rows(kind) for p in merged]
     return single, _in_replay_order(partial, kind, None, exclude)
