@@ -23,6 +23,9 @@ from tests.helpers import has_swanboard, run_cli
 
 pytest.importorskip("swanlab")
 
+# one worker (--dist loadgroup) writes the module fixture `rich` (~4 s) once, not each worker
+pytestmark = pytest.mark.xdist_group("test_ingest_swanlab")
+
 from trackstore.errors import UsageError  # noqa: E402
 from trackstore.sync import ingest  # noqa: E402
 from trackstore.sync.ingest import swanlab as source  # noqa: E402

@@ -26,6 +26,9 @@ from trackstore.sync.ingest import wandb as wandb_ingest
 
 pytest.importorskip("wandb")
 
+# one worker (--dist loadgroup) writes the module fixture `made` (~5 s) once, not each worker
+pytestmark = pytest.mark.xdist_group("test_ingest_wandb")
+
 WANDB_CLI = str(Path(sys.executable).with_name("wandb"))
 INTERNAL = ("_step", "_timestamp", "_runtime")
 

@@ -18,7 +18,8 @@ import pytest
 
 from tests.helpers import REPO
 
-pytestmark = pytest.mark.slow
+# one worker builds the wheel and its venv once (--dist loadgroup): spread over three, each built them
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_wheel_install")]
 
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "trackstore", "sync", "cli", "ui")
 
