@@ -22,6 +22,10 @@ from tests.ui_support import ARTIFACTS, LIVE_RUN, chromium, env_for, require_chr
 
 pytest.importorskip("starlette")
 
+# its tests share a store, a server and a browser (module fixtures): one worker under `make test`
+# (--dist loadgroup) sets them up once; spread over the workers, each set them up
+pytestmark = pytest.mark.xdist_group("test_ui_alerts")
+
 NAN = float("nan")
 
 # a live run whose metrics stopped 10 minutes ago: its 60 log calls are stamped 20 s apart (the

@@ -13,6 +13,10 @@ from tests.ui_support import ARTIFACTS, UiServer, chromium, chromium_paths, requ
 pytest.importorskip("starlette")
 PIL = pytest.importorskip("PIL.Image", reason="Pillow makes the JPEG fixture")
 
+# its tests share a store, a server and a browser (module fixtures): one worker under `make test`
+# (--dist loadgroup) sets them up once; spread over the workers, each set them up
+pytestmark = pytest.mark.xdist_group("test_ui_images")
+
 CAPTION = '<img src=x onerror="window.__pwned=1">step caption'
 
 
