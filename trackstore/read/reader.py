@@ -113,10 +113,10 @@ def whole_part_ids(pf, table=None) -> RangeSet | None:
     the part is one writer's and its seqs fill ``[min, max]`` (``num_rows == max - min + 1``: a
     writer's seqs are unique, so there is no gap): a writer's part, whole or compacted, is read
     without decoding its ``seq`` column. Otherwise ``seq`` is read too."""
-    md = pf.metadata
-    rows = md.num_rows
     if table is not None:
         return _table_ids(table)
+    md = pf.metadata
+    rows = md.num_rows
     writer = pf.read(columns=["writer"], use_threads=False).column("writer")
     if writer.null_count:
         return None
@@ -133,7 +133,10 @@ def whole_part_ids(pf, table=None) -> RangeSet | None:
 
 def _table_ids(table) -> RangeSet | None:
     """The row ids of a part's rows (None when a ``writer`` or ``seq`` is null): one writer's
-    rows whose seqs fill ``[min, max]`` (a flush, a merged part) in a few vectorised calls."""
+    rows whose seqs fill ``[min, max]`` (a flush, a merged part) in a few vectorised calls, on
+    the footer path's premise that a writer's seqs are unique (``num_rows == max - min + 1``
+    then leaves no gap); any other table through :meth:`RangeSet.add_table`. Not a shortcut for
+    ``add_table`` itself, whose callers (compaction's checks) must see duplicates."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
