@@ -44,7 +44,10 @@ _forkserver_lock = threading.Lock()
 
 
 def _forkserver_usable(env: dict) -> bool:
-    if env.get("TRACKSTORE_TEST_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+    # the tests' environment has TRACKSTORE_* scrubbed (conftest.py): the switch is read from the
+    # environment pytest started with as well
+    if "0" in (env.get("TRACKSTORE_TEST_FORKSERVER"), _START_ENV.get("TRACKSTORE_TEST_FORKSERVER")) or \
+            not hasattr(os, "fork"):
         return False
     python_vars = {k for k in (*env, *_START_ENV) if k.startswith("PYTHON")}
     return all(env.get(k) == _START_ENV.get(k) for k in python_vars)
