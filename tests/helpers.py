@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tests import forkcli
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -42,7 +44,10 @@ _forkserver_lock = threading.Lock()
 
 
 def _forkserver_usable(env: dict) -> bool:
-    if env.get("TRACKSTORE_TEST_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+    # the tests' environment has TRACKSTORE_* scrubbed (conftest.py): the switch is read from the
+    # environment pytest started with as well
+    if "0" in (env.get("TRACKSTORE_TEST_FORKSERVER"), _START_ENV.get("TRACKSTORE_TEST_FORKSERVER")) or \
+            not hasattr(os, "fork"):
         return False
     python_vars = {k for k in (*env, *_START_ENV) if k.startswith("PYTHON")}
     return all(env.get(k) == _START_ENV.get(k) for k in python_vars)
@@ -65,12 +70,18 @@ def _forkserver_path() -> str:
 def _ask_forkserver(argv: list[str], env: dict, fds: tuple[int, int, int]) -> socket.socket:
     """Ask the fork server for one CLI run with ``fds`` as its stdin, stdout and stderr; the
     connection its replies (``{"pid"}``, then ``{"status"}``) come on (tests/zygote.py)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(_forkserver_path())
-    request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
-    sent = socket.send_fds(sock, [request], list(fds))
-    sock.sendall(request[sent:])
-    return sock
+    return forkcli.ask(_forkserver_path(), argv, env, os.getcwd(), fds)
+
+
+def forked_cli_command(folder: Path, env: dict) -> Path | None:
+    """A ``trackstore`` command written into ``folder`` (to put first on a shell's ``PATH``) that
+    runs each CLI command forked from the fork server (:mod:`tests.forkcli`); None where
+    :func:`run_cli` would not fork for ``env`` either (the shell then runs the real one)."""
+    if not _forkserver_usable(env):
+        return None
+    python_env = {k: v for k, v in _START_ENV.items() if k.startswith("PYTHON")}
+    real = Path(sys.executable).parent / "trackstore"
+    return Path(forkcli.install(str(folder), _forkserver_path(), python_env, sys.executable, str(real)))
 
 
 def _run_forked(argv: list[str], env: dict, input: str | None, timeout: float) -> subprocess.CompletedProcess:

@@ -273,7 +273,7 @@ WEED_BUCKET = "team"
 WEED_PROBE_BUCKET = "weed-ready"
 WEED_ACCESS_KEY = "trackstore-test"
 WEED_SECRET_KEY = "trackstore-test-secret"
-WEED_START_TIMEOUT_S = 60.0  # 0.6-0.9 s idle
+WEED_START_TIMEOUT_S = START_TIMEOUT_S  # 0.6-0.9 s idle; 60 s ran out once with the 2 cores busy
 WEED_STOP_GRACE_S = 15.0  # SIGTERM takes about 4 s (the volume server's pre-stop second included)
 WEED_GRPC_OFFSET = 10000  # weed listens on each HTTP port + 10000 for gRPC
 # HTTP ports from here, so that they and their gRPC ports stay below the kernel's ephemeral

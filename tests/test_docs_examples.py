@@ -10,7 +10,11 @@ under a second), so a doc can say ``RUN=demo-grpo/qwen2.5-0.5b-grpo-gsm8k``.
 The file's examples then run in order, as a reader pasting them would: the Python ones in one
 interpreter (one namespace, like a REPL), the shell ones in bash with ``set -e``, each seeing the
 variables the file's earlier shell examples set. An example passes when it exits 0 without a
-traceback, within its time limit.
+traceback, within its time limit. The sessions' ``trackstore`` is the real CLI, each command
+a process forked from the tests' fork server (tests/forkcli.py, tests/zygote.py: the same
+file descriptors, environment, arguments, exit code and signals as the console script, a
+fresh interpreter wherever a forked one could differ) rather than one importing DuckDB,
+pyarrow and mlflow again per command.
 
 Contributors: an example that cannot run here (it needs a GPU cluster, verl, the internet, a
 real wandb or SwanLab account, a cron daemon, or it takes minutes) is opted out with an HTML
@@ -39,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, forked_cli_command
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL = {"bash", "sh", "shell", "console"}
@@ -151,7 +155,13 @@ def session_env(folder: Path) -> dict[str, str]:
 
 def run_session(doc: str, examples: list[Example], folder: Path) -> subprocess.CompletedProcess:
     env = session_env(folder)
-    demo = subprocess.run([sys.executable, "-m", "trackstore.cli.main", "demo"], cwd=folder, env=env,
+    # `trackstore` in the session: the real CLI, each command forked from the tests' fork server
+    # (tests/forkcli.py) rather than a fresh interpreter paying the imports again
+    forked = forked_cli_command(folder.parent / "bin", env)
+    if forked is not None:
+        env["PATH"] = os.pathsep.join([str(forked.parent), env["PATH"]])
+    command = [str(forked)] if forked else [sys.executable, "-m", "trackstore.cli.main"]
+    demo = subprocess.run([*command, "demo"], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
     assert demo.returncode == 0, demo.stderr
     plan = folder / ".doc-session.json"

@@ -312,9 +312,12 @@ def test_sigkill_of_a_parallel_sync_then_rerun_is_exact_swanlab_offline(root, tm
     from tests.sync_harness import SwanlabHarness
 
     harness = SwanlabHarness(tmp_path, monkeypatch)
-    runs = make_runs(root, 3, steps=150, keys=3)
+    # enough rows that the sync is still sending when the kills land (0.19-0.28 s after its first
+    # acknowledgement): with 150 steps it was done about 0.3 s after it here, and a kill met only
+    # the process's exit, if that
+    runs = make_runs(root, 3, steps=400, keys=3)
     args = ["sync", *harness.cli_args(), "--jobs", "4", "--batch-size", "15", "--root", str(root)]
-    _kill_and_rerun(root, args, total=3 * 450, seed=5, env=harness.env())
+    _kill_and_rerun(root, args, total=3 * 1200, seed=5, env=harness.env())
     for run in runs:
         assert harness.metrics(run.project, run.id) == expected(run)
         assert harness.status(run.project, run.id) == "finished"

@@ -32,6 +32,8 @@ obstore = pytest.importorskip("obstore")
 pl = pytest.importorskip("polars")
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("weed_s3")  # one session server (tests/servers.py) for its users
+
 GUIDE = REPO / "docs" / "team-store.md"
 TESTED_HERE = "tests/test_team_store_server.py"  # what the guide's not-run markers name
 

@@ -5,14 +5,16 @@ importing mlflow alone costs about 2 s of CPU, and a sync test starts the CLI se
 This server imports it (and the CLI) once, then forks one real process
 per CLI run. The forked process gets the caller's stdin, stdout and stderr (passed as file
 descriptors over a Unix socket), the caller's environment, working directory and arguments,
-and then runs ``trackstore.cli.main`` as ``__main__`` at the top level of this script, so its
-exit (exit code, uncaught exception, atexit handlers, flushing) is the interpreter's own, as
-with ``python -m``. What differs from a fresh interpreter: modules are imported before the
+and then runs ``trackstore.cli.main`` as ``__main__`` and ends as ``python -m`` ends (exit
+code, uncaught exception, threads joined, atexit handlers, flushing, death by SIGINT after an
+unhandled Ctrl-C: :func:`_run_and_exit`), short of the interpreter's teardown of the whole heap.
+What differs from a fresh interpreter: modules are imported before the
 environment is set (nothing in trackstore or the SDKs reads it at import time), and
 ``PYTHON*`` variables cannot take effect, so :func:`tests.helpers.run_cli` starts a plain
 subprocess whenever those differ from this server's; and what the server imported is frozen
 (``gc.freeze``), so a reference cycle among those import-time objects is not collected at the
-run's exit as a fresh interpreter's last collection would (objects the run itself makes are).
+run's exit as a fresh interpreter's last collection would (objects the run itself makes are);
+and without the teardown, objects still reachable from modules at exit are not finalized.
 
 Protocol, one connection per run: the client sends one JSON line ``{"argv", "env", "cwd"}``
 with three file descriptors (stdin, stdout, stderr); the server answers ``{"pid": N}`` and,
@@ -28,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+from typing import Callable, NoReturn
 
 MAX_REQUEST = 1 << 20
 
@@ -111,6 +114,69 @@ def _own_wandb_temp_folders(*, parent: bool) -> None:
         folder._finalizer = weakref.finalize(folder, shutil.rmtree, folder.name, ignore_errors=True)
 
 
+def _run_and_exit(run: Callable[..., object], *args: object, **kwargs: object) -> NoReturn:
+    """Call ``run(*args, **kwargs)`` as the interpreter runs a ``-m`` module and end the process as the
+    interpreter would, short of its teardown: the exit code (``SystemExit``'s, 1 after an
+    uncaught exception printed by ``sys.excepthook``), non-daemon threads joined, atexit
+    handlers run (an error in one printed as at exit), the run's own reference cycles collected
+    (a ``__del__`` failing prints as at exit), stdout and stderr flushed (exit code 120 and the
+    error printed if that fails), death by SIGINT after an unhandled Ctrl-C; then ``os._exit``.
+
+    What is skipped is freeing the whole heap module by module, which in a process forked from
+    this server touched (copy-on-write) every page of the imported SDKs: about 0.13 s of CPU per
+    run, 3-4x what the rest of a short command costs. Lost with it: ``__del__`` of objects still
+    reachable from modules at exit, and a file object left unclosed there (its buffer is not
+    flushed: such a leak makes a test fail here, it cannot make one pass).
+    """
+    import atexit
+    import gc
+    import threading
+
+    code = 0
+    try:
+        run(*args, **kwargs)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:  # as the interpreter does: the object printed, exit code 1
+            with contextlib.suppress(Exception):
+                print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException as exc:
+        if exc.__traceback__ is not None:  # the traceback from ``run`` on, without this function's frame
+            exc.__traceback__ = exc.__traceback__.tb_next
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        code = 1
+        if isinstance(exc, KeyboardInterrupt):  # what ``python -m`` notes for its exit (Modules/main.c)
+            _unhandled_interrupt().value = 1
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    gc.collect()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or stream.closed:
+            continue
+        try:
+            stream.flush()
+        except Exception as exc:
+            if stream is sys.stdout:
+                sys.unraisablehook(sys.UnraisableHookArgs((type(exc), exc, exc.__traceback__, None, stream)))
+            code = 120
+    if _unhandled_interrupt().value:  # a Ctrl-C that escaped: die of SIGINT, as the interpreter does
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+def _unhandled_interrupt():
+    """CPython's note that a KeyboardInterrupt went unhandled (``_Py_UnhandledKeyboardInterrupt``),
+    which makes it kill itself with SIGINT at exit whatever the exit code."""
+    import ctypes
+
+    return ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+
+
 if __name__ == "__main__":
     # What the runs need, imported once. Each import is optional: a missing extra makes the
     # run import (and fail) as it would in a fresh interpreter.
@@ -147,4 +213,4 @@ if __name__ == "__main__":
     sys.argv[1:] = request["argv"]
     sys.path[0] = os.getcwd()  # as ``python -m`` has it (this script's folder must not be importable)
     sys.modules.pop("trackstore.cli.main", None)  # run afresh as __main__, as ``python -m`` does
-    runpy.run_module("trackstore.cli.main", run_name="__main__", alter_sys=True)
+    _run_and_exit(runpy.run_module, "trackstore.cli.main", run_name="__main__", alter_sys=True)
