@@ -129,7 +129,8 @@ def test_two_selected_runs_draw_one_chart_per_key_with_the_stored_values(browser
     for name in ("alpha", "beta"):
         js(browser, "document.querySelector(`#runs tr[data-run='rl/${arguments[0]}'] input.pick`).click();", ids[name])
     keys = ["actor/entropy", "critic/score/mean", "timing_s/step"]
-    wait_for(lambda: all(js(browser, SERIES_JS, k) for k in keys), what="three charts")
+    # each chart is drawn as soon as the first run's points come: wait for both runs' series
+    wait_for(lambda: all(len(js(browser, SERIES_JS, k) or ()) == 2 for k in keys), what="three charts of two runs")
     assert sorted(js(browser, "return [...document.querySelectorAll('.chart')].map(c => c.dataset.key)")) == keys
     for key in keys:
         series = js(browser, SERIES_JS, key)
