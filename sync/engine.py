@@ -578,7 +578,7 @@ class Engine:
         import concurrent.futures as cf
 
         assert self.sends is not None
-        todo = [(kind, batch, ids, doubtful or bool(cursor.rechecked_kinds(ids)))
+        todo = [(kind, batch, ids, self._ask_first(cursor, ids, doubtful))
                 for kind, batch in batches for ids in [batch_ids(kind, batch)]]
         futures = [self.sends.submit(self._transfer, kind, batch, cursor, res, check)
                    for kind, batch, _ids, check in todo]
@@ -643,11 +643,18 @@ class Engine:
         ids = batch_ids(kind, batch)
         if not marked:
             cursor.mark_in_doubt(kind, ids, batch_id_of(kind, batch), iso(time.time()))
-        # rows a session handed over and never confirmed: ask the target before sending them
-        doubtful = doubtful or bool(cursor.rechecked_kinds(ids))
+        doubtful = self._ask_first(cursor, ids, doubtful)
         if not marked:
             self._save(cursor)  # with the previous batch's acknowledgement, if it was not stored yet
         self._record(kind, batch, ids, self._transfer(kind, batch, cursor, res, doubtful), cursor, res, note=note)
+
+    @staticmethod
+    def _ask_first(cursor: Cursor, ids: dict, doubtful: bool) -> bool:
+        """Whether a batch of rows ``ids`` is reconciled with the target before it is sent: the
+        run is ``doubtful``, or some of its rows were handed over in a session that never
+        confirmed them (``recheck``). Read in the engine's thread, before the batch is handed to
+        a sending thread (:meth:`_record` changes the cursor meanwhile)."""
+        return doubtful or bool(cursor.rechecked_kinds(ids))
 
     def _transfer(self, kind: str, batch, cursor: Cursor, res: RunResult, doubtful: bool) -> _Outcome:
         """Send one batch, retrying as :meth:`_deliver` says; the target's answer. Reads
