@@ -60,14 +60,24 @@ def _reply(sock: socket.socket, buffer: bytearray) -> dict:
     return json.loads(line)
 
 
+def forks_faithfully(env: dict, server_python_env: dict) -> bool:
+    """Whether a run forked from the server stands for a fresh interpreter started with ``env``:
+    not when ``TRACKSTORE_TEST_FORKSERVER=0`` asks for fresh ones, nor when a ``PYTHON*``
+    variable differs from the server's own (``server_python_env``; they only take effect when
+    an interpreter starts)."""
+    if env.get("TRACKSTORE_TEST_FORKSERVER", "1") == "0":
+        return False
+    names = {k for k in (*env, *server_python_env) if k.startswith("PYTHON")}
+    return all(env.get(k) == server_python_env.get(k) for k in names)
+
+
 def main(path: str, server_python_env: dict, real: str) -> None:
     """Run ``trackstore`` with this process's arguments through the fork server at ``path``;
     ``server_python_env`` is the server's own ``PYTHON*`` variables, ``real`` the console
     script to run instead when a forked run cannot stand for a fresh one."""
     argv = sys.argv[1:]
     env = dict(os.environ)
-    names = {k for k in (*env, *server_python_env) if k.startswith("PYTHON")}
-    if env.get("TRACKSTORE_TEST_FORKSERVER", "1") == "0" or any(env.get(k) != server_python_env.get(k) for k in names):
+    if not forks_faithfully(env, server_python_env):
         os.execv(real, [real, *argv])
     pid: list[int] = []
     pending: list[int] = []

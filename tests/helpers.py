@@ -43,14 +43,17 @@ _forkserver: tuple[subprocess.Popen, str] | None = None
 _forkserver_lock = threading.Lock()
 
 
+def _server_python_env() -> dict:
+    """The fork server's own ``PYTHON*`` variables (it starts with :data:`_START_ENV`)."""
+    return {k: v for k, v in _START_ENV.items() if k.startswith("PYTHON")}
+
+
 def _forkserver_usable(env: dict) -> bool:
     # the tests' environment has TRACKSTORE_* scrubbed (conftest.py): the switch is read from the
     # environment pytest started with as well
-    if "0" in (env.get("TRACKSTORE_TEST_FORKSERVER"), _START_ENV.get("TRACKSTORE_TEST_FORKSERVER")) or \
-            not hasattr(os, "fork"):
+    if _START_ENV.get("TRACKSTORE_TEST_FORKSERVER") == "0" or not hasattr(os, "fork"):
         return False
-    python_vars = {k for k in (*env, *_START_ENV) if k.startswith("PYTHON")}
-    return all(env.get(k) == _START_ENV.get(k) for k in python_vars)
+    return forkcli.forks_faithfully(env, _server_python_env())
 
 
 def _forkserver_path() -> str:
@@ -79,9 +82,8 @@ def forked_cli_command(folder: Path, env: dict) -> Path | None:
     :func:`run_cli` would not fork for ``env`` either (the shell then runs the real one)."""
     if not _forkserver_usable(env):
         return None
-    python_env = {k: v for k, v in _START_ENV.items() if k.startswith("PYTHON")}
     real = Path(sys.executable).parent / "trackstore"
-    return Path(forkcli.install(str(folder), _forkserver_path(), python_env, sys.executable, str(real)))
+    return Path(forkcli.install(str(folder), _forkserver_path(), _server_python_env(), sys.executable, str(real)))
 
 
 def _run_forked(argv: list[str], env: dict, input: str | None, timeout: float) -> subprocess.CompletedProcess:
