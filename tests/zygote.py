@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -169,23 +170,19 @@ def _run_and_exit(run: Callable[..., object], *args: object, **kwargs: object) -
     os._exit(code & 0xFF)
 
 
-_OWN_NOTE: list = []  # the note of :func:`_unhandled_interrupt` where the interpreter's is out of reach
-
-
+@functools.cache
 def _unhandled_interrupt():
     """CPython's note that a KeyboardInterrupt went unhandled (``_Py_UnhandledKeyboardInterrupt``),
     which makes it kill itself with SIGINT at exit whatever the exit code. From Python 3.12 the
     note lives in the interpreter's runtime state, which ctypes cannot name: a note of this
-    module's own stands in for it, set only by :func:`_run_and_exit` (an unhandled Ctrl-C out of
-    the run, the case that matters)."""
+    module's own stands in for it (the same object at every call), set only by
+    :func:`_run_and_exit` (an unhandled Ctrl-C out of the run, the case that matters)."""
     import ctypes
 
     try:
         return ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
     except ValueError:  # no such symbol
-        if not _OWN_NOTE:
-            _OWN_NOTE.append(ctypes.c_int(0))
-        return _OWN_NOTE[0]
+        return ctypes.c_int(0)
 
 
 if __name__ == "__main__":
