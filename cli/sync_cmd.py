@@ -75,7 +75,8 @@ def sync(
     wide: WideOpt = False,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Sync up to N runs at once, each under its own "
                                                 "lock (default: 8 for an MLflow server or a store, else 1; wandb, SwanLab "
-                                                "always 1). See docs/sync.md.")] = None,
+                                                "always 1); a store's spread over one process per core. "
+                                                "See docs/sync.md.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for runs another sync is sending to this destination "
                                        "instead of skipping them (exit code 6).")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
@@ -266,7 +267,7 @@ def render_summary(report, fmt: Format, root_path=None, *, wide: bool = False, s
         import json
 
         out = {"target": report.target, "destination": report.destination, "dry_run": report.dry_run,
-               "ok": report.ok, "runs": [{**r.row(), "pending": r.pending, "sent": r.sent, "skipped_by_reason": r.skipped,
+               "ok": report.ok, "processes": report.processes, "runs": [{**r.row(), "pending": r.pending, "sent": r.sent, "skipped_by_reason": r.skipped,
                                           "reconciled": r.reconciled, "notes": r.notes, "error": r.error,
                                           "error_kind": r.error_kind, "unreadable_parts": r.unreadable,
                                           "write_errors": r.write_errors, "verified": r.verified,

@@ -308,6 +308,13 @@ class Capabilities:
     #: them). For a target whose requests are independent and whose ``send`` is thread-safe
     #: (the team store: create-only objects); 1 sends one batch after the other
     concurrent_sends: int = 1
+    #: the sync's work for this target is CPU in this process (decoding, merging and encoding
+    #: parts: the team store), not waiting on a server: ``--jobs`` workers are spread over up to
+    #: one process per core (sync/parallel.py), each with its own adapter made from the
+    #: :class:`TargetOptions` alone. Threads of one process share one interpreter lock: on a
+    #: replication bound by the CPU, eight threads spent a third more CPU than one
+    #: (docs/performance.md, "Team store")
+    processes: bool = False
 
 
 @dataclass

@@ -150,6 +150,7 @@ class SyncReport:
     runs: list[RunResult] = field(default_factory=list)
     dry_run: bool = False
     unreachable: bool = False
+    processes: int = 1                    # the processes that shared the runs (sync/parallel.py)
 
     @property
     def ok(self) -> bool:

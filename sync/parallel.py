@@ -35,6 +35,16 @@ The promise:
   ``preimport``): this module never looks at a target's name. A destination that takes one
   writer at a time (MLflow's file store creates experiments non-atomically) is held whole by a
   sync (a second sync exits 6 at once, or waits with ``--wait``), which syncs one run at a time.
+* **Or processes, for a target whose work is CPU here** (``Capabilities.processes``: the team
+  store decodes, merges and encodes parts): threads of one process share one interpreter lock,
+  so the workers are spread over up to one spawned process per core (:func:`worker_processes`),
+  each a scheduler of its own with ``jobs / processes`` threads. This process then only
+  coordinates (:func:`_run_processes`): it hands runs out a few at a time as each process asks,
+  relays their progress to the caller's, gathers their results into the one report, and keeps
+  the declaration fresh. Each process talks to it over pipes of its own and the flags they
+  share are lock-free bytes, so a process killed mid-message holds up no other; one that dies
+  fails only the runs it was handed. A worker process whose parent dies (SIGKILL) stops at its
+  next run or batch, as if the parent had stopped it.
 
 A KeyboardInterrupt (Ctrl-C, ``--watch`` stopping) while workers run stops the sync at once:
 the batches in flight are settled on the next sync by the engine's in-doubt protocol, exactly
@@ -43,12 +53,14 @@ as after a SIGKILL, and the locks of this process are stale the moment it exits.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from trackstore.errors import LockHeldError, UsageError
 from trackstore.read.listing import RunInfo
@@ -62,6 +74,8 @@ if TYPE_CHECKING:
 
 SESSION_REFRESH_S = 30.0  # the declaration's heartbeat (stale only after locks.STALE_AFTER_S elsewhere)
 LOCK_BEAT_S = 2.0  # a run lock's heartbeat, at most this often (at each batch once this much time passed)
+PROCESSES_ENV = "TRACKSTORE_SYNC_PROCESSES"  # the most processes a sync uses (see worker_processes)
+PROCESS_MIN_RUNS = 50  # runs a worker process must have to be worth starting
 
 
 def run_key(info: RunInfo) -> str:
@@ -159,11 +173,19 @@ class _Stopped(Exception):
     pass
 
 
+class _Flag(Protocol):
+    """A threading.Event, or a flag every process of a sync sees (_SharedFlag)."""
+
+    def is_set(self) -> bool: ...
+    def set(self) -> None: ...
+
+
 class _Scheduler:
     def __init__(self, root: Path, target: str, destination: str, options: TargetOptions, opts: SyncOptions,
                  runs: list[RunInfo], shared: _Shared, *, wait: bool, lock_timeout: float | None,
-                 make_adapter: Callable[[], Adapter], first_adapter: Adapter, declaration: locks.Lock,
-                 sends: Executor | None = None):
+                 make_adapter: Callable[[], Adapter], first_adapter: Adapter, declaration: locks.Lock | None,
+                 sends: Executor | None = None, check_unchanged: bool = True, stop: _Flag | None = None,
+                 unreachable: _Flag | None = None, refill: Callable[[], list[_Item]] | None = None):
         self.root, self.target, self.destination = root, target, destination
         self.options, self.opts, self.shared = options, opts, shared
         self.wait, self.make_adapter = wait, make_adapter
@@ -172,15 +194,20 @@ class _Scheduler:
         self.runs = runs
         self.results: list[RunResult | None] = [None] * len(runs)
         # runs whose parts did not change since everything was acknowledged: no lock, no worker
-        unchanged = unchanged_runs(root, target, destination, opts, runs)
+        # (a worker process is handed runs its parent found changed)
+        unchanged = unchanged_runs(root, target, destination, opts, runs) if check_unchanged else set()
         for i, info in enumerate(runs):
             if (info.project, info.run_id) in unchanged:
                 self.results[i] = up_to_date_result(info)
-        self.queue: deque[_Item] = deque(_Item(i, info) for i, info in enumerate(runs) if self.results[i] is None)
+        # a worker process is handed its runs a few at a time (``refill``), as its workers need them
+        self.refill = refill
+        self.queue: deque[_Item] = deque(_Item(i, info) for i, info in enumerate(runs)
+                                         if self.results[i] is None and refill is None)
         self.deferred: deque[_Item] = deque()
         self.mutex = threading.Lock()
-        self.unreachable = False
-        self.stop = threading.Event()
+        # both shared with the other processes of a sync in processes (multiprocessing events)
+        self.unreachable: _Flag = unreachable or threading.Event()
+        self.stop: _Flag = stop or threading.Event()
         self.errors: list[BaseException] = []
         self._adapters = [first_adapter]
         self.declaration = declaration
@@ -192,10 +219,15 @@ class _Scheduler:
         in ``deferred`` until every other run was taken."""
         while True:
             with self.mutex:
-                if self.stop.is_set() or self.unreachable:
+                if self.stop.is_set() or self.unreachable.is_set():
                     return None
                 if self.queue:
                     return self.queue.popleft()
+                if self.refill is not None:
+                    self.queue.extend(self.refill())
+                    if self.queue:
+                        continue
+                    self.refill = None  # nothing left to hand out
                 if not self.deferred:
                     return None
                 item = self.deferred.popleft()
@@ -265,7 +297,7 @@ class _Scheduler:
                 with self.mutex:
                     self.results[item.index] = res
                     if res.error_kind == "unreachable":
-                        self.unreachable = True  # the network is down: start no further run
+                        self.unreachable.set()  # the network is down: start no further run
                 if progress.opened:
                     # opening this run closed the previous one's session (adapter.open_run does
                     # that first): the previous run is no longer this adapter's business
@@ -312,7 +344,7 @@ class _Scheduler:
                 if lock is not None and now - beaten.setdefault(id(lock), now) >= LOCK_BEAT_S:
                     lock.refresh()
                     beaten[id(lock)] = now
-            if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
+            if self.declaration is not None and time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
                 with self.mutex:
                     if time.monotonic() - self._declared_at >= SESSION_REFRESH_S:
                         self._declared_at = time.monotonic()
@@ -323,7 +355,7 @@ class _Scheduler:
 
     # ------------------------------------------------------------------ the whole sync
     def report(self) -> SyncReport:
-        report = SyncReport(self.target, self.destination, dry_run=False, unreachable=self.unreachable)
+        report = SyncReport(self.target, self.destination, dry_run=False, unreachable=self.unreachable.is_set())
         for i, res in enumerate(self.results):
             if res is None:  # not started: the target went unreachable first
                 info = self.runs[i]
@@ -369,15 +401,21 @@ def sync_runs(root: Path, opts: SyncOptions, runs: list[RunInfo], first: Adapter
         sched = _Scheduler(root, target, destination, first.options, opts, runs, shared, wait=wait,
                            lock_timeout=lock_timeout, make_adapter=lambda: type(first)(first.options),
                            first_adapter=first, declaration=declaration, sends=sends)
+        procs = worker_processes(first, n, len(sched.queue))
         if shared.parallel:
             shared.call("begin", len(runs), n)
-        if n == 1:
+        if procs > 1:
+            first.close()  # each process makes its own
+            _run_processes(sched, type(first), n, procs)
+        elif n == 1:
             sched.work(first)  # in this thread: an interrupt stops the run where it is, as always
         else:
             _run_threads(sched, first, n)
         if sched.errors:
             raise sched.errors[0]
-        return sched.report()
+        report = sched.report()
+        report.processes = procs
+        return report
     finally:
         if sends is not None:
             sends.shutdown(wait=False, cancel_futures=True)  # each engine waited for its own sends
@@ -407,4 +445,290 @@ def _run_threads(sched: _Scheduler, first: Adapter, n: int) -> None:
         raise
 
 
-__all__ = ["ParallelProgress", "effective_jobs", "run_key", "sync_runs"]
+# ----------------------------------------------------------------------------- processes
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def worker_processes(adapter: Adapter, jobs: int, pending: int) -> int:
+    """How many processes share ``jobs`` workers over ``pending`` runs: one per core, for a
+    target that declares :attr:`~.adapter.Capabilities.processes`, when each has at least
+    :data:`PROCESS_MIN_RUNS` runs (a process costs about 0.4 s of CPU to start: an interpreter,
+    pyarrow, the target's client); else 1. ``$TRACKSTORE_SYNC_PROCESSES`` sets the most (1:
+    threads only), whatever the runs."""
+    if not adapter.capabilities.processes or jobs < 2 or pending < 2:
+        return 1
+    text = os.environ.get(PROCESSES_ENV, "").strip()
+    if text:
+        try:
+            most = int(text)
+        except ValueError:
+            most = 0
+        if most < 1:
+            raise UsageError(f"{PROCESSES_ENV}={text}: the most processes a sync uses must be a whole number, 1 or more")
+    else:
+        most = min(cores(), pending // PROCESS_MIN_RUNS)
+    return max(1, min(most, jobs, pending))
+
+
+@dataclass(frozen=True)
+class _RunRef:
+    """A run named in a progress event from a worker process (its RunInfo stays there)."""
+
+    key: str
+
+
+class _Forward(_Shared):
+    """A worker process's progress: every event goes to the parent, which calls the caller's."""
+
+    def __init__(self, events, orphaned: _Orphaned):
+        super().__init__(None)
+        self.parallel = True
+        self.events = events  # this process's end of its pipe to the parent
+        self.orphaned = orphaned  # the parent is gone: nobody reads
+
+    def put(self, event: tuple) -> None:
+        if not self.orphaned.is_set():
+            with self.lock, suppress(OSError):  # one message at a time on the pipe; a gone parent reads none
+                self.events.send(event)
+
+    def call(self, name: str, *args) -> None:
+        self.put(("call", name, tuple(_RunRef(run_key(a)) if isinstance(a, RunInfo) else a for a in args)))
+
+    def advanced(self, key: str, n: int) -> None:
+        self.put(("call", "run_advanced", (key, n)))
+
+    def held(self, info: RunInfo, holder: str, waiting: bool) -> None:
+        self.put(("held", run_key(info), holder, waiting))
+
+
+def _portable(exc: BaseException | None) -> BaseException | None:
+    """``exc`` as it can cross to the parent (pickled), or a RuntimeError saying what it was."""
+    import pickle
+
+    if exc is None:
+        return None
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any exception that does not pickle
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+class _Orphaned:
+    """Whether a worker process's parent is gone (killed): the process is then another's child."""
+
+    def __init__(self) -> None:
+        from multiprocessing import parent_process
+
+        parent = parent_process()
+        self.parent = parent.pid if parent is not None else os.getppid()
+
+    def is_set(self) -> bool:
+        return os.getppid() != self.parent  # a system call, no lock: asked at every run and batch
+
+
+class _StopUnlessOrphaned:
+    """A worker process's stop flag: the sync's, and set too once the parent is gone, so that
+    the process stops at its next batch as if the parent had stopped it."""
+
+    def __init__(self, stop: _Flag, orphaned: _Orphaned):
+        self.stop, self.orphaned = stop, orphaned
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or self.orphaned.is_set()
+
+    def set(self) -> None:
+        self.stop.set()
+
+
+def _process_main(root: Path, adapter_class: type[Adapter], options: TargetOptions, opts: SyncOptions,
+                  target: str, destination: str, threads: int, events, orders, stop: _Flag, unreachable: _Flag,
+                  wait: bool, lock_timeout: float | None) -> None:
+    """One worker process of a sync (spawned by :func:`_run_processes`): syncs the runs the
+    parent hands it (``orders``: lists of selection index and run key, asked for with
+    ``("more",)`` as its ``threads`` workers need them; an empty list: no more) and sends the
+    parent its progress and results through ``events``. Both are its ends of two pipes."""
+    import signal
+
+    from .engine import select_runs
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this one (``stop``)
+    orphaned = _Orphaned()  # the parent is gone: nobody reads, and the runs stop
+    stop = _StopUnlessOrphaned(stop, orphaned)
+    forward = _Forward(events, orphaned)
+    results: list[tuple[int, RunResult]] = []
+    error: BaseException | None = None
+    try:
+        runs = select_runs(root, opts)  # the parent's selection, read again (its RunInfo stay there)
+        local = {run_key(info): i for i, info in enumerate(runs)}
+        handed: dict[int, int] = {}  # index here -> index in the parent's selection
+
+        def refill() -> list[_Item]:
+            forward.put(("more",))
+            try:
+                order = orders.recv()
+            except (EOFError, OSError):  # the parent is gone
+                return []
+            items = []
+            for i, key in order:
+                if key in local:
+                    handed[local[key]] = i
+                    items.append(_Item(local[key], runs[local[key]]))
+                else:  # deleted between the parent's selection and this process's
+                    project, _, run_id = key.partition("/")
+                    results.append((i, RunResult(project, run_id, "", "", error="no longer in the store",
+                                                 error_kind="error")))
+            return items
+
+        first = adapter_class(options)
+        sends = None
+        if first.capabilities.concurrent_sends > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            sends = ThreadPoolExecutor(first.capabilities.concurrent_sends, thread_name_prefix="trackstore-send")
+        try:
+            sched = _Scheduler(root, target, destination, options, opts, runs, forward, wait=wait,
+                               lock_timeout=lock_timeout, make_adapter=lambda: adapter_class(options),
+                               first_adapter=first, declaration=None, sends=sends, check_unchanged=False,
+                               stop=stop, unreachable=unreachable, refill=refill)
+            if threads == 1:
+                sched.work(first)
+            else:
+                _run_threads(sched, first, threads)
+        finally:
+            if sends is not None:
+                sends.shutdown(wait=False, cancel_futures=True)
+        if sched.errors:
+            error = sched.errors[0]
+        results += [(i, sched.results[here]) for here, i in handed.items()  # type: ignore[misc]
+                    if sched.results[here] is not None]
+    except BaseException as exc:  # noqa: BLE001 - the parent raises it
+        error = exc
+    forward.put(("done", results, _portable(error)))
+
+
+class _SharedFlag:
+    """A flag every process of a sync sees: one byte of shared memory, read and written without a
+    lock (a process killed while holding a lock shared across processes, as
+    ``multiprocessing.Event``'s, would stop the others for good)."""
+
+    def __init__(self, ctx):
+        self._value = ctx.RawValue("b", 0)
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def set(self) -> None:
+        self._value.value = 1
+
+
+def _run_processes(sched: _Scheduler, adapter_class: type[Adapter], jobs: int, procs: int) -> None:
+    """Share ``sched``'s runs out to ``procs`` spawned processes of ``jobs / procs`` workers
+    each, relay their progress, and gather their results into ``sched``. This process only
+    coordinates: it hands the runs out a few at a time as each process asks (so none sits idle
+    while another has many left), keeps the sync's declaration fresh, and stops the others
+    when it is interrupted (they stop at their next batch, as threads do; then they are
+    terminated). Each process has pipes of its own to this one, so none killed half-way through
+    a message can hold up another; its end of the pipe closing tells that it ended."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("spawn")  # not fork: the target's client runs threads of its own
+    pending = deque((it.index, run_key(it.info)) for it in sched.queue)
+    sched.queue.clear()
+    threads = -(-jobs // procs)
+    stop, unreachable = _SharedFlag(ctx), _SharedFlag(ctx)
+    sched.stop, sched.unreachable = stop, unreachable
+    by_key = {run_key(info): info for info in sched.runs}
+    children: list = []
+    readers: dict = {}  # a process's events pipe -> its number
+    orders: list = []   # the pipe each process's runs are handed out on
+    handed: list[list[tuple[int, str]]] = [[] for _ in range(procs)]
+    try:
+        for k in range(procs):
+            reader, writer = ctx.Pipe(duplex=False)
+            their_orders, my_orders = ctx.Pipe(duplex=False)
+            child = ctx.Process(target=_process_main, name=f"trackstore-sync-process-{k}", daemon=True,
+                                args=(sched.root, adapter_class, sched.options, sched.opts, sched.target,
+                                      sched.destination, threads, writer, their_orders, stop, unreachable, sched.wait,
+                                      None if sched.deadline is None else max(0.0, sched.deadline - time.monotonic())))
+            children.append(child)
+            readers[reader] = k
+            orders.append(my_orders)
+            child.start()
+            writer.close()  # the child's copies are the only ones: its end closes when the child ends
+            their_orders.close()
+        reported: set[int] = set()
+        while readers:
+            for reader in wait(list(readers), timeout=0.2):
+                k = readers[reader]
+                try:
+                    event = reader.recv()
+                except (EOFError, OSError):  # the process ended: everything it sent was read before this
+                    del readers[reader]
+                    reader.close()
+                    if k not in reported:
+                        children[k].join()
+                        _lost(sched, handed[k], children[k].exitcode)
+                    continue
+                if event[0] == "more":
+                    n = 0 if stop.is_set() else max(1, min(2 * threads, len(pending) // (2 * procs)))
+                    chunk = [pending.popleft() for _ in range(min(n, len(pending)))]
+                    handed[k] += chunk
+                    with suppress(OSError):  # it died meanwhile: its events pipe says so next
+                        orders[k].send(chunk)
+                elif event[0] == "call":
+                    _, name, args = event
+                    sched.shared.call(name, *(by_key[a.key] if isinstance(a, _RunRef) else a for a in args))
+                elif event[0] == "held":
+                    _, key, holder, waiting = event
+                    sched.shared.held(by_key[key], holder, waiting)
+                else:
+                    _, results, error = event
+                    reported.add(k)
+                    for i, res in results:
+                        sched.results[i] = res
+                    if error is not None:
+                        sched.errors.append(error)
+                        stop.set()  # the others stop at their next batch, as a thread's error stops the rest
+            _beat_declaration(sched)
+    except BaseException:
+        stop.set()  # the others stop at their next batch; their runs' batches stay in doubt
+        raise
+    finally:
+        deadline = time.monotonic() + 2.0
+        for child in children:
+            child.join(max(0.0, deadline - time.monotonic()))
+            if child.is_alive():
+                child.terminate()  # as a kill: the engine's in-doubt protocol settles it next time
+                child.join()
+        for conn in [*readers, *orders]:
+            conn.close()
+
+
+def _beat_declaration(sched: _Scheduler) -> None:
+    if sched.declaration is not None and time.monotonic() - sched._declared_at >= SESSION_REFRESH_S:
+        sched._declared_at = time.monotonic()
+        sched.declaration.refresh()
+
+
+def _lost(sched: _Scheduler, shard: list[tuple[int, str]], exitcode: int | None) -> None:
+    """The runs of a worker process that ended without its report (killed: the OOM killer, a
+    signal): each is an error; the batches it had in flight are settled by the next sync."""
+    for i, _ in shard:
+        if sched.results[i] is None:
+            info = sched.runs[i]
+            res = RunResult(info.project, info.run_id, info.name, info.status,
+                            error=f"the sync process sending this run ended unexpectedly (exit code {exitcode}); "
+                                  "the next sync settles what it had in flight",
+                            error_kind="error")
+            sched.results[i] = res
+            sched.shared.call("run_ended", res)
+
+
+__all__ = ["ParallelProgress", "cores", "effective_jobs", "run_key", "sync_runs", "worker_processes"]

@@ -135,6 +135,8 @@ class ReplicaAdapter(Adapter):
         # round trip each), and a server given a burst spends less per request than one given
         # a trickle (measured: docs/performance.md, "Team store")
         concurrent_sends=16,
+        # decoding, merging and encoding parts is the replication's CPU: workers in processes
+        processes=True,
     )
 
     def __init__(self, options):

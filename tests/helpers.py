@@ -363,3 +363,44 @@ def has_swanboard() -> bool:
         return version("swanboard") == SWANBOARD_VERSION
     except PackageNotFoundError:
         return False
+
+
+# ----------------------------------------------------------------------------- processes
+def descendants(pid: int) -> list[int]:
+    """The live (not zombie) processes below ``pid``, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(d.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if state[state.rindex(")") + 2] != "Z":
+            out.append(pid)
+    return out
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(pids)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import trackstore
-from tests.helpers import run_cli, spawn_cli
+from tests.helpers import descendants, run_cli, spawn_cli, wait_gone
 from tests.proxy import FaultyProxy
 from tests.test_team_store import KINDS, make_runs, source_rows
 
@@ -126,14 +126,18 @@ def test_connections_cut_before_and_after_delivery_end_with_an_exact_replica(roo
 
 
 def test_sigkill_during_s3_replication_then_a_rerun_is_exact(root, s3_prefix):
+    """Killed in two worker processes (what a store of a hundred runs or more gets by default on
+    a machine of two cores; tests/test_sync_processes.py), rerun in threads."""
     make_runs(root, 10, steps=150, keys=6)
     rng = random.Random(3)
     for _ in range(5):
         child = spawn_cli("sync", "--to", "store", "--uri", s3_prefix.uri, "--root", str(root),
-                          env=s3_prefix.env)
+                          env={**s3_prefix.env, "TRACKSTORE_SYNC_PROCESSES": "2"})
         time.sleep(rng.uniform(0.3, 2.0))
+        workers = descendants(child.pid)
         child.kill()
         child.wait(timeout=30)
+        assert wait_gone(workers) == [], "a worker process outlived its killed parent"  # and held its runs' locks
         n, distinct = dataset_rows(s3_prefix)
         assert n == distinct
     res = sync_s3(root, s3_prefix)
