@@ -26,10 +26,12 @@ leaves). Measured, in one run against one server:
    obstore (``obstore.put`` from ``--floor-threads`` threads; files read in those threads), in
    process: the least any replication of these files costs over this link.
 2. **replicate**: ``trackstore sync --to store --uri s3://team/<fresh prefix> --root SRC`` with
-   the default ``--jobs`` (8) and with ``--jobs 1``, each to a fresh prefix, the whole command
-   timed from outside. The ratio to the floor is the figure (target: within 1.3x); the jobs
-   ratio says what the threads buy. The replica is then checked: as many metrics and samples
-   rows as the source, no more.
+   the default ``--jobs`` (8: spread over one process per core), with ``--jobs 1``, and with
+   the default ``--jobs`` in one process (``TRACKSTORE_SYNC_PROCESSES=1``: threads only), each
+   to a fresh prefix, the whole command timed from outside. The ratio to the floor is the
+   figure (target: within 1.3x); the jobs ratio says what the workers buy, the last what the
+   processes buy. The replica is then checked: as many metrics and samples rows as the
+   source, no more.
 3. **up to date**: the same command again with nothing new (median of ``--repeat``).
 4. **readers**: ``trackstore runs --root SRC`` beside what a plain reader of the replica does
    for the same list (one listing with ``pyarrow.fs.S3FileSystem``, every ``run.json`` read by
@@ -504,11 +506,14 @@ def main() -> None:
                      floor, own_cpu() - cpu0, server_cpu(server) - srv0, "1.00x floor"))
         print(f"  floor: raw upload, {args.floor_threads} threads: {floor:.2f} s", flush=True)
 
-        def replicate(prefix: str, jobs: int) -> tuple[float, float, float]:
-            """Seconds, client CPU and server CPU of one whole sync command."""
+        def replicate(prefix: str, jobs: int, processes: int | None = None) -> tuple[float, float, float]:
+            """Seconds, client CPU and server CPU of one whole sync command (``processes``: at most
+            that many, $TRACKSTORE_SYNC_PROCESSES; None: the default, one per core)."""
             uri = f"s3://{bucket}/{prefix}"
             srv = server_cpu(server)
-            took, _ = once([*ts, "sync", "--to", "store", "--uri", uri, "--root", str(src), "--jobs", str(jobs)], env)
+            run_env = env if processes is None else {**env, "TRACKSTORE_SYNC_PROCESSES": str(processes)}
+            took, _ = once([*ts, "sync", "--to", "store", "--uri", uri, "--root", str(src), "--jobs", str(jobs)],
+                           run_env)
             return took, CPU[-1], server_cpu(server) - srv
 
         main_prefix = f"replica-j{args.jobs}-{stamp}"
@@ -516,6 +521,8 @@ def main() -> None:
         print(f"  sync --to store --jobs {args.jobs}: {rep_n:.2f} s", flush=True)
         rep_1, cpu_1, srv_1 = replicate(f"replica-j1-{stamp}", 1)
         print(f"  sync --to store --jobs 1: {rep_1:.2f} s", flush=True)
+        rep_t, cpu_t, srv_t = replicate(f"replica-j{args.jobs}-threads-{stamp}", args.jobs, processes=1)
+        print(f"  sync --to store --jobs {args.jobs}, threads only: {rep_t:.2f} s", flush=True)
         second = sorted(replicate(main_prefix, args.jobs) for _ in range(args.repeat))
         up_to_date, cpu_u, srv_u = second[len(second) // 2]
         print(f"  second pass, nothing new: {up_to_date:.2f} s", flush=True)
@@ -524,6 +531,8 @@ def main() -> None:
              f"**{rep_n / floor:.2f}x floor**"),
             ("sync --to store --jobs 1 (fresh prefix, whole command)", rep_1, cpu_1, srv_1,
              f"{rep_1 / floor:.2f}x floor; --jobs {args.jobs} is {rep_1 / rep_n:.2f}x faster"),
+            (f"sync --to store --jobs {args.jobs} in one process, threads only (TRACKSTORE_SYNC_PROCESSES=1)",
+             rep_t, cpu_t, srv_t, f"{rep_t / floor:.2f}x floor; processes are {rep_t / rep_n:.2f}x faster"),
             ("sync --to store again, nothing new", up_to_date, cpu_u, srv_u,
              f"{up_to_date / rep_n:.3f}x the first pass; {up_to_date / args.runs * 1000:.2f} ms a run"),
         ]
