@@ -74,9 +74,8 @@ def sync(
     fmt: Annotated[SummaryFormat, typer.Option("--format", "-f", help="Summary format: table or json.")] = SummaryFormat.table,
     wide: WideOpt = False,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Sync up to N runs at once, each under its own "
-                                                "lock (default: 8 for an MLflow server or a store, else 1; wandb, SwanLab "
-                                                "always 1); a store's spread over one process per core. "
-                                                "See docs/sync.md.")] = None,
+                                                "lock (default 8 for an MLflow server or a store, else 1; wandb, SwanLab: "
+                                                "1; a store uses a process per core). See docs/sync.md.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for runs another sync is sending to this destination "
                                        "instead of skipping them (exit code 6).")] = False,
     uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
@@ -164,10 +163,12 @@ def _sync_loop(root_path, to, opts, options, *, dry_run, watch, stop, if_online,
             if reachable:
                 if interactive:
                     with RichProgress(opening, started) as progress:
-                        report = do_sync(root_path, adapter, opts, progress=progress, wait_lock=wait, jobs=jobs)
+                        report = do_sync(root_path, adapter, opts, progress=progress, wait_lock=wait, jobs=jobs,
+                                         processes=True)
                 else:
                     report = do_sync(root_path, adapter, opts, progress=CronProgress(quiet=fmt is Format.json,
-                                     opening=opening, started=started), wait_lock=wait, jobs=jobs)
+                                     opening=opening, started=started), wait_lock=wait, jobs=jobs,
+                                     processes=True)
                 first = False
         if not reachable:  # only in --watch mode: wait (a signal only sets the flag here), then retry
             if stop.sleep(watch):

@@ -39,7 +39,7 @@ def open_adapter(root, target: str, options: TargetOptions | None = None) -> Ada
 
 def sync(root, target: str | Adapter, opts: SyncOptions, options: TargetOptions | None = None, *,
          progress: Progress | None = None, wait_lock: bool = False, lock_timeout: float | None = None,
-         jobs: int | None = None) -> SyncReport:
+         jobs: int | None = None, processes: bool = False) -> SyncReport:
     """Sync the selected runs of the store at ``root`` to ``target`` (a name, or an adapter from
     :func:`open_adapter`, which this call then owns and closes). Returns the report.
 
@@ -49,6 +49,11 @@ def sync(root, target: str | Adapter, opts: SyncOptions, options: TargetOptions 
     waited for with ``wait_lock`` (up to ``lock_timeout`` seconds). ``--dry-run`` takes no lock
     and sends nothing. One adapter serves the whole sync with one worker; each further worker
     has one of its own.
+
+    ``processes``: spread the workers over processes, one per core, for a target that declares
+    it (the team store; :mod:`.parallel`), as the CLI does. Each process is spawned, and
+    multiprocessing's spawn imports the calling script again in it: a script that passes True
+    must keep its top level under ``if __name__ == "__main__":``.
     """
     from trackstore.store.layout import resolve_root
 
@@ -69,4 +74,4 @@ def sync(root, target: str | Adapter, opts: SyncOptions, options: TargetOptions 
         finally:
             adapter.close()
     return sync_runs(root, opts, runs, adapter, jobs=jobs, progress=progress, wait=wait_lock,
-                     lock_timeout=lock_timeout)
+                     lock_timeout=lock_timeout, processes=processes)

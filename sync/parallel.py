@@ -366,10 +366,12 @@ class _Scheduler:
 
 
 def sync_runs(root: Path, opts: SyncOptions, runs: list[RunInfo], first: Adapter, *, jobs: int | None = None,
-              progress: Progress | None = None, wait: bool = False, lock_timeout: float | None = None) -> SyncReport:
+              progress: Progress | None = None, wait: bool = False, lock_timeout: float | None = None,
+              processes: bool = False) -> SyncReport:
     """Sync ``runs`` with up to ``jobs`` workers (None: the target's default); see the module
     docstring. ``first`` is the first worker's adapter; the others are made like it
-    (``type(first)(first.options)``). Every adapter is closed before this returns."""
+    (``type(first)(first.options)``). Every adapter is closed before this returns. With
+    ``processes`` the workers may be spread over processes (:func:`worker_processes`)."""
     shared = _Shared(progress)
     target = first.name
     exclusive: locks.Lock | None = None
@@ -401,7 +403,7 @@ def sync_runs(root: Path, opts: SyncOptions, runs: list[RunInfo], first: Adapter
         sched = _Scheduler(root, target, destination, first.options, opts, runs, shared, wait=wait,
                            lock_timeout=lock_timeout, make_adapter=lambda: type(first)(first.options),
                            first_adapter=first, declaration=declaration, sends=sends)
-        procs = worker_processes(first, n, len(sched.queue))
+        procs = worker_processes(first, n, len(sched.queue)) if processes else 1
         if shared.parallel:
             shared.call("begin", len(runs), n)
         if procs > 1:
@@ -500,7 +502,7 @@ class _Forward(_Shared):
         self.put(("call", name, tuple(_RunRef(run_key(a)) if isinstance(a, RunInfo) else a for a in args)))
 
     def advanced(self, key: str, n: int) -> None:
-        self.put(("call", "run_advanced", (key, n)))
+        self.put(("advanced", key, n))
 
     def held(self, info: RunInfo, holder: str, waiting: bool) -> None:
         self.put(("held", run_key(info), holder, waiting))
@@ -685,6 +687,9 @@ def _run_processes(sched: _Scheduler, adapter_class: type[Adapter], jobs: int, p
                 elif event[0] == "call":
                     _, name, args = event
                     sched.shared.call(name, *(by_key[a.key] if isinstance(a, _RunRef) else a for a in args))
+                elif event[0] == "advanced":
+                    _, key, n = event
+                    sched.shared.advanced(key, n)  # the caller's progress as it takes it (_Shared)
                 elif event[0] == "held":
                     _, key, holder, waiting = event
                     sched.shared.held(by_key[key], holder, waiting)

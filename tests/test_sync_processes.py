@@ -96,6 +96,20 @@ def test_a_bad_processes_variable_is_a_usage_error(root, tmp_path, value):
         f"error: TRACKSTORE_SYNC_PROCESSES={value}: the most processes a sync uses must be a whole number, 1 or more"]
 
 
+def test_the_library_spawns_processes_only_when_asked(root, tmp_path, monkeypatch):
+    """Spawning imports the calling script again in each process: a script's call to sync()
+    must not start any unless it asks (and then keeps its top level under a main guard)."""
+    from trackstore.sync import SyncOptions, TargetOptions, sync
+
+    make_runs(root, 4, steps=5)
+    monkeypatch.setenv("TRACKSTORE_SYNC_PROCESSES", "2")
+    report = sync(root, "store", SyncOptions(), TargetOptions(uri=str(tmp_path / "a")), jobs=4)
+    assert report.ok and report.processes == 1
+    report = sync(root, "store", SyncOptions(), TargetOptions(uri=str(tmp_path / "b")), jobs=4, processes=True)
+    assert report.ok and report.processes == 2
+    assert_exact(root, tmp_path / "b")
+
+
 # ----------------------------------------------------------------------------- the result
 def test_a_sync_in_processes_gives_what_one_worker_gives(root, tmp_path):
     make_runs(root, 8, steps=40)
