@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -122,6 +124,38 @@ def test_connections_cut_before_and_after_delivery_end_with_an_exact_replica(roo
                 break
         assert res.returncode == 0, res.stdout + res.stderr
         assert proxy.stats().cuts > 0
+    assert_exact(root, s3_prefix)
+
+
+def test_a_link_lost_mid_sync_stops_every_process_and_a_rerun_is_exact(root, s3_prefix):
+    """The link goes down while two worker processes replicate: the runs in flight give up as
+    unreachable, no process starts another (the rest are "not attempted"), and the sync exits 8
+    (some runs were sent: docs/sync.md's exit codes); once the link is back, a rerun makes the
+    replica exact."""
+    make_runs(root, 60, steps=100, keys=6)
+    with FaultyProxy("127.0.0.1", s3_prefix.server.port) as proxy:
+        env = {**os.environ, **s3_prefix.env, "AWS_ENDPOINT_URL": proxy.url, "TRACKSTORE_SYNC_PROCESSES": "2"}
+        p = subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", "sync", "--to", "store", "--uri",
+                              s3_prefix.uri, "--jobs", "4", "--max-retries", "1", "--timeout", "5", "--format",
+                              "json", "--root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        deadline = time.monotonic() + 120
+        while proxy.stats().bytes_up < 200_000 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert p.poll() is None, "the sync ended before the link went down"
+        proxy.refuse()
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 8, err
+        runs = json.loads(out)["runs"]
+        ok = [r for r in runs if r["result"] == "ok"]
+        lost = [r for r in runs if r["error_kind"] == "unreachable"]
+        assert ok and lost and len(ok) + len(lost) == len(runs), out
+        # only the runs in flight when the link went (2 processes x 2 threads) tried and gave up
+        gave_up = [r for r in lost if r["error"] != "not attempted: target unreachable"]
+        assert 0 < len(gave_up) <= 6 < len(lost), out
+        proxy.reset()
+        res = sync_s3(root, s3_prefix, env={"AWS_ENDPOINT_URL": proxy.url})
+        assert res.returncode == 0, res.stdout + res.stderr
     assert_exact(root, s3_prefix)
 
 
