@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from trackstore.errors import LockHeldError, UsageError
-from trackstore.read.listing import RunInfo
+from trackstore.read.listing import RunInfo, list_runs
 from trackstore.store import locks
 
 from .adapter import Adapter, TargetOptions
@@ -557,8 +557,6 @@ def _process_main(root: Path, adapter_class: type[Adapter], options: TargetOptio
     parent its progress and results through ``events``. Both are its ends of two pipes."""
     import signal
 
-    from .engine import select_runs
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this one (``stop``)
     orphaned = _Orphaned()  # the parent is gone: nobody reads, and the runs stop
     stop = _StopUnlessOrphaned(stop, orphaned)
@@ -566,7 +564,9 @@ def _process_main(root: Path, adapter_class: type[Adapter], options: TargetOptio
     results: list[tuple[int, RunResult]] = []
     error: BaseException | None = None
     try:
-        runs = select_runs(root, opts)  # the parent's selection, read again (its RunInfo stay there)
+        # the store's runs, not the selection made again: a filter such as --since could
+        # answer differently a moment later; the parent's choice is the run keys it hands out
+        runs = list_runs(root, project=opts.project)
         local = {run_key(info): i for i, info in enumerate(runs)}
         handed: dict[int, int] = {}  # index here -> index in the parent's selection
 
