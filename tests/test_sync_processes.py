@@ -152,6 +152,28 @@ def big_store(root: Path) -> None:
     make_runs(root, 16, steps=300, keys=8)
 
 
+def start_sync(root: Path, replica: Path, jobs: str, *extra: str, **popen) -> tuple[subprocess.Popen, list[int]]:
+    """A fresh interpreter's ``sync --to store`` in two worker processes, Ctrl-C as a shell's
+    foreground job takes it, and the pids of those processes, once they and a first part are
+    there."""
+    p = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "store", "--uri", str(replica),
+                          "--jobs", jobs, *extra, "--root", str(root)], stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, **TWO}, **popen)
+    workers = workers_of(p.pid)
+    deadline = time.monotonic() + 60
+    while replica_parts(replica) == 0 and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert p.poll() is None, "the sync ended before it could be interrupted"
+    return p, workers
+
+
+def rerun_is_exact(root: Path, replica: Path) -> None:
+    no_row_twice(replica)
+    res = sync_store(root, replica)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_exact(root, replica)
+
+
 def test_sigkill_of_the_parent_ends_its_processes_and_a_rerun_is_exact(root, tmp_path):
     big_store(root)
     replica = tmp_path / "team"
@@ -167,44 +189,26 @@ def test_sigkill_of_the_parent_ends_its_processes_and_a_rerun_is_exact(root, tmp
         # (one more: a run may have opened between the look and the kill)
         assert len(replica_runs(replica) - before) <= 5
         no_row_twice(replica)
-    res = sync_store(root, replica)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert_exact(root, replica)
+    rerun_is_exact(root, replica)
 
 
 def test_ctrl_c_ends_every_process_at_once_and_a_rerun_is_exact(root, tmp_path):
     """SIGINT to the whole foreground group, as a terminal sends it: exit 130, no process left."""
     big_store(root)
     replica = tmp_path / "team"
-    p = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "store", "--uri", str(replica), "--jobs",
-                          "4", "--root", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, **TWO}, start_new_session=True)
-    workers = workers_of(p.pid)
-    deadline = time.monotonic() + 60
-    while replica_parts(replica) == 0 and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert p.poll() is None, "the sync ended before it could be interrupted"
+    p, workers = start_sync(root, replica, "4", stdout=subprocess.DEVNULL, start_new_session=True)
     os.killpg(p.pid, signal.SIGINT)
     _out, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
     assert "Traceback" not in err, err
     assert wait_gone(workers, timeout=10) == []
-    no_row_twice(replica)
-    res = sync_store(root, replica)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert_exact(root, replica)
+    rerun_is_exact(root, replica)
 
 
 def test_a_killed_worker_process_fails_its_runs_only_and_a_rerun_is_exact(root, tmp_path):
     big_store(root)
     replica = tmp_path / "team"
-    p = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "store", "--uri", str(replica), "--jobs",
-                          "2", "--format", "json", "--root", str(root)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env={**os.environ, **TWO})
-    workers = workers_of(p.pid)
-    deadline = time.monotonic() + 60
-    while replica_parts(replica) == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    p, workers = start_sync(root, replica, "2", "--format", "json", stdout=subprocess.PIPE)
     os.kill(workers[0], signal.SIGKILL)
     out, err = p.communicate(timeout=120)
     report = json.loads(out)
@@ -212,7 +216,4 @@ def test_a_killed_worker_process_fails_its_runs_only_and_a_rerun_is_exact(root, 
     assert p.returncode == 8, err
     assert lost and all("ended unexpectedly (exit code -9)" in r["error"] for r in lost), out
     assert all(r["result"] == "ok" for r in report["runs"] if r not in lost)  # the other process's runs
-    no_row_twice(replica)
-    res = sync_store(root, replica)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert_exact(root, replica)
+    rerun_is_exact(root, replica)
