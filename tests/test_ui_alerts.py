@@ -18,7 +18,7 @@ import time
 import pytest
 
 import trackstore
-from tests.ui_support import ARTIFACTS, LIVE_RUN, chromium, env_for, require_chromium, serving, wait_for
+from tests.ui_support import ARTIFACTS, LIVE_RUN, chromium, env_for, load, require_chromium, serving, wait_for
 
 pytest.importorskip("starlette")
 
@@ -183,9 +183,7 @@ return [...document.querySelectorAll('#runs tbody tr')].map(tr => {
 
 
 def test_the_runs_table_shows_a_badge_with_what_happened(browser, server, store):
-    browser.get(server.url)
-    js(browser, "localStorage.clear();")
-    browser.refresh()
+    load(browser, server.url, fresh_storage=True)
     rows = wait_for(lambda: (r := js(browser, BADGES)) and len(r) >= 3 and r, what="the runs table")
     by_name = {name: (status, badge, title) for name, status, badge, title in rows}
     assert by_name["diverged"] == ("finished", "⚠ NaN", "NaN in actor/pg_loss since step 120")

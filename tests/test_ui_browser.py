@@ -26,6 +26,7 @@ from tests.ui_support import (
     UiServer,
     chromium,
     env_for,
+    open_page,
     require_chromium,
     serving,
     wait_for,
@@ -76,11 +77,6 @@ def js(browser, code: str, *args):
     return browser.execute_script(code, *args)
 
 
-def open_page(browser, server, fragment: str = "") -> None:
-    browser.get(server.url + ("#" + fragment if fragment else ""))
-    js(browser, "localStorage.clear();")
-
-
 # chart series as the browser holds them: [[label, [[x, y], ...]], ...] for the chart of `key`
 SERIES_JS = """
 const c = window.__ts.charts[arguments[0]];
@@ -106,7 +102,6 @@ def stored_points(root, run_id: str, key: str) -> list[list[float]]:
 def test_runs_table_lists_every_run(browser, server, store):
     _root, ids, _tmp = store
     open_page(browser, server)
-    browser.refresh()
     rows = wait_for(lambda: js(browser, "return [...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)"),
                     what="the runs table")
     assert sorted(r.split("/", 1)[1] for r in rows) == sorted(ids.values())
@@ -124,7 +119,6 @@ def test_runs_table_lists_every_run(browser, server, store):
 def test_two_selected_runs_draw_one_chart_per_key_with_the_stored_values(browser, server, store):
     root, ids, _tmp = store
     open_page(browser, server)
-    browser.refresh()
     wait_for(lambda: js(browser, "return document.querySelectorAll('#runs tbody tr').length === 3"), what="runs")
     for name in ("alpha", "beta"):
         js(browser, "document.querySelector(`#runs tr[data-run='rl/${arguments[0]}'] input.pick`).click();", ids[name])
@@ -144,7 +138,6 @@ def test_two_selected_runs_draw_one_chart_per_key_with_the_stored_values(browser
 def test_a_one_step_spike_in_a_million_points_is_drawn_at_any_zoom(browser, server, store):
     root, ids, _tmp = store
     open_page(browser, server, f"/run/big/{ids['spiky']}")
-    browser.refresh()
     series = wait_for(lambda: js(browser, SERIES_JS, "loss"), what="the loss chart", timeout=30)
     [(_label, pts)] = series
     import trackstore
@@ -178,7 +171,6 @@ def test_a_live_run_grows_without_reloading(browser, server, store):
     try:
         run_id = writer.stdout.readline().strip()
         open_page(browser, server)
-        browser.refresh()
         row = f"live/{run_id}"
         wait_for(lambda: js(browser, "return !!document.querySelector(`#runs tr[data-run='${arguments[0]}']`)", row),
                  what="the live run in the table")
@@ -210,7 +202,6 @@ def test_a_live_run_grows_without_reloading(browser, server, store):
 def test_samples_filter_by_step_and_index_and_show_markup_as_text(browser, server, store):
     _root, ids, _tmp = store
     open_page(browser, server, f"/samples/rl/{ids['alpha']}?step=20")
-    browser.refresh()
     rows = wait_for(lambda: js(browser, "return [...document.querySelectorAll('#samples tbody tr')].map(r => [...r.cells].map(c => c.textContent))"),
                     what="the samples table")
     assert [(r[0], r[2]) for r in rows] == [("20", "0"), ("20", "1"), ("20", "2")]
@@ -234,7 +225,6 @@ def test_samples_filter_by_step_and_index_and_show_markup_as_text(browser, serve
 def test_trajectories_filter_by_step_and_sample_index(browser, server, store):
     _root, ids, _tmp = store
     open_page(browser, server, f"/trajectories/rl/{ids['alpha']}?step=20&index=1")
-    browser.refresh()
     trajs = wait_for(lambda: js(browser, "return [...document.querySelectorAll('.traj')].map(t => [t.dataset.step, t.dataset.index])"),
                      what="the trajectories")
     assert trajs == [["20", "1"]]
@@ -257,7 +247,6 @@ def test_trajectories_filter_by_step_and_sample_index(browser, server, store):
 def test_run_page_compare_and_histograms(browser, server, store):
     _root, ids, _tmp = store
     open_page(browser, server, f"/compare?run=rl/{ids['alpha']}&run=rl/{ids['beta']}")
-    browser.refresh()
     diff = wait_for(lambda: js(browser, "return [...document.querySelectorAll('#config-diff tbody tr')].map(r => [...r.cells].map(c => c.textContent))"),
                     what="the config differences")
     assert diff == [["actor.optim.lr", "1.000e-6", "3.000e-6"], ["seed", "0", "1"]]
@@ -296,7 +285,6 @@ def test_system_metrics_have_their_own_section_on_wall_time(browser, tmp_path):
     server = UiServer(root, tmp_path)
     try:
         open_page(browser, server)
-        browser.refresh()
         wait_for(lambda: js(browser, "return document.querySelectorAll('#runs tbody tr').length === 1"), what="the run")
         js(browser, "document.querySelector(`#runs tr[data-run='sys/${arguments[0]}'] input.pick`).click();", run_id)
         key = "system/cpu_utilization_percentage"

@@ -20,6 +20,7 @@ from tests.ui_support import (
     ARTIFACTS,
     XSS,
     chromium,
+    open_page,
     require_chromium,
     serving,
     wait_for,
@@ -271,12 +272,6 @@ def browser(server):
 
 def js(browser, code: str, *args):
     return browser.execute_script(code, *args)
-
-
-def open_page(browser, server, fragment: str) -> None:
-    browser.get(server.url + "#" + fragment)
-    js(browser, "localStorage.clear();")
-    browser.refresh()
 
 
 def shot(browser, name: str) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import trackstore
-from tests.ui_support import ARTIFACTS, UiServer, chromium, chromium_paths, require_chromium, wait_for
+from tests.ui_support import ARTIFACTS, UiServer, chromium, chromium_paths, load, require_chromium, wait_for
 
 pytest.importorskip("starlette")
 PIL = pytest.importorskip("PIL.Image", reason="Pillow makes the JPEG fixture")
@@ -95,8 +95,7 @@ def _loaded_images(browser, css: str) -> list[dict]:
 @needs_browser
 def test_the_images_page_has_a_step_slider_per_key(site, browser):
     server, run, _jpg = site
-    browser.get(server.url + f"#/images/vlm/{run.id}")
-    browser.refresh()
+    load(browser, server.url + f"#/images/vlm/{run.id}")
     wait_for(lambda: len(browser.execute_script("return document.querySelectorAll('input.slider')")) == 2,
              what="a slider per image key")
     keys = browser.execute_script("return [...document.querySelectorAll('h2')].map(h => h.textContent)")
@@ -130,8 +129,7 @@ def test_the_images_page_has_a_step_slider_per_key(site, browser):
 @needs_browser
 def test_sample_rows_show_their_images(site, browser):
     server, run, jpg = site
-    browser.get(server.url + f"#/samples/vlm/{run.id}")
-    browser.refresh()
+    load(browser, server.url + f"#/samples/vlm/{run.id}")
     shots = wait_for(lambda: (r := _loaded_images(browser, "#samples img")) and len(r) == 2
                      and all(i["done"] and i["w"] for i in r) and r, what="the sample's two images")
     assert [(i["w"], i["h"]) for i in shots] == [(40, 30), (64, 48)]

@@ -191,6 +191,23 @@ def serving(root: Path, home: Path, *args: str, host: str = "127.0.0.1"):
         s.stop()
 
 
+def load(browser, url: str, *, fresh_storage: bool = False) -> None:
+    """Open ``url`` in a full page load, never a same-document navigation: a module's browser is
+    often on the dashboard already, where going to another ``#fragment`` only fires a hash change
+    (and the ``refresh()`` tests used to add after it once timed out in chromedriver, "aborted by
+    navigation"). ``fresh_storage``: the page's localStorage emptied first, as a first visit."""
+    if fresh_storage:
+        browser.get(url)
+        browser.execute_script("localStorage.clear();")
+    browser.get("about:blank")
+    browser.get(url)
+
+
+def open_page(browser, server, fragment: str = "") -> None:
+    """The dashboard at ``#fragment``, loaded afresh with nothing kept from the last test."""
+    load(browser, server.url + ("#" + fragment if fragment else ""), fresh_storage=True)
+
+
 @contextmanager
 def chromium():
     """A headless Chromium (1,400 x 1,000) for the duration of the block; screenshots go to ARTIFACTS."""
