@@ -100,3 +100,17 @@ def test_a_compacted_run_stays_up_to_date_and_a_verify_or_all_looks_again(root, 
     full = sync(root, uri, include_synced=True)  # --all looks at it again, and sends nothing twice
     assert full.ok and not full.runs[0].sent
     assert history(uri, run.run_id, "a") == [(s, float(s)) for s in range(5)]
+
+
+def test_a_destination_never_synced_reads_no_part_in_the_no_change_check(root, tmp_path, trusted, monkeypatch):
+    # a first sync of a store the catalog has not seen: the no-change check must not read every
+    # part's footer (thousands of runs: seconds, in the one process that hands runs out) to learn
+    # that runs without a cursor have changed
+    make_run(root, "one", 6), make_run(root, "two", 4)
+    from trackstore.store.catalog import part_records
+
+    def no_reads(*a, **k):
+        raise AssertionError("a part was read for a run this destination never acknowledged")
+
+    monkeypatch.setattr(part_records, "read_part_record", no_reads)
+    assert unchanged_since_ack(root, "mlflow", "sqlite:////nowhere/mlflow.db", list_runs(root)) == set()

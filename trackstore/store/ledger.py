@@ -357,10 +357,14 @@ def unchanged_since_ack(root: Path, target: str, destination: str, runs: Iterabl
         # an unchanged ended run in one loop of stat calls (its writers' losses, reported for an
         # up-to-date run, come with it); else its parts alone
         catalog.unchanged_row(info.project, info.run_id)
+        path = f"{base}{info.project}/{RUN_PREFIX}{info.run_id}.json"
+        if catalog.cursor_summary(path)[0] == "-":
+            # never synced to this destination (a first sync, a new destination): its parts are
+            # not looked at, which on a store the catalog has not seen costs every footer
+            continue
         parts = catalog.parts_summary(info.project, info.run_id)
         if not parts.fp or parts.damaged:
             continue
-        path = f"{base}{info.project}/{RUN_PREFIX}{info.run_id}.json"
         try:
             summary = cached_cursor_summary(catalog, path, info.project, info.run_id, parts)
         except CURSOR_ERRORS:  # no cursor (FileNotFoundError is an OSError), or a damaged one
