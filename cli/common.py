@@ -56,6 +56,10 @@ FETCH_BAR_FROM = 50
 REPLICA_READERS = ("runs", "show", "sql", "plot", "compare", "samples", "trace", "ui", "gc")
 
 
+#: where :func:`reader_root` leaves, in ``ctx.meta``, the ``s3://`` URI a local copy was made of
+REPLICA_URI = "trackstore.replica_uri"
+
+
 def _no_replica_here(ctx: typer.Context) -> Exception:
     from trackstore.errors import UsageError
 
@@ -80,6 +84,7 @@ def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
             shown.append(Steps("fetching from the team store", total=total).__enter__())
             return lambda key: shown[0](key.rsplit("/", 1)[-1])
 
+        ctx.meta[REPLICA_URI] = value  # a reader that stays up (ui) follows the replica
         try:
             return local_copy(value, metadata_only=ctx.info_name == "runs", on_fetch=on_fetch)
         finally:

@@ -368,3 +368,59 @@ def test_a_first_read_of_many_runs_shows_progress_on_a_terminal_only(root, s3_pr
     assert code == 0, out
     assert "fetching from the team store" in out, out
 
+
+
+def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_prefix, tmp_path):
+    """``ui --root s3://...`` serves a local copy and brings it in step every ``--refresh``
+    seconds: a run replicated after the dashboard started appears without a restart; a link
+    that goes down is said once on stderr while the copy goes on being served, and its return
+    is said too."""
+    import urllib.request
+
+    from tests.servers import free_port
+
+    def listed(port: int) -> set[str] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=10) as r:
+                return {row["project"] for row in json.loads(r.read())["runs"]}
+        except OSError:
+            return None
+
+    def until(what, seconds: float = 60):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            got = what()
+            if got:
+                return got
+            time.sleep(0.2)
+        raise AssertionError(f"not within {seconds} s: {what.__doc__ or what}")
+
+    make_runs(root, 1, project="first")
+    assert sync_s3(root, s3_prefix).returncode == 0
+    port = free_port()
+    with FaultyProxy("127.0.0.1", s3_prefix.server.port) as proxy:
+        env = {**os.environ, **s3_prefix.env, "AWS_ENDPOINT_URL": proxy.url,
+               "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+        p = subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", "ui", "--root", s3_prefix.uri, "--port",
+                              str(port), "--refresh", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        try:
+            assert until(lambda: listed(port)) == {"first"}
+            make_runs(root, 1, project="later")
+            assert sync_s3(root, s3_prefix).returncode == 0
+            assert until(lambda: listed(port) == {"first", "later"})
+            proxy.refuse()
+            time.sleep(3)  # several passes fail while the link is down
+            assert listed(port) == {"first", "later"}  # the copy is still served
+            proxy.reset()
+            make_runs(root, 1, project="third")
+            assert sync_s3(root, s3_prefix).returncode == 0
+            assert until(lambda: listed(port) == {"first", "later", "third"})
+        finally:
+            p.terminate()
+            out, err = p.communicate(timeout=30)
+    assert f"serving {s3_prefix.uri} (a local copy, in step every 0.5 s)" in out
+    down = [line for line in err.splitlines() if "could not be brought in step" in line]
+    assert len(down) == 1 and "cannot reach" in down[0], err  # said once, not once a pass
+    assert err.count("in step again") == 1, err
+    assert s3_prefix.env["AWS_SECRET_ACCESS_KEY"] not in out + err

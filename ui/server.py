@@ -385,9 +385,10 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
 
 
 def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | None = None, open_browser: bool = False,
-          announce=print) -> None:
+          announce=print, label: str | None = None) -> None:
     """Serve the dashboard until interrupted. A non-loopback ``host`` gets a token (a new random
-    one unless given); the URL to open is announced first."""
+    one unless given); the URL to open is announced first, with what is served (``label``, else
+    the root's path)."""
     import socket
 
     import uvicorn
@@ -412,7 +413,8 @@ def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | 
     shown = socket.gethostname() if wildcard else f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}/{query}"
     local = f"http://{'[::1]' if family == socket.AF_INET6 else '127.0.0.1'}:{bound}/{query}"
-    announce(f"trackstore ui: serving {app.app.state.store.root} (read-only) at {url}")  # type: ignore[attr-defined]
+    what = label or app.app.state.store.root  # type: ignore[attr-defined]
+    announce(f"trackstore ui: serving {what} (read-only) at {url}")
     if wildcard:
         announce(f"listening on every interface; on this machine: {local}")
         url = local  # what --open opens

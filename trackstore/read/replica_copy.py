@@ -21,6 +21,10 @@ once. What it promises:
 * **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
   other things) is a :class:`~trackstore.errors.UsageError` (exit 2), as a local root that is
   not a store is: a mistyped prefix never reads as an empty team store.
+* **Followed, for a reader that stays up.** :func:`follow` brings the copy in step again every
+  few seconds in a thread of its own (the dashboard, ``ui --refresh``): a pass that fails (the
+  link is down, the credentials expired) is reported once and the copy stays as the last pass
+  left it, whole; the next pass that succeeds is reported too.
 * **One updater at a time** per copy (a lock in the copy's ``_locks/``); readers of the copy
   are never blocked. The copy lives under ``$TRACKSTORE_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/trackstore``, else ``~/.cache/trackstore``, in ``replicas/<destination
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -41,6 +46,7 @@ from ..store import locks, objects
 from ..store.atomic import write_bytes_atomic
 from ..store.cursor import destination_id
 from ..store.layout import REPLICA_MARKER
+from ..store.redact import redact_text
 
 INDEX_FILE = "_replica_copy.json"  # key -> [size, etag] of each object the copy holds
 FETCH_THREADS = 16
@@ -104,6 +110,34 @@ def local_copy(uri: str, *, metadata_only: bool = False, env=None,
                         tick(o.key)
         write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
     return copy
+
+
+def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -> threading.Event:
+    """Bring the local copy of replica ``uri`` in step every ``every`` seconds (:func:`local_copy`)
+    in a daemon thread, until the returned event is set. ``report`` is told, in one line, when a
+    pass fails (once, until one succeeds again: a link that stays down is not a line every pass)
+    and when one succeeds after a failure. Never raises: a reader that stays up keeps serving
+    the copy as the last pass left it."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        failing: str | None = None
+        while not stop.wait(every):
+            try:
+                local_copy(uri, env=env)
+            except Exception as exc:  # noqa: BLE001 - any failure: keep the copy, keep serving, say so once
+                text = redact_text(str(exc) or type(exc).__name__)
+                if text != failing:
+                    report(f"the team store could not be brought in step ({text}); still serving the copy "
+                           f"as the last pass left it, trying again every {every:g} s")
+                failing = text
+            else:
+                if failing is not None:
+                    report(f"the team store is in step again ({uri})")
+                failing = None
+
+    threading.Thread(target=loop, name="replica-follow", daemon=True).start()
+    return stop
 
 
 def _local(copy: Path, key: str) -> Path:
