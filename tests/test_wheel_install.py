@@ -154,6 +154,7 @@ def test_core_install_runs_every_reading_command(wheel_venv, tmp_path):
     (["sync", "--to", "mlflow"], "pip install 'trackstore[mlflow]'"),
     (["sync", "--to", "wandb"], "pip install 'trackstore[wandb]'"),
     (["sync", "--to", "swanlab"], "pip install 'trackstore[swanlab]'"),
+    (["sync", "--to", "store", "--uri", "s3://team/runs"], "pip install 'trackstore[team]'"),
 ])
 def test_core_install_names_the_extra_a_feature_needs(wheel_venv, tmp_path, argv, install):
     """An optional feature without its extra ends in one line that names the install command
@@ -169,3 +170,25 @@ def test_core_install_names_the_extra_a_feature_needs(wheel_venv, tmp_path, argv
     assert "Traceback" not in out.stderr + out.stdout and "ModuleNotFoundError" not in out.stderr
     assert len([line for line in out.stderr.splitlines() if line.strip()]) == 1, out.stderr
     assert not (tmp_path / "out.png").exists()
+
+
+def test_core_install_replicates_to_a_path_in_worker_processes(wheel_venv, tmp_path):
+    """A team store on a shared path needs no extra, and ``--jobs`` spread over worker processes
+    works from the installed console script (each process is spawned: it imports trackstore
+    from the wheel, not from the repository): the replica lists the runs and holds their rows."""
+    env = clean_env(tmp_path)
+    env["TRACKSTORE_SYNC_PROCESSES"] = "2"  # two processes, though two runs would not ask for them
+    ts = wheel_venv["bin"] / "trackstore"
+    store, team = tmp_path / "store", tmp_path / "team"
+    for _ in range(2):
+        sh(ts, "demo", "--root", store, "--steps", "5", cwd=tmp_path, env=env)
+    out = sh(ts, "sync", "--to", "store", "--uri", team, "--jobs", "2", "--root", store, "--format", "json",
+             cwd=tmp_path, env=env)
+    report = json.loads(out.stdout)
+    assert report["processes"] == 2 and [r["result"] for r in report["runs"]] == ["ok", "ok"], out.stdout
+    runs = json.loads(sh(ts, "runs", "--root", team, "--format", "json", cwd=tmp_path, env=env).stdout)
+    assert len(runs) == 2
+    q = "SELECT count(*) AS n FROM metrics"
+    here = sh(ts, "sql", q, "--root", store, "--format", "json", cwd=tmp_path, env=env).stdout
+    there = sh(ts, "sql", q, "--root", team, "--format", "json", cwd=tmp_path, env=env).stdout
+    assert json.loads(here) == json.loads(there) and json.loads(here)[0]["n"] > 0

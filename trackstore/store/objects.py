@@ -348,11 +348,12 @@ def open_location(uri: str | os.PathLike, *, timeout: float = 30.0, env: dict[st
             raise UsageError(f"{text!r} is not an S3 location: use s3://BUCKET/PREFIX")
         if any(p in (".", "..") for p in prefix.split("/")):
             raise UsageError(f"{text!r}: a prefix may not hold '.' or '..' parts")
-        settings, endpoint = s3_settings(os.environ if env is None else env)
         import importlib.util
 
+        # the missing client first: a user who sets credentials must not meet a second error then
         if importlib.util.find_spec("obstore") is None:
             raise UsageError("s3:// locations need the obstore client: pip install 'trackstore[team]'")
+        settings, endpoint = s3_settings(os.environ if env is None else env)
         return S3Folder(bucket, prefix, settings, endpoint, timeout=timeout)
     if "://" in text and not text.startswith(FILE_SCHEME):
         raise UsageError(f"{text!r}: only s3://BUCKET/PREFIX and filesystem paths are supported")
