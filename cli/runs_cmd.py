@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from trackstore.read.alerts import STALL_AFTER
+from trackstore.read.alerts import ROW_KEY, STALL_AFTER, attach
 from trackstore.store.meta import STATUSES
 
 from .common import (
@@ -94,14 +94,14 @@ def runs(
     if fmt is Format.table:
         for r in rows:
             r["last_step"] = r["last_step"] if r["last_step"] is not None else "-"
-            r["alerts"] = r.pop("_alerts").short
+            r["alerts"] = r.pop(ROW_KEY).short
         columns = LIST_COLUMNS if any(r["alerts"] for r in rows) else [c for c in LIST_COLUMNS if c != "alerts"]
         emit(rows, fmt, columns=columns, output=output, title=plural(len(rows), "run"), wide=wide,
              run_ids=store_run_ids(root), labels={"last_step": "step", "updated_at": "updated"},
              drop_order=["updated_at", "project"])
     else:
         for r in rows:
-            r.pop("_alerts", None)
+            r.pop(ROW_KEY, None)
         emit(rows, fmt, columns=[*RUN_COLUMNS, *ALERT_COLUMNS], output=output)
 
 
@@ -184,9 +184,7 @@ def listed_runs(root, *, project=None, status=None, tag=None, since=None, sort="
             now = time.time()
             for info in infos:
                 row = info.view_row()
-                row["_alerts"] = info.alerts(stall_after=stall_after, now=now)
-                row.update(row["_alerts"].fields())
-                rows.append(row)
+                rows.append(attach(row, info.alerts(stall_after=stall_after, now=now)))
     after = parse_since(since) if since else None
     rows = [r for r in rows if (not project or r["project"] == project) and (not status or r["status"] in status)
             and all(t in r["tags"] for t in tag or []) and (after is None or (r["created_at"] and r["created_at"] >= after))]

@@ -122,9 +122,22 @@ def short_duration(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
+#: where a listed run's row keeps its :class:`RunAlerts` (beside their fields): the table's short text comes from it
+ROW_KEY = "_alerts"
+
+
+def attach(row: dict[str, Any], found: RunAlerts) -> dict[str, Any]:
+    """Put ``found``'s fields (:meth:`RunAlerts.fields`) into a listed run's ``row``, and ``found``
+    itself under :data:`ROW_KEY`: the one way every listing (``runs``, the dashboard's table, the
+    ``runs`` view's rows) attaches a run's alerts. Returns ``row``."""
+    row.update(found.fields())
+    row[ROW_KEY] = found
+    return row
+
+
 def add_alerts(root: str | os.PathLike | None, rows: Iterable[dict[str, Any]], *, stall_after: float = STALL_AFTER,
                now: float | None = None) -> None:
-    """Put :meth:`RunAlerts.fields` (and ``_alerts``, the :class:`RunAlerts`) into rows that have
+    """:func:`attach` each run's alerts to rows that have
     ``project``, ``run_id`` and ``status`` (rows of the ``runs`` view), from the store's catalog."""
     from ..store.catalog import open_catalog
     from ..store.layout import resolve_root
@@ -133,10 +146,8 @@ def add_alerts(root: str | os.PathLike | None, rows: Iterable[dict[str, Any]], *
     now = time.time() if now is None else now
     try:
         for r in rows:
-            found = alerts_of(catalog.metric_facts(r["project"], r["run_id"]), r["status"],
-                              stall_after=stall_after, now=now)
-            r.update(found.fields())
-            r["_alerts"] = found
+            attach(r, alerts_of(catalog.metric_facts(r["project"], r["run_id"]), r["status"],
+                                stall_after=stall_after, now=now))
     finally:
         catalog.save()
 

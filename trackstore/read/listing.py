@@ -439,7 +439,7 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
     import time
 
     from ..store.catalog import open_catalog
-    from .alerts import alerts_of
+    from .alerts import alerts_of, attach
 
     root_path = resolve_root(root)
     catalog = open_catalog(root_path)
@@ -458,7 +458,7 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
                 if meta:
                     got["_meta"] = catalog.meta_json(*key) or "{}"
                 if alerts is not None:
-                    got["_alerts"] = alerts_of(catalog.metric_facts(*key), got["status"], stall_after=alerts, now=now)
+                    attach(got, alerts_of(catalog.metric_facts(*key), got["status"], stall_after=alerts, now=now))
             else:
                 info = from_catalog(catalog, *key, unreadable)
                 if info is None:
@@ -468,9 +468,7 @@ def listed_rows(root: str | os.PathLike | None = None, *, project: str | None = 
                 if meta:
                     got["_meta"] = info.meta_json()
                 if alerts is not None:
-                    got["_alerts"] = info.alerts(stall_after=alerts, now=now)
-            if alerts is not None:
-                got.update(got["_alerts"].fields())
+                    attach(got, info.alerts(stall_after=alerts, now=now))
             found.append((order, got))
     finally:
         catalog.save()
