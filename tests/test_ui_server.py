@@ -384,3 +384,36 @@ def test_a_run_page_shows_its_own_sync_state_alone(tmp_path, monkeypatch):
     assert asked == [{("p", runs[0].run_id)}]
     assert {(s["run_id"], s["destination"]) for s in detail["sync"]} == {(runs[0].run_id, "sqlite:///a.db")}
     assert {s["kind"]: s["acked_rows"] for s in detail["sync"]}["metrics"] == 1
+
+
+def test_a_zoomed_curve_of_many_runs_is_each_runs_own(tmp_path):
+    """More than eight runs zoomed are one DuckDB query that joins each point to its run's
+    extent; a few are asked run by run. Each run's answer in the many-run query is the one it
+    gets alone: same points, count and extremes (runs of other lengths and step spacings, one
+    with NaN and infinities, one without the key)."""
+    import math
+
+    import trackstore
+    from trackstore.ui.data import Store
+
+    rng = np.random.default_rng(11)
+    root = tmp_path / "s"
+    for i in range(10):
+        with trackstore.init(project="p", name=f"r{i}", root=root) as run:
+            if i == 9:
+                run.log({"other": 1.0}, step=0)  # no point of the key
+                continue
+            values = rng.normal(i, 1 + i, 2_000 + 300 * i)
+            if i == 4:
+                values[[5, 50, 500]] = [math.nan, math.inf, -math.inf]
+            for s, v in enumerate(values):
+                run.log({"k": float(v)}, step=s * (1 + i % 3))
+    runs = Store(root).runs()
+    assert len(runs) == 10
+    for lo, hi, width in ((100.0, 1_500.0, 120), (0.0, 9_000.0, 37), (1_999.0, 2_001.0, 50)):
+        together = {(s["project"], s["run_id"]): s for s in Store(root).series(runs, "k", width=width, lo=lo, hi=hi)["series"]}
+        for r in runs:
+            [alone] = Store(root).series([r], "k", width=width, lo=lo, hi=hi)["series"]
+            assert together[(r.project, r.run_id)] == alone, (r.name, lo, hi)
+        drawn = [s for s in together.values() if s.get("n")]
+        assert len(drawn) == 9  # the run without the key is listed, empty
