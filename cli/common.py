@@ -265,6 +265,35 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _parquet_table(rows: Sequence[dict], columns: Sequence[str]):
+    """``rows`` as an Arrow table for a Parquet file. A column of dicts (a run's config, summary,
+    non-finite keys) is JSON text, as the ``runs`` view holds config and summary: a struct
+    would change shape from run to run, fail on a key holding a number in one run and a list in
+    another, and cannot be written at all when every dict is empty. Any other column whose
+    values Arrow cannot type as one (mixed kinds) is JSON text too; a column of empty lists only
+    (no run has tags) is a list of strings; the rest keep their types."""
+    import pyarrow as pa
+
+    def as_text(values: list) -> Any:
+        return pa.array([None if v is None else json.dumps(_jsonable(v), ensure_ascii=False) for v in values],
+                        pa.string())
+
+    arrays = []
+    for c in columns:
+        values = [r.get(c) for r in rows]
+        if any(isinstance(v, dict) for v in values):
+            arrays.append(as_text(values))
+            continue
+        if any(isinstance(v, (list, tuple)) for v in values) and not any(v for v in values):
+            arrays.append(pa.array(values, pa.list_(pa.string())))  # only empty lists (tags): typed as a full one
+            continue
+        try:
+            arrays.append(pa.array([_jsonable(v) if isinstance(v, (list, tuple)) else v for v in values]))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arrays.append(as_text(values))
+    return pa.Table.from_arrays(arrays, names=list(columns))
+
+
 def emit(
     rows: Sequence[dict] | Any,
     fmt: Format = Format.table,
@@ -291,12 +320,9 @@ def emit(
     if columns is None:
         columns = list(rows[0].keys()) if rows else (arrow_table.column_names if arrow_table is not None else [])
     if fmt is Format.parquet:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = arrow_table if arrow_table is not None else pa.Table.from_pylist(
-            [{c: _jsonable(r.get(c)) if isinstance(r.get(c), (dict, list)) else r.get(c) for c in columns} for r in rows]
-        )
+        table = arrow_table if arrow_table is not None else _parquet_table(rows, columns)
         if output is None:
             if sys.stdout.isatty():
                 raise typer.BadParameter("parquet output is binary: pass -o FILE", param_hint="--format")

@@ -46,6 +46,11 @@ Options that take a fixed set of values (`--format`, `runs --status`, `plot --x`
 `sync --mode`, `sync --to`, `status --to`, `gc --status`, `gc --require-synced-to`) refuse
 any other value with exit code 2, listing the valid ones.
 
+`--format parquet` writes (to `-o FILE`, or to a standard output that is not a terminal) the
+columns `--format json` has, typed: a column of objects (a run's `config`, `summary`,
+`nonfinite_keys`) is JSON text, as the `runs` SQL view holds `config` and `summary`, whatever
+shape each run's object has; `tags` is a list of strings.
+
 ## Exit codes
 
 | code | meaning |

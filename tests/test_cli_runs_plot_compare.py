@@ -123,3 +123,29 @@ def test_help_documents_every_option(command):
     res = run_cli(command, "--help")
     assert res.returncode == 0
     assert "--root" in res.stdout
+
+
+def test_runs_as_parquet_holds_what_json_holds_for_any_config(root, tmp_path):
+    """``runs -f parquet`` of runs without a config, and of configs whose keys hold a number in
+    one run and a list in another: no crash (Parquet cannot hold an empty struct; Arrow cannot
+    type a key two ways), config and summary as JSON text as the ``runs`` view holds them, tags a
+    list of strings even when no run has one, every row's values those of ``-f json``."""
+    import pyarrow.parquet as pq
+
+    import trackstore
+
+    for config in (None, {"lr": 1e-6, "n": {"x": [1, 2]}}, {"lr": "cosine", "n": {"x": "y"}}):
+        with trackstore.init(project="p", name="r", root=root, config=config) as run:
+            run.log({"loss": float("nan")}, step=0)
+    as_json = {r["run_id"]: r for r in json.loads(run_cli("runs", "-f", "json", root=root).stdout)}
+    out = tmp_path / "runs.parquet"
+    res = run_cli("runs", "-f", "parquet", "-o", str(out), root=root)
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    table = pq.read_table(out)
+    assert str(table.schema.field("config").type) == "string" and str(table.schema.field("tags").type) == "list<element: string>"
+    for row in table.to_pylist():
+        want = as_json[row["run_id"]]
+        assert json.loads(row["config"]) == want["config"] and json.loads(row["summary"]) == want["summary"]
+        assert json.loads(row["nonfinite_keys"]) == want["nonfinite_keys"] and row["tags"] == want["tags"] == []
+        assert (row["status"], row["last_step"], row["alerts"]) == (want["status"], want["last_step"], want["alerts"])
+    assert {} in [json.loads(r["config"]) for r in table.to_pylist()] and table.num_rows == 3
