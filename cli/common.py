@@ -431,17 +431,22 @@ def note_unknown_project(root: Path, project: str | None) -> None:
 def unknown_project(root: Path, project: str, most: int = 10) -> str | None:
     """None when ``project`` has a run in the store, else the sentence saying it has none,
     with the projects there are, closest first."""
-    from trackstore.read.refs import closest
     from trackstore.store.catalog import run_folders
 
-    projects = {p for p, _run_id in run_folders(root)}
+    return project_missing(project, {p for p, _run_id in run_folders(root)}, str(root), most)
+
+
+def project_missing(project: str, projects: set[str], where: str, most: int = 10) -> str | None:
+    """:func:`unknown_project` over the ``projects`` a store (or a team store, ``where``) has."""
+    from trackstore.read.refs import closest
+
     if project in projects:
         return None
     if not projects:
-        return f"no project {project!r} in {root}: the store has no runs"
+        return f"no project {project!r} in {where}: the store has no runs"
     ranked = closest(project, sorted(projects), everything=True)
     more = f" (and {len(ranked) - most} more)" if len(ranked) > most else ""
-    return f"no project {project!r} in {root}; its projects, closest first: {', '.join(ranked[:most])}{more}"
+    return f"no project {project!r} in {where}; its projects, closest first: {', '.join(ranked[:most])}{more}"
 
 
 def short_time(value: Any) -> str:

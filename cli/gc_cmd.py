@@ -21,10 +21,12 @@ from .common import (
     WideOpt,
     check_targets,
     console,
+    echo_err,
     emit,
     literal,
     note_unknown_project,
     plural,
+    project_missing,
     store_run_ids,
 )
 
@@ -143,6 +145,9 @@ def _gc_replica(uri: str, older_than_s, *, project, statuses, keep_last, dry_run
     folder = open_location(uri)
     check_reachable(folder)
     plan = R.plan(folder, older_than_s=older_than_s, project=project, statuses=statuses, keep_last=keep_last)
+    problem = project_missing(project, {r.project for r in plan.runs}, uri) if project else None
+    if problem:  # as for a local store: a filter, not an error, but a mistyped name is told
+        echo_err(f"note: {problem}")
     shown_runs = [r for r in plan.runs if r.code is not KeepReason.OTHER_PROJECT]  # --project: not news
     title = f"{'would delete' if dry_run else 'to delete'} from {folder.url}: {plural(len(plan.delete), 'run')}, " \
             f"{format_bytes(plan.freed_bytes)}"

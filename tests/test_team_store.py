@@ -306,6 +306,12 @@ def test_gc_on_a_replica_path_deletes_old_runs_parts_first(root, tmp_path):
     assert n == d == 30 * 4
     res = run_cli("gc", "--older-than", "0d", "--force", root=replica)
     assert res.returncode == 2 and "--force is for a local store" in res.stderr
+    # --project is a filter there too: a mistyped one is told, with the projects the replica has
+    res = run_cli("gc", "--older-than", "0d", "--project", "tem", "--dry-run", root=replica)
+    assert res.returncode == 0 and "nothing to delete" in res.stdout, res.stderr
+    assert res.stderr.strip() == f"note: no project 'tem' in {replica}; its projects, closest first: team"
+    res = run_cli("gc", "--older-than", "0d", "--project", "team", "--dry-run", root=replica)
+    assert res.returncode == 0 and not res.stderr, res.stderr
 
 
 def test_a_filesystem_without_hard_links_still_gets_whole_create_only_parts(root, tmp_path, monkeypatch):
