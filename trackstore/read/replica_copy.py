@@ -22,7 +22,7 @@ once. What it promises:
   other things) is a :class:`~trackstore.errors.UsageError` (exit 2), as a local root that is
   not a store is: a mistyped prefix never reads as an empty team store.
 * **Followed, for a reader that stays up.** :func:`follow` brings the copy in step again every
-  few seconds in a thread of its own (the dashboard, ``ui --refresh``): a pass that fails (the
+  few seconds (and never spends more than a tenth of the time doing it) in a thread of its own (the dashboard, ``ui --refresh``): a pass that fails (the
   link is down, the credentials expired) is reported once and the copy stays as the last pass
   left it, whole; the next pass that succeeds is reported too.
 * **One updater at a time** per copy (a lock in the copy's ``_locks/``); readers of the copy
@@ -37,6 +37,7 @@ import json
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -50,6 +51,7 @@ from ..store.redact import redact_text
 
 INDEX_FILE = "_replica_copy.json"  # key -> [size, etag] of each object the copy holds
 FETCH_THREADS = 16
+FOLLOW_DUTY = 10  # :func:`follow` waits at least this many times as long as its last pass took
 
 _RUN_FILE = re.compile(r"^project=[^/]+/run=[^/]+/run\.json$")
 _PART = re.compile(r"^project=[^/]+/run=[^/]+/(metrics|samples|spans|histograms|artifacts/_manifest)/[^/.][^/]*\.parquet$")
@@ -114,7 +116,8 @@ def local_copy(uri: str, *, metadata_only: bool = False, env=None,
 
 def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -> threading.Event:
     """Bring the local copy of replica ``uri`` in step every ``every`` seconds (:func:`local_copy`)
-    in a daemon thread, until the returned event is set. ``report`` is told, in one line, when a
+    in a daemon thread, until the returned event is set; after a pass that took long (a listing
+    of a large replica), :data:`FOLLOW_DUTY` times that. ``report`` is told, in one line, when a
     pass fails (once, until one succeeds again: a link that stays down is not a line every pass)
     and when one succeeds after a failure. Never raises: a reader that stays up keeps serving
     the copy as the last pass left it."""
@@ -122,7 +125,9 @@ def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -
 
     def loop() -> None:
         failing: str | None = None
-        while not stop.wait(every):
+        wait = every
+        while not stop.wait(wait):
+            started = time.monotonic()
             try:
                 local_copy(uri, env=env)
             except Exception as exc:  # noqa: BLE001 - any failure: keep the copy, keep serving, say so once
@@ -135,6 +140,9 @@ def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -
                 if failing is not None:
                     report(f"the team store is in step again ({uri})")
                 failing = None
+            # a pass (a listing of the whole replica) takes at most a tenth of the time: a team
+            # store of many thousands of runs is followed less often, not by a busy loop
+            wait = max(every, FOLLOW_DUTY * (time.monotonic() - started))
 
     threading.Thread(target=loop, name="replica-follow", daemon=True).start()
     return stop
