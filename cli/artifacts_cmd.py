@@ -14,10 +14,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import RUN_REF, Format, FormatOpt, ReaderRootOpt, WideOpt, emit
+from .common import RUN_REF, Format, FormatOpt, ReaderRootOpt, WideOpt, emit, resolve_for_reading
 
 
 def artifacts(
+    ctx: typer.Context,
     run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
     root: ReaderRootOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Only versions of this artifact.")] = None,
@@ -32,14 +33,13 @@ def artifacts(
     """
     from trackstore.errors import RunNotFoundError
     from trackstore.read.browse import artifact_versions
-    from trackstore.read.listing import resolve_run
     from trackstore.records.artifact_refs import check_reference
     from trackstore.records.artifacts import REFERENCE, list_versions
     from trackstore.store.files import format_bytes
 
     from .sql_cmd import open_store
 
-    info = resolve_run(run, root)
+    [info] = resolve_for_reading(ctx, [run], root)
     with open_store(root, sync_state=False, runs=[info]) as con:
         rows = artifact_versions(con, info, name)
     if not rows:

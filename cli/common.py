@@ -11,6 +11,7 @@ column names of the matching SQL view. rich is imported only when a table is dra
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -58,6 +59,10 @@ REPLICA_READERS = ("runs", "show", "sql", "plot", "compare", "samples", "trace",
 
 #: where :func:`reader_root` leaves, in ``ctx.meta``, the ``s3://`` URI a local copy was made of
 REPLICA_URI = "trackstore.replica_uri"
+#: the readers of named runs: over ``s3://`` their copy first holds every run.json, and the
+#: parts of the runs they name only once named (:func:`resolve_for_reading`); ``sql --run`` too
+NAMED_RUN_READERS = ("show", "plot", "compare", "samples", "trace", "artifacts")
+_PARTIAL = "trackstore.replica_partial"
 
 
 def _no_replica_here(ctx: typer.Context) -> Exception:
@@ -67,30 +72,58 @@ def _no_replica_here(ctx: typer.Context) -> Exception:
                       f"{', '.join(REPLICA_READERS[:-1])} and cleaned by gc (a shared path works everywhere)")
 
 
+@contextlib.contextmanager
+def _fetch_bar():
+    """``on_fetch`` for :func:`trackstore.read.replica_copy.local_copy`: a bar on a terminal
+    when many files come down, closed on the way out."""
+    shown: list[Steps] = []
+
+    def on_fetch(total: int):
+        if total < FETCH_BAR_FROM or not sys.stderr.isatty():
+            return None  # a few files, or a script's stderr: no bar
+        shown.append(Steps("fetching from the team store", total=total).__enter__())
+        return lambda key: shown[0](key.rsplit("/", 1)[-1])
+
+    try:
+        yield on_fetch
+    finally:
+        for bar in shown:
+            bar.__exit__(None, None, None)
+
+
 def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Path:
     """:func:`existing_root` for the commands that also read a team store on S3: ``--root
     s3://BUCKET/PREFIX`` becomes the local copy of that replica, brought in step first
-    (:func:`trackstore.read.replica_copy.local_copy`; ``runs`` fetches only the runs' run.json)."""
+    (:func:`trackstore.read.replica_copy.local_copy`). ``runs`` fetches only the run.json files;
+    the readers of named runs (:data:`NAMED_RUN_READERS`) too, then the parts of the runs they
+    name (:func:`resolve_for_reading`); the others every part."""
     from trackstore.store.objects import is_remote
 
     if value is not None and is_remote(value):
         from trackstore.read.replica_copy import local_copy
 
-        shown: list[Steps] = []
-
-        def on_fetch(total: int):
-            if total < FETCH_BAR_FROM or not sys.stderr.isatty():
-                return None  # a few files, or a script's stderr: no bar
-            shown.append(Steps("fetching from the team store", total=total).__enter__())
-            return lambda key: shown[0](key.rsplit("/", 1)[-1])
-
         ctx.meta[REPLICA_URI] = value  # a reader that stays up (ui) follows the replica
-        try:
-            return local_copy(value, metadata_only=ctx.info_name == "runs", on_fetch=on_fetch)
-        finally:
-            for bar in shown:
-                bar.__exit__(None, None, None)
+        # sql --run (an eager option: read already) names its runs too
+        ctx.meta[_PARTIAL] = ctx.info_name in NAMED_RUN_READERS or bool(ctx.params.get("run_refs"))
+        with _fetch_bar() as on_fetch:
+            return local_copy(value, metadata_only=ctx.info_name == "runs" or ctx.meta[_PARTIAL], on_fetch=on_fetch)
     return existing_root(ctx, param, None if value is None else Path(value))
+
+
+def resolve_for_reading(ctx: typer.Context, refs: Sequence[str], root: Path | None, *, unreadable: bool = False):
+    """:func:`trackstore.read.listing.resolve_runs` for a reader of named runs; over a team
+    store on S3 (:func:`reader_root`), the files of these runs, and of no other, are then
+    brought into the local copy before they are read: showing one run of a team store of
+    thousands downloads that run, not the store."""
+    from trackstore.read.listing import resolve_runs
+
+    infos = resolve_runs(refs, root, unreadable=unreadable)
+    if ctx.meta.get(_PARTIAL):
+        from trackstore.read.replica_copy import local_copy
+
+        with _fetch_bar() as on_fetch:
+            local_copy(ctx.meta[REPLICA_URI], runs=[(i.project, i.run_id) for i in infos], on_fetch=on_fetch)
+    return infos
 
 
 def new_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Path:

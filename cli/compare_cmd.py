@@ -10,13 +10,25 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, FormatOpt, OutputOpt, ReaderRootOpt, cell, console, emit, literal
+from .common import (
+    RUN_REF,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    ReaderRootOpt,
+    cell,
+    console,
+    emit,
+    literal,
+    resolve_for_reading,
+)
 from .sql_cmd import StrictOpt, open_store
 
 STATS = ("last", "min", "max", "last_step")
 
 
 def compare(
+    ctx: typer.Context,
     runs: Annotated[List[str], typer.Argument(help=f"Two or more runs: {RUN_REF}.")],
     root: ReaderRootOpt = None,
     keys: Annotated[Optional[List[str]], typer.Option("--keys", "-k", help="Metric keys to compare (repeatable; globs like 'critic/*'). Default: all.")] = None,
@@ -27,11 +39,10 @@ def compare(
 ) -> None:
     """Compare runs side by side: config differences and metric summaries (last, min, max)."""
     from trackstore.errors import UsageError
-    from trackstore.read.listing import resolve_runs
     from trackstore.read.overview import config_diff, metric_overview, run_label
     from trackstore.store.arrays import to_pylist
 
-    infos = resolve_runs(runs, root)
+    infos = resolve_for_reading(ctx, runs, root)
     if len({(r.project, r.run_id) for r in infos}) < 2:
         raise UsageError("compare needs at least two different runs")
     with open_store(root, strict=strict, sync_state=False, runs=infos) as con:

@@ -15,13 +15,14 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, ReaderRootOpt, choices, emit, plural, visible
+from .common import RUN_REF, Format, ReaderRootOpt, choices, emit, plural, resolve_for_reading, visible
 from .sql_cmd import StrictOpt, report_skipped_files
 
 XAxis = choices("XAxis", ("step", "time"))
 
 
 def plot(
+    ctx: typer.Context,
     runs: Annotated[List[str], typer.Argument(help=f"Runs to plot: {RUN_REF}.")],
     key: Annotated[List[str], typer.Option("--key", "-k", help="Metric key to plot (repeatable; globs like 'actor/*' allowed). One chart per key.")],
     root: ReaderRootOpt = None,
@@ -36,12 +37,11 @@ def plot(
 ) -> None:
     """Draw metric curves of one or more runs (terminal chart, --png image, or --format data)."""
     from trackstore.errors import UsageError
-    from trackstore.read.listing import resolve_runs
     from trackstore.read.overview import curves, run_label
     from trackstore.read.points import run_keys
 
     x = XAxis(x).value
-    infos = _unique(resolve_runs(runs, root))
+    infos = _unique(resolve_for_reading(ctx, runs, root))
     on_corrupt = "error" if strict else "warn"
     with report_skipped_files():
         data = curves(infos, key, points=points, smooth=smooth, x=x, on_corrupt=on_corrupt)

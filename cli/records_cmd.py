@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from .common import RUN_REF, ReaderRootOpt, choices, console, literal, ranges_text, visible
+from .common import RUN_REF, ReaderRootOpt, choices, console, literal, ranges_text, resolve_for_reading, visible
 
 RecordFormat = choices("RecordFormat", ("table", "json", "jsonl"))
 FoldOpt = Annotated[bool, typer.Option("--full", help="Show long texts whole instead of their first lines.")]
@@ -30,6 +30,7 @@ FOLD_CHARS = 600  # ...and this many characters
 
 
 def samples(
+    ctx: typer.Context,
     run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
     root: ReaderRootOpt = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Only samples of this step (default: every step, newest first).")] = None,
@@ -46,11 +47,10 @@ def samples(
     a step without samples."""
     from trackstore.errors import RunNotFoundError
     from trackstore.read.browse import find_samples, kind_steps, record_counts
-    from trackstore.read.listing import resolve_run
 
     from .sql_cmd import open_store
 
-    info = resolve_run(run, root)
+    [info] = resolve_for_reading(ctx, [run], root)
     with open_store(root, sync_state=False, runs=[info]) as con:
         counts = record_counts(con, info)["samples"]
         if not counts["rows"]:
@@ -78,6 +78,7 @@ def samples(
 
 
 def trace(
+    ctx: typer.Context,
     run: Annotated[str, typer.Argument(help=f"The run: {RUN_REF}.")],
     root: ReaderRootOpt = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Trajectories of this step (default: the last step that has any).")] = None,
@@ -92,11 +93,10 @@ def trace(
     Exit 3 when the run has no spans, 2 when --step names a step without any."""
     from trackstore.errors import RunNotFoundError, UsageError
     from trackstore.read.browse import find_trajectories, kind_steps, trace_sample_indices
-    from trackstore.read.listing import resolve_run
 
     from .sql_cmd import open_store
 
-    info = resolve_run(run, root)
+    [info] = resolve_for_reading(ctx, [run], root)
     with open_store(root, sync_state=False, runs=[info]) as con:
         steps = kind_steps(con, info, "spans")
         if not steps:

@@ -18,7 +18,19 @@ import typer
 
 from trackstore.store.vocab import Kind
 
-from .common import RUN_REF, Format, FormatOpt, ReaderRootOpt, cell, console, emit, literal, short_ids, store_run_ids
+from .common import (
+    RUN_REF,
+    Format,
+    FormatOpt,
+    ReaderRootOpt,
+    cell,
+    console,
+    emit,
+    literal,
+    resolve_for_reading,
+    short_ids,
+    store_run_ids,
+)
 
 TOP_KEYS = 12  # metric keys shown without --all-keys
 CONFIG_KEYS = 25  # config keys shown without --all-keys
@@ -73,13 +85,12 @@ def show(
 ) -> None:
     """Show one run: metadata, config, counts of every record kind, its main metric keys
     (last/min/max), and the commands that show the rest (samples, trace, plot, sql)."""
-    from trackstore.read.listing import resolve_run
     from trackstore.read.overview import flatten, run_overview, select_keys
 
     from .sql_cmd import open_store, report_skipped_files
 
     with report_skipped_files():  # a run.json read in part is named on stderr
-        info = resolve_run(run, root, unreadable=True)  # shown with what can be read
+        [info] = resolve_for_reading(ctx, [run], root, unreadable=True)  # shown with what can be read
         row = info.row()
     # kept in the catalog while the run's parts do not change: DuckDB starts only when they did
     found = run_overview(info, lambda: open_store(root, sync_state=False, runs=[info]))

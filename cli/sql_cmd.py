@@ -15,7 +15,17 @@ from typing import Annotated, Iterator, List, Optional
 
 import typer
 
-from .common import RUN_REF, Format, FormatOpt, OutputOpt, ReaderRootOpt, emit, store_run_ids, visible_lines
+from .common import (
+    RUN_REF,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    ReaderRootOpt,
+    emit,
+    resolve_for_reading,
+    store_run_ids,
+    visible_lines,
+)
 
 ParamOpt = Annotated[
     Optional[List[str]],
@@ -105,6 +115,7 @@ def report_skipped_files() -> Iterator[None]:
 
 
 def sql(
+    ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="One SQL query (SELECT/WITH/DESCRIBE/SHOW/EXPLAIN), or - to read it from stdin.")],
     root: ReaderRootOpt = None,
     params: ParamOpt = None,
@@ -115,8 +126,9 @@ def sql(
                                             "Other formats always get every row.")] = 50,
     strict: StrictOpt = False,
     run_refs: Annotated[Optional[List[str]], typer.Option(
-        "--run", "-r", help=f"Only this run: {RUN_REF} (repeatable). Every view "
-                            "then holds these runs alone, which costs the same in a store of any size.")] = None,
+        # eager: read before --root, so that over a team store on S3 only these runs' parts come down
+        "--run", "-r", is_eager=True, help=f"Only this run: {RUN_REF} (repeatable). Every view "
+                                           "then holds these runs alone, which costs the same in a store of any size.")] = None,
 ) -> None:
     """Query every run with SQL (views: runs, metrics, samples, spans, histograms, artifacts,
     sync_state, latest, metric_summary; see docs/sql.md). Read-only."""
@@ -128,9 +140,7 @@ def sql(
     values = parse_params(params)
     only = None
     if run_refs:
-        from trackstore.read.listing import resolve_runs
-
-        only = resolve_runs(run_refs, root, unreadable=True)
+        only = resolve_for_reading(ctx, run_refs, root, unreadable=True)
     # the runs and sync_state views are filled only for a query that names them (the others
     # need no listing of the store: a query on one run's metrics stays cheap in a big store)
     with open_store(root, strict=strict, sync_state=mentions_sync_state(query), runs_view=mentions_runs(query),

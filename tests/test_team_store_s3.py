@@ -94,6 +94,38 @@ def test_replicate_to_s3_and_read_it_back_with_trackstore(root, s3_prefix, tmp_p
     assert not [k for k in keys if "_catalog" in k or "_locks" in k]
 
 
+def test_a_reader_of_named_runs_fetches_those_runs_only(root, s3_prefix, tmp_path):
+    """Over s3://, show, samples, plot and compare bring into the local copy every run.json and
+    the parts of the runs they name, no other (one run of a team store of thousands is one
+    run's download); their answers are the local store's; sql then fetches the rest."""
+    runs = make_runs(root, 3)
+    assert sync_s3(root, s3_prefix).returncode == 0
+    cache = tmp_path / "cache"
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(cache)}
+    a, b, _c = (r.id for r in runs)
+
+    def copied() -> set[str]:
+        """The run ids whose parts the local copy holds."""
+        return {p.parent.parent.name.removeprefix("run=") for p in cache.glob("replicas/*/project=*/run=*/*/*.parquet")}
+
+    shown = run_cli("show", a, "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert copied() == {a} and len(list(cache.glob("replicas/*/project=*/run=*/run.json"))) == 3
+    [over], [here] = json.loads(shown.stdout), json.loads(run_cli("show", a, "--format", "json", root=root).stdout)
+    assert (over["metrics"], over["records"]) == (here["metrics"], here["records"])
+    assert run_cli("samples", a, "--root", s3_prefix.uri, env=env).returncode == 0 and copied() == {a}
+    plotted = run_cli("plot", a, b, "-k", "loss/k0", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert plotted.returncode == 0, plotted.stderr
+    assert json.loads(plotted.stdout) == json.loads(run_cli("plot", a, b, "-k", "loss/k0", "--format", "json", root=root).stdout)
+    assert copied() == {a, b}
+    compared = run_cli("compare", a, b, "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert json.loads(compared.stdout) == json.loads(run_cli("compare", a, b, "--format", "json", root=root).stdout)
+    q = "SELECT run_id, count(*) AS n FROM metrics GROUP BY ALL ORDER BY ALL"
+    over = run_cli("sql", q, "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert json.loads(over.stdout) == json.loads(run_cli("sql", q, "--format", "json", root=root).stdout)
+    assert copied() == {r.id for r in runs}
+
+
 def test_polars_over_s3_gives_what_duckdb_gives_over_the_source(root, s3_prefix):
     pl = pytest.importorskip("polars")
     make_runs(root, 3, project="123")

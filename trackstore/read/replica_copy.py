@@ -15,7 +15,8 @@ once. What it promises:
   to a hidden temp name and renamed into place; one the replica no longer has (gc) is removed.
   A reader therefore sees the replica as it was at the listing, never a half-downloaded file.
 * **Only what readers need.** ``metadata_only`` (``runs``) fetches the ``run.json`` files;
-  otherwise every part file and run.json too. Artifact payload files (``artifacts/<name>/v<n>/
+  ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``, ``trace``,
+  ``artifacts``) those and the parts of the runs named; otherwise every part file and run.json. Artifact payload files (``artifacts/<name>/v<n>/
   files/...``) are not copied: listings show them from their manifest; fetch one with the
   platform's own tools.
 * **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
@@ -40,13 +41,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..errors import UsageError
 from ..store import locks, objects
 from ..store.atomic import write_bytes_atomic
 from ..store.cursor import destination_id
-from ..store.layout import REPLICA_MARKER
+from ..store.layout import REPLICA_MARKER, run_key
 from ..store.redact import redact_text
 
 INDEX_FILE = "_replica_copy.json"  # key -> [size, etag] of each object the copy holds
@@ -66,16 +67,20 @@ def cache_dir(env=None) -> Path:
     return Path(base) / "trackstore"
 
 
-def wanted(key: str, metadata_only: bool) -> bool:
-    """Whether the local copy holds ``key`` (see the module docstring)."""
+def wanted(key: str, metadata_only: bool, runs: frozenset[str] | None = None) -> bool:
+    """Whether the local copy holds ``key`` (see the module docstring); ``runs``: only the parts
+    of runs whose folder (``project=P/run=R/``, :func:`~trackstore.store.layout.run_key`) is in it."""
     if key == REPLICA_MARKER or _RUN_FILE.match(key):
         return True
-    return not metadata_only and bool(_PART.match(key) or _ARTIFACT_META.match(key))
+    if metadata_only or not (_PART.match(key) or _ARTIFACT_META.match(key)):
+        return False
+    return runs is None or key[:key.index("/", key.index("/") + 1) + 1] in runs
 
 
-def local_copy(uri: str, *, metadata_only: bool = False, env=None,
+def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[str, str]] | None = None, env=None,
                on_fetch: Callable[[int], Callable[[str], None] | None] | None = None) -> Path:
     """The folder of this machine holding replica ``uri`` in step (see the module docstring).
+    ``runs`` (``(project, run_id)`` pairs): the parts of these runs only, with every run.json.
     ``on_fetch(n)`` is told how many objects are about to be downloaded and may return a
     callable called with each one's key as it lands (a progress bar)."""
     folder = objects.open_location(uri, env=env)
@@ -89,7 +94,8 @@ def local_copy(uri: str, *, metadata_only: bool = False, env=None,
             raise UsageError(f"{folder.url} is not a trackstore replica (no {REPLICA_MARKER}; {held}): "
                              "--root s3://... reads what sync --to store --uri s3://... wrote")
         index = _load_index(copy)
-        want = {k: o for k, o in listing.items() if wanted(k, metadata_only)}
+        only = None if runs is None else frozenset(run_key(p, r) for p, r in runs)
+        want = {k: o for k, o in listing.items() if wanted(k, metadata_only, only)}
         for key in [k for k in index if k not in listing]:  # gone from the replica (gc)
             _remove(copy, key)
             del index[key]
