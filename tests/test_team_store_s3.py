@@ -94,6 +94,29 @@ def test_replicate_to_s3_and_read_it_back_with_trackstore(root, s3_prefix, tmp_p
     assert not [k for k in keys if "_catalog" in k or "_locks" in k]
 
 
+def test_runs_over_s3_shows_the_alerts_the_source_shows(root, s3_prefix, tmp_path):
+    """``runs --root s3://`` lists a run that logged NaN with the same alert as over its source
+    store (the alerts come from the metrics parts, which its copy holds; a copy of run.json
+    files alone listed every run as quiet), and a quiet run quiet."""
+    with trackstore.init("alerts", name="bad", root=root) as bad:
+        bad.log({"loss": 1.0}, step=0)
+        bad.log({"loss": float("nan")}, step=1)
+    make_runs(root, 1, project="alerts")
+    assert sync_s3(root, s3_prefix).returncode == 0
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    strip = lambda rows: sorted((r["run_id"], r["alerts"], r["nonfinite_keys"]) for r in rows)  # noqa: E731
+    over = run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert over.returncode == 0, over.stderr
+    here = json.loads(run_cli("runs", "--format", "json", root=root).stdout)
+    assert strip(json.loads(over.stdout)) == strip(here)
+    assert sorted(r["alerts"] for r in here) == [[], ["nonfinite"]]
+    table = run_cli("runs", "--root", s3_prefix.uri, "--alerts", env=env)
+    assert "bad" in table.stdout and "1 run" in table.stdout, table.stdout + table.stderr
+    # what runs fetched: every run.json and the metrics parts, not the samples
+    copy = list((tmp_path / "cache").glob("replicas/*/project=*/run=*/*/*.parquet"))
+    assert copy and {p.parent.name for p in copy} == {"metrics"}
+
+
 def test_a_reader_of_named_runs_fetches_those_runs_only(root, s3_prefix, tmp_path):
     """Over s3://, show, samples, plot and compare bring into the local copy every run.json and
     the parts of the runs they name, no other (one run of a team store of thousands is one

@@ -14,9 +14,11 @@ once. What it promises:
   again; a new or changed one (``run.json`` is rewritten as a run progresses) is downloaded
   to a hidden temp name and renamed into place; one the replica no longer has (gc) is removed.
   A reader therefore sees the replica as it was at the listing, never a half-downloaded file.
-* **Only what readers need.** ``metadata_only`` (``runs``) fetches the ``run.json`` files;
-  ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``, ``trace``,
-  ``artifacts``) those and the parts of the runs named; otherwise every part file and run.json. Artifact payload files (``artifacts/<name>/v<n>/
+* **Only what readers need.** ``metadata_only`` fetches the ``run.json`` files; ``kinds``
+  (``runs``: its alerts come from the metrics parts' footers) those and the parts of these
+  kinds; ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``,
+  ``trace``, ``artifacts``, ``sql --run``) those and the parts of the runs named; otherwise
+  every part file and run.json. Artifact payload files (``artifacts/<name>/v<n>/
   files/...``) are not copied: listings show them from their manifest; fetch one with the
   platform's own tools.
 * **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
@@ -67,20 +69,33 @@ def cache_dir(env=None) -> Path:
     return Path(base) / "trackstore"
 
 
-def wanted(key: str, metadata_only: bool, runs: frozenset[str] | None = None) -> bool:
+def wanted(key: str, metadata_only: bool, runs: frozenset[str] | None = None,
+           kinds: frozenset[str] | None = None) -> bool:
     """Whether the local copy holds ``key`` (see the module docstring); ``runs``: only the parts
-    of runs whose folder (``project=P/run=R/``, :func:`~trackstore.store.layout.run_key`) is in it."""
+    of runs whose folder (``project=P/run=R/``, :func:`~trackstore.store.layout.run_key`) is in
+    it; ``kinds``: only the parts of these kinds (an artifact's manifest.json is ``artifacts``)."""
     if key == REPLICA_MARKER or _RUN_FILE.match(key):
         return True
-    if metadata_only or not (_PART.match(key) or _ARTIFACT_META.match(key)):
+    if metadata_only:
+        return False
+    part = _PART.match(key)
+    if part is not None:
+        kind = part.group(1).split("/")[0]
+    elif _ARTIFACT_META.match(key):
+        kind = "artifacts"
+    else:
+        return False
+    if kinds is not None and kind not in kinds:
         return False
     return runs is None or key[:key.index("/", key.index("/") + 1) + 1] in runs
 
 
-def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[str, str]] | None = None, env=None,
+def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[str, str]] | None = None,
+               kinds: Iterable[str] | None = None, env=None,
                on_fetch: Callable[[int], Callable[[str], None] | None] | None = None) -> Path:
     """The folder of this machine holding replica ``uri`` in step (see the module docstring).
-    ``runs`` (``(project, run_id)`` pairs): the parts of these runs only, with every run.json.
+    ``runs`` (``(project, run_id)`` pairs): the parts of these runs only, with every run.json;
+    ``kinds``: the parts of these kinds only.
     ``on_fetch(n)`` is told how many objects are about to be downloaded and may return a
     callable called with each one's key as it lands (a progress bar)."""
     folder = objects.open_location(uri, env=env)
@@ -95,7 +110,8 @@ def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[st
                              "--root s3://... reads what sync --to store --uri s3://... wrote")
         index = _load_index(copy)
         only = None if runs is None else frozenset(run_key(p, r) for p, r in runs)
-        want = {k: o for k, o in listing.items() if wanted(k, metadata_only, only)}
+        of_kinds = None if kinds is None else frozenset(kinds)
+        want = {k: o for k, o in listing.items() if wanted(k, metadata_only, only, of_kinds)}
         for key in [k for k in index if k not in listing]:  # gone from the replica (gc)
             _remove(copy, key)
             del index[key]
