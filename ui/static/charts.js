@@ -106,6 +106,10 @@ class Chart {
         d = await api("series", { run: p.refs, key: this.key, x: this.serverX(), width, lo, hi }, true);
         this.take(d, !this.range);
       }
+      // a chart taken off the page meanwhile (another selection made a new panel, a filter hid
+      // it) draws nothing: it would draw stale runs where the page's own chart is (and stays
+      // unloaded, so it loads afresh if shown again)
+      if (!this.box.isConnected) return;
       this.draw(d);
       this.loaded = true;
     } catch (e) {
