@@ -117,6 +117,30 @@ def test_runs_over_s3_shows_the_alerts_the_source_shows(root, s3_prefix, tmp_pat
     assert copy and {p.parent.name for p in copy} == {"metrics"}
 
 
+def test_images_and_their_files_are_read_over_s3(root, s3_prefix, tmp_path):
+    """A run's image rows and the files they name (``media/``) reach the local copy of a team
+    store: ``sql`` over s3:// counts the images the source counts, and the copy's files are the
+    logged bytes (the dashboard serves them from there)."""
+    import numpy as np
+
+    with trackstore.init("pics", name="frames", root=root) as run:
+        for s in range(3):
+            run.log({"loss": 1.0 / (s + 1), "val/frame": trackstore.Image(np.full((4, 4, 3), 60 * s, dtype=np.uint8))},
+                    step=s)
+    assert sync_s3(root, s3_prefix).returncode == 0
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    q = "SELECT step, path FROM images ORDER BY step"
+    over = run_cli("sql", q, "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert over.returncode == 0, over.stderr
+    rows = json.loads(over.stdout)
+    assert rows == json.loads(run_cli("sql", q, "--format", "json", root=root).stdout) and len(rows) == 3
+    [copy] = (tmp_path / "cache").glob("replicas/*")
+    for r in rows:
+        assert (copy / f"project=pics/run={run.id}" / r["path"]).read_bytes() == (run.dir / r["path"]).read_bytes()
+    shown = json.loads(run_cli("show", run.id, "--root", s3_prefix.uri, "--format", "json", env=env).stdout)
+    assert shown[0]["records"]["images"]["rows"] == 3
+
+
 def test_a_reader_of_named_runs_fetches_those_runs_only(root, s3_prefix, tmp_path):
     """Over s3://, show, samples, plot and compare bring into the local copy every run.json and
     the parts of the runs they name, no other (one run of a team store of thousands is one

@@ -18,7 +18,7 @@ once. What it promises:
   (``runs``: its alerts come from the metrics parts' footers) those and the parts of these
   kinds; ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``,
   ``trace``, ``artifacts``, ``sql --run``) those and the parts of the runs named; otherwise
-  every part file and run.json. Artifact payload files (``artifacts/<name>/v<n>/
+  every part file, image file (``media/``) and run.json. Artifact payload files (``artifacts/<name>/v<n>/
   files/...``) are not copied: listings show them from their manifest; fetch one with the
   platform's own tools.
 * **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
@@ -57,7 +57,9 @@ FETCH_THREADS = 16
 FOLLOW_DUTY = 10  # :func:`follow` waits at least this many times as long as its last pass took
 
 _RUN_FILE = re.compile(r"^project=[^/]+/run=[^/]+/run\.json$")
-_PART = re.compile(r"^project=[^/]+/run=[^/]+/(metrics|samples|spans|histograms|artifacts/_manifest)/[^/.][^/]*\.parquet$")
+_PART = re.compile(r"^project=[^/]+/run=[^/]+/(metrics|samples|spans|histograms|images|artifacts/_manifest)/[^/.][^/]*\.parquet$")
+# an image file (store.media: content-addressed, never rewritten) that image and sample rows name
+_MEDIA = re.compile(r"^project=[^/]+/run=[^/]+/media/[0-9a-f]{2}/[0-9a-f]{64}\.(?:png|jpg)$")
 _ARTIFACT_META = re.compile(r"^project=[^/]+/run=[^/]+/artifacts/[^/]+/v\d+/manifest\.json$")
 
 
@@ -83,6 +85,8 @@ def wanted(key: str, metadata_only: bool, runs: frozenset[str] | None = None,
         kind = part.group(1).split("/")[0]
     elif _ARTIFACT_META.match(key):
         kind = "artifacts"
+    elif _MEDIA.match(key):
+        kind = "images"  # the files image rows (and sample rows' images) name
     else:
         return False
     if kinds is not None and kind not in kinds:
