@@ -54,7 +54,7 @@ def existing_root(ctx: typer.Context, param: typer.CallbackParam, value: Optiona
 FETCH_BAR_FROM = 50
 
 #: the commands that read a team store on S3 (``--root s3://BUCKET/PREFIX``) through a local copy
-REPLICA_READERS = ("runs", "show", "sql", "plot", "compare", "samples", "trace", "ui", "gc")
+REPLICA_READERS = ("runs", "show", "sql", "plot", "compare", "samples", "trace", "artifacts", "ui", "gc")
 
 
 #: where :func:`reader_root` leaves, in ``ctx.meta``, the ``s3://`` URI a local copy was made of

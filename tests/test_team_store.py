@@ -397,3 +397,17 @@ def test_only_a_status_403_reads_as_access_denied(text, refused):
     with pytest.raises(TargetRefusedError if refused else RetryableError):
         with folder._errors("k"):
             raise ox.GenericError(f"Generic S3 error: {text}")
+
+
+@pytest.mark.parametrize("argv", [["status"], ["compact"], ["doctor"], ["export", "-o", "OUT"], ["sync", "--to", "mlflow"]])
+def test_commands_that_change_or_watch_a_store_refuse_an_s3_root_in_one_line(argv, tmp_path):
+    """A team store changes only through sync --to store and gc: every other command given
+    --root s3://... stops with exit 2 before any request, in one line that names the commands
+    that do read it (artifacts among them)."""
+    out = tmp_path / "out.tar"
+    res = run_cli(*[str(out) if a == "OUT" else a for a in argv], "--root", "s3://team/runs", env={"HOME": str(tmp_path)})
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert f"{argv[0]} works on a local store" in lines[0]
+    assert "runs, show, sql, plot, compare, samples, trace, artifacts, ui and cleaned by gc" in lines[0]
+    assert not out.exists()
