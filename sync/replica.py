@@ -57,8 +57,6 @@ from trackstore.store import objects
 from trackstore.store.clock import iso
 from trackstore.store.identity import store_identity
 from trackstore.store.layout import (
-    ARTIFACTS_DIR,
-    MANIFEST_DIR,
     MEDIA_DIR,
     PART_PREFIX,
     PART_SUFFIX,
@@ -66,6 +64,7 @@ from trackstore.store.layout import (
     REPLICA_MARKER,
     REPLICA_VERSION,
     RUN_FILE,
+    kind_folder,
     run_key,
 )
 from trackstore.store.media import parse_media_path
@@ -76,11 +75,6 @@ from .adapter import Adapter, Capabilities, Opened, SendResult, WholePart
 
 # an image file a sample row refers to, inside its JSON text (records.images.Image.ref)
 _MEDIA_REF = re.compile(MEDIA_DIR + r"/[0-9a-f]{2}/[0-9a-f]{64}\.(?:png|jpg)")
-
-
-def kind_folder(kind: str) -> str:
-    """A kind's part folder inside a run folder (artifacts: their manifest's)."""
-    return f"{ARTIFACTS_DIR}/{MANIFEST_DIR}" if kind == Kind.ARTIFACTS else str(kind)
 
 
 def part_key(project: str, run_id: str, kind: str, writer: str, first: int, last: int) -> str:

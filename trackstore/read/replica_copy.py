@@ -49,18 +49,21 @@ from ..errors import UsageError
 from ..store import locks, objects
 from ..store.atomic import write_bytes_atomic
 from ..store.cursor import destination_id
-from ..store.layout import REPLICA_MARKER, run_key
+from ..store.layout import KINDS, REPLICA_MARKER, kind_folder, run_key
+from ..store.media import parse_media_path
 from ..store.redact import redact_text
+from ..store.vocab import Kind
 
 INDEX_FILE = "_replica_copy.json"  # key -> [size, etag] of each object the copy holds
 FETCH_THREADS = 16
 FOLLOW_DUTY = 10  # :func:`follow` waits at least this many times as long as its last pass took
 
 _RUN_FILE = re.compile(r"^project=[^/]+/run=[^/]+/run\.json$")
-_PART = re.compile(r"^project=[^/]+/run=[^/]+/(metrics|samples|spans|histograms|images|artifacts/_manifest)/[^/.][^/]*\.parquet$")
-# an image file (store.media: content-addressed, never rewritten) that image and sample rows name
-_MEDIA = re.compile(r"^project=[^/]+/run=[^/]+/media/[0-9a-f]{2}/[0-9a-f]{64}\.(?:png|jpg)$")
-_ARTIFACT_META = re.compile(r"^project=[^/]+/run=[^/]+/artifacts/[^/]+/v\d+/manifest\.json$")
+_IN_RUN = re.compile(r"^(project=[^/]+/run=[^/]+/)(.+)$")  # a run folder's key prefix, and the rest
+# each kind's part folder (store.layout.kind_folder) to its kind: every kind the store has
+_FOLDER_KIND = {kind_folder(k): str(k) for k in KINDS}
+_PART = re.compile("^(" + "|".join(map(re.escape, _FOLDER_KIND)) + r")/[^/.][^/]*\.parquet$")
+_ARTIFACT_META = re.compile(r"^artifacts/[^/]+/v\d+/manifest\.json$")
 
 
 def cache_dir(env=None) -> Path:
@@ -78,20 +81,20 @@ def wanted(key: str, metadata_only: bool, runs: frozenset[str] | None = None,
     it; ``kinds``: only the parts of these kinds (an artifact's manifest.json is ``artifacts``)."""
     if key == REPLICA_MARKER or _RUN_FILE.match(key):
         return True
-    if metadata_only:
+    in_run = _IN_RUN.match(key)
+    if metadata_only or in_run is None:
         return False
-    part = _PART.match(key)
+    run, rel = in_run.groups()
+    part = _PART.match(rel)
     if part is not None:
-        kind = part.group(1).split("/")[0]
-    elif _ARTIFACT_META.match(key):
-        kind = "artifacts"
-    elif _MEDIA.match(key):
-        kind = "images"  # the files image rows (and sample rows' images) name
+        kind = _FOLDER_KIND[part.group(1)]
+    elif _ARTIFACT_META.match(rel):
+        kind = Kind.ARTIFACTS
+    elif parse_media_path(rel) is not None:
+        kind = Kind.IMAGES  # an image file (content-addressed) that image or sample rows name
     else:
         return False
-    if kinds is not None and kind not in kinds:
-        return False
-    return runs is None or key[:key.index("/", key.index("/") + 1) + 1] in runs
+    return (kinds is None or kind in kinds) and (runs is None or run in runs)
 
 
 def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[str, str]] | None = None,

@@ -382,6 +382,12 @@ def run_key(project: str, run_id: str) -> str:
     return f"{PROJECT_PREFIX}{project}/{RUN_PREFIX}{run_id}/"
 
 
+def kind_folder(kind: str) -> str:
+    """A kind's part folder inside a run folder, as an object-key part (artifacts: their
+    manifest's, ``artifacts/_manifest``)."""
+    return f"{ARTIFACTS_DIR}/{MANIFEST_DIR}" if kind == Kind.ARTIFACTS else str(kind)
+
+
 def run_paths(root: Path, project: str, run_id: str) -> RunPaths:
     return RunPaths(Path(root), validate_project(project), validate_run_id(run_id))
 
