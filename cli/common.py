@@ -95,8 +95,9 @@ def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
     """:func:`existing_root` for the commands that also read a team store on S3: ``--root
     s3://BUCKET/PREFIX`` becomes the local copy of that replica, brought in step first
     (:func:`trackstore.read.replica_copy.local_copy`). ``runs`` fetches the run.json files and
-    the metrics parts (its alerts); the readers of named runs (:data:`NAMED_RUN_READERS`) too, then the parts of the runs they
-    name (:func:`resolve_for_reading`); the others every part."""
+    the metrics parts (its alerts); the readers of named runs (:data:`NAMED_RUN_READERS`) the
+    run.json files, then the parts of the runs they name (:func:`resolve_for_reading`); the
+    others every part."""
     from trackstore.store.objects import is_remote
 
     if value is not None and is_remote(value):

@@ -18,16 +18,17 @@ once. What it promises:
   (``runs``: its alerts come from the metrics parts' footers) those and the parts of these
   kinds; ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``,
   ``trace``, ``artifacts``, ``sql --run``) those and the parts of the runs named; otherwise
-  every part file, image file (``media/``) and run.json. Artifact payload files (``artifacts/<name>/v<n>/
-  files/...``) are not copied: listings show them from their manifest; fetch one with the
+  every part file, image file (``media/``) and run.json. Artifact payload files
+  (``artifacts/<name>/v<n>/files/...``) are not copied: listings show them from their manifest; fetch one with the
   platform's own tools.
 * **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
   other things) is a :class:`~trackstore.errors.UsageError` (exit 2), as a local root that is
   not a store is: a mistyped prefix never reads as an empty team store.
 * **Followed, for a reader that stays up.** :func:`follow` brings the copy in step again every
-  few seconds (and never spends more than a tenth of the time doing it) in a thread of its own (the dashboard, ``ui --refresh``): a pass that fails (the
-  link is down, the credentials expired) is reported once and the copy stays as the last pass
-  left it, whole; the next pass that succeeds is reported too.
+  few seconds, never spending more than a tenth of the time doing it, in a thread of its own
+  (the dashboard, ``ui --refresh``): a pass that fails (the link is down, the credentials
+  expired) is reported once and the copy stays as the last pass left it, whole; the next pass
+  that succeeds is reported too.
 * **One updater at a time** per copy (a lock in the copy's ``_locks/``); readers of the copy
   are never blocked. The copy lives under ``$TRACKSTORE_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/trackstore``, else ``~/.cache/trackstore``, in ``replicas/<destination
