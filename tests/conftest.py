@@ -72,6 +72,63 @@ def _no_current_run():
     endings.current = None
 
 
+CRASH_DIR = "TRACKSTORE_TEST_CRASH_DIR"  # where each xdist worker's faulthandler report goes
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own faulthandler plugin, which this one replaces in workers
+def pytest_configure(config):
+    """A worker that dies in native code ("worker 'gwN' crashed while running ...") wrote its
+    faulthandler report (every Python thread's stack; a crash in a library's own native thread
+    has no "Current thread") to a stderr that CI shows only the end of. The first process makes
+    a folder for the reports (the workers inherit its name), each worker writes its own there,
+    and the end of the run prints the ones that are not empty, with the kernel's lines about
+    the crash when it lets this user read them (they name the crashing thread and library)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        import tempfile
+
+        os.environ[CRASH_DIR] = tempfile.mkdtemp(prefix="trackstore-test-crashes-")
+        config.stash[_KERNEL_BEFORE] = len(_kernel_crash_lines())
+    elif os.environ.get(CRASH_DIR):
+        import faulthandler
+
+        report = open(Path(os.environ[CRASH_DIR]) / f"{worker}.log", "w")  # noqa: SIM115 (open until the end)
+        faulthandler.enable(file=report, all_threads=True)
+        config.stash[_CRASH_REPORT] = report
+
+
+_CRASH_REPORT = pytest.StashKey()
+_KERNEL_BEFORE = pytest.StashKey[int]()
+
+
+def _kernel_crash_lines() -> list[str]:
+    """The kernel log's lines about crashed threads (empty when this user may not read it)."""
+    import subprocess
+
+    try:
+        kernel = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln for ln in kernel if "segfault" in ln or "traps:" in ln or "general protection" in ln]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    folder = os.environ.get(CRASH_DIR)
+    if os.environ.get("PYTEST_XDIST_WORKER") or not folder or not Path(folder).is_dir():
+        return
+    reports = [p for p in sorted(Path(folder).glob("*.log")) if p.stat().st_size]
+    for p in reports:
+        terminalreporter.write_sep("=", f"native crash report of worker {p.stem}")
+        terminalreporter.write_line(p.read_text(errors="replace"))
+    if reports:
+        lines = _kernel_crash_lines()[config.stash.get(_KERNEL_BEFORE, 0):]
+        terminalreporter.write_sep("=", "the kernel's lines about crashes during this run")
+        terminalreporter.write_line("\n".join(lines[-5:]) or "(none, or dmesg cannot be read here)")
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (make test) pytest-xdist keeps the tests of one xdist_group on

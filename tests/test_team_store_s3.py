@@ -6,17 +6,18 @@ reading the replica directly; the errors a user meets, each one line with its ex
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 import trackstore
+from tests import plain_reader
 from tests.helpers import descendants, run_cli, spawn_cli, wait_gone
 from tests.proxy import FaultyProxy
 from tests.test_team_store import KINDS, make_runs, source_rows
@@ -27,36 +28,13 @@ pytest.importorskip("obstore")
 pytestmark = pytest.mark.xdist_group("weed_s3")
 
 
-def dataset_rows(prefix, kind: str = "metrics") -> tuple[int, int]:
-    """(rows, distinct row ids) a plain reader sees: a fresh listing of the replica through
-    pyarrow's S3 filesystem, queried by DuckDB (the docs/team-store.md recipe)."""
-    import duckdb
-    import pyarrow.dataset as ds
-    from pyarrow import fs
-
-    server = prefix.server
-    s3 = fs.S3FileSystem(endpoint_override=server.endpoint, scheme="http", access_key=server.access_key,
-                         secret_key=server.secret_key, region="us-east-1")
-    base = f"{server.bucket}/{prefix.key}"
-    files = [f.path for f in s3.get_file_info(fs.FileSelector(base, recursive=True, allow_not_found=True))
-             if f.type == fs.FileType.File and f.path.endswith(".parquet") and f"/{kind}/" in f.path
-             and "/_" not in f.path[len(base):] and not f.base_name.startswith(".")]
-    if not files:
-        return 0, 0
-    data = ds.dataset(files, filesystem=s3, format="parquet", partitioning="hive", partition_base_dir=base)
-    con = duckdb.connect()
-    con.register("rows", data.to_table(columns=["writer", "seq"]))
-    return con.execute("SELECT count(*), count(DISTINCT (writer, seq)) FROM rows").fetchone()
-
-
 def sync_s3(root, prefix, *extra: str, env: dict | None = None, timeout: float = 300):
     return run_cli("sync", "--to", "store", "--uri", prefix.uri, *extra, root=root,
                    env={**prefix.env, **(env or {})}, timeout=timeout)
 
 
 def assert_exact(root, prefix) -> None:
-    for kind in KINDS:
-        n, distinct = dataset_rows(prefix, kind)
+    for kind, (n, distinct) in plain_reader.counts(prefix, KINDS).items():
         assert n == distinct, f"{kind}: a row twice in the replica"
         assert n == source_rows(root, kind), kind
 
@@ -174,18 +152,15 @@ def test_a_reader_of_named_runs_fetches_those_runs_only(root, s3_prefix, tmp_pat
 
 
 def test_polars_over_s3_gives_what_duckdb_gives_over_the_source(root, s3_prefix):
-    pl = pytest.importorskip("polars")
+    if importlib.util.find_spec("polars") is None:  # it reads in a process of its own: never imported here
+        pytest.skip("polars is not installed")
     make_runs(root, 3, project="123")
     assert sync_s3(root, s3_prefix).returncode == 0
     server = s3_prefix.server
-    frame = pl.scan_parquet(
-        f"{s3_prefix.uri}/project=*/run=*/metrics/*.parquet", hive_partitioning=True,
-        hive_schema={"project": pl.String, "run": pl.String}, missing_columns="insert",
-        storage_options={"aws_endpoint_url": server.endpoint, "aws_access_key_id": server.access_key,
-                         "aws_secret_access_key": server.secret_key, "aws_region": "us-east-1",
-                         "aws_allow_http": "true"},
-    ).group_by("project", "run", "key").agg(pl.len().alias("n"), pl.col("value").sum().alias("s")).collect()
-    got = sorted((r["project"], r["run"], r["key"], r["n"], round(r["s"], 6)) for r in frame.to_dicts())
+    options = {"aws_endpoint_url": server.endpoint, "aws_access_key_id": server.access_key,
+               "aws_secret_access_key": server.secret_key, "aws_region": "us-east-1", "aws_allow_http": "true"}
+    frame = plain_reader.call("polars_sums", f"{s3_prefix.uri}/project=*/run=*/metrics/*.parquet", options)
+    got = sorted((p, r, k, n, round(s, 6)) for p, r, k, n, s in frame)
     want = trackstore.query("SELECT project, run_id, key, count(*) AS n, sum(value) AS s FROM metrics GROUP BY ALL",
                             root=root).to_pylist()
     assert got == sorted((r["project"], r["run_id"], r["key"], r["n"], round(r["s"], 6)) for r in want)
@@ -251,7 +226,7 @@ def test_sigkill_during_s3_replication_then_a_rerun_is_exact(root, s3_prefix):
         child.kill()
         child.wait(timeout=30)
         assert wait_gone(workers) == [], "a worker process outlived its killed parent"  # and held its runs' locks
-        n, distinct = dataset_rows(s3_prefix)
+        n, distinct = plain_reader.counts(s3_prefix, ("metrics",))["metrics"]
         assert n == distinct
     res = sync_s3(root, s3_prefix)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -259,17 +234,12 @@ def test_sigkill_during_s3_replication_then_a_rerun_is_exact(root, s3_prefix):
 
 
 def test_a_reader_looping_over_s3_never_double_counts_while_runs_grow_and_compact(root, s3_prefix):
+    """A plain reader (pyarrow's S3 listing and DuckDB, in a process of its own, as a Spark or
+    DuckDB job is) counts the replica's rows pass after pass while a live run grows, is
+    replicated, compacted locally and replicated again."""
     make_runs(root, 2, steps=40)
     live = make_runs(root, 1, finish=False)[0]
-    stop = threading.Event()
-    seen: list[tuple[int, int]] = []
-
-    def reader():
-        while not stop.is_set():
-            seen.append(dataset_rows(s3_prefix))
-
-    t = threading.Thread(target=reader)
-    t.start()
+    reader = plain_reader.Loop(s3_prefix)
     try:
         for round_ in range(3):
             for s in range(40 + round_ * 10, 50 + round_ * 10):
@@ -279,8 +249,7 @@ def test_a_reader_looping_over_s3_never_double_counts_while_runs_grow_and_compac
         live.finish()
         assert sync_s3(root, s3_prefix).returncode == 0
     finally:
-        stop.set()
-        t.join()
+        seen = [c["metrics"] for c in reader.stop()]
     assert len(seen) > 2 and all(n == d for n, d in seen), "a reader counted a row twice"
     assert_exact(root, s3_prefix)
 
@@ -308,7 +277,7 @@ def test_gc_on_s3_deletes_old_runs_and_readers_follow(root, s3_prefix, tmp_path)
         os.environ.clear()
         os.environ.update(saved)
     assert len(json.loads(run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env).stdout)) == 1
-    n, d = dataset_rows(s3_prefix)
+    n, d = plain_reader.counts(s3_prefix, ("metrics",))["metrics"]
     assert n == d == 30 * 4
 
 

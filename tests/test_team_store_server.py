@@ -13,23 +13,25 @@ runs in the Spark venv: tests/spark/test_spark_reads_replica.py.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests import plain_reader
 from tests.fixtures.stores import make_run
 from tests.helpers import REPO
 from tests.servers import WeedS3
 from tests.test_docs_examples import parse
 
 obstore = pytest.importorskip("obstore")
-pl = pytest.importorskip("polars")
+if importlib.util.find_spec("polars") is None:  # read in a process of its own (tests/plain_reader.py), never imported here
+    pytest.skip("polars is not installed", allow_module_level=True)
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("weed_s3")  # one session server (tests/servers.py) for its users
@@ -179,29 +181,17 @@ def replica(tmp_path, s3_prefix) -> tuple[Path, dict[tuple[str, str], int]]:
 
 
 def test_pyarrow_and_polars_read_hive_parts_with_explicit_options(replica, s3_prefix, weed_s3):
-    import pyarrow.dataset as ds
-    import pyarrow.fs
-
     _, expected = replica
-    s3 = pyarrow.fs.S3FileSystem(endpoint_override=weed_s3.endpoint.removeprefix("http://"), scheme="http",
-                                 access_key=weed_s3.access_key, secret_key=weed_s3.secret_key, region="us-east-1")
-    base = f"{weed_s3.bucket}/{s3_prefix.key}"
-    files = [f.path for f in s3.get_file_info(pyarrow.fs.FileSelector(base, recursive=True))
-             if f.path.endswith(".parquet") and "/metrics/" in f.path]
-    hive = pa.schema([("project", pa.string()), ("run", pa.string())])
-    table = ds.dataset(files, filesystem=s3, format="parquet", partitioning=ds.partitioning(hive, flavor="hive"),
-                       partition_base_dir=base).to_table(columns=["project", "run", "step"])
-    assert table.schema.field("project").type == pa.string() and table.schema.field("run").type == pa.string()
-    counts = table.group_by(["project", "run"]).aggregate([("step", "count")]).to_pylist()
-    assert {(r["project"], r["run"]): r["step_count"] for r in counts} == expected
+    table = plain_reader.call("pyarrow_rows_per_run", plain_reader.server_of(s3_prefix), s3_prefix.key)
+    assert table["types"] == ["string", "string"]
+    assert {(p, r): n for p, r, n in table["rows"]} == expected
 
     options = {"aws_endpoint_url": weed_s3.endpoint, "aws_access_key_id": weed_s3.access_key,
                "aws_secret_access_key": weed_s3.secret_key, "aws_region": "us-east-1", "aws_allow_http": "true"}
-    frame = pl.scan_parquet(f"{s3_prefix.uri}/project=*/run=*/metrics/*.parquet", storage_options=options,
-                            hive_partitioning=True, hive_schema={"project": pl.String, "run": pl.String},
-                            extra_columns="ignore").select("project", "run", "step").collect()
-    assert frame.schema["project"] == pl.String and frame.schema["run"] == pl.String
-    assert {(r["project"], r["run"]): r["len"] for r in frame.group_by("project", "run").len().to_dicts()} == expected
+    frame = plain_reader.call("polars_rows_per_run", f"{s3_prefix.uri}/project=*/run=*/metrics/*.parquet", options,
+                              {"extra_columns": "ignore"})
+    assert frame["types"] == ["String", "String"]
+    assert {(p, r): n for p, r, n in frame["rows"]} == expected
 
 
 def _guide_recipes() -> dict[str, str]:
@@ -219,36 +209,40 @@ def test_the_guide_marks_its_tested_recipes():
     assert sorted(_guide_recipes()) == ["duckdb-path", "duckdb-s3", "polars-s3"]
 
 
-def _run_recipe(code: str, replace: dict[str, str]) -> dict:
+def _recipe(code: str, replace: dict[str, str]) -> str:
     for old, new in replace.items():
         assert old in code, f"the recipe no longer says {old!r}"
         code = code.replace(old, new)
-    namespace: dict = {"__name__": "__main__"}
-    exec(compile(code, str(GUIDE), "exec"), namespace)
-    return namespace
+    return code
 
 
 @pytest.mark.parametrize("where", ["s3", "path"])
-def test_the_guides_duckdb_and_polars_recipes_run_as_written(where, replica, s3_prefix, monkeypatch, capsys):
+def test_the_guides_duckdb_and_polars_recipes_run_as_written(where, replica, s3_prefix):
+    """The recipes run in a process of their own (tests/plain_reader.py), as a reader's job
+    does, with the server's AWS variables in its environment."""
     folder, expected = replica
-    for name, value in s3_prefix.env.items():
-        monkeypatch.setenv(name, value)
     recipes = _guide_recipes()
     address = s3_prefix.uri if where == "s3" else str(folder)
     if where == "s3":
-        duck = _run_recipe(recipes["duckdb-s3"], {'"s3://ml-team/tsruns"': repr(address)})
+        duck = _recipe(recipes["duckdb-s3"], {'"s3://ml-team/tsruns"': repr(address)})
     else:
-        duck = _run_recipe(recipes["duckdb-path"], {'"/shared/team"': repr(address)})
-    rows = duck["con"].sql("SELECT project, run, typeof(project), typeof(run), count(*), count(last_of_key) "
-                           "FROM metrics GROUP BY ALL").fetchall()
+        duck = _recipe(recipes["duckdb-path"], {'"/shared/team"': repr(address)})
+    lazy = _recipe(recipes["polars-s3"], {'"s3://ml-team/tsruns"': repr(address)})  # either place
+    got = plain_reader.call("guide_recipes", duck, lazy, env=s3_prefix.env)
+    rows = got["duckdb"]
     assert {(p, r): n for p, r, _, _, n, _ in rows} == expected
     assert {(tp, tr) for _, _, tp, tr, _, _ in rows} == {("VARCHAR", "VARCHAR")}
     assert {(p, r): with_flag > 0 for p, r, _, _, _, with_flag in rows} == {k: k[1] != "007" for k in expected}
+    assert got["polars_types"] == ["String", "String"]
+    assert {(p, r): n for p, r, n in got["polars_rows"]} == expected
+    assert got["old_nulls"] == got["old_height"] > 0
+    assert "007" in got["printed"]  # the recipes print what they found
 
-    lazy = _run_recipe(recipes["polars-s3"], {'"s3://ml-team/tsruns"': repr(address)})["metrics"]  # either place
-    frame = lazy.collect()
-    assert frame.schema["project"] == pl.String and frame.schema["run"] == pl.String
-    assert {(r["project"], r["run"]): r["len"] for r in frame.group_by("project", "run").len().to_dicts()} == expected
-    old = frame.filter(pl.col("run") == "007")
-    assert old["last_of_key"].null_count() == old.height > 0
-    assert "007" in capsys.readouterr().out  # the recipes print what they found
+
+def test_the_readers_above_left_no_polars_in_this_process():
+    """Last in the module (its tests stay on one worker, in order): the readers ran in processes
+    of their own (tests/plain_reader.py), so Polars and its tokio runtime never loaded into the
+    worker that goes on to run the rest of the suite."""
+    import sys
+
+    assert "polars" not in sys.modules
