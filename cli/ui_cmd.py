@@ -51,12 +51,13 @@ def ui(
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 
     replica = ctx.meta.get(REPLICA_URI)
-    label = None
+    detail = None
     if replica is not None:
-        label = f"{replica} (a local copy, {f'in step every {refresh:g} s' if refresh else 'as it was at start'})"
+        detail = f"a local copy, {f'in step every {refresh:g} s' if refresh else 'as it was at start'}"
         if refresh:
             from trackstore.read.replica_copy import follow
 
             follow(replica, refresh, report=lambda line: console(stderr=True).print(
                 f"trackstore ui: {line}", markup=False, highlight=False, soft_wrap=True))
-    serve(root_path, host=host, port=port, token=token, open_browser=open_browser, announce=announce, label=label)
+    serve(root_path, host=host, port=port, token=token, open_browser=open_browser, announce=announce,
+          label=replica, detail=detail)

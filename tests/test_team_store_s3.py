@@ -454,6 +454,8 @@ def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_pref
                              text=True, env=env)
         try:
             assert until(lambda: listed(port)) == {"first"}
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=10) as r:
+                assert json.loads(r.read())["root"] == s3_prefix.uri  # the page names the team store, not the copy
             make_runs(root, 1, project="later")
             assert sync_s3(root, s3_prefix).returncode == 0
             assert until(lambda: listed(port) == {"first", "later"})
@@ -467,7 +469,7 @@ def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_pref
         finally:
             p.terminate()
             out, err = p.communicate(timeout=30)
-    assert f"serving {s3_prefix.uri} (a local copy, in step every 0.5 s)" in out
+    assert f"serving {s3_prefix.uri} (read-only; a local copy, in step every 0.5 s) at http://" in out
     down = [line for line in err.splitlines() if "could not be brought in step" in line]
     assert len(down) == 1 and "cannot reach" in down[0], err  # said once, not once a pass
     assert err.count("in step again") == 1, err

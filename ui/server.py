@@ -222,8 +222,10 @@ def _float(params: Params, name: str) -> float | None:
         raise UsageError(f"{name} must be a number") from None
 
 
-def create_app(root=None, *, token: str | None = None) -> Starlette:
-    """The dashboard app over the store at ``root``; ``token`` (when given) is required on every request."""
+def create_app(root=None, *, token: str | None = None, label: str | None = None) -> Starlette:
+    """The dashboard app over the store at ``root``; ``token`` (when given) is required on every
+    request; ``label`` is what the page names as served (a team store's ``s3://`` URI, whose
+    local copy ``root`` is), else the root's path."""
     store = Store(root)
 
     def api(fn):
@@ -241,7 +243,7 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
         return endpoint
 
     def health(params: Params) -> dict[str, Any]:
-        return {"ok": True, "root": str(store.root)}
+        return {"ok": True, "root": label or str(store.root)}
 
     async def runs(request: Request) -> Response:
         """The runs table, with an ETag: a page polling an unchanged store gets 304 and no body."""
@@ -385,17 +387,17 @@ def create_app(root=None, *, token: str | None = None) -> Starlette:
 
 
 def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | None = None, open_browser: bool = False,
-          announce=print, label: str | None = None) -> None:
+          announce=print, label: str | None = None, detail: str | None = None) -> None:
     """Serve the dashboard until interrupted. A non-loopback ``host`` gets a token (a new random
     one unless given); the URL to open is announced first, with what is served (``label``, else
-    the root's path)."""
+    the root's path; the page names it too) and ``detail`` about it."""
     import socket
 
     import uvicorn
 
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)
-    app = create_app(root, token=token)
+    app = create_app(root, token=token, label=label)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -414,7 +416,7 @@ def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | 
     url = f"http://{shown}:{bound}/{query}"
     local = f"http://{'[::1]' if family == socket.AF_INET6 else '127.0.0.1'}:{bound}/{query}"
     what = label or app.app.state.store.root  # type: ignore[attr-defined]
-    announce(f"trackstore ui: serving {what} (read-only) at {url}")
+    announce(f"trackstore ui: serving {what} ({'; '.join(filter(None, ['read-only', detail]))}) at {url}")
     if wildcard:
         announce(f"listening on every interface; on this machine: {local}")
         url = local  # what --open opens
