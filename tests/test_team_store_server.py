@@ -30,7 +30,7 @@ from tests.servers import WeedS3
 from tests.test_docs_examples import parse
 
 obstore = pytest.importorskip("obstore")
-if importlib.util.find_spec("polars") is None:  # read in a process of its own (tests/plain_reader.py), never imported here
+if importlib.util.find_spec("polars") is None:  # its readers run in processes of their own (tests/plain_reader.py)
     pytest.skip("polars is not installed", allow_module_level=True)
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError  # noqa: E402
 
@@ -238,11 +238,3 @@ def test_the_guides_duckdb_and_polars_recipes_run_as_written(where, replica, s3_
     assert got["old_nulls"] == got["old_height"] > 0
     assert "007" in got["printed"]  # the recipes print what they found
 
-
-def test_the_readers_above_left_no_polars_in_this_process():
-    """Last in the module (its tests stay on one worker, in order): the readers ran in processes
-    of their own (tests/plain_reader.py), so Polars and its tokio runtime never loaded into the
-    worker that goes on to run the rest of the suite."""
-    import sys
-
-    assert "polars" not in sys.modules
