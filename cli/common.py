@@ -63,6 +63,7 @@ REPLICA_URI = "trackstore.replica_uri"
 #: parts of the runs they name only once named (:func:`resolve_for_reading`); ``sql --run`` too
 NAMED_RUN_READERS = ("show", "plot", "compare", "samples", "trace", "artifacts")
 _PARTIAL = "trackstore.replica_partial"
+_LISTING = "trackstore.replica_listing"  # the replica's objects, listed once for both of their calls
 
 
 def _no_replica_here(ctx: typer.Context) -> Exception:
@@ -101,15 +102,16 @@ def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
     from trackstore.store.objects import is_remote
 
     if value is not None and is_remote(value):
-        from trackstore.read.replica_copy import local_copy
+        from trackstore.read.replica_copy import local_copy, replica_objects
 
         ctx.meta[REPLICA_URI] = value  # a reader that stays up (ui) follows the replica
         # sql --run (an eager option: read already) names its runs too
-        ctx.meta[_PARTIAL] = ctx.info_name in NAMED_RUN_READERS or bool(ctx.params.get("run_refs"))
+        partial = ctx.meta[_PARTIAL] = ctx.info_name in NAMED_RUN_READERS or bool(ctx.params.get("run_refs"))
+        listing = ctx.meta[_LISTING] = replica_objects(value) if partial else None
         with _fetch_bar() as on_fetch:
             # runs: every run.json, and the metrics parts its alerts (NaN, stalled) are read from
             kinds = ("metrics",) if ctx.info_name == "runs" else None
-            return local_copy(value, metadata_only=ctx.meta[_PARTIAL], kinds=kinds, on_fetch=on_fetch)
+            return local_copy(value, metadata_only=partial, kinds=kinds, on_fetch=on_fetch, listing=listing)
     return existing_root(ctx, param, None if value is None else Path(value))
 
 
@@ -125,7 +127,8 @@ def resolve_for_reading(ctx: typer.Context, refs: Sequence[str], root: Path | No
         from trackstore.read.replica_copy import local_copy
 
         with _fetch_bar() as on_fetch:
-            local_copy(ctx.meta[REPLICA_URI], runs=[(i.project, i.run_id) for i in infos], on_fetch=on_fetch)
+            local_copy(ctx.meta[REPLICA_URI], runs=[(i.project, i.run_id) for i in infos], on_fetch=on_fetch,
+                       listing=ctx.meta[_LISTING])
     return infos
 
 

@@ -151,8 +151,34 @@ def test_a_reader_of_named_runs_fetches_those_runs_only(root, s3_prefix, tmp_pat
     assert copied() == {r.id for r in runs}
 
 
+def test_a_reader_of_named_runs_lists_the_replica_once(root, s3_prefix, tmp_path):
+    """show RUN over s3:// lists the replica once: the listing that brought in every run.json
+    also chooses the named run's parts (a listing of a team store of thousands of runs is
+    thousands of keys)."""
+    runs = make_runs(root, 2)
+    assert sync_s3(root, s3_prefix).returncode == 0
+    counting = (  # the CLI, with each whole listing of the replica counted
+        "import atexit, sys\n"
+        "from trackstore.store import objects\n"
+        "whole, listing = [0], objects.S3Folder.listing\n"
+        "def counted(self, prefix=''):\n"
+        "    whole[0] += not prefix\n"
+        "    return listing(self, prefix)\n"
+        "objects.S3Folder.listing = counted\n"
+        "atexit.register(lambda: print('whole listings:', whole[0], file=sys.stderr))\n"
+        "from trackstore.cli.main import main\n"
+        "sys.argv[0] = 'trackstore'\n"
+        "main()\n")
+    env = {**os.environ, **s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, "-c", counting, "show", runs[0].id, "--root", s3_prefix.uri,
+                          "--format", "json"], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["run_id"] == runs[0].id
+    assert "whole listings: 1" in res.stderr, res.stderr
+
+
 def test_polars_over_s3_gives_what_duckdb_gives_over_the_source(root, s3_prefix):
-    if importlib.util.find_spec("polars") is None:  # it reads in a process of its own: never imported here
+    if importlib.util.find_spec("polars") is None:  # it reads in a process of its own (tests/plain_reader.py)
         pytest.skip("polars is not installed")
     make_runs(root, 3, project="123")
     assert sync_s3(root, s3_prefix).returncode == 0

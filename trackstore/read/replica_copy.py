@@ -17,7 +17,8 @@ once. What it promises:
 * **Only what readers need.** ``metadata_only`` fetches the ``run.json`` files; ``kinds``
   (``runs``: its alerts come from the metrics parts' footers) those and the parts of these
   kinds; ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``,
-  ``trace``, ``artifacts``, ``sql --run``) those and the parts of the runs named; otherwise
+  ``trace``, ``artifacts``, ``sql --run``) those and the parts of the runs named, from the one
+  listing that brought the run.json files in (:func:`replica_objects`); otherwise
   every part file, image file (``media/``) and run.json. Artifact payload files
   (``artifacts/<name>/v<n>/files/...``) are not copied: listings show them from their manifest; fetch one with the
   platform's own tools.
@@ -44,7 +45,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from ..errors import UsageError
 from ..store import locks, objects
@@ -98,24 +99,43 @@ def wanted(key: str, metadata_only: bool, runs: frozenset[str] | None = None,
     return (kinds is None or kind in kinds) and (runs is None or run in runs)
 
 
+def replica_objects(uri: str, *, env=None) -> dict[str, objects.ObjectInfo]:
+    """The objects of replica ``uri``, by key, from one recursive listing; a prefix that is not a
+    replica is a :class:`~trackstore.errors.UsageError` (see the module docstring)."""
+    folder = objects.open_location(uri, env=env)
+    objects.check_reachable(folder)
+    return _listing(folder)
+
+
+def _listing(folder) -> dict[str, objects.ObjectInfo]:
+    listing = {o.key: o for o in folder.listing()}
+    if REPLICA_MARKER not in listing:
+        held = f"it holds {min(listing)}" if listing else "it is empty"
+        raise UsageError(f"{folder.url} is not a trackstore replica (no {REPLICA_MARKER}; {held}): "
+                         "--root s3://... reads what sync --to store --uri s3://... wrote")
+    return listing
+
+
 def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[str, str]] | None = None,
                kinds: Iterable[str] | None = None, env=None,
-               on_fetch: Callable[[int], Callable[[str], None] | None] | None = None) -> Path:
+               on_fetch: Callable[[int], Callable[[str], None] | None] | None = None,
+               listing: Mapping[str, objects.ObjectInfo] | None = None) -> Path:
     """The folder of this machine holding replica ``uri`` in step (see the module docstring).
     ``runs`` (``(project, run_id)`` pairs): the parts of these runs only, with every run.json;
     ``kinds``: the parts of these kinds only.
     ``on_fetch(n)`` is told how many objects are about to be downloaded and may return a
-    callable called with each one's key as it lands (a progress bar)."""
+    callable called with each one's key as it lands (a progress bar).
+    ``listing``: the replica's objects as :func:`replica_objects` listed them moments before in
+    this process (a reader of named runs brings in every run.json, resolves its references,
+    then the parts of the runs named): not listed again, and the copy is in step with it."""
     folder = objects.open_location(uri, env=env)
-    objects.check_reachable(folder)
+    if listing is None:
+        objects.check_reachable(folder)
     copy = cache_dir(env) / "replicas" / destination_id("store", folder.url)
     copy.mkdir(parents=True, exist_ok=True)
     with locks.acquire(copy, "replica-copy", wait=True, timeout=600, info={"replica": folder.url}):
-        listing = {o.key: o for o in folder.listing()}
-        if REPLICA_MARKER not in listing:
-            held = f"it holds {min(listing)}" if listing else "it is empty"
-            raise UsageError(f"{folder.url} is not a trackstore replica (no {REPLICA_MARKER}; {held}): "
-                             "--root s3://... reads what sync --to store --uri s3://... wrote")
+        if listing is None:
+            listing = _listing(folder)
         index = _load_index(copy)
         only = None if runs is None else frozenset(run_key(p, r) for p, r in runs)
         of_kinds = None if kinds is None else frozenset(kinds)
