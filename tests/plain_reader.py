@@ -192,6 +192,11 @@ class Loop:
         self._proc.stdin.flush()
 
     def stop(self, timeout: float = 120) -> list[dict[str, tuple[int, int]]]:
-        out, err = self._proc.communicate(timeout=timeout)  # closes its standard input: the last pass
+        try:
+            out, err = self._proc.communicate(timeout=timeout)  # closes its standard input: the last pass
+        except subprocess.TimeoutExpired:
+            self._proc.kill()  # a pass that hangs: never left running after the test
+            out, err = self._proc.communicate()
+            raise AssertionError(f"the looping reader did not end within {timeout} s:\n{out}{err}") from None
         assert self._proc.returncode == 0, f"the looping reader ended with {self._proc.returncode}:\n{out}{err}"
         return [{k: (n, d) for k, (n, d) in json.loads(line).items()} for line in out.splitlines() if line.strip()]
