@@ -286,8 +286,10 @@ CELLS_JS = """return [...document.querySelectorAll('#g-grid tbody tr')].map(tr =
     ins: p.querySelectorAll('ins').length, del: p.querySelectorAll('del').length })))])"""
 
 
-# diffs are worked out as their cells come near the screen: those still to do
-PENDING_JS = "return document.querySelectorAll('#g-grid pre[data-diff=pending]').length"
+# diffs are worked out as their cells come near the screen: the grid's cells once none is still to
+# do (null before), in one call: asked in two, the grid could be drawn between them, and a look
+# finding no cell pending (no grid yet) then read a fresh grid whose diffs were still to come
+SETTLED_CELLS_JS = "if (!document.querySelector('#g-grid') || document.querySelector('#g-grid pre[data-diff=pending]')) return null;\n" + CELLS_JS
 
 
 def test_pick_a_prompt_and_see_it_across_runs_and_steps_with_a_diff(browser, server, store):
@@ -304,7 +306,7 @@ def test_pick_a_prompt_and_see_it_across_runs_and_steps_with_a_diff(browser, ser
     wait_for(lambda: js(browser, "return [...document.querySelectorAll('#g-prompts li .gen-snippet')].map(s => s.textContent)")
              == [QUESTIONS[1]], what="the search to keep one prompt")
     js(browser, "document.querySelector('#g-prompts li a').click();")
-    rows = wait_for(lambda: not js(browser, PENDING_JS) and js(browser, CELLS_JS), what="the grid and its diffs")
+    rows = wait_for(lambda: js(browser, SETTLED_CELLS_JS), what="the grid and its diffs")
     assert js(browser, "return document.getElementById('g-prompt').textContent") == QUESTIONS[1]
     assert js(browser, "return document.querySelectorAll('#g-prompt').length") == 1  # the prompt once, at the top
     assert js(browser, "return [...document.querySelectorAll('#g-grid thead th')].map(th => th.textContent)") == [
@@ -323,7 +325,7 @@ def test_pick_a_prompt_and_see_it_across_runs_and_steps_with_a_diff(browser, ser
     shot(browser, "grid")
     # against the previous step: alpha's step 10 differs from its step 0 by the appended "(step 10)"
     js(browser, "const s = document.getElementById('g-diff'); s.value = 'prev'; s.dispatchEvent(new Event('change'));")
-    rows = wait_for(lambda: not js(browser, PENDING_JS) and (r := js(browser, CELLS_JS)) and r[1][1][0][0]["ins"] == 1 and r,
+    rows = wait_for(lambda: (r := js(browser, SETTLED_CELLS_JS)) and r[1][1][0][0]["ins"] == 1 and r,
                     what="the diff against the previous step")
     alpha10 = rows[1][1][0][0]
     assert alpha10["before"] == answer("alpha", 0, 1) and alpha10["kept"] == answer("alpha", 10, 1)
@@ -342,7 +344,7 @@ def test_model_markup_in_an_output_is_shown_as_text(browser, server, store):
     _root, ids, _tmp = store
     for diff in ("none", "0"):
         open_page(browser, server, f"/generations?{runs_q(ids, 'alpha', 'beta')}&index=1&split=val&step=20&diff={diff}")
-        [(_step, [_alpha, [beta]])] = wait_for(lambda: not js(browser, PENDING_JS) and js(browser, CELLS_JS), what="the grid")
+        [(_step, [_alpha, [beta]])] = wait_for(lambda: js(browser, SETTLED_CELLS_JS), what="the grid")
         assert beta["kept"] == XSS
         if diff == "none":
             assert beta["text"] == XSS
