@@ -20,11 +20,11 @@ from typing import Any, Iterable
 from ..store import schema as _schema
 from ..store.layout import (
     ARTIFACTS_DIR,
-    MANIFEST_DIR,
     PART_SUFFIX,
     PROJECT_PREFIX,
     RUN_PREFIX,
     is_part_name,
+    kind_folder,
     outside_store,
     resolve_root,
 )
@@ -33,8 +33,7 @@ from ..store.vocab import Kind
 
 RECORD_KINDS = _schema.KINDS  # metrics, samples, spans, histograms, artifacts
 # each kind's part files, relative to a run folder
-KIND_GLOB: dict[str, str] = {k: f"{k}/*{PART_SUFFIX}" for k in RECORD_KINDS}
-KIND_GLOB[Kind.ARTIFACTS] = f"{ARTIFACTS_DIR}/{MANIFEST_DIR}/*{PART_SUFFIX}"
+KIND_GLOB: dict[str, str] = {k: f"{kind_folder(k)}/*{PART_SUFFIX}" for k in RECORD_KINDS}
 _KIND_FOLDER = {k: KIND_GLOB[k].rsplit("/", 1)[0].replace("/", os.sep) for k in RECORD_KINDS}
 
 

@@ -353,9 +353,7 @@ class RunPaths:
         return self.writers_dir / f"{writer_id}.json"
 
     def kind_dir(self, kind: str) -> Path:
-        if kind == Kind.ARTIFACTS:
-            return self.dir / ARTIFACTS_DIR / MANIFEST_DIR
-        return self.dir / kind
+        return self.dir / kind_folder(kind)
 
     @property
     def artifacts_dir(self) -> Path:
@@ -383,8 +381,9 @@ def run_key(project: str, run_id: str) -> str:
 
 
 def kind_folder(kind: str) -> str:
-    """A kind's part folder inside a run folder, as an object-key part (artifacts: their
-    manifest's, ``artifacts/_manifest``)."""
+    """A kind's part folder inside a run folder, with ``/`` between folders (artifacts: their
+    manifest's, ``artifacts/_manifest``): the one place that says where each kind's parts are
+    (:meth:`RunPaths.kind_dir`, object keys, the catalog's and the part scan's folder names)."""
     return f"{ARTIFACTS_DIR}/{MANIFEST_DIR}" if kind == Kind.ARTIFACTS else str(kind)
 
 

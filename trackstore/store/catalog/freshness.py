@@ -18,14 +18,14 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..layout import ARTIFACTS_DIR, KINDS, MANIFEST_DIR, RUN_FILE, WRITERS_DIR
+from ..layout import ARTIFACTS_DIR, KINDS, RUN_FILE, WRITERS_DIR, kind_folder
 from ..vocab import TERMINAL, Kind, RunStatus
 from .rows import RunRow
 
 RACY_S = 3.0  # a fingerprint younger than this (file-system time vs the clock) is not trusted later
 SEP = os.sep
 # each kind's folder inside a run folder (trackstore.store.layout.RunPaths.kind_dir), as text
-KIND_DIRS: dict[str, str] = {k: (f"{ARTIFACTS_DIR}{os.sep}{MANIFEST_DIR}" if k == Kind.ARTIFACTS else k) for k in KINDS}
+KIND_DIRS: dict[str, str] = {k: kind_folder(k).replace("/", os.sep) for k in KINDS}
 
 
 def fingerprint(path: str | os.PathLike, now: float | None = None) -> str | None:
