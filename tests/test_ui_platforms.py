@@ -104,7 +104,9 @@ def test_mlflow_filter_by_step_and_sample_index_finds_the_trajectory(browser, ml
     browser.get(f"{url}/#/experiments/{exp_id}/traces")
     wait_for_text(browser, "Q3.0: what is 6 * 7?", timeout=60)
     _dismiss(browser)
-    browser.find_element("css selector", "[aria-label='Filters']").click()
+    # the trace list draws its rows before its toolbar's filter button, on a busy machine by seconds
+    wait_for(browser, lambda: [e for e in browser.find_elements("css selector", "[aria-label='Filters']")
+                               if e.is_displayed()], "the Filters button")[0].click()
     for i, (key, value) in enumerate((("trackstore.step", "4"), ("trackstore.sample_index", "1"))):
         if i:
             _visible(browser, "web-shared.traces-table.filter.add-clause")[0].click()
