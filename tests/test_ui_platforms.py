@@ -104,7 +104,7 @@ def test_mlflow_filter_by_step_and_sample_index_finds_the_trajectory(browser, ml
     browser.get(f"{url}/#/experiments/{exp_id}/traces")
     wait_for_text(browser, "Q3.0: what is 6 * 7?", timeout=60)
     _dismiss(browser)
-    # the trace list draws its rows before its toolbar's filter button, on a busy machine by seconds
+    # waited for, visible, as every other element of that menu is (MLflow 3.17's UI; Makefile pins it)
     wait_for(browser, lambda: [e for e in browser.find_elements("css selector", "[aria-label='Filters']")
                                if e.is_displayed()], "the Filters button")[0].click()
     for i, (key, value) in enumerate((("trackstore.step", "4"), ("trackstore.sample_index", "1"))):
