@@ -57,7 +57,7 @@ import os
 import threading
 import time
 from collections import deque
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -557,7 +557,9 @@ def _process_main(root: Path, adapter_class: type[Adapter], options: TargetOptio
     parent its progress and results through ``events``. Both are its ends of two pipes."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this one (``stop``)
+    # Ctrl-C reaches the parent, which stops this one (``stop``). The process began with SIGINT
+    # ignored already (``_sigint_ignored``); this says so for a parent that could not do that.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     orphaned = _Orphaned()  # the parent is gone: nobody reads, and the runs stop
     stop = _StopUnlessOrphaned(stop, orphaned)
     forward = _Forward(events, orphaned)
@@ -629,6 +631,31 @@ class _SharedFlag:
         self._value.value = 1
 
 
+@contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while this process starts another, which inherits that across its exec:
+    a Ctrl-C to the foreground group then cannot raise KeyboardInterrupt in the new interpreter
+    while it is still starting (a traceback from its imports, even a fatal error from its
+    initialisation), before :func:`_process_main` runs. A handler is not inherited, and the
+    signal mask is not either (multiprocessing's spawn clears it), so ignoring is the one way.
+    A Ctrl-C in those few milliseconds is lost to this process too: the user presses it again.
+    Only the main thread can change a handler; elsewhere this does nothing."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or previous == signal.SIG_IGN:  # a handler not set from Python; or ignored already
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _run_processes(sched: _Scheduler, adapter_class: type[Adapter], jobs: int, procs: int) -> None:
     """Share ``sched``'s runs out to ``procs`` spawned processes of ``jobs / procs`` workers
     each, relay their progress, and gather their results into ``sched``. This process only
@@ -662,7 +689,8 @@ def _run_processes(sched: _Scheduler, adapter_class: type[Adapter], jobs: int, p
             children.append(child)
             readers[reader] = k
             orders.append(my_orders)
-            child.start()
+            with _sigint_ignored():
+                child.start()
             writer.close()  # the child's copies are the only ones: its end closes when the child ends
             their_orders.close()
         reported: set[int] = set()

@@ -205,6 +205,30 @@ def test_ctrl_c_ends_every_process_at_once_and_a_rerun_is_exact(root, tmp_path):
     rerun_is_exact(root, replica)
 
 
+def test_ctrl_c_while_the_processes_start_ends_them_quietly(root, tmp_path):
+    """A Ctrl-C that comes while a worker process is still importing (before it could ignore
+    SIGINT): exit 130, the one line that says how to resume, and no traceback from any process."""
+    make_runs(root, 4, steps=5)
+    interrupted = 0
+    for delay in (0.0, 0.05, 0.15, 0.3):
+        replica = tmp_path / f"team-{delay}"
+        p = subprocess.Popen([sys.executable, "-c", SYNC_CHILD, "sync", "--to", "store", "--uri", str(replica),
+                              "--jobs", "4", "--root", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, **TWO}, start_new_session=True)
+        workers = workers_of(p.pid)  # they exist: spawned, and importing
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGINT)
+        _out, err = p.communicate(timeout=60)
+        if p.returncode == 0:  # it ended before the signal came: nothing to see at this delay
+            continue
+        assert p.returncode == 130, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        assert wait_gone(workers, timeout=10) == []
+        interrupted += 1
+    assert interrupted  # at 0 s at least, the processes were still starting
+    rerun_is_exact(root, replica)
+
+
 def test_a_killed_worker_process_fails_its_runs_only_and_a_rerun_is_exact(root, tmp_path):
     big_store(root)
     replica = tmp_path / "team"
