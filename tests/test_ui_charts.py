@@ -233,6 +233,24 @@ def test_a_link_reopens_the_same_view_in_a_fresh_browser(site):
     shot(driver, "shared-link")
 
 
+def test_a_link_followed_while_the_page_redraws_is_not_overwritten(site):
+    """The page being left may still write its view into the URL (a table redrawn, a fetch that
+    answers late) after the address changed but before the browser announced it: the link's
+    runs must be what the next page shows, never the old page's."""
+    _root, ids, server, driver, _dl = site
+    open_fresh(driver, runs_link(server, ids, ["ppo-lr1e-06-seed0", "ppo-lr1e-06-seed2"]))
+    wait_chart(driver, "reward", lambda s: len(s) == 2)
+    link = runs_link(server, ids, ["ppo-lr3e-06-seed1"])
+    # one script: the address changes (hashchange is queued), then the old page redraws its table
+    js(driver, """location.hash = arguments[0];
+        const t = document.getElementById('filter-text'); t.value = ''; t.dispatchEvent(new Event('input'));""",
+       "#" + link.split("#", 1)[1])
+    wait_chart(driver, "reward", lambda s: len(s) == 1, "the link's one run")
+    q = urllib.parse.parse_qs(js(driver, "return location.hash").split("?", 1)[1])
+    assert q["run"] == [f"seeds/{ids['ppo-lr3e-06-seed1']}"]
+    assert js(driver, "return [...document.querySelectorAll('#runs tbody tr.selected')].length") == 1
+
+
 def test_full_screen_and_export_as_png_and_csv(site):
     root, ids, server, driver, downloads = site
     names = ["ppo-lr1e-06-seed0", "ppo-lr1e-06-seed2"]

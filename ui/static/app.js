@@ -42,6 +42,7 @@ function restoreScroll(y, gen) {
 // ------------------------------------------------------------------ router and polling
 async function render() {
   const { parts, params } = route();
+  state.shown = location.hash;
   state.gen++;
   const [id, isNew] = entryOf();
   entry = id;

@@ -96,8 +96,12 @@ function link(parts, params) {
 }
 // what is on screen lives in the URL's query (after the hash's path), so a view can be shared or
 // bookmarked: pages read it with route() and write it back with setParams(), which replaces the
-// history entry without re-rendering the page (replaceState fires no hashchange)
+// history entry without re-rendering the page (replaceState fires no hashchange). Only while the
+// address is still the one the page on screen was drawn for (state.shown): once a link or Back has
+// changed it, and before the router has heard of it (hashchange comes as a task of its own), a
+// redraw of the page being left must not write its view over the address the next page reads
 function setParams(update) {
+  if (location.hash !== state.shown) return;
   const h = location.hash.replace(/^#/, "") || "/";
   const [path, query] = h.split("?");
   const params = new URLSearchParams(query || "");
@@ -108,12 +112,14 @@ function setParams(update) {
   }
   const s = params.toString();
   history.replaceState(history.state, "", "#" + path + (s ? "?" + s : ""));
+  state.shown = location.hash;
 }
 function setLive(ok) { const l = document.getElementById("live"); l.className = ok ? "" : "off"; l.textContent = ok ? "live" : "offline"; }
 
 // ------------------------------------------------------------------ state
 const state = {
   gen: 0,  // which render of the router the page on screen is
+  shown: null,  // the address (location.hash) that page was drawn for, with what setParams wrote since
   runs: [], byRef: new Map(),
   selected: new Set(JSON.parse(localStorage.getItem("ts.selected") || "[]")),
   filter: { text: "", project: "", status: "", tag: "", config: "" },
