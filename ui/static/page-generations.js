@@ -92,7 +92,7 @@ async function pageGenerations(params) {
     el("pre", { class: "text", id: "g-prompt" }, textOf(g.prompt.input)),
     el("div", { class: "toolbar" },
       el("label", {}, "step ", el("select", { id: "g-step", onchange: e => { f.step = e.target.value; go(); } }, opt("", `all (${g.steps.length})`, f.step), g.steps.map(s => opt(s, String(s), f.step)))),
-      el("label", {}, "diff ", el("select", { id: "g-diff", onchange: e => { f.diff = e.target.value; history.replaceState(null, "", link(["generations"], { run: refs, ...f })); renderGrid(); } },
+      el("label", {}, "diff ", el("select", { id: "g-diff", onchange: e => { f.diff = e.target.value; setParams({ run: refs, ...f }); renderGrid(); } },
         opt("none", "none", f.diff), opt("prev", "against the previous step", f.diff), runs.length > 1 ? runs.map((r, i) => opt(String(i), "against " + (r.name || r.run_id), f.diff)) : null)),
       el("span", { class: "muted" }, g.rows.length < g.steps.length && !f.step ? `${g.rows.length} of ${g.steps.length} steps, evenly spread` : plural(g.rows.length, "step"))),
     gridBox);
