@@ -261,13 +261,14 @@ def floor_upload(store, files: list[tuple[str, Path]], threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def upload_objects(store, objects: list[tuple[str, bytes]], threads: int) -> float:
-    """Seconds to upload ``(key, bytes)`` pairs held in memory with ``threads`` threads."""
+def upload_objects(store, objects: list[tuple[str, bytes]], threads: int, mode: str = "overwrite") -> float:
+    """Seconds to upload ``(key, bytes)`` pairs held in memory with ``threads`` threads
+    (``mode="create"``: create-only, ``If-None-Match: *``, as the store target writes)."""
     import obstore
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        for _ in pool.map(lambda item: obstore.put(store, item[0], item[1]), objects):
+        for _ in pool.map(lambda item: obstore.put(store, item[0], item[1], mode=mode), objects):
             pass
     return time.perf_counter() - t0
 
@@ -449,6 +450,9 @@ def main() -> None:
     ap.add_argument("--link-ms", type=float, default=0.0,
                     help="every client reaches the server through a proxy adding this round-trip time to each "
                          "request (tests/proxy.py): a network link instead of loopback (default 0: direct)")
+    ap.add_argument("--requests", action="store_true",
+                    help="also upload the replica's objects again, plain and create-only, from 16, 8 and 1 "
+                         "threads: what the same requests cost the server by how they come")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = min(args.runs, 100), 1
@@ -546,6 +550,14 @@ def main() -> None:
         rows.append((f"anchor: the replica's {len(held):,} objects uploaded raw from memory, {args.floor_threads} "
                      "threads, in process", raw_replica, own_cpu() - cpu0, server_cpu(server) - srv0,
                      f"{raw_replica / floor:.2f}x floor; sync --jobs {args.jobs} is {rep_n / raw_replica:.2f}x this"))
+        if args.requests:  # what the same requests cost the server, by how they come
+            for mode in ("overwrite", "create"):
+                for threads in (16, 8, 1):
+                    cpu0, srv0 = own_cpu(), server_cpu(server)
+                    took = upload_objects(store(f"requests-{mode}-{threads}-{stamp}"), held, threads, mode)
+                    rows.append((f"the replica's objects again: {'create-only' if mode == 'create' else 'plain'} "
+                                 f"PUT, {threads} thread{'s' if threads > 1 else ''}", took, own_cpu() - cpu0,
+                                 server_cpu(server) - srv0, f"{took / floor:.2f}x floor"))
         del held
         base = f"{bucket}/{main_prefix}"
         _, out = once([sys.executable, "-c", REPLICA_COUNT, base], env)
