@@ -96,12 +96,10 @@ function link(parts, params) {
 }
 // what is on screen lives in the URL's query (after the hash's path), so a view can be shared or
 // bookmarked: pages read it with route() and write it back with setParams(), which replaces the
-// history entry without re-rendering the page (replaceState fires no hashchange). Only while the
-// address is still the one the page on screen was drawn for (state.shown): once a link or Back has
-// changed it, and before the router has heard of it (hashchange comes as a task of its own), a
-// redraw of the page being left must not write its view over the address the next page reads
+// history entry without re-rendering the page (replaceState fires no hashchange). Not once the
+// address has moved on (addressMoved): the next page reads it
 function setParams(update) {
-  if (location.hash !== state.shown) return;
+  if (addressMoved()) return;
   const h = location.hash.replace(/^#/, "") || "/";
   const [path, query] = h.split("?");
   const params = new URLSearchParams(query || "");
@@ -114,6 +112,10 @@ function setParams(update) {
   history.replaceState(history.state, "", "#" + path + (s ? "?" + s : ""));
   state.shown = location.hash;
 }
+// the address is no longer the one the page on screen was drawn for (state.shown): a link or Back
+// changed it, and the router has not drawn that page yet (hashchange comes as a task of its own).
+// The page being left must then neither draw nor write its view over the address the next reads
+function addressMoved() { return location.hash !== state.shown; }
 function setLive(ok) { const l = document.getElementById("live"); l.className = ok ? "" : "off"; l.textContent = ok ? "live" : "offline"; }
 
 // ------------------------------------------------------------------ state

@@ -55,10 +55,9 @@ async function pageGenerations(params) {
               step: params.get("step") || "", q: params.get("q") || "", diff: params.get("diff") || "" };
   const chosen = !!(f.prompt || f.index);
   const go = () => { location.hash = link(["generations"], { run: refs, ...f }); };
-  const here = location.hash;
   const [list, g] = await Promise.all([api("generations", { run: refs, split: f.split, q: f.q, limit: 200 }),
                                        chosen ? api("generations", { run: refs, prompt: f.prompt, index: f.index, split: f.split, step: f.step }) : null]);
-  if (location.hash !== here) return;  // the user went elsewhere meanwhile: that page draws, not this one
+  if (addressMoved()) return;  // the user went elsewhere meanwhile: that page draws, not this one
   const runs = list.runs;
   if (!f.diff) f.diff = runs.length > 1 ? "0" : "prev";
   const opt = (v, label, cur) => el("option", { value: v, selected: String(v) === String(cur) }, label);
