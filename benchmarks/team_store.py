@@ -74,7 +74,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from store_scale import KEY_NAMES, KEYS, PROJECTS, STEPS, compile_packages, template_files, ts_cmd  # noqa: E402
 
 CACHE = Path("/tmp/trackstore-bench-team-store")
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: parts as written since 7 December 2026 (small ones snappy, writer statistics)
 METRIC_PARTS = 10  # flushes per run of metrics (20 steps each)
 SAMPLE_PARTS, SAMPLES_PER_PART = 4, 16
 COMPACTED_PROJECTS = 7  # proj0..proj6 merged by `trackstore compact`; proj7..proj9 keep their flushes

@@ -61,10 +61,14 @@ def assert_exact(root: Path, replica: Path) -> None:
         assert n == source_rows(root, kind), kind
 
 
-@pytest.mark.parametrize("shape", ["one writer", "a gap", "two writers", "unordered", "a null seq", "empty"])
-def test_a_whole_parts_row_ids_from_its_footer_are_its_rows(tmp_path, shape):
+@pytest.mark.parametrize("stats", ["writer and seq", "seq only"])
+@pytest.mark.parametrize("shape", ["one writer", "a gap", "two writers", "a writer a row group", "unordered",
+                                   "a null seq", "empty"])
+def test_a_whole_parts_row_ids_from_its_footer_are_its_rows(tmp_path, shape, stats):
     """The row ids a whole part is sent and acknowledged under (read from the footer's seq
-    statistics when one writer's seqs fill their range) are exactly the ids its rows hold."""
+    statistics when one writer's seqs fill their range, and its writer from the statistics of
+    ``writer`` when they name one: parts written before those were kept have seq's only) are
+    exactly the ids its rows hold."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -73,14 +77,17 @@ def test_a_whole_parts_row_ids_from_its_footer_are_its_rows(tmp_path, shape):
 
     seqs = {"one writer": list(range(5, 905)), "a gap": [*range(0, 400), *range(401, 901)],
             "two writers": list(range(900)), "unordered": random.Random(1).sample(range(900), 900),
-            "a null seq": [1, None, 3], "empty": []}[shape]
+            "a null seq": [1, None, 3], "empty": [], "a writer a row group": []}[shape]
     writers = [("w-b" if shape == "two writers" and i % 3 == 0 else "w-a") for i in range(len(seqs))]
+    if shape == "a writer a row group":  # each group's statistics name one writer, not the same one
+        seqs, writers = list(range(512)), ["w-a"] * 256 + ["w-b"] * 256
     if shape == "two writers":
         seqs = [s + 10_000 if w == "w-b" else s for s, w in zip(seqs, writers)]  # each writer's seqs unique
     table = pa.table({"writer": pa.array(writers, pa.string()), "seq": pa.array(seqs, pa.int64()),
                       "value": pa.array([0.5] * len(seqs))})
     path = tmp_path / "part.parquet"
-    pq.write_table(table, path, row_group_size=256)  # several row groups: statistics per group
+    pq.write_table(table, path, row_group_size=256,  # several row groups: statistics per group
+                   write_statistics=True if stats == "writer and seq" else ["seq", "value"])
     pf = pq.ParquetFile(path)
     ids, from_rows = whole_part_ids(pf), whole_part_ids(pf, pf.read())  # the ids alone; the rows read already
     if shape == "a null seq":

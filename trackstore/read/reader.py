@@ -64,6 +64,7 @@ def _in_replay_order(tables: list, kind: str, need: list[str] | None, exclude: R
         names = need or schema.ROWS[kind].names
         # (Table.from_pylist and Schema.empty_table import pandas: 0.2-0.3 s; see arrays.py)
         return pa.Table.from_batches([], schema=pa.schema([schema.ROWS[kind].field(n) for n in names]))
+
     table = pa.concat_tables(tables)
     if exclude:
         table = table.filter(pc.invert(exclude.mask(table)))
@@ -108,23 +109,33 @@ class WholePart:
 def whole_part_ids(pf, table=None) -> RangeSet | None:
     """The row ids (``writer``, ``seq``) of an open part (``pyarrow.parquet.ParquetFile``); None
     when a ``writer`` or ``seq`` is null (no part is written so: the caller reads its rows,
-    which refuses it). ``table``: the part's rows, read already (nothing more is read then).
-    Otherwise the ``writer`` column is read, and ``seq`` comes from the footer's statistics when
-    the part is one writer's and its seqs fill ``[min, max]`` (``num_rows == max - min + 1``: a
-    writer's seqs are unique, so there is no gap): a writer's part, whole or compacted, is read
-    without decoding its ``seq`` column. Otherwise ``seq`` is read too."""
-    if table is not None:
-        return _table_ids(table)
+    which refuses it).
+
+    ``seq`` comes from the footer's statistics when the part is one writer's and its seqs fill
+    ``[min, max]`` (``num_rows == max - min + 1``: a writer's seqs are unique, so there is no
+    gap), and so does the writer when the statistics of ``writer`` name one (parts written
+    since 7 December 2026): a writer's part, whole or compacted, then needs no column decoded.
+    Otherwise the ids come from ``table``, the part's rows when the caller has read them
+    already, or else from its ``writer`` column (and ``seq`` too when the footer does not
+    settle it)."""
     md = pf.metadata
     rows = md.num_rows
+    at = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    span = _seq_span(md, at["seq"]) if "seq" in at else None
+    if span is not None and span[1] - span[0] + 1 != rows:
+        span = None  # not one writer's seqs filling their range: the footer does not settle it
+    if span is not None and "writer" in at:
+        name = _one_writer(md, at["writer"])
+        if name is not None:
+            return RangeSet.from_json({name: [[span[0], span[1]]]})
+    if table is not None:
+        return _table_ids(table)
     writer = pf.read(columns=["writer"], use_threads=False).column("writer")
     if writer.null_count:
         return None
     if rows == 0:
         return RangeSet()
-    at = next((i for i in range(md.num_columns) if md.schema.column(i).path == "seq"), None)
-    span = _seq_span(md, at) if at is not None else None
-    if span is not None and span[1] - span[0] + 1 == rows:
+    if span is not None:
         names = writer.unique()
         if len(names) == 1:
             return RangeSet.from_json({names[0].as_py(): [[span[0], span[1]]]})
@@ -154,6 +165,22 @@ def _table_ids(table) -> RangeSet | None:
             return RangeSet.from_json({names[0].as_py(): [[lo, hi]]})
     ids.add_table(table)
     return ids
+
+
+def _one_writer(md, at: int) -> str | None:
+    """The one writer of every row, from the footer's statistics of ``writer`` (column ``at``):
+    its min and max are one name, in every row group, with no nulls; None when they do not say
+    so (no statistics: a part written before 7 December 2026)."""
+    name = None
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        st = rg.column(at).statistics
+        if st is None or not st.has_min_max or st.null_count != 0 or st.num_values != rg.num_rows:
+            return None
+        if not isinstance(st.min, str) or st.min != st.max or (name is not None and st.min != name):
+            return None
+        name = st.min
+    return name
 
 
 def _seq_span(md, at: int) -> tuple[int, int] | None:

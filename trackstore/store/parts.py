@@ -36,7 +36,7 @@ _THREADED_ROWS = 262_144
 
 # ---------------------------------------------------------------------------- writing
 def write_part(path, table, kind: str, *, by_key: bool = False) -> None:
-    """Write one Arrow table as a zstd Parquet part, atomically (temp -> fsync -> rename).
+    """Write one Arrow table as a Parquet part, atomically (temp -> fsync -> rename).
 
     ``by_key=True`` (metrics only; compaction uses it) writes a *key-clustered* part: rows
     sorted by key (then step and seq), key statistics kept, and row groups small enough that a
@@ -88,15 +88,20 @@ def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], N
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), FACTS_KEY: encode(metric_values(table))})
     encodings = {k: v for k, v in schema.ENCODINGS.get(kind, {}).items() if k in table.schema.names}
     dictionary = [n for n in table.schema.names if n not in encodings]
-    # Min/max statistics for numbers and times only (step, seq, ts, value...): they let readers
+    # Min/max statistics for numbers and times (step, seq, ts, value...): they let readers
     # skip files and resume find the last step from footers. Statistics of string columns cost
     # more than half of the write time and prune nothing (every part holds every key), except
-    # in a key-clustered part, where the key's min/max is what lets a reader skip row groups.
+    # in a key-clustered part, where the key's min/max is what lets a reader skip row groups,
+    # and ``writer``'s (one value in nearly every part: 4 ms a million rows), which say whose
+    # rows a part holds without reading them (trackstore.read.reader.whole_part_ids).
     stats = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-             or pa.types.is_timestamp(f.type) or pa.types.is_boolean(f.type) or (by_key and f.name == "key")]
+             or pa.types.is_timestamp(f.type) or pa.types.is_boolean(f.type) or (by_key and f.name == "key")
+             or f.name == "writer"]
+
+    compression = codecs(kind, table.schema.names, table.num_rows)
 
     def _write(f):
-        with pq.ParquetWriter(f, table.schema, compression="zstd", use_dictionary=dictionary,
+        with pq.ParquetWriter(f, table.schema, compression=compression, use_dictionary=dictionary,
                               column_encoding=encodings or None, write_statistics=stats) as out:
             if tail:  # the last row of each key in a row group of its own (trackstore.store.last_rows)
                 out.write_table(table.slice(0, table.num_rows - tail), row_group_size=row_group)
@@ -105,6 +110,30 @@ def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], N
                 out.write_table(table, row_group_size=row_group)
 
     return _write
+
+
+# A part of fewer rows than this is a small one (a writer's flush of a few seconds, a live
+# run's batch in the team store): its columns are snappy, its free text zstd (see codecs).
+SMALL_PART_ROWS = 16_384
+
+
+def codecs(kind: str, names, rows: int):
+    """The Parquet compression of a part of ``rows`` rows: ``"zstd"`` for a big part, and for a
+    small one snappy for every column but free text (:data:`trackstore.store.schema.TEXT_COLUMNS`),
+    which stays zstd.
+
+    In a small part the encodings (dictionary, delta, byte-stream-split) have already done the
+    shrinking and zstd's setup for each column chunk is most of the cost: a live run's 400-row
+    metrics flush is 6.7 KB either way, but costs 1.8 ms to write and 0.54 ms to read with zstd
+    against 1.1 and 0.20 ms with snappy (docs/performance.md, "Codecs"). Text is where zstd
+    earns its cost (1.2-1.5x smaller than snappy), and a big part, the long-lived form a
+    compaction makes, is 5-7% smaller in zstd."""
+    from .schema import TEXT_COLUMNS
+
+    if rows >= SMALL_PART_ROWS:
+        return "zstd"
+    text = TEXT_COLUMNS.get(kind, ())
+    return {name: "zstd" if name in text else "snappy" for name in names}
 
 
 # A key-clustered part is cut into about this many row groups (within the bounds below): enough
