@@ -18,6 +18,7 @@ a compaction swaps a kind folder mid-read, live in :mod:`trackstore.store.parts`
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Sequence
 
@@ -55,15 +56,10 @@ def read_kind(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
 
 def _in_replay_order(tables: list, kind: str, need: list[str] | None, exclude: RangeSet | None):
     """Parts' rows as one table minus ``exclude``, sorted ``(step, writer, seq)``."""
+    if not tables:
+        return _no_rows(kind, tuple(need) if need else None)
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from ..store import schema
-
-    if not tables:
-        names = need or schema.ROWS[kind].names
-        # (Table.from_pylist and Schema.empty_table import pandas: 0.2-0.3 s; see arrays.py)
-        return pa.Table.from_batches([], schema=pa.schema([schema.ROWS[kind].field(n) for n in names]))
 
     table = pa.concat_tables(tables)
     if exclude:
@@ -71,6 +67,19 @@ def _in_replay_order(tables: list, kind: str, need: list[str] | None, exclude: R
     keys = [("step", "ascending")] if "step" in table.column_names else []
     keys += [("writer", "ascending"), ("seq", "ascending")]
     return table.sort_by(keys)
+
+
+@functools.lru_cache(maxsize=64)
+def _no_rows(kind: str, names: tuple[str, ...] | None):
+    """An empty table of ``kind`` (its ``names`` columns), made once: a run has no rows of most
+    kinds, and sync asks for every kind of every run. (Arrow tables are immutable.)"""
+    import pyarrow as pa
+
+    from ..store import schema
+
+    fields = schema.ROWS[kind]
+    # (Table.from_pylist and Schema.empty_table import pandas: 0.2-0.3 s; see arrays.py)
+    return pa.Table.from_batches([], schema=pa.schema([fields.field(n) for n in names or fields.names]))
 
 
 class WholePart:
@@ -245,6 +254,8 @@ def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = No
 
     try:  # how many parts: a guess, for the way they are read (each is checked all the same)
         several = sum(1 for name in os.listdir(paths.kind_dir(kind)) if is_part_name(name)) > 1
+    except FileNotFoundError:  # no rows of this kind (most kinds of most runs): what relist says of it
+        return [], _no_rows(kind, None)
     except OSError:
         several = False
 
