@@ -464,7 +464,13 @@ class Engine:
         if run_plan.metadata:
             res.notes += self._call(res, lambda: self.adapter.sync_metadata(info, cursor)) or []
         merged = {k: tables[k] for k in REPLAY_ORDER if k in self.caps.merge_steps}
-        marked = self._mark_run_in_doubt(tables, whole, cursor) if self.caps.doubt_per_run and not merged else False
+        # a run the target did not hold before this pass (it made it, and the cursor knew no remote
+        # run) is marked in memory only: if the pass dies, nothing of it was saved, so the next
+        # finds the run there with a cursor that knows none and reconciles every batch, which is
+        # what the saved mark would make it do (one durable write a new run fewer)
+        new_here = opened == Opened.CREATED and not had_remote
+        marked = (self._mark_run_in_doubt(tables, whole, cursor, save=not new_here)
+                  if self.caps.doubt_per_run and not merged else False)
         if any(t.num_rows for t in merged.values()):
             self._send_steps(merged, cursor, res, hold_from=run_plan.held_step, doubtful=doubtful)
         if marked and self.sends is not None:  # the run's batches at once, acknowledged as they come
@@ -540,10 +546,10 @@ class Engine:
         res.pending = self._pending_counts(info, tables)
         return tables, unreadable
 
-    def _mark_run_in_doubt(self, tables: dict, whole: dict, cursor: Cursor) -> bool:
+    def _mark_run_in_doubt(self, tables: dict, whole: dict, cursor: Cursor, *, save: bool = True) -> bool:
         """Mark every row this pass will send of the run in doubt, in one durable write
-        (:attr:`~.adapter.Capabilities.doubt_per_run`), with what the cursor holds unsaved; False
-        when there is nothing to send."""
+        (:attr:`~.adapter.Capabilities.doubt_per_run`), with what the cursor holds unsaved (in
+        memory only when not ``save``); False when there is nothing to send."""
         rows: dict = {}
         for kind in REPLAY_ORDER:
             ids = row_ranges(tables[kind]) if tables[kind].num_rows else None
@@ -556,7 +562,8 @@ class Engine:
             return False
         now = iso(time.time())
         cursor.mark_run_in_doubt(rows, f"{RUN}-{now}", now)
-        self._save(cursor)
+        if save:
+            self._save(cursor)
         return True
 
     def _send_kind(self, kind: str, table, cursor: Cursor, res: RunResult, *, doubtful: bool = False,

@@ -237,6 +237,53 @@ def test_killed_after_a_runs_first_part_then_more_rows_then_a_rerun_is_exact(tmp
         assert max(pq.ParquetFile(p).metadata.num_rows for p in replica.glob("project=p/run=*/*/*.parquet")) <= batch
 
 
+def test_a_first_pass_killed_after_its_first_part_saves_nothing_and_a_rerun_is_exact(tmp_path):
+    """A run the replica did not hold is not marked in doubt on disk (one durable write a new
+    run fewer): a first pass killed after a part landed leaves no cursor at all, and the next
+    sync, after the run logged more (the part it sends named by another range), finds the run
+    at the replica with a cursor that knows none, and reconciles instead of sending twice."""
+    import pyarrow.parquet as pq
+
+    from trackstore.store.ledger import iter_cursors
+
+    root, replica = tmp_path / "store", tmp_path / "team"
+    run = trackstore.init("p", name="live", root=root, flush_interval=3600)
+    faults: list = []
+
+    def log(steps: range) -> None:
+        for step in steps:
+            log_record(run, "metrics", step, tmp_path / "a.bin")
+            log_record(run, "samples", step, tmp_path / "a.bin")
+            if step % 3 == 2:
+                run.flush()
+
+    def sync():
+        adapter = ReplicaAdapter(TargetOptions(uri=str(replica), store_root=str(root)))
+        adapter.folder = FaultyFolder(replica, faults)
+        return Engine(root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0)).sync(
+            select_runs(root, SyncOptions()))
+
+    log(range(0, 6))
+    faults[:] = [None, None, "killed_after"]  # the marker, run.json, then the first part lands: the sync dies
+    with pytest.raises(Killed):
+        sync()
+    assert list(iter_cursors(root, target="store")) == []  # nothing of the pass was saved
+    (landed,) = replica.glob("project=p/run=*/*/*.parquet")
+    log(range(6, 9))
+    run.finish(compact=False)
+    report = sync()
+    assert report.ok, [r.error for r in report.runs]
+    assert report.runs[0].reconciled == pq.ParquetFile(landed).metadata.num_rows  # not sent again
+    model = ReplicaModel.__new__(ReplicaModel)
+    model.root, model.replica = root, replica
+    for kind in ("metrics", "samples"):
+        held = model._replica_ids(kind)
+        assert max(held.values()) == 1, f"{kind}: a row twice in the replica"
+        assert set(held) == model._source_ids(kind), kind
+    (cursor,) = iter_cursors(root, target="store")
+    assert cursor.in_doubt is None and len(cursor.acked["metrics"]) == 18 and len(cursor.acked["samples"]) == 9
+
+
 def test_a_part_refused_among_parts_sent_at_once_leaves_the_others_acknowledged(tmp_path):
     """A run's parts sent at once (``concurrent_sends``): when one is refused, the parts that
     landed are acknowledged in the cursor the run's failure saves, the refused one's rows stay in
