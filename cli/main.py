@@ -75,12 +75,15 @@ def _run(args: list[str]) -> int:
 
         sys.stdout.write(f"trackstore {__version__}\n")
         return 0
-    import typer
+    try:
+        import typer
 
-    from trackstore.errors import TrackstoreError
+        from trackstore.errors import TrackstoreError
 
-    from .app import build_app
-
+        from .app import build_app
+    except KeyboardInterrupt:  # Ctrl-C while the command line loads: as one a moment later
+        sys.stderr.write("interrupted\n")
+        return 130
     try:
         # with standalone_mode=False, click returns the code of a typer.Exit instead of raising
         only = args[0] if args[0] in COMMANDS else None  # else: an option, or a mistyped command

@@ -43,6 +43,28 @@ def test_cli_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["typer", "trackstore.cli.app"])
+def test_ctrl_c_while_the_command_line_loads_is_a_quiet_interrupt(root, module):
+    """A Ctrl-C in the first tenth of a second of a command (while typer and the command's
+    modules load) ends it as one a moment later does: "interrupted", exit 130, no traceback.
+    The interrupt is raised by the import itself here, at the moment it would arrive."""
+    code = textwrap.dedent(f"""
+        import sys
+        class Interrupting:
+            def find_spec(self, name, path=None, target=None):
+                if name == {module!r}:
+                    raise KeyboardInterrupt
+                return None
+        sys.meta_path.insert(0, Interrupting())
+        from trackstore.cli.main import main
+        sys.exit(main(["runs", "--root", {str(root)!r}]))
+    """)
+    child = python_child(code)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert err == "interrupted\n" and out == ""
+
+
 def test_metric_logging_stays_light(root):
     # A metrics-only run writes Parquet without importing pandas (50 MB, 0.3 s) or duckdb.
     code = (f"import sys, trackstore; run = trackstore.init('p', root={str(root)!r}); "
