@@ -181,6 +181,56 @@ ReplicaModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_c
 TestReplicaModel = ReplicaModel.TestCase
 
 
+class LiveRun:
+    """A live run beside a replica on a path: it logs metrics and samples (a flush every third
+    step, so its parts go as rows, one part per kind and pass), and syncs through a
+    :class:`FaultyFolder` meeting ``faults``."""
+
+    def __init__(self, tmp_path: Path, batch: int | None = None):
+        self.tmp, self.batch = tmp_path, batch
+        self.root, self.replica = tmp_path / "store", tmp_path / "team"
+        self.run = trackstore.init("p", name="live", root=self.root, flush_interval=3600)
+        self.faults: list = []
+
+    def log(self, steps: range) -> None:
+        for step in steps:
+            log_record(self.run, "metrics", step, self.tmp / "a.bin")
+            log_record(self.run, "samples", step, self.tmp / "a.bin")
+            if step % 3 == 2:
+                self.run.flush()
+
+    def sync(self):
+        adapter = ReplicaAdapter(TargetOptions(uri=str(self.replica), store_root=str(self.root)))
+        adapter.folder = FaultyFolder(self.replica, self.faults)
+        opts = SyncOptions(max_retries=2, backoff_base=0.0, seed=0, batch_size=self.batch)
+        return Engine(self.root, adapter, opts).sync(select_runs(self.root, SyncOptions()))
+
+    def parts(self) -> set[Path]:
+        return set(self.replica.glob("project=p/run=*/*/*.parquet"))
+
+    def finish_and_sync_exactly(self, landed: Path, steps: int) -> None:
+        """Finish the run and sync: the part that landed before is reconciled, not sent again,
+        and the replica then holds every row of the source once (2 metrics and 1 samples rows
+        a step), all of them acknowledged."""
+        import pyarrow.parquet as pq
+
+        from trackstore.store.ledger import iter_cursors
+
+        self.run.finish(compact=False)
+        report = self.sync()
+        assert report.ok, [r.error for r in report.runs]
+        assert report.runs[0].reconciled == pq.ParquetFile(landed).metadata.num_rows  # not sent again
+        model = ReplicaModel.__new__(ReplicaModel)
+        model.root, model.replica = self.root, self.replica
+        for kind in ("metrics", "samples"):
+            held = model._replica_ids(kind)
+            assert max(held.values()) == 1, f"{kind}: a row twice in the replica"
+            assert set(held) == model._source_ids(kind), kind
+        (cursor,) = iter_cursors(self.root, target="store")
+        assert cursor.in_doubt is None
+        assert len(cursor.acked["metrics"]) == 2 * steps and len(cursor.acked["samples"]) == steps
+
+
 @pytest.mark.parametrize("batch", [None, 5])
 def test_killed_after_a_runs_first_part_then_more_rows_then_a_rerun_is_exact(tmp_path, batch):
     """Every row a pass sends of a run is marked in doubt in one durable write before the first
@@ -192,49 +242,22 @@ def test_killed_after_a_runs_first_part_then_more_rows_then_a_rerun_is_exact(tmp
 
     from trackstore.store.ledger import iter_cursors
 
-    root, replica = tmp_path / "store", tmp_path / "team"
-    run = trackstore.init("p", name="live", root=root, flush_interval=3600)
-    faults: list = []
-
-    def log(steps: range) -> None:  # two flushes of each kind: sent as rows, one part per kind
-        for step in steps:
-            log_record(run, "metrics", step, tmp_path / "a.bin")
-            log_record(run, "samples", step, tmp_path / "a.bin")
-            if step % 3 == 2:
-                run.flush()
-
-    def sync():
-        adapter = ReplicaAdapter(TargetOptions(uri=str(replica), store_root=str(root)))
-        adapter.folder = FaultyFolder(replica, faults)
-        return Engine(root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0, batch_size=batch)).sync(
-            select_runs(root, SyncOptions()))
-
-    log(range(0, 6))
-    assert sync().ok  # the replica knows the run: no later pass starts from a lost cursor
-    log(range(6, 12))
-    before = set(replica.glob("project=p/run=*/*/*.parquet"))
-    faults[:] = ["killed_after"]  # the pass's first part lands, and the sync dies
+    live = LiveRun(tmp_path, batch)
+    live.log(range(0, 6))
+    assert live.sync().ok  # the replica knows the run: no later pass starts from a lost cursor
+    live.log(range(6, 12))
+    before = live.parts()
+    live.faults[:] = ["killed_after"]  # the pass's first part lands, and the sync dies
     with pytest.raises(Killed):
-        sync()
-    (cursor,) = iter_cursors(root, target="store")
+        live.sync()
+    (cursor,) = iter_cursors(live.root, target="store")
     assert cursor.in_doubt["kind"] == "run"
     assert {k: len(v) for k, v in cursor.in_doubt_rows().items()} == {"metrics": 12, "samples": 6}
-    (landed,) = set(replica.glob("project=p/run=*/*/*.parquet")) - before  # one part of pass 2, no more
-    log(range(12, 15))
-    run.finish(compact=False)
-    report = sync()
-    assert report.ok, [r.error for r in report.runs]
-    assert report.runs[0].reconciled == pq.ParquetFile(landed).metadata.num_rows  # not sent again
-    model = ReplicaModel.__new__(ReplicaModel)
-    model.root, model.replica = root, replica
-    for kind in ("metrics", "samples"):
-        held = model._replica_ids(kind)
-        assert max(held.values()) == 1, f"{kind}: a row twice in the replica"
-        assert set(held) == model._source_ids(kind), kind
-    (cursor,) = iter_cursors(root, target="store")
-    assert cursor.in_doubt is None and len(cursor.acked["metrics"]) == 30 and len(cursor.acked["samples"]) == 15
+    (landed,) = live.parts() - before  # one part of pass 2, no more
+    live.log(range(12, 15))
+    live.finish_and_sync_exactly(landed, steps=15)
     if batch:  # every part went as rows (a writer's several flushes), the doubt's in the target's batches too
-        assert max(pq.ParquetFile(p).metadata.num_rows for p in replica.glob("project=p/run=*/*/*.parquet")) <= batch
+        assert max(pq.ParquetFile(p).metadata.num_rows for p in live.parts()) <= batch
 
 
 def test_a_first_pass_killed_after_its_first_part_saves_nothing_and_a_rerun_is_exact(tmp_path):
@@ -242,46 +265,17 @@ def test_a_first_pass_killed_after_its_first_part_saves_nothing_and_a_rerun_is_e
     run fewer): a first pass killed after a part landed leaves no cursor at all, and the next
     sync, after the run logged more (the part it sends named by another range), finds the run
     at the replica with a cursor that knows none, and reconciles instead of sending twice."""
-    import pyarrow.parquet as pq
-
     from trackstore.store.ledger import iter_cursors
 
-    root, replica = tmp_path / "store", tmp_path / "team"
-    run = trackstore.init("p", name="live", root=root, flush_interval=3600)
-    faults: list = []
-
-    def log(steps: range) -> None:
-        for step in steps:
-            log_record(run, "metrics", step, tmp_path / "a.bin")
-            log_record(run, "samples", step, tmp_path / "a.bin")
-            if step % 3 == 2:
-                run.flush()
-
-    def sync():
-        adapter = ReplicaAdapter(TargetOptions(uri=str(replica), store_root=str(root)))
-        adapter.folder = FaultyFolder(replica, faults)
-        return Engine(root, adapter, SyncOptions(max_retries=2, backoff_base=0.0, seed=0)).sync(
-            select_runs(root, SyncOptions()))
-
-    log(range(0, 6))
-    faults[:] = [None, None, "killed_after"]  # the marker, run.json, then the first part lands: the sync dies
+    live = LiveRun(tmp_path)
+    live.log(range(0, 6))
+    live.faults[:] = [None, None, "killed_after"]  # the marker, run.json, then the first part lands: the sync dies
     with pytest.raises(Killed):
-        sync()
-    assert list(iter_cursors(root, target="store")) == []  # nothing of the pass was saved
-    (landed,) = replica.glob("project=p/run=*/*/*.parquet")
-    log(range(6, 9))
-    run.finish(compact=False)
-    report = sync()
-    assert report.ok, [r.error for r in report.runs]
-    assert report.runs[0].reconciled == pq.ParquetFile(landed).metadata.num_rows  # not sent again
-    model = ReplicaModel.__new__(ReplicaModel)
-    model.root, model.replica = root, replica
-    for kind in ("metrics", "samples"):
-        held = model._replica_ids(kind)
-        assert max(held.values()) == 1, f"{kind}: a row twice in the replica"
-        assert set(held) == model._source_ids(kind), kind
-    (cursor,) = iter_cursors(root, target="store")
-    assert cursor.in_doubt is None and len(cursor.acked["metrics"]) == 18 and len(cursor.acked["samples"]) == 9
+        live.sync()
+    assert list(iter_cursors(live.root, target="store")) == []  # nothing of the pass was saved
+    (landed,) = live.parts()
+    live.log(range(6, 9))
+    live.finish_and_sync_exactly(landed, steps=9)
 
 
 def test_a_part_refused_among_parts_sent_at_once_leaves_the_others_acknowledged(tmp_path):
