@@ -37,22 +37,23 @@ def test_a_writers_flush_is_snappy_but_for_its_text_and_names_its_writer(root):
     run = trackstore.init("p", root=root, run_id="r")
     for step in range(50):
         run.log({"loss": 1.0 / (step + 1), "reward": step * 0.5}, step=step)
-    run.log_samples([{"input": "What is 6 x 7? " * 20, "output": "It is 42. " * 40, "score": 1.0, "judge": "ok"}],
-                    step=49)
+    run.log({"grad": trackstore.Histogram([i / 7 for i in range(100)])}, step=49)  # list columns
+    run.log_samples([{"input": [{"role": "user", "content": "What is 6 x 7? " * 20}],  # JSON: json_fields
+                      "output": "It is 42. " * 40, "score": 1.0, "judge": "ok"}], step=49)
     run.finish()
-    for kind in (Kind.METRICS, Kind.SAMPLES):
+    for kind in (Kind.METRICS, Kind.SAMPLES, Kind.HISTOGRAMS):
         parts = parts_of(root, kind)
         assert parts, kind
         for path in parts:
             pf = pq.ParquetFile(path)
             assert pf.metadata.num_rows < SMALL_PART_ROWS
             text = set(schema.TEXT_COLUMNS.get(kind, ()))
-            for column, found in codec_of(pf).items():
-                # (a column of nulls only, like json_fields here, is stored uncompressed)
-                assert found == {"ZSTD"} if column in text else found <= {"SNAPPY", "UNCOMPRESSED"}, (kind, column)
+            found = codec_of(pf)
+            assert set(found) == set(schema.SCHEMAS[kind].names), kind
+            for column, codecs_seen in found.items():  # every leaf, nested ones too: none uncompressed
+                assert codecs_seen == ({"ZSTD"} if column in text else {"SNAPPY"}), (kind, column, codecs_seen)
             # the footer says whose rows these are: the ids need no column decoded
             assert whole_part_ids(pf).writers() == [run.writer_id]
-    assert text  # samples have free text, kept zstd
 
 
 def test_a_compacted_part_is_zstd_throughout_and_every_reader_agrees(root):
@@ -76,16 +77,22 @@ def test_a_compacted_part_is_zstd_throughout_and_every_reader_agrees(root):
     assert n == before.num_rows and total == pytest.approx(sum(v for v in before.column("value").to_pylist()))
 
 
-@pytest.mark.parametrize("kind", [Kind.SAMPLES, Kind.SPANS, Kind.ARTIFACTS, Kind.IMAGES, Kind.HISTOGRAMS])
-def test_free_text_is_zstd_in_a_small_part_of_every_kind(kind):
-    names = schema.SCHEMAS[kind].names
-    chosen = codecs(kind, names, 10)
-    assert set(chosen) == set(names)
-    assert {n for n, c in chosen.items() if c == "zstd"} == set(schema.TEXT_COLUMNS.get(kind, ()))
-    assert codecs(kind, names, SMALL_PART_ROWS) == "zstd"
-    # every declared text column is a string column of its kind
-    for name in schema.TEXT_COLUMNS.get(kind, ()):
-        assert schema.SCHEMAS[kind].field(name).type == pa.string(), (kind, name)
+@pytest.mark.parametrize("kind", list(schema.SCHEMAS))
+def test_every_leaf_column_of_a_small_part_is_given_its_codec(kind):
+    """Free text zstd, every other column snappy, nested ones by their leaf paths (a column the
+    Parquet writer is not told of would be left uncompressed); a big part zstd throughout."""
+    file_schema = schema.SCHEMAS[kind]
+    chosen = codecs(kind, file_schema, 10)
+    text = set(schema.TEXT_COLUMNS.get(kind, ()))
+    empty = pa.Table.from_batches([], schema=file_schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(empty, sink)
+    md = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    assert set(chosen) == {md.schema.column(i).path for i in range(md.num_columns)}
+    assert {p for p, c in chosen.items() if c == "zstd"} == text
+    assert codecs(kind, file_schema, SMALL_PART_ROWS) == "zstd"
+    for name in text:  # every declared text column is a string column of its kind
+        assert file_schema.field(name).type == pa.string(), (kind, name)
 
 
 def test_a_small_replica_part_reads_back_the_same_in_duckdb_and_pyarrow(tmp_path):

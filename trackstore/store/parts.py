@@ -20,6 +20,7 @@ pyarrow is imported only inside the functions that need it, so importing this mo
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -98,7 +99,7 @@ def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], N
              or pa.types.is_timestamp(f.type) or pa.types.is_boolean(f.type) or (by_key and f.name == "key")
              or f.name == "writer"]
 
-    compression = codecs(kind, table.schema.names, table.num_rows)
+    compression = codecs(kind, table.schema, table.num_rows)
 
     def _write(f):
         with pq.ParquetWriter(f, table.schema, compression=compression, use_dictionary=dictionary,
@@ -117,23 +118,46 @@ def part_encoder(table, kind: str, *, by_key: bool = False) -> Callable[[Any], N
 SMALL_PART_ROWS = 16_384
 
 
-def codecs(kind: str, names, rows: int):
-    """The Parquet compression of a part of ``rows`` rows: ``"zstd"`` for a big part, and for a
-    small one snappy for every column but free text (:data:`trackstore.store.schema.TEXT_COLUMNS`),
-    which stays zstd.
+def codecs(kind: str, schema, rows: int):
+    """The Parquet compression of a part of ``rows`` rows whose Arrow schema is ``schema``:
+    ``"zstd"`` for a big part, and for a small one snappy for every column but free text
+    (:data:`trackstore.store.schema.TEXT_COLUMNS`), which stays zstd.
 
     In a small part the encodings (dictionary, delta, byte-stream-split) have already done the
     shrinking and zstd's setup for each column chunk is most of the cost: a live run's 400-row
     metrics flush is 6.7 KB either way, but costs 1.8 ms to write and 0.54 ms to read with zstd
     against 1.1 and 0.20 ms with snappy (docs/performance.md, "Codecs"). Text is where zstd
     earns its cost (1.2-1.5x smaller than snappy), and a big part, the long-lived form a
-    compaction makes, is 5-7% smaller in zstd."""
+    compaction makes, is 5-7% smaller in zstd.
+
+    The codecs are given per Parquet leaf column (a list column's values are ``name.list.element``):
+    a column the writer is not told of is left uncompressed."""
     from .schema import TEXT_COLUMNS
 
     if rows >= SMALL_PART_ROWS:
         return "zstd"
     text = TEXT_COLUMNS.get(kind, ())
-    return {name: "zstd" if name in text else "snappy" for name in names}
+    return {path: "zstd" if field.name in text else "snappy"
+            for field in schema for path in _leaf_paths(field.name, field.type)}
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_paths(name: str, arrow_type) -> tuple[str, ...]:
+    """The Parquet column paths a field of this name and Arrow type is written as: its name for a
+    flat type; for a nested one, what pyarrow makes of it (``name.list.element``), learnt once
+    per type by writing an empty table of that one field."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not pa.types.is_nested(arrow_type):
+        return (name,)
+    sink = io.BytesIO()
+    # (Schema.empty_table imports pandas: see trackstore.read.reader._no_rows)
+    pq.write_table(pa.Table.from_batches([], schema=pa.schema([pa.field(name, arrow_type)])), sink)
+    md = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    return tuple(md.schema.column(i).path for i in range(md.num_columns))
 
 
 # A key-clustered part is cut into about this many row groups (within the bounds below): enough
