@@ -176,36 +176,38 @@ def _table_ids(table) -> RangeSet | None:
     return ids
 
 
-def _one_writer(md, at: int) -> str | None:
-    """The one writer of every row, from the footer's statistics of ``writer`` (column ``at``):
-    its min and max are one name, in every row group, with no nulls; None when they do not say
-    so (no statistics: a part written before 7 December 2026)."""
-    name = None
+def _whole_stats(md, at: int) -> list | None:
+    """The statistics of column ``at`` in every row group of a footer, when each group has a min
+    and max over all its rows and no nulls; None when one does not (then they settle nothing)."""
+    found = []
     for g in range(md.num_row_groups):
         rg = md.row_group(g)
         st = rg.column(at).statistics
         if st is None or not st.has_min_max or st.null_count != 0 or st.num_values != rg.num_rows:
             return None
-        if not isinstance(st.min, str) or st.min != st.max or (name is not None and st.min != name):
-            return None
-        name = st.min
-    return name
+        found.append(st)
+    return found
+
+
+def _one_writer(md, at: int) -> str | None:
+    """The one writer of every row, from the footer's statistics of ``writer`` (column ``at``):
+    its min and max are one name, in every row group; None when they do not say so (no
+    statistics: a part written before 7 December 2026)."""
+    stats = _whole_stats(md, at)
+    names = {v for st in stats or () for v in (st.min, st.max)}
+    if len(names) != 1:
+        return None
+    (name,) = names
+    return name if isinstance(name, str) else None
 
 
 def _seq_span(md, at: int) -> tuple[int, int] | None:
     """``(min, max)`` of ``seq`` over every row group, from the footer's statistics; None
     when a row group has none, or counts nulls or values other than its rows."""
-    lo = hi = None
-    for g in range(md.num_row_groups):
-        rg = md.row_group(g)
-        st = rg.column(at).statistics
-        if st is None or not st.has_min_max or st.null_count != 0 or st.num_values != rg.num_rows:
-            return None
-        if not isinstance(st.min, int) or not isinstance(st.max, int):
-            return None
-        lo = st.min if lo is None else min(lo, st.min)
-        hi = st.max if hi is None else max(hi, st.max)
-    return None if lo is None or hi is None else (lo, hi)
+    stats = _whole_stats(md, at)
+    if not stats or not all(isinstance(st.min, int) and isinstance(st.max, int) for st in stats):
+        return None
+    return min(st.min for st in stats), max(st.max for st in stats)
 
 
 def read_kind_parts(paths: RunPaths, kind: str, *, exclude: RangeSet | None = None,
