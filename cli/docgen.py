@@ -66,7 +66,7 @@ shape each run's object has; `tags` is a list of strings.
 | 8 | partial failure: some runs failed, others succeeded |
 | 9 | the bundle is invalid, tampered with or conflicts with the store |
 | 10 | the sync destination refused for good: access denied, no such bucket, a read-only or full filesystem (`sync --to store`) |
-| 130 | interrupted (Ctrl-C, SIGINT), at any moment once trackstore's code runs: `interrupted` on stderr, no traceback; nothing half-written is left (a sync's next run resumes) |
+| 130 | interrupted (Ctrl-C, SIGINT): `interrupted` on stderr, no traceback (but in the first few hundredths of a second, while Python starts and imports the package); nothing half-written is left (a sync's next run resumes) |
 
 Individual commands may document further codes (gc, doctor) in their help.
 
