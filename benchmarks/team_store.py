@@ -588,7 +588,7 @@ def main() -> None:
         srv = server_cpu(server)
         first = first_call(s3_runs, env)
         if first is not None:
-            rows.append(("trackstore runs --root s3://REPLICA, first call (makes the local copy: run.json files and metrics parts)",
+            rows.append(("trackstore runs --root s3://REPLICA, first call (makes the local copy: the run.json files)",
                          first[0], first[1], server_cpu(server) - srv, f"{first[0] / runs_local:.2f}x local"))
             runs_s3, c3, s3, _ = reader(s3_runs)
             rows.append(("trackstore runs --root s3://REPLICA, again (copy in step, nothing new)", runs_s3, c3, s3,

@@ -27,7 +27,11 @@ docs/format.md section 12). The engine is the same as every target's: exactly on
   them, so a reader never finds a manifest row whose file is missing.
 * **run.json** is the source's, with the status as readers there see it, and a ``replica``
   object naming the source store (:func:`trackstore.store.identity.store_identity`: id, host,
-  root) and when it was replicated. It is replaced atomically (S3 PUT; rename on a path).
+  root), when it was replicated, and the run's ``metric_facts`` as the source's catalog keeps
+  them (non-finite values, newest log time, usual interval, largest step): a listing of the
+  team store reads its alerts there, not from every metrics part
+  (:meth:`trackstore.store.catalog.Catalog.metric_facts`). It is replaced atomically (S3 PUT;
+  rename on a path), in the pass that finds it saying something else.
 * **Two stores, one run id**: a run whose replica ``run.json`` names another source store is
   refused with a one-line error naming both (a copied store, or a run carried by a bundle into
   a second store): never merged silently.
@@ -60,6 +64,7 @@ from trackstore.store.layout import (
     MEDIA_DIR,
     PART_PREFIX,
     PART_SUFFIX,
+    REPLICA_FACTS,
     REPLICA_FORMAT,
     REPLICA_MARKER,
     REPLICA_VERSION,
@@ -246,6 +251,9 @@ class ReplicaAdapter(Adapter):
         if status != RunStatus.RUNNING and not meta.get("ended_at"):
             meta["ended_at"] = run.ended_at  # a crashed run: its last sign of life, as readers here see it
         meta["replica"] = {"source": self._source_store()}
+        facts = run.metric_facts()  # what a listing of the team store shows (alerts, a live run's step)
+        if facts is not None:
+            meta["replica"][REPLICA_FACTS] = facts.to_json()
         signature = _signature(meta)
         with self._lock:
             if not create_only and self._written.get(key) == signature:

@@ -526,3 +526,21 @@ class LiveRunMachine(RuleBasedStateMachine):
 
 TestLiveRunMachine = LiveRunMachine.TestCase
 TestLiveRunMachine.settings = settings(max_examples=6, stateful_step_count=8, deadline=None)
+
+
+@pytest.mark.parametrize("facts", [MetricFacts(0, {}, None, None, None),
+                                   MetricFacts(3, {"loss": [2, 1, 7], "kl": [0, 0, 0]}, 1_700_000_000.25, 2.5, 10)])
+def test_metric_facts_read_back_from_a_replicas_run_json_are_the_same(facts):
+    assert MetricFacts.from_json(json.loads(json.dumps(facts.to_json()))) == facts
+
+
+@pytest.mark.parametrize("found", [None, [], "x", {}, {"nonfinite": "1", "keys": {}},
+                                   {"nonfinite": True, "keys": {}},
+                                   {"nonfinite": 1, "keys": {"loss": [1, 0]}},
+                                   {"nonfinite": 1, "keys": {"loss": [1, 0, None]}},
+                                   {"nonfinite": 0, "keys": {}, "last_ts": "yesterday"},
+                                   {"nonfinite": 0, "keys": {}, "last_step": 1.5}])
+def test_metric_facts_edited_into_something_else_are_not_taken(found):
+    """A replica run.json whose facts are not what sync writes is read as carrying none: the
+    listing then reads the run's parts."""
+    assert MetricFacts.from_json(found) is None

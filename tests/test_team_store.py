@@ -122,6 +122,49 @@ def test_replica_is_a_store_that_plain_readers_and_trackstore_read(root, tmp_pat
     assert res.returncode == 0 and "up to date" in res.stdout + res.stderr, res.stdout + res.stderr
 
 
+def test_a_replicas_run_json_carries_the_runs_metric_facts_as_the_source_has_them(root, tmp_path):
+    """Each replica run.json carries its run's metric facts (non-finite values, newest log
+    time, largest step) as the source's catalog has them, a live run's brought up to date by
+    the pass that sends its new rows; and ``runs --root`` on the replica answers alerts and a
+    live run's step from them, as over the source."""
+    from trackstore.store.catalog import open_catalog
+
+    live = trackstore.init("team", name="live", root=root)
+    live.log({"loss": 1.0}, step=0)
+    live.flush()
+    make_runs(root, 1)
+    replica = tmp_path / "team"
+    assert sync_store(root, replica).returncode == 0
+
+    def carried() -> dict:
+        return {m["run_id"]: m["replica"]["metric_facts"]
+                for m in (json.loads(p.read_text()) for p in replica.glob("project=*/run=*/run.json"))}
+
+    def source() -> dict:
+        cat = open_catalog(root)
+        try:
+            return {r: cat.metric_facts("team", r).to_json() for r in carried()}
+        finally:
+            cat.save()
+
+    assert carried() == source() and carried()[live.id]["last_step"] == 0
+    stamp = (replica / f"project=team/run={live.id}/run.json").stat().st_mtime_ns
+    # nothing new: the run.json stays as it is
+    assert sync_store(root, replica).returncode == 0
+    assert (replica / f"project=team/run={live.id}/run.json").stat().st_mtime_ns == stamp
+    live.log({"loss": float("nan")}, step=7)
+    live.flush()
+    assert sync_store(root, replica).returncode == 0
+    assert carried() == source()
+    assert carried()[live.id]["last_step"] == 7 and carried()[live.id]["keys"] == {"loss": [1, 0, 7]}
+    over = {r["run_id"]: r for r in json.loads(run_cli("runs", "--format", "json", root=replica).stdout)}
+    here = {r["run_id"]: r for r in json.loads(run_cli("runs", "--format", "json", root=root).stdout)}
+    for rid in here:
+        assert (over[rid]["alerts"], over[rid]["last_step"]) == (here[rid]["alerts"], here[rid]["last_step"])
+    assert over[live.id]["alerts"] == ["nonfinite"] and over[live.id]["last_step"] == 7
+    live.finish()
+
+
 def test_parts_are_written_once_and_never_rewritten(root, tmp_path):
     """A live run's growth, local compaction and a resume add parts; none is ever replaced."""
     run = make_runs(root, 1, finish=False)[0]

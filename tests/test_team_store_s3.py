@@ -74,8 +74,8 @@ def test_replicate_to_s3_and_read_it_back_with_trackstore(root, s3_prefix, tmp_p
 
 def test_runs_over_s3_shows_the_alerts_the_source_shows(root, s3_prefix, tmp_path):
     """``runs --root s3://`` lists a run that logged NaN with the same alert as over its source
-    store (the alerts come from the metrics parts, which its copy holds; a copy of run.json
-    files alone listed every run as quiet), and a quiet run quiet."""
+    store, and a quiet run quiet, from the run.json files alone: a replica's run.json carries
+    the run's metric facts, so a listing downloads no part."""
     with trackstore.init("alerts", name="bad", root=root) as bad:
         bad.log({"loss": 1.0}, step=0)
         bad.log({"loss": float("nan")}, step=1)
@@ -90,9 +90,38 @@ def test_runs_over_s3_shows_the_alerts_the_source_shows(root, s3_prefix, tmp_pat
     assert sorted(r["alerts"] for r in here) == [[], ["nonfinite"]]
     table = run_cli("runs", "--root", s3_prefix.uri, "--alerts", env=env)
     assert "bad" in table.stdout and "1 run" in table.stdout, table.stdout + table.stderr
-    # what runs fetched: every run.json and the metrics parts, not the samples
-    copy = list((tmp_path / "cache").glob("replicas/*/project=*/run=*/*/*.parquet"))
-    assert copy and {p.parent.name for p in copy} == {"metrics"}
+    assert not list((tmp_path / "cache").glob("replicas/**/*.parquet")), "a listing fetched parts"
+    # a named run's parts come in later (show): the listing still answers from run.json
+    shown = run_cli("show", bad.id, "--root", s3_prefix.uri, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert list((tmp_path / "cache").glob("replicas/**/metrics/*.parquet"))
+    again = run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert strip(json.loads(again.stdout)) == strip(here)
+
+
+def test_runs_over_s3_reads_the_parts_of_runs_replicated_without_facts(root, s3_prefix, tmp_path):
+    """A replica whose run.json files carry no metric facts (replicated before they did, or
+    edited) is listed with its alerts all the same: ``runs`` then fetches those runs' metrics
+    parts, whose footers hold them, and no other part."""
+    with trackstore.init("alerts", name="bad", root=root) as bad:
+        bad.log({"loss": float("inf")}, step=3)
+    make_runs(root, 1, project="alerts")
+    assert sync_s3(root, s3_prefix).returncode == 0
+    store = s3_prefix.store()
+    obstore = __import__("obstore")
+    keys = [o["path"] for batch in obstore.list(store) for o in batch]
+    old = next(k for k in keys if k.endswith(f"run={bad.id}/run.json"))
+    meta = json.loads(bytes(obstore.get(store, old).bytes()))
+    del meta["replica"]["metric_facts"]
+    obstore.put(store, old, json.dumps(meta).encode())
+    env = {**s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    over = run_cli("runs", "--root", s3_prefix.uri, "--format", "json", env=env)
+    assert over.returncode == 0, over.stderr
+    alerts = {r["run_id"]: r["alerts"] for r in json.loads(over.stdout)}
+    assert alerts[bad.id] == ["nonfinite"] and sorted(alerts.values()) == [[], ["nonfinite"]]
+    fetched = list((tmp_path / "cache").glob("replicas/**/*.parquet"))
+    assert fetched and {p.parent.name for p in fetched} == {"metrics"}
+    assert {p.parent.parent.name for p in fetched} == {f"run={bad.id}"}
 
 
 def test_images_and_their_files_are_read_over_s3(root, s3_prefix, tmp_path):

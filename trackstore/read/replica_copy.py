@@ -14,9 +14,11 @@ once. What it promises:
   again; a new or changed one (``run.json`` is rewritten as a run progresses) is downloaded
   to a hidden temp name and renamed into place; one the replica no longer has (gc) is removed.
   A reader therefore sees the replica as it was at the listing, never a half-downloaded file.
-* **Only what readers need.** ``metadata_only`` fetches the ``run.json`` files; ``kinds``
-  (``runs``: its alerts come from the metrics parts' footers) those and the parts of these
-  kinds; ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``,
+* **Only what readers need.** ``metadata_only`` fetches the ``run.json`` files;
+  ``for_listing`` (``runs``) those alone too, as a replica's run.json carries the run's metric
+  facts (its alerts, a live run's step: :meth:`trackstore.store.catalog.Catalog.metric_facts`),
+  and the metrics parts of a run replicated before it did (their footers hold the facts);
+  ``kinds`` the run.json files and the parts of these kinds; ``runs`` (the readers of named runs: ``show``, ``plot``, ``compare``, ``samples``,
   ``trace``, ``artifacts``, ``sql --run``) those and the parts of the runs named, from the one
   listing that brought the run.json files in (:func:`replica_objects`); otherwise
   every part file, image file (``media/``) and run.json. Artifact payload files
@@ -51,7 +53,7 @@ from ..errors import UsageError
 from ..store import locks, objects
 from ..store.atomic import write_bytes_atomic
 from ..store.cursor import destination_id
-from ..store.layout import KINDS, REPLICA_MARKER, kind_folder, run_key
+from ..store.layout import KINDS, REPLICA_FACTS, REPLICA_MARKER, RUN_FILE, kind_folder, run_key
 from ..store.media import parse_media_path
 from ..store.redact import redact_text
 from ..store.vocab import Kind
@@ -117,12 +119,14 @@ def _listing(folder) -> dict[str, objects.ObjectInfo]:
 
 
 def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[str, str]] | None = None,
-               kinds: Iterable[str] | None = None, env=None,
+               kinds: Iterable[str] | None = None, for_listing: bool = False, env=None,
                on_fetch: Callable[[int], Callable[[str], None] | None] | None = None,
                listing: Mapping[str, objects.ObjectInfo] | None = None) -> Path:
     """The folder of this machine holding replica ``uri`` in step (see the module docstring).
     ``runs`` (``(project, run_id)`` pairs): the parts of these runs only, with every run.json;
-    ``kinds``: the parts of these kinds only.
+    ``kinds``: the parts of these kinds only. ``for_listing``: what a listing reads, every
+    run.json, and the metrics parts of the runs whose run.json does not carry their facts
+    (:data:`~trackstore.store.layout.REPLICA_FACTS`).
     ``on_fetch(n)`` is told how many objects are about to be downloaded and may return a
     callable called with each one's key as it lands (a progress bar).
     ``listing``: the replica's objects as :func:`replica_objects` listed them moments before in
@@ -139,11 +143,9 @@ def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[st
         index = _load_index(copy)
         only = None if runs is None else frozenset(run_key(p, r) for p, r in runs)
         of_kinds = None if kinds is None else frozenset(kinds)
-        want = {k: o for k, o in listing.items() if wanted(k, metadata_only, only, of_kinds)}
         for key in [k for k in index if k not in listing]:  # gone from the replica (gc)
             _remove(copy, key)
             del index[key]
-        fetch = [o for k, o in want.items() if index.get(k) != [o.size, o.etag] or not (copy / k).exists()]
 
         def get(o):
             data = folder.get(o.key)
@@ -152,16 +154,39 @@ def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[st
             write_bytes_atomic(_local(copy, o.key), data, durable=False)
             return o, True
 
-        if fetch:
-            tick = on_fetch(len(fetch)) if on_fetch is not None else None
-            with ThreadPoolExecutor(min(FETCH_THREADS, len(fetch))) as pool:
-                for o, ok in pool.map(get, fetch):
-                    if ok:
-                        index[o.key] = [o.size, o.etag]
-                    if tick is not None:
-                        tick(o.key)
-        write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
+        def bring(want: dict[str, objects.ObjectInfo]) -> None:
+            fetch = [o for k, o in want.items() if index.get(k) != [o.size, o.etag] or not (copy / k).exists()]
+            if fetch:
+                tick = on_fetch(len(fetch)) if on_fetch is not None else None
+                with ThreadPoolExecutor(min(FETCH_THREADS, len(fetch))) as pool:
+                    for o, ok in pool.map(get, fetch):
+                        if ok:
+                            index[o.key] = [o.size, o.etag]
+                        if tick is not None:
+                            tick(o.key)
+
+        try:
+            if for_listing:
+                bring({k: o for k, o in listing.items() if wanted(k, True)})
+                bare = frozenset(k[:-len(RUN_FILE)] for k in listing if _RUN_FILE.match(k) and not _carries_facts(copy, k))
+                if bare:  # replicated before run.json carried the facts: the parts they are read from
+                    bring({k: o for k, o in listing.items() if wanted(k, False, bare, frozenset((Kind.METRICS,)))})
+            else:
+                bring({k: o for k, o in listing.items() if wanted(k, metadata_only, only, of_kinds)})
+        finally:
+            write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
     return copy
+
+
+def _carries_facts(copy: Path, key: str) -> bool:
+    """Whether the copy's run.json ``key`` carries the run's metric facts (:data:`~trackstore.store.layout.REPLICA_FACTS`)."""
+    from ..store.catalog.part_records import MetricFacts
+
+    try:
+        meta = json.loads((copy / key).read_bytes())
+        return MetricFacts.from_json(meta["replica"][REPLICA_FACTS]) is not None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -> threading.Event:

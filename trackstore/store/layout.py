@@ -68,6 +68,9 @@ ARTIFACT_MANIFEST = "manifest.json"  # artifacts/<name>/v<N>/manifest.json: one 
 REPLICA_MARKER = "_replica.json"
 REPLICA_FORMAT = "trackstore-replica"
 REPLICA_VERSION = 1
+# a replica's run.json: "replica" holds the source store, and this, the run's metric facts
+# (catalog.part_records.MetricFacts.to_json): what a listing of the team store reads its alerts from
+REPLICA_FACTS = "metric_facts"
 MEDIA_DIR = "media"  # <run>/media/<sha256[:2]>/<sha256>.<ext>: image files, content-addressed (store.media)
 ARTIFACT_FILES_DIR = "files"  # artifacts/<name>/v<N>/files/: its files
 ARTIFACT_STAGING_PREFIX = ".staging-"  # artifacts/<name>/.staging-<writer>-<token>/: a version being written

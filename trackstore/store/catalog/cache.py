@@ -21,7 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..layout import ARTIFACTS_DIR, KINDS, PROJECT_PREFIX, RUN_PREFIX, RunPaths, outside_store
+from ..layout import (
+    ARTIFACTS_DIR,
+    KINDS,
+    PROJECT_PREFIX,
+    REPLICA_FACTS,
+    REPLICA_MARKER,
+    RUN_PREFIX,
+    RunPaths,
+    outside_store,
+)
 from ..meta import parse_run_json
 from ..vocab import Kind
 from .folders import run_folders
@@ -145,6 +154,7 @@ class Catalog:
         self._part_checks_all = False
         self._part_folders: dict[str, tuple[str, list[str]]] | None = None  # fresh folder listings (put_part_checks)
         self._dir_keys: list[tuple[str, str]] | None = None
+        self._replica: bool | None = None  # the root is a team store's (see _carried_facts)
         self._dirty = False
         self._prefix = f"{self.root}{SEP}{PROJECT_PREFIX}"
         self._now = time.time()  # one clock reading for the racy rule of a whole listing (older is stricter)
@@ -408,8 +418,16 @@ class Catalog:
         from its row and one ``stat`` of its metrics folder while that folder keeps the
         fingerprint the facts were derived under (parts arrive and leave by renames, and are
         immutable); else from :meth:`parts`, which reads only the parts it has not seen. None
-        for a folder without a run.json."""
+        for a folder without a run.json.
+
+        In a team store (a replica, or a local copy of one: :data:`~trackstore.store.layout.REPLICA_MARKER`
+        at its root), the facts a run's run.json carries (``replica.metric_facts``, :data:`~trackstore.store.layout.REPLICA_FACTS`: its source
+        store's, as of its last replication) come first: a copy made for a listing holds no
+        parts, or older ones than the replica's."""
         key = (project, run_id)
+        carried = self._carried_facts(key)
+        if carried is not None:
+            return carried
         row = self._row(key)
         if row is not None and row.nonfinite is not None and row.metrics_fp:
             now = stat_fingerprint(f"{self._run_dir(project, run_id)}{SEP}{KIND_DIRS[Kind.METRICS]}", self._limit)
@@ -433,6 +451,23 @@ class Catalog:
         row = self._row(key)
         facts = row.metric_facts() if row is not None else None
         return facts if facts is not None else metric_facts(found[Kind.METRICS])
+
+    def _carried_facts(self, key: tuple[str, str]) -> MetricFacts | None:
+        """The facts a replica's run.json carries for the run (see :meth:`metric_facts`); None
+        outside a team store, or when its run.json carries none (replicated before 7 December
+        2026) or none the catalog has read."""
+        if self._replica is None:
+            self._replica = os.path.isfile(f"{self.root}{SEP}{REPLICA_MARKER}")
+        if not self._replica:
+            return None
+        text = self.meta_json(*key)
+        if not text:
+            return None
+        try:
+            replica = json.loads(text).get("replica")
+        except (ValueError, AttributeError):
+            return None
+        return MetricFacts.from_json(replica.get(REPLICA_FACTS)) if isinstance(replica, dict) else None
 
     def unchanged_row(self, project: str, run_id: str) -> RunRow | None:
         """The run's row as the file holds it when nothing of the run changed since the row was

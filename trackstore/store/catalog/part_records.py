@@ -148,6 +148,31 @@ class MetricFacts(NamedTuple):
     interval: float | None
     last_step: int | None
 
+    def to_json(self) -> dict:
+        """As a replica's run.json carries them (``replica.metric_facts``, docs/format.md)."""
+        return {"nonfinite": self.nonfinite, "keys": self.keys, "last_ts": self.last_ts,
+                "interval": self.interval, "last_step": self.last_step}
+
+    @classmethod
+    def from_json(cls, found) -> MetricFacts | None:
+        """:meth:`to_json` read back; None when ``found`` is not such an object (absent, or
+        edited into something else: the reader then reads the parts, as without it)."""
+        def number(v, kind=(int, float)):
+            return v is None or (isinstance(v, kind) and not isinstance(v, bool))
+
+        if not isinstance(found, dict):
+            return None
+        keys, nonfinite = found.get("keys"), found.get("nonfinite")
+        if not isinstance(nonfinite, int) or isinstance(nonfinite, bool) or not isinstance(keys, dict):
+            return None
+        if not all(isinstance(k, str) and isinstance(v, list) and len(v) == 3 and all(number(x, int) and x is not None
+                   for x in v) for k, v in keys.items()):
+            return None
+        last_ts, interval, last_step = found.get("last_ts"), found.get("interval"), found.get("last_step")
+        if not (number(last_ts) and number(interval) and number(last_step, int)):
+            return None
+        return cls(nonfinite, {k: list(v) for k, v in keys.items()}, last_ts, interval, last_step)
+
 
 def metric_facts(parts: list[PartRecord]) -> MetricFacts:
     """:class:`MetricFacts` of a run's metrics parts (damaged ones passed over)."""
