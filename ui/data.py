@@ -100,6 +100,16 @@ def clean(value: Any) -> Any:
     return _finite(value)
 
 
+# what a spreadsheet takes for the start of a formula when a CSV cell begins with it (OWASP, "CSV injection")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def text_cell(text: str | None) -> str | None:
+    """``text`` as a CSV cell a spreadsheet shows as text: a ``'`` before one that it would
+    otherwise run as a formula (a run named ``=HYPERLINK(...)``); any other unchanged."""
+    return f"'{text}" if isinstance(text, str) and text.startswith(_FORMULA_START) else text
+
+
 class Store:
     """The dashboard's read-only view of one store root (safe to share between threads)."""
 
@@ -479,7 +489,9 @@ class Store:
         """Every stored point of one key of the runs, in ``[lo, hi]`` of x (``step`` or ``time``,
         wall seconds), as CSV in chunks: ``project,run_id,run_name,step,time,value``, a run's
         points by step. Values are the stored ones, NaN and infinities included (as ``nan``,
-        ``inf``); time is UTC in ISO 8601."""
+        ``inf``); time is UTC in ISO 8601. A project or run name that a spreadsheet would run
+        as a formula (it begins with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) is
+        written with a ``'`` before it, which makes it text (:func:`text_cell`)."""
         import io
 
         import pyarrow.csv as pacsv
@@ -494,12 +506,13 @@ class Store:
         if not files:
             yield header
             return
-        values = bound_values([(r.project, r.run_id, r.name) for r in runs], params)
+        values = bound_values([(r.project, r.run_id, text_cell(r.project), text_cell(r.name)) for r in runs], params)
         cur = self._duck.cursor()
         try:
             reader = cur.sql(f"""
-                WITH names(project, run, run_name) AS (VALUES {values})
-                SELECT project, run AS run_id, run_name, step, strftime(ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS time, value
+                WITH names(project, run, project_cell, run_name) AS (VALUES {values})
+                SELECT project_cell AS project, run AS run_id, run_name, step,
+                       strftime(ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS time, value
                 FROM read_parquet($files, hive_partitioning = true, union_by_name = true) JOIN names USING (project, run)
                 WHERE {where} ORDER BY project, run, step, ts""", params=params).to_arrow_reader(65536)
             yield header
