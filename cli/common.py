@@ -95,8 +95,9 @@ def _fetch_bar():
 def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Path:
     """:func:`existing_root` for the commands that also read a team store on S3: ``--root
     s3://BUCKET/PREFIX`` becomes the local copy of that replica, brought in step first
-    (:func:`trackstore.read.replica_copy.local_copy`). ``runs`` fetches the run.json files (they
-    carry the facts of its alerts); the readers of named runs (:data:`NAMED_RUN_READERS`) the
+    (:func:`trackstore.read.replica_copy.local_copy`). ``runs`` and ``ui`` fetch the run.json
+    files (they carry the facts of the alerts; ``ui`` fetches a run's parts as a page reads it);
+    the readers of named runs (:data:`NAMED_RUN_READERS`) the
     run.json files, then the parts of the runs they name (:func:`resolve_for_reading`); the
     others every part."""
     from trackstore.store.objects import is_remote
@@ -109,9 +110,10 @@ def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
         partial = ctx.meta[_PARTIAL] = ctx.info_name in NAMED_RUN_READERS or bool(ctx.params.get("run_refs"))
         listing = ctx.meta[_LISTING] = replica_objects(value) if partial else None
         with _fetch_bar() as on_fetch:
-            # runs: every run.json, which carries the facts its alerts (NaN, stalled) are read from
-            return local_copy(value, metadata_only=partial, for_listing=ctx.info_name == "runs", on_fetch=on_fetch,
-                              listing=listing)
+            # runs: every run.json, which carries the facts its alerts (NaN, stalled) are read from;
+            # ui: the same, and each run's parts when a page first reads it (replica_copy.OnDemand)
+            return local_copy(value, metadata_only=partial, for_listing=ctx.info_name in ("runs", "ui"),
+                              on_fetch=on_fetch, listing=listing)
     return existing_root(ctx, param, None if value is None else Path(value))
 
 

@@ -31,7 +31,8 @@ def ui(
     `ssh -L 8760:127.0.0.1:8760 cluster-login` then open http://127.0.0.1:8760/. With --host
     0.0.0.0 (or any other address) it prints a URL with a token, required on every request.
     Over a team store (--root s3://BUCKET/PREFIX) it serves a local copy, brought in step
-    every --refresh seconds. Stop with Ctrl-C. Exit 2 when the port is taken or the extra is
+    every --refresh seconds: the runs table from the run.json files, a run's records fetched
+    when a page first shows it. Stop with Ctrl-C. Exit 2 when the port is taken or the extra is
     missing (pip install 'trackstore[ui]').
     """
     from trackstore.errors import UsageError
@@ -51,13 +52,16 @@ def ui(
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 
     replica = ctx.meta.get(REPLICA_URI)
-    detail = None
+    detail = bring = None
     if replica is not None:
+        from trackstore.read.replica_copy import OnDemand, follow
+
+        # the copy holds the run.json files; a run's parts come in when a page first reads it
+        demand = OnDemand(replica)
+        bring = demand.bring
         detail = f"a local copy, {f'in step every {refresh:g} s' if refresh else 'as it was at start'}"
         if refresh:
-            from trackstore.read.replica_copy import follow
-
-            follow(replica, refresh, report=lambda line: console(stderr=True).print(
+            follow(replica, refresh, runs=demand.runs, report=lambda line: console(stderr=True).print(
                 f"trackstore ui: {line}", markup=False, highlight=False, soft_wrap=True))
     serve(root_path, host=host, port=port, token=token, open_browser=open_browser, announce=announce,
-          label=replica, detail=detail)
+          label=replica, detail=detail, bring=bring)

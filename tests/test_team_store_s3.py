@@ -475,7 +475,9 @@ def test_a_first_read_of_many_runs_shows_progress_on_a_terminal_only(root, s3_pr
 
 def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_prefix, tmp_path):
     """``ui --root s3://...`` serves a local copy and brings it in step every ``--refresh``
-    seconds: a run replicated after the dashboard started appears without a restart; a link
+    seconds: a run replicated after the dashboard started appears without a restart; the copy
+    holds the run.json files and the parts of the runs a page has read, fetched at its first
+    read; a link
     that goes down is said once on stderr while the copy goes on being served, and its return
     is said too."""
     import urllib.request
@@ -498,7 +500,15 @@ def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_pref
             time.sleep(0.2)
         raise AssertionError(f"not within {seconds} s: {what.__doc__ or what}")
 
-    make_runs(root, 1, project="first")
+    def series(port: int, project: str, run_id: str) -> dict:
+        url = f"http://127.0.0.1:{port}/api/series?run={project}/{run_id}&key=loss/k0"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return json.loads(r.read())["series"][0]
+
+    def copied(project: str) -> set[str]:
+        return {p.parent.name for p in (tmp_path / "cache").glob(f"replicas/*/project={project}/run=*/*/*.parquet")}
+
+    (first,) = make_runs(root, 1, project="first")
     assert sync_s3(root, s3_prefix).returncode == 0
     port = free_port()
     with FaultyProxy("127.0.0.1", s3_prefix.server.port) as proxy:
@@ -511,9 +521,15 @@ def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_pref
             assert until(lambda: listed(port)) == {"first"}
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=10) as r:
                 assert json.loads(r.read())["root"] == s3_prefix.uri  # the page names the team store, not the copy
-            make_runs(root, 1, project="later")
+            # the runs table comes from the run.json files; a run's parts when a page first reads it
+            assert not list((tmp_path / "cache").glob("replicas/**/*.parquet"))
+            assert series(port, "first", first.id)["n"] == 30
+            assert copied("first") == {"metrics", "samples"}
+            (later,) = make_runs(root, 1, project="later")
             assert sync_s3(root, s3_prefix).returncode == 0
             assert until(lambda: listed(port) == {"first", "later"})
+            assert copied("later") == set()
+            assert series(port, "later", later.id)["n"] == 30 and copied("later") == {"metrics", "samples"}
             proxy.refuse()
             time.sleep(3)  # several passes fail while the link is down
             assert listed(port) == {"first", "later"}  # the copy is still served

@@ -44,7 +44,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from trackstore.errors import RunNotFoundError, UsageError
 from trackstore.read import browse
@@ -113,8 +113,12 @@ def text_cell(text: str | None) -> str | None:
 class Store:
     """The dashboard's read-only view of one store root (safe to share between threads)."""
 
-    def __init__(self, root: str | os.PathLike | None = None):
+    def __init__(self, root: str | os.PathLike | None = None,
+                 bring: Callable[[list[tuple[str, str]]], None] | None = None):
         self.root = resolve_root(root, must_exist=True)
+        # a team store's local copy holds run.json files: this fetches the runs' parts before a
+        # page reads them (trackstore.read.replica_copy.OnDemand.bring); None: a store, all here
+        self._bring = bring
         self._lock = threading.Lock()
         self._listed: tuple[float, list[RunInfo]] | None = None
         self._index: dict[tuple[str, str], RunInfo] = {}  # the last listing, by (project, run id)
@@ -124,6 +128,11 @@ class Store:
         self._con = None  # DuckDB, opened by the first curve (the runs table needs none: a faster start)
         self._rows: dict[tuple[str, str], tuple[tuple, bytes]] = {}  # each run's row (JSON) and what it was made from
         self._pyramids = Pyramids(self.root)  # part summaries: whole curves cost what changed
+
+    def bring(self, runs: Sequence[RunInfo]) -> None:
+        """Make sure the files of ``runs`` are here before they are read (see ``bring`` above)."""
+        if self._bring is not None and runs:
+            self._bring([(r.project, r.run_id) for r in runs])
 
     @property
     def _duck(self):

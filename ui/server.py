@@ -46,7 +46,7 @@ import ipaddress
 import secrets
 from http.cookies import SimpleCookie
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, unquote
 
 from starlette.applications import Starlette
@@ -199,6 +199,7 @@ def _runs(store: Store, params: Params, *, one: bool = False) -> list:
     for ref in refs:
         project, _, run_id = ref.rpartition("/")  # run ids hold no '/', projects none either
         out.append(store.run(run_id, project or None))
+    store.bring(out)  # over a team store: their parts, fetched before the first read
     return out
 
 
@@ -222,11 +223,13 @@ def _float(params: Params, name: str) -> float | None:
         raise UsageError(f"{name} must be a number") from None
 
 
-def create_app(root=None, *, token: str | None = None, label: str | None = None) -> Starlette:
+def create_app(root=None, *, token: str | None = None, label: str | None = None,
+               bring: Callable[[list[tuple[str, str]]], None] | None = None) -> Starlette:
     """The dashboard app over the store at ``root``; ``token`` (when given) is required on every
     request; ``label`` is what the page names as served (a team store's ``s3://`` URI, whose
-    local copy ``root`` is), else the root's path."""
-    store = Store(root)
+    local copy ``root`` is), else the root's path; ``bring`` fetches runs' parts into that copy
+    before a page reads them (:class:`trackstore.read.replica_copy.OnDemand`)."""
+    store = Store(root, bring=bring)
 
     def api(fn):
         async def endpoint(request: Request) -> Response:
@@ -387,7 +390,8 @@ def create_app(root=None, *, token: str | None = None, label: str | None = None)
 
 
 def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | None = None, open_browser: bool = False,
-          announce=print, label: str | None = None, detail: str | None = None) -> None:
+          announce=print, label: str | None = None, detail: str | None = None,
+          bring: Callable[[list[tuple[str, str]]], None] | None = None) -> None:
     """Serve the dashboard until interrupted. A non-loopback ``host`` gets a token (a new random
     one unless given); the URL to open is announced first, with what is served (``label``, else
     the root's path; the page names it too) and ``detail`` about it."""
@@ -397,7 +401,7 @@ def serve(root=None, *, host: str = "127.0.0.1", port: int = 8760, token: str | 
 
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)
-    app = create_app(root, token=token, label=label)
+    app = create_app(root, token=token, label=label, bring=bring)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

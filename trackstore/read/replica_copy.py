@@ -27,6 +27,9 @@ once. What it promises:
 * **Not a replica, refused.** A prefix without ``_replica.json`` (empty, mistyped, or holding
   other things) is a :class:`~trackstore.errors.UsageError` (exit 2), as a local root that is
   not a store is: a mistyped prefix never reads as an empty team store.
+* **Brought in as it is read, for the dashboard.** Over a team store the dashboard's copy holds
+  the ``run.json`` files (its runs table needs no more); :class:`OnDemand` fetches a run's
+  parts when a page first reads that run, and :func:`follow` keeps those in step.
 * **Followed, for a reader that stays up.** :func:`follow` brings the copy in step again every
   few seconds, never spending more than a tenth of the time doing it, in a thread of its own
   (the dashboard, ``ui --refresh``): a pass that fails (the link is down, the credentials
@@ -126,7 +129,7 @@ def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[st
     ``runs`` (``(project, run_id)`` pairs): the parts of these runs only, with every run.json;
     ``kinds``: the parts of these kinds only. ``for_listing``: what a listing reads, every
     run.json, and the metrics parts of the runs whose run.json does not carry their facts
-    (:data:`~trackstore.store.layout.REPLICA_FACTS`).
+    (:data:`~trackstore.store.layout.REPLICA_FACTS`); with ``runs``, and those runs' parts.
     ``on_fetch(n)`` is told how many objects are about to be downloaded and may return a
     callable called with each one's key as it lands (a progress bar).
     ``listing``: the replica's objects as :func:`replica_objects` listed them moments before in
@@ -147,35 +150,66 @@ def local_copy(uri: str, *, metadata_only: bool = False, runs: Iterable[tuple[st
             _remove(copy, key)
             del index[key]
 
-        def get(o):
-            data = folder.get(o.key)
-            if data is None:  # deleted between the listing and now: the next call removes it
-                return o, False
-            write_bytes_atomic(_local(copy, o.key), data, durable=False)
-            return o, True
-
         def bring(want: dict[str, objects.ObjectInfo]) -> None:
-            fetch = [o for k, o in want.items() if index.get(k) != [o.size, o.etag] or not (copy / k).exists()]
-            if fetch:
-                tick = on_fetch(len(fetch)) if on_fetch is not None else None
-                with ThreadPoolExecutor(min(FETCH_THREADS, len(fetch))) as pool:
-                    for o, ok in pool.map(get, fetch):
-                        if ok:
-                            index[o.key] = [o.size, o.etag]
-                        if tick is not None:
-                            tick(o.key)
+            _fetch(folder, copy, index, want, on_fetch)
 
         try:
             if for_listing:
                 bring({k: o for k, o in listing.items() if wanted(k, True)})
+                # replicated before run.json carried the facts: the parts they are read from
                 bare = frozenset(k[:-len(RUN_FILE)] for k in listing if _RUN_FILE.match(k) and not _carries_facts(copy, k))
-                if bare:  # replicated before run.json carried the facts: the parts they are read from
-                    bring({k: o for k, o in listing.items() if wanted(k, False, bare, frozenset((Kind.METRICS,)))})
+                metrics = frozenset((Kind.METRICS,))
+                bring({k: o for k, o in listing.items()
+                       if (bare and wanted(k, False, bare, metrics)) or (only and wanted(k, False, only))})
             else:
                 bring({k: o for k, o in listing.items() if wanted(k, metadata_only, only, of_kinds)})
         finally:
             write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
     return copy
+
+
+def bring_runs(uri: str, runs: Iterable[tuple[str, str]], *, env=None) -> Path:
+    """The local copy of replica ``uri`` with the files of these ``(project, run_id)`` runs in
+    step (their parts, image files and artifact manifests), each run's folder listed alone: one
+    request a run, whatever the size of the team store (:func:`local_copy` lists it whole).
+    What the replica no longer holds is left to the next :func:`local_copy`."""
+    folder = objects.open_location(uri, env=env)
+    copy = cache_dir(env) / "replicas" / destination_id("store", folder.url)
+    copy.mkdir(parents=True, exist_ok=True)
+    with locks.acquire(copy, "replica-copy", wait=True, timeout=600, info={"replica": folder.url}):
+        index = _load_index(copy)
+        try:
+            for project, run_id in runs:
+                base = run_key(project, run_id)
+                only = frozenset((base,))
+                _fetch(folder, copy, index, {o.key: o for o in folder.listing(base) if wanted(o.key, False, only)}, None)
+        finally:
+            write_bytes_atomic(copy / INDEX_FILE, json.dumps(index).encode(), durable=False)
+    return copy
+
+
+def _fetch(folder, copy: Path, index: dict[str, list], want: Mapping[str, objects.ObjectInfo],
+           on_fetch: Callable[[int], Callable[[str], None] | None] | None) -> None:
+    """Download the objects of ``want`` that the copy (``index``) does not hold as they are,
+    each to a temp name renamed into place, from :data:`FETCH_THREADS` threads; ``index`` is
+    updated with each one that landed."""
+
+    def get(o):
+        data = folder.get(o.key)
+        if data is None:  # deleted between the listing and now: the next call removes it
+            return o, False
+        write_bytes_atomic(_local(copy, o.key), data, durable=False)
+        return o, True
+
+    fetch = [o for k, o in want.items() if index.get(k) != [o.size, o.etag] or not (copy / k).exists()]
+    if fetch:
+        tick = on_fetch(len(fetch)) if on_fetch is not None else None
+        with ThreadPoolExecutor(min(FETCH_THREADS, len(fetch))) as pool:
+            for o, ok in pool.map(get, fetch):
+                if ok:
+                    index[o.key] = [o.size, o.etag]
+                if tick is not None:
+                    tick(o.key)
 
 
 def _carries_facts(copy: Path, key: str) -> bool:
@@ -189,10 +223,39 @@ def _carries_facts(copy: Path, key: str) -> bool:
         return False
 
 
-def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -> threading.Event:
+class OnDemand:
+    """The runs a reader that stays up (the dashboard) has read from the local copy of replica
+    ``uri``, which holds the ``run.json`` files (``for_listing``): :meth:`bring` fetches a run's
+    parts before its first read (:func:`bring_runs`: a listing of that run's folder and its
+    files), and :meth:`runs` names them
+    for :func:`follow`, which keeps them in step. Safe to call from many threads."""
+
+    def __init__(self, uri: str, *, env=None):
+        self.uri, self.env = uri, env
+        self._runs: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def bring(self, runs: Iterable[tuple[str, str]]) -> None:
+        """Make sure the copy holds these ``(project, run_id)`` runs' files (a run already read: nothing)."""
+        wanted_now = set(runs)
+        if wanted_now <= self._runs:
+            return
+        with self._lock:  # one fetch at a time; a run another request brought meanwhile is not fetched again
+            new = wanted_now - self._runs
+            if new:
+                bring_runs(self.uri, sorted(new), env=self.env)
+                self._runs |= new
+
+    def runs(self) -> list[tuple[str, str]]:
+        return sorted(self._runs)
+
+
+def follow(uri: str, every: float, *, report: Callable[[str], None], env=None,
+           runs: Callable[[], Iterable[tuple[str, str]]] | None = None) -> threading.Event:
     """Bring the local copy of replica ``uri`` in step every ``every`` seconds (:func:`local_copy`)
     in a daemon thread, until the returned event is set; after a pass that took long (a listing
-    of a large replica), :data:`FOLLOW_DUTY` times that. ``report`` is told, in one line, when a
+    of a large replica), :data:`FOLLOW_DUTY` times that. ``runs`` (:meth:`OnDemand.runs`): the
+    copy is the ``run.json`` files and these runs' parts (``for_listing``), else everything. ``report`` is told, in one line, when a
     pass fails (once, until one succeeds again: a link that stays down is not a line every pass)
     and when one succeeds after a failure. Never raises: a reader that stays up keeps serving
     the copy as the last pass left it."""
@@ -204,7 +267,10 @@ def follow(uri: str, every: float, *, report: Callable[[str], None], env=None) -
         while not stop.wait(wait):
             started = time.monotonic()
             try:
-                local_copy(uri, env=env)
+                if runs is None:
+                    local_copy(uri, env=env)
+                else:
+                    local_copy(uri, for_listing=True, runs=list(runs()), env=env)
             except Exception as exc:  # noqa: BLE001 - any failure: keep the copy, keep serving, say so once
                 text = redact_text(str(exc) or type(exc).__name__)
                 if text != failing:
