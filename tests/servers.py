@@ -5,7 +5,8 @@ Promise: one server per test session, started with the lightest settings that st
 full REST API and HTTP artifact uploads (sqlite backend, ``--serve-artifacts`` into a local
 directory, one uvicorn worker, MLflow's background job runner off); never reaching the internet
 (telemetry off, proxies and the caller's ``MLFLOW_*`` removed); and never outliving the session:
-the server runs in its own process group and ``stop()``/``kill()`` end the whole group.
+the server runs in its own process group and ``stop()``/``kill()`` end the whole group, and a
+watchdog ends it when the process that started it dies without stopping it (a pytest killed).
 
 ``stop()`` ends the whole process group or raises (no orphaned workers); ``start()`` brings it
 back on the same port and the same store. A new sqlite store starts as a copy of an empty one
@@ -76,17 +77,70 @@ def _server_env(home: Path) -> dict[str, str]:
     return env
 
 
+# A server group's watchdog (ServerGroup._leash): it waits for its stdin, a pipe whose only
+# writer is the process that started the server, to close, which happens when that process
+# ends however it ends (SIGKILL included); then it ends the group, SIGTERM, SIGKILL after 5 s.
+_WATCHDOG = """
+import os, signal, sys, time
+try:
+    os.read(0, 1)
+except OSError:
+    pass
+group = int(sys.argv[1])
+for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        sys.exit(0)
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            sys.exit(0)
+        time.sleep(0.1)
+"""
+
+
 class ServerGroup:
     """A server run as its own process group (``start_new_session``): what every test server here
     shares. ``stop()`` is SIGTERM then SIGKILL after a grace period, ``kill()`` SIGKILL at once;
     either ends every process of the group or raises, and reaps the leader. A subclass sets
-    ``self._proc`` (its ``subprocess.Popen``), ``log_path``, ``NAME`` and ``STOP_GRACE``, and may
-    clean up after the group in :meth:`_after_stop`."""
+    ``self._proc`` (its ``subprocess.Popen``), ``log_path``, ``NAME`` and ``STOP_GRACE``, calls
+    :meth:`_leash` once it started the group, and may clean up after the group in
+    :meth:`_after_stop`. A group whose starter dies without stopping it (a pytest killed, or
+    stopped at a breakpoint and its terminal closed) is ended by its watchdog within seconds."""
 
     NAME = "server"
     STOP_GRACE = STOP_GRACE_S
     _proc: subprocess.Popen | None
+    _watchdog: tuple[subprocess.Popen, int] | None = None
     log_path: Path
+
+    def _leash(self) -> None:
+        """Start the group's watchdog (:data:`_WATCHDOG`): its stdin is a pipe whose write end
+        only this process holds (``os.pipe`` makes it non-inheritable, so no other child gets it)."""
+        assert self._proc is not None
+        self._unleash()  # a group that died on its own and is started again: the old watchdog goes
+        read_end, write_end = os.pipe()
+        try:
+            dog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(self._proc.pid)], stdin=read_end,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._watchdog = (dog, write_end)
+
+    def _unleash(self) -> None:
+        """The watchdog ended before the group is (so it never signals a group id reused later)."""
+        if self._watchdog is not None:
+            dog, write_end = self._watchdog
+            self._watchdog = None
+            dog.kill()
+            dog.wait()
+            os.close(write_end)
 
     @property
     def pid(self) -> int | None:
@@ -101,6 +155,7 @@ class ServerGroup:
         """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
         if self._proc is None:
             return
+        self._unleash()
         self._signal_group(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=self.STOP_GRACE if grace is None else grace)
@@ -109,6 +164,7 @@ class ServerGroup:
     def kill(self) -> None:
         """SIGKILL the whole process group at once (a crash, not a shutdown)."""
         if self._proc is not None:
+            self._unleash()
             self._reap_group(signal.SIGKILL)
 
     def log_tail(self, lines: int = 40) -> str:
@@ -199,6 +255,7 @@ class MlflowServer(ServerGroup):
             self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=env,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)
+            self._leash()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -423,6 +480,7 @@ class WeedS3(ServerGroup):
             log.flush()
             self._proc = subprocess.Popen(self.command, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self._leash()
         deadline = time.monotonic() + timeout
         probes = (self.store(retries=0, timeout="2s"), self.store(bucket=WEED_PROBE_BUCKET, retries=0, timeout="2s"))
         while time.monotonic() < deadline:
