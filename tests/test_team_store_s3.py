@@ -545,3 +545,50 @@ def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_pref
     assert len(down) == 1 and "cannot reach" in down[0], err  # said once, not once a pass
     assert err.count("in step again") == 1, err
     assert s3_prefix.env["AWS_SECRET_ACCESS_KEY"] not in out + err
+
+
+def test_the_dashboard_over_s3_in_a_browser_shows_what_it_fetches_as_it_is_opened(root, s3_prefix, tmp_path):
+    """In a real browser: the runs table of ``ui --root s3://...`` comes from the run.json files
+    alone (with a run's NaN alert), and a run's page shows its records once the files it reads
+    were fetched as it opened; the other run's stay on the team store."""
+    from tests.browser import chromium_paths, screenshot, start_chromium, wait_for_text
+    from tests.servers import free_port
+
+    if chromium_paths() is None:
+        pytest.skip("chromium and chromedriver are not installed (make install-test)")
+    with trackstore.init("team", name="nan-run", root=root) as bad:
+        bad.log({"loss": 1.0}, step=0)
+        bad.log({"loss": float("nan")}, step=1)
+    (quiet,) = make_runs(root, 1, project="team")
+    assert sync_s3(root, s3_prefix).returncode == 0
+    cache = tmp_path / "cache"
+    port = free_port()
+    env = {**os.environ, **s3_prefix.env, "TRACKSTORE_CACHE_DIR": str(cache)}
+    p = subprocess.Popen([sys.executable, "-m", "trackstore.cli.main", "ui", "--root", s3_prefix.uri, "--port",
+                          str(port), "--refresh", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    driver = None
+    try:
+        driver = start_chromium(1400, 900)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                driver.get(f"http://127.0.0.1:{port}/")
+                wait_for_text(driver, "nan-run", quiet.name, timeout=5)
+                break
+            except Exception:  # noqa: BLE001 - the server is still starting
+                if time.monotonic() > deadline:
+                    raise
+        text = wait_for_text(driver, "NaN")
+        assert "nan-run" in text
+        screenshot(driver, "team-store", "dashboard-runs-over-s3")
+        assert not list(cache.glob("replicas/**/*.parquet")), "the runs table fetched parts"
+        driver.get(f"http://127.0.0.1:{port}/#/run/team/{quiet.id}")
+        wait_for_text(driver, "4 metric keys", "1 sample")
+        screenshot(driver, "team-store", "dashboard-run-over-s3")
+        fetched = {p.parent.parent.name for p in cache.glob("replicas/**/*.parquet")}
+        assert fetched == {f"run={quiet.id}"}
+    finally:
+        if driver is not None:
+            driver.quit()
+        p.terminate()
+        p.communicate(timeout=30)
