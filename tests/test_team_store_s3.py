@@ -550,7 +550,8 @@ def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_pref
 def test_the_dashboard_over_s3_in_a_browser_shows_what_it_fetches_as_it_is_opened(root, s3_prefix, tmp_path):
     """In a real browser: the runs table of ``ui --root s3://...`` comes from the run.json files
     alone (with a run's NaN alert), and a run's page shows its records once the files it reads
-    were fetched as it opened; the other run's stay on the team store."""
+    were fetched as it opened, and the store it was replicated from; the other run's files stay
+    on the team store."""
     from tests.browser import chromium_paths, screenshot, start_chromium, wait_for_text
     from tests.servers import free_port
 
@@ -584,6 +585,10 @@ def test_the_dashboard_over_s3_in_a_browser_shows_what_it_fetches_as_it_is_opene
         assert not list(cache.glob("replicas/**/*.parquet")), "the runs table fetched parts"
         driver.get(f"http://127.0.0.1:{port}/#/run/team/{quiet.id}")
         wait_for_text(driver, "4 metric keys", "1 sample")
+        ident = json.loads((root / "_store.json").read_text())
+        # where the run came from, in place of this copy's own (empty) sync state
+        assert wait_for_text(driver, f"replicated from {ident['host']}:{ident['root']} (store {ident['store_id'][:12]})")
+        assert "never synced" not in driver.find_element("tag name", "body").text
         screenshot(driver, "team-store", "dashboard-run-over-s3")
         fetched = {p.parent.parent.name for p in cache.glob("replicas/**/*.parquet")}
         assert fetched == {f"run={quiet.id}"}

@@ -104,6 +104,17 @@ def clean(value: Any) -> Any:
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+def _replica_of(meta: dict) -> dict[str, Any] | None:
+    """Where a team store's run came from, as its run.json says (docs/format.md section 12):
+    the source store's host, root and id, and when it was replicated; None for a run of this store."""
+    replica = meta.get("replica")
+    source = replica.get("source") if isinstance(replica, dict) else None
+    if not isinstance(source, dict):
+        return None
+    return {"host": source.get("host"), "root": source.get("root"), "store_id": source.get("store_id"),
+            "replicated_at": replica.get("replicated_at")}
+
+
 def text_cell(text: str | None) -> str | None:
     """``text`` as a CSV cell a spreadsheet shows as text: a ``'`` before one that it would
     otherwise run as a formula (a run named ``=HYPERLINK(...)``); any other unchanged."""
@@ -264,7 +275,7 @@ class Store:
                                               "ended_at", "error", "exit_code")} for w in info.writers],
             **_alert_fields(alerts),
             "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "image_keys": image_keys,
-            "sync": sync,
+            "sync": sync, "replica": _replica_of(m),
             "keys": self.keys([info]),
         }, default=str)))
 

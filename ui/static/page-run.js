@@ -85,8 +85,9 @@ async function pageRun(project, runId) {
       attempts.length ? el("table", {}, el("thead", {}, el("tr", {}, ["#", "started", "status", "ended / last seen", "where", "error"].map(h => el("th", {}, h)))), el("tbody", {}, attempts))
         : el("div", { class: "empty" }, "no attempts recorded"),
       el("h2", {}, "Sync"),
+      d.replica ? el("div", { id: "replica" }, `replicated from ${d.replica.host || "?"}:${d.replica.root || "?"} (store ${(d.replica.store_id || "?").slice(0, 12)}), ${fmtTime(d.replica.replicated_at)}`) : null,
       sync.length ? el("table", { id: "sync" }, el("thead", {}, el("tr", {}, ["destination", "rows", "status", "last sync", "last error"].map(h => el("th", {}, h)))), el("tbody", {}, sync))
-        : el("div", { class: "empty" }, "never synced")),
+        : d.replica ? null : el("div", { class: "empty" }, "never synced")),
       el("div", {}, el("h2", {}, "Config"), cfgFilter, cfgBox, el("h2", {}, "Summary"), sumFilter, sumBox)),
     el("h2", {}, "Artifacts"),
     arts.length ? el("table", { id: "artifacts" }, el("thead", {}, el("tr", {}, ["name", "version", "type", "file", "bytes", "sha256", "aliases"].map(h => el("th", {}, h)))), el("tbody", {}, arts))
