@@ -74,7 +74,7 @@ def _no_replica_here(ctx: typer.Context) -> Exception:
 
 
 @contextlib.contextmanager
-def _fetch_bar():
+def fetch_bar():
     """``on_fetch`` for :func:`trackstore.read.replica_copy.local_copy`: a bar on a terminal
     when many files come down, closed on the way out."""
     shown: list[Steps] = []
@@ -82,8 +82,11 @@ def _fetch_bar():
     def on_fetch(total: int):
         if total < FETCH_BAR_FROM or not sys.stderr.isatty():
             return None  # a few files, or a script's stderr: no bar
-        shown.append(Steps("fetching from the team store", total=total).__enter__())
-        return lambda key: shown[0](key.rsplit("/", 1)[-1])
+        while shown:  # a copy fetched in two steps (run.json files, then parts): one bar at a time
+            shown.pop().__exit__(None, None, None)
+        bar = Steps("fetching from the team store", total=total).__enter__()
+        shown.append(bar)
+        return lambda key: bar(key.rsplit("/", 1)[-1])
 
     try:
         yield on_fetch
@@ -109,7 +112,7 @@ def reader_root(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
         # sql --run (an eager option: read already) names its runs too
         partial = ctx.meta[_PARTIAL] = ctx.info_name in NAMED_RUN_READERS or bool(ctx.params.get("run_refs"))
         listing = ctx.meta[_LISTING] = replica_objects(value) if partial else None
-        with _fetch_bar() as on_fetch:
+        with fetch_bar() as on_fetch:
             # runs: every run.json, which carries the facts its alerts (NaN, stalled) are read from;
             # ui: the same, and each run's parts when a page first reads it (replica_copy.OnDemand)
             return local_copy(value, metadata_only=partial, for_listing=ctx.info_name in ("runs", "ui"),
@@ -128,7 +131,7 @@ def resolve_for_reading(ctx: typer.Context, refs: Sequence[str], root: Path | No
     if ctx.meta.get(_PARTIAL):
         from trackstore.read.replica_copy import local_copy
 
-        with _fetch_bar() as on_fetch:
+        with fetch_bar() as on_fetch:
             local_copy(ctx.meta[REPLICA_URI], runs=[(i.project, i.run_id) for i in infos], on_fetch=on_fetch,
                        listing=ctx.meta[_LISTING])
     return infos

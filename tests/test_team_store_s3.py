@@ -472,6 +472,38 @@ def test_a_first_read_of_many_runs_shows_progress_on_a_terminal_only(root, s3_pr
     assert "fetching from the team store" in out, out
 
 
+def test_a_copy_fetched_in_two_steps_shows_one_bar_at_a_time(monkeypatch):
+    """``runs`` over a replica whose run.json files carry no facts fetches them, then metrics
+    parts: the second step's bar replaces the first, and its files tick the second bar."""
+    import cli.common as common
+
+    events: list[tuple] = []
+
+    class Bar:
+        def __init__(self, what, total):
+            self.total = total
+
+        def __enter__(self):
+            events.append(("open", self.total))
+            return self
+
+        def __call__(self, label):
+            events.append(("tick", self.total, label))
+
+        def __exit__(self, *exc):
+            events.append(("close", self.total))
+
+    monkeypatch.setattr(common, "Steps", Bar)
+    monkeypatch.setattr(common.sys.stderr, "isatty", lambda: True, raising=False)
+    with common.fetch_bar() as on_fetch:
+        first = on_fetch(60)
+        first("project=p/run=r/run.json")
+        second = on_fetch(70)
+        second("project=p/run=r/metrics/part-w-1-2.parquet")
+        assert on_fetch(3) is None  # a few files: no bar
+    assert events == [("open", 60), ("tick", 60, "run.json"), ("close", 60), ("open", 70),
+                      ("tick", 70, "part-w-1-2.parquet"), ("close", 70)]
+
 
 def test_the_dashboard_over_s3_follows_the_replica_and_a_lost_link(root, s3_prefix, tmp_path):
     """``ui --root s3://...`` serves a local copy and brings it in step every ``--refresh``
