@@ -27,8 +27,9 @@ docs/format.md section 12). The engine is the same as every target's: exactly on
   them, so a reader never finds a manifest row whose file is missing.
 * **run.json** is the source's, with the status as readers there see it, and a ``replica``
   object naming the source store (:func:`trackstore.store.identity.store_identity`: id, host,
-  root), when it was replicated, and the run's ``metric_facts`` as the source's catalog keeps
-  them (non-finite values, newest log time, usual interval, largest step): a listing of the
+  root), when it was replicated, the run's ``metric_facts`` as the source's catalog keeps
+  them (non-finite values, newest log time, usual interval, largest step) and its ``writers``'
+  states (the run page's status history; writer files are not replicated): a listing of the
   team store reads its alerts there, not from every metrics part
   (:meth:`trackstore.store.catalog.Catalog.metric_facts`). It is replaced atomically (S3 PUT;
   rename on a path), in the pass that finds it saying something else.
@@ -68,11 +69,13 @@ from trackstore.store.layout import (
     REPLICA_FORMAT,
     REPLICA_MARKER,
     REPLICA_VERSION,
+    REPLICA_WRITERS,
     RUN_FILE,
     kind_folder,
     run_key,
 )
 from trackstore.store.media import parse_media_path
+from trackstore.store.meta import writer_summaries
 from trackstore.store.ranges import RangeSet
 from trackstore.store.vocab import KINDS, Kind, RunStatus
 
@@ -254,6 +257,8 @@ class ReplicaAdapter(Adapter):
         facts = run.metric_facts()  # what a listing of the team store shows (alerts, a live run's step)
         if facts is not None:
             meta["replica"][REPLICA_FACTS] = facts.to_json()
+        if run.writers:  # each attempt's status, end and error, as its run page shows them
+            meta["replica"][REPLICA_WRITERS] = writer_summaries(run.writers)
         signature = _signature(meta)
         with self._lock:
             if not create_only and self._written.get(key) == signature:

@@ -163,6 +163,13 @@ def test_a_replicas_run_json_carries_the_runs_metric_facts_as_the_source_has_the
         assert (over[rid]["alerts"], over[rid]["last_step"]) == (here[rid]["alerts"], here[rid]["last_step"])
     assert over[live.id]["alerts"] == ["nonfinite"] and over[live.id]["last_step"] == 7
     live.finish()
+    # the writers' states travel too (writer files are not replicated): the run page's attempts
+    assert sync_store(root, replica).returncode == 0
+    meta = json.loads((replica / f"project=team/run={live.id}/run.json").read_text())
+    (writer,) = meta["replica"]["writers"]
+    mine = json.loads(next((root / f"project=team/run={live.id}/_writers").glob("*.json")).read_text())
+    assert writer["writer_id"] == mine["writer_id"] and writer["status"] == "finished" == mine["status"]
+    assert writer["ended_at"] == mine["ended_at"] and not (replica / f"project=team/run={live.id}/_writers").exists()
 
 
 def test_parts_are_written_once_and_never_rewritten(root, tmp_path):

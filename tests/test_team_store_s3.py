@@ -620,7 +620,11 @@ def test_the_dashboard_over_s3_in_a_browser_shows_what_it_fetches_as_it_is_opene
         ident = json.loads((root / "_store.json").read_text())
         # where the run came from, in place of this copy's own (empty) sync state
         assert wait_for_text(driver, f"replicated from {ident['host']}:{ident['root']} (store {ident['store_id'][:12]})")
-        assert "never synced" not in driver.find_element("tag name", "body").text
+        body = driver.find_element("tag name", "body").text
+        assert "never synced" not in body
+        # each attempt's state, from what the replica's run.json carries of the writer files
+        history = driver.find_element("xpath", "//h2[text()='Status history']/following-sibling::table[1]").text
+        assert "finished" in history and "?" not in history, history
         screenshot(driver, "team-store", "dashboard-run-over-s3")
         fetched = {p.parent.parent.name for p in cache.glob("replicas/**/*.parquet")}
         assert fetched == {f"run={quiet.id}"}

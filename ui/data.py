@@ -55,7 +55,8 @@ from trackstore.read.points import run_keys
 from trackstore.read.pyramid import Pyramids
 from trackstore.read.views import bound_values, confine, connect, run_sql
 from trackstore.records.samples import decode_row
-from trackstore.store.layout import resolve_root
+from trackstore.store.layout import REPLICA_WRITERS, resolve_root
+from trackstore.store.meta import writer_summaries
 
 MAX_POINTS = 100_000  # points of one chart answer, over all its series: 100 runs get 250 buckets each, 1,000 runs 25
 CACHE_BYTES = 256 << 20  # downsampled curves kept, per run; an entry is valid while the run's part files are unchanged
@@ -113,6 +114,14 @@ def _replica_of(meta: dict) -> dict[str, Any] | None:
         return None
     return {"host": source.get("host"), "root": source.get("root"), "store_id": source.get("store_id"),
             "replicated_at": replica.get("replicated_at")}
+
+
+def _replica_writers(meta: dict) -> list[dict]:
+    """A team store's run's writers, as its run.json carries them (its writer files are not
+    replicated: docs/format.md section 12); none for a run of this store."""
+    replica = meta.get("replica")
+    found = replica.get(REPLICA_WRITERS) if isinstance(replica, dict) else None
+    return writer_summaries(found) if isinstance(found, list) else []
 
 
 def text_cell(text: str | None) -> str | None:
@@ -271,8 +280,7 @@ class Store:
             "trackstore_version": m.get("trackstore_version"), "pid": m.get("pid"),
             "attempts": m.get("attempts") or [], "resumed_at": m.get("resumed_at"),
             "config_updates": m.get("config_updates") or [],
-            "writers": [{k: w.get(k) for k in ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status",
-                                              "ended_at", "error", "exit_code")} for w in info.writers],
+            "writers": writer_summaries(info.writers) or _replica_writers(m),
             **_alert_fields(alerts),
             "counts": counts, "artifacts": arts, "histogram_keys": hist_keys, "image_keys": image_keys,
             "sync": sync, "replica": _replica_of(m),

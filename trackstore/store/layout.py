@@ -71,6 +71,8 @@ REPLICA_VERSION = 1
 # a replica's run.json: "replica" holds the source store, and this, the run's metric facts
 # (catalog.part_records.MetricFacts.to_json): what a listing of the team store reads its alerts from
 REPLICA_FACTS = "metric_facts"
+# and this, its writers' final states (meta.WRITER_SUMMARY): the run page's status history
+REPLICA_WRITERS = "writers"
 MEDIA_DIR = "media"  # <run>/media/<sha256[:2]>/<sha256>.<ext>: image files, content-addressed (store.media)
 ARTIFACT_FILES_DIR = "files"  # artifacts/<name>/v<N>/files/: its files
 ARTIFACT_STAGING_PREFIX = ".staging-"  # artifacts/<name>/.staging-<writer>-<token>/: a version being written

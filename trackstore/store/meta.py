@@ -60,6 +60,16 @@ def read_run_json(paths: RunPaths) -> dict | None:
     return None if doc is None or doc.unreadable else doc.meta
 
 
+# what a run's page shows of each of its writers (_writers/<id>.json), and what a team store's
+# run.json carries of them (layout.REPLICA_WRITERS: writer files are not replicated)
+WRITER_SUMMARY = ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status", "ended_at", "error", "exit_code")
+
+
+def writer_summaries(writers: list[dict]) -> list[dict]:
+    """:data:`WRITER_SUMMARY` of each writer (the fields it has)."""
+    return [{k: w[k] for k in WRITER_SUMMARY if w.get(k) is not None} for w in writers if isinstance(w, dict)]
+
+
 # ---------------------------------------------------------------------- reading run.json defensively
 REQUIRED_FIELDS = ("format_version", "project", "run_id", "status", "created_at")
 
