@@ -56,7 +56,7 @@ from trackstore.read.pyramid import Pyramids
 from trackstore.read.views import bound_values, confine, connect, run_sql
 from trackstore.records.samples import decode_row
 from trackstore.store.layout import REPLICA_WRITERS, resolve_root
-from trackstore.store.meta import writer_summaries
+from trackstore.store.meta import replica_field, writer_summaries
 
 MAX_POINTS = 100_000  # points of one chart answer, over all its series: 100 runs get 250 buckets each, 1,000 runs 25
 CACHE_BYTES = 256 << 20  # downsampled curves kept, per run; an entry is valid while the run's part files are unchanged
@@ -101,27 +101,25 @@ def clean(value: Any) -> Any:
     return _finite(value)
 
 
-# what a spreadsheet takes for the start of a formula when a CSV cell begins with it (OWASP, "CSV injection")
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
 def _replica_of(meta: dict) -> dict[str, Any] | None:
     """Where a team store's run came from, as its run.json says (docs/format.md section 12):
     the source store's host, root and id, and when it was replicated; None for a run of this store."""
-    replica = meta.get("replica")
-    source = replica.get("source") if isinstance(replica, dict) else None
+    source = replica_field(meta, "source")
     if not isinstance(source, dict):
         return None
     return {"host": source.get("host"), "root": source.get("root"), "store_id": source.get("store_id"),
-            "replicated_at": replica.get("replicated_at")}
+            "replicated_at": replica_field(meta, "replicated_at")}
 
 
 def _replica_writers(meta: dict) -> list[dict]:
     """A team store's run's writers, as its run.json carries them (its writer files are not
     replicated: docs/format.md section 12); none for a run of this store."""
-    replica = meta.get("replica")
-    found = replica.get(REPLICA_WRITERS) if isinstance(replica, dict) else None
+    found = replica_field(meta, REPLICA_WRITERS)
     return writer_summaries(found) if isinstance(found, list) else []
+
+
+# what a spreadsheet takes for the start of a formula when a CSV cell begins with it (OWASP, "CSV injection")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def text_cell(text: str | None) -> str | None:

@@ -56,7 +56,7 @@ from ..errors import UsageError
 from ..store import locks, objects
 from ..store.atomic import write_bytes_atomic
 from ..store.cursor import destination_id
-from ..store.layout import KINDS, REPLICA_FACTS, REPLICA_MARKER, RUN_FILE, kind_folder, run_key
+from ..store.layout import KINDS, REPLICA_MARKER, RUN_FILE, kind_folder, run_key
 from ..store.media import parse_media_path
 from ..store.redact import redact_text
 from ..store.vocab import Kind
@@ -217,12 +217,11 @@ def _fetch(folder, copy: Path, index: dict[str, list], want: Mapping[str, object
 
 def _carries_facts(copy: Path, key: str) -> bool:
     """Whether the copy's run.json ``key`` carries the run's metric facts (:data:`~trackstore.store.layout.REPLICA_FACTS`)."""
-    from ..store.catalog.part_records import MetricFacts
+    from ..store.catalog.part_records import carried_facts
 
     try:
-        meta = json.loads((copy / key).read_bytes())
-        return MetricFacts.from_json(meta["replica"][REPLICA_FACTS]) is not None
-    except (OSError, ValueError, KeyError, TypeError):
+        return carried_facts(json.loads((copy / key).read_bytes())) is not None
+    except (OSError, ValueError):
         return False
 
 

@@ -65,6 +65,14 @@ def read_run_json(paths: RunPaths) -> dict | None:
 WRITER_SUMMARY = ("writer_id", "host", "pid", "started_at", "heartbeat_at", "status", "ended_at", "error", "exit_code")
 
 
+def replica_field(meta, name: str):
+    """What a team store's run.json says under ``replica.<name>`` (docs/format.md section 12:
+    ``source``, ``replicated_at``, ``metric_facts``, ``writers``); None for a run of a store, or
+    a run.json edited into something else."""
+    replica = meta.get("replica") if isinstance(meta, dict) else None
+    return replica.get(name) if isinstance(replica, dict) else None
+
+
 def writer_summaries(writers: list[dict]) -> list[dict]:
     """:data:`WRITER_SUMMARY` of each writer (the fields it has)."""
     return [{k: w[k] for k in WRITER_SUMMARY if w.get(k) is not None} for w in writers if isinstance(w, dict)]

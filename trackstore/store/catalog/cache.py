@@ -25,7 +25,6 @@ from ..layout import (
     ARTIFACTS_DIR,
     KINDS,
     PROJECT_PREFIX,
-    REPLICA_FACTS,
     REPLICA_MARKER,
     RUN_PREFIX,
     RunPaths,
@@ -50,7 +49,16 @@ from .freshness import (
     same,
     stat_fingerprint,
 )
-from .part_records import MetricFacts, PartRecord, PartsSummary, list_part_facts, list_parts, metric_facts, parts_digest
+from .part_records import (
+    MetricFacts,
+    PartRecord,
+    PartsSummary,
+    carried_facts,
+    list_part_facts,
+    list_parts,
+    metric_facts,
+    parts_digest,
+)
 from .rows import (
     CURSOR_COLUMNS,
     DETAIL_COLUMNS,
@@ -464,10 +472,9 @@ class Catalog:
         if not text:
             return None
         try:
-            replica = json.loads(text).get("replica")
-        except (ValueError, AttributeError):
+            return carried_facts(json.loads(text))
+        except ValueError:
             return None
-        return MetricFacts.from_json(replica.get(REPLICA_FACTS)) if isinstance(replica, dict) else None
 
     def unchanged_row(self, project: str, run_id: str) -> RunRow | None:
         """The run's row as the file holds it when nothing of the run changed since the row was

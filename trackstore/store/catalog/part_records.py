@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ..layout import KINDS, parse_part_name, relist
+from ..layout import KINDS, REPLICA_FACTS, parse_part_name, relist
+from ..meta import replica_field
 from ..metric_facts import decode as metric_facts_of
 from ..metric_facts import metric_values
 from ..ranges import RangeSet
@@ -172,6 +173,12 @@ class MetricFacts(NamedTuple):
         if not (number(last_ts) and number(interval) and number(last_step, int)):
             return None
         return cls(nonfinite, {k: list(v) for k, v in keys.items()}, last_ts, interval, last_step)
+
+
+def carried_facts(meta) -> MetricFacts | None:
+    """The metric facts a team store's run.json carries (``replica.metric_facts``); None when
+    it carries none (replicated before they were), or something else."""
+    return MetricFacts.from_json(replica_field(meta, REPLICA_FACTS))
 
 
 def metric_facts(parts: list[PartRecord]) -> MetricFacts:
