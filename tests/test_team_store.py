@@ -172,6 +172,38 @@ def test_a_replicas_run_json_carries_the_runs_metric_facts_as_the_source_has_the
     assert writer["ended_at"] == mine["ended_at"] and not (replica / f"project=team/run={live.id}/_writers").exists()
 
 
+def test_a_listings_copy_reads_each_run_json_version_once_for_its_facts(root, tmp_path, monkeypatch):
+    """The copy a listing makes (``for_listing``) tells which runs carry their metric facts by
+    reading each run.json once per version (kept in its index), not at every call: a call with
+    nothing new reads none, and a run.json changed to carry none has that run's metrics parts
+    fetched at the next call."""
+    from trackstore.read import replica_copy
+    from trackstore.store.catalog import part_records
+
+    runs = make_runs(root, 3)
+    replica = tmp_path / "team"
+    assert sync_store(root, replica).returncode == 0
+    env = {"TRACKSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    looked: list[int] = []
+    real = part_records.carried_facts
+    monkeypatch.setattr(part_records, "carried_facts", lambda meta: looked.append(1) or real(meta))
+
+    def parts(copy) -> set[str]:
+        return {p.parent.parent.name for p in copy.glob("project=*/run=*/metrics/*.parquet")}
+
+    copy = replica_copy.local_copy(str(replica), for_listing=True, env=env)
+    assert len(looked) == 3 and parts(copy) == set()
+    looked.clear()
+    replica_copy.local_copy(str(replica), for_listing=True, env=env)
+    assert looked == []  # nothing new: no run.json read again
+    bare = replica / f"project=team/run={runs[1].id}/run.json"
+    meta = json.loads(bare.read_text())
+    del meta["replica"]["metric_facts"]
+    bare.write_text(json.dumps(meta))
+    replica_copy.local_copy(str(replica), for_listing=True, env=env)
+    assert len(looked) == 1 and parts(copy) == {f"run={runs[1].id}"}
+
+
 def test_parts_are_written_once_and_never_rewritten(root, tmp_path):
     """A live run's growth, local compaction and a resume add parts; none is ever replaced."""
     run = make_runs(root, 1, finish=False)[0]
