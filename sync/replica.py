@@ -75,7 +75,7 @@ from trackstore.store.layout import (
     run_key,
 )
 from trackstore.store.media import parse_media_path
-from trackstore.store.meta import writer_summaries
+from trackstore.store.meta import replica_field, writer_summaries
 from trackstore.store.ranges import RangeSet
 from trackstore.store.vocab import KINDS, Kind, RunStatus
 
@@ -227,7 +227,8 @@ class ReplicaAdapter(Adapter):
         return Opened.FOUND
 
     def _check_same_source(self, run, existing: dict) -> None:
-        theirs = (existing.get("replica") or {}).get("source") or {}
+        theirs = replica_field(existing, "source")
+        theirs = theirs if isinstance(theirs, dict) else {}
         mine = self._source_store()
         if theirs.get("store_id") and theirs["store_id"] != mine["store_id"]:
             raise PermanentError(

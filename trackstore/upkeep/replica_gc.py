@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 from ..errors import UsageError
 from ..store.clock import parse_iso
 from ..store.layout import PROJECT_PREFIX, RUN_FILE, RUN_PREFIX, run_key
+from ..store.meta import replica_field
 from ..store.objects import ObjectFolder
 from ..store.vocab import ENDED_ORDER, TERMINAL, KeepReason
 
@@ -127,7 +128,7 @@ def plan(folder: ObjectFolder, *, older_than_s: float | None, project: str | Non
     for r in runs:
         status = r.meta.get("status")
         ended = parse_iso(r.ended_at)
-        replicated = parse_iso((r.meta.get("replica") or {}).get("replicated_at"))
+        replicated = parse_iso(replica_field(r.meta, "replicated_at"))
         if project is not None and r.project != project:
             r.keep(KeepReason.OTHER_PROJECT)
         elif status not in TERMINAL:
