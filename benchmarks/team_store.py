@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -411,6 +412,92 @@ def first_call(argv: list[str], env: dict) -> tuple[float, float] | None:
     return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
+# ----------------------------------------------------------------------------- the least replication
+def least_replication(src: str, bucket: str, prefix: str, cursors: str, threads: int = 16) -> None:
+    """The anchor that says what the sync's engine costs: the least work any replication of these
+    runs with the replica's layout does, in the sync's shape (one spawned process per core, each
+    run's objects up at once on ``threads`` threads). Per run: its ``run.json`` read and written
+    create-only with a ``replica`` object; each kind's parts read; a kind of one part (a
+    compacted run) put create-only as it is, after its footer is parsed; a kind of several (a
+    live run's flushes) decoded, concatenated and encoded once by the store's own encoder
+    (:func:`trackstore.store.parts.part_bytes`), put create-only under its writer's row range;
+    then a cursor file written atomically and fsynced. What it leaves out is the engine: locks,
+    the plan and its checks, the in-doubt protocol, the catalog's facts and writers in
+    ``run.json``, progress. Prints the runs and objects it wrote, as JSON."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    runs = sorted(p.relative_to(src).as_posix() for p in Path(src).glob("project=*/run=*"))
+    procs = max(1, min(os.cpu_count() or 1, len(runs)))
+    with ProcessPoolExecutor(procs, mp_context=get_context("spawn")) as pool:
+        done = list(pool.map(_least_replication_of, [(src, bucket, prefix, cursors, threads, runs[k::procs])
+                                                      for k in range(procs)]))
+    print(json.dumps({"runs": len(runs), "objects": sum(done), "processes": procs}))
+
+
+def _least_replication_of(job: tuple) -> int:
+    """One process of :func:`least_replication`: its runs; the objects it wrote."""
+    src, bucket, prefix, cursors, threads, runs = job
+    import obstore
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from obstore.store import S3Store
+
+    from trackstore.store.parts import conform, part_bytes
+
+    store = S3Store(bucket, prefix=prefix, endpoint=os.environ["AWS_ENDPOINT_URL"], region=os.environ["AWS_REGION"],
+                    access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                    secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                    client_options={"allow_http": True})
+    Path(cursors).mkdir(parents=True, exist_ok=True)
+
+    def ship(rel: str, puts: list[tuple[str, bytes]]) -> int:
+        """A run's objects, then its cursor (written once the objects are acknowledged)."""
+        for key, data in puts:
+            obstore.put(store, key, data, mode="create")
+        cursor = Path(cursors) / (rel.replace("/", "_") + ".json")
+        tmp = cursor.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps({"run": rel, "objects": [k for k, _ in puts], "at": time.time()}).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, cursor)
+        return len(puts)
+
+    shipped = 0
+    in_flight: deque = deque()
+    with ThreadPoolExecutor(threads) as pool:  # runs read here, shipped on the threads (as many at once)
+        for rel in runs:
+            folder = Path(src) / rel
+            meta = json.loads((folder / "run.json").read_bytes())
+            meta["replica"] = {"source": {"store_id": "least", "root": src}, "replicated_at": time.time()}
+            puts = [(f"{rel}/run.json", json.dumps(meta).encode())]
+            for kind in ("metrics", "samples", "spans", "histograms"):
+                try:
+                    names = sorted(n for n in os.listdir(folder / kind) if n.endswith(".parquet"))
+                except FileNotFoundError:
+                    continue
+                blobs = [(folder / kind / n).read_bytes() for n in names]
+                if len(blobs) == 1:
+                    pq.ParquetFile(pa.BufferReader(blobs[0])).metadata  # noqa: B018 - its footer checked
+                    puts.append((f"{rel}/{kind}/{names[0]}", blobs[0]))
+                    continue
+                table = conform(pa.concat_tables([pq.ParquetFile(pa.BufferReader(b)).read(use_threads=False)
+                                                  for b in blobs]), kind)
+                span = pc.min_max(table.column("seq"))
+                writer = table.column("writer")[0].as_py()
+                puts.append((f"{rel}/{kind}/part-{writer}-{span['min'].as_py():012d}-{span['max'].as_py():012d}"
+                             ".parquet", part_bytes(table, kind)))
+            in_flight.append(pool.submit(ship, rel, puts))
+            while len(in_flight) > 4 * threads:  # a bounded amount of bytes in memory
+                shipped += in_flight.popleft().result()
+        shipped += sum(f.result() for f in in_flight)
+    return shipped
+
+
 # ----------------------------------------------------------------------------- profile
 def profile_sync(src: Path, uri: str, env_extra: dict[str, str], out: Path) -> str:
     """cProfile of a --jobs 1 sync in one process (threads hide from cProfile; one job shows the
@@ -453,7 +540,12 @@ def main() -> None:
     ap.add_argument("--requests", action="store_true",
                     help="also upload the replica's objects again, plain and create-only, from 16, 8 and 1 "
                          "threads: what the same requests cost the server by how they come")
+    ap.add_argument("--least-replication", nargs=4, metavar=("SRC", "BUCKET", "PREFIX", "CURSORS"),
+                    help=argparse.SUPPRESS)  # the anchor's own process (least_replication)
     args = ap.parse_args()
+    if args.least_replication:
+        least_replication(*args.least_replication)
+        return
     if args.quick:
         args.runs, args.repeat = min(args.runs, 100), 1
     from tests.proxy import FaultyProxy
@@ -527,6 +619,11 @@ def main() -> None:
         print(f"  sync --to store --jobs 1: {rep_1:.2f} s", flush=True)
         rep_t, cpu_t, srv_t = replicate(f"replica-j{args.jobs}-threads-{stamp}", args.jobs, processes=1)
         print(f"  sync --to store --jobs {args.jobs}, threads only: {rep_t:.2f} s", flush=True)
+        srv = server_cpu(server)
+        least, out = once([sys.executable, str(Path(__file__).resolve()), "--least-replication", str(src), bucket,
+                           f"least-{stamp}", str(tmp / "least-cursors")], env)
+        cpu_l, srv_l, least_objects = CPU[-1], server_cpu(server) - srv, last_json(out)["objects"]
+        print(f"  the least replication (anchor): {least:.2f} s", flush=True)
         second = sorted(replicate(main_prefix, args.jobs) for _ in range(args.repeat))
         up_to_date, cpu_u, srv_u = second[len(second) // 2]
         print(f"  second pass, nothing new: {up_to_date:.2f} s", flush=True)
@@ -537,6 +634,9 @@ def main() -> None:
              f"{rep_1 / floor:.2f}x floor; --jobs {args.jobs} is {rep_1 / rep_n:.2f}x faster"),
             (f"sync --to store --jobs {args.jobs} in one process, threads only (TRACKSTORE_SYNC_PROCESSES=1)",
              rep_t, cpu_t, srv_t, f"{rep_t / floor:.2f}x floor; processes are {rep_t / rep_n:.2f}x faster"),
+            (f"anchor: the least replication of the same runs ({least_objects:,} objects; no engine: see "
+             "least_replication), one process per core, 16 threads each, whole command", least, cpu_l, srv_l,
+             f"{least / floor:.2f}x floor; sync --jobs {args.jobs} is {rep_n / least:.2f}x this"),
             ("sync --to store again, nothing new", up_to_date, cpu_u, srv_u,
              f"{up_to_date / rep_n:.3f}x the first pass; {up_to_date / args.runs * 1000:.2f} ms a run"),
         ]
