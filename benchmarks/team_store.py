@@ -421,8 +421,10 @@ def least_replication(src: str, bucket: str, prefix: str, cursors: str, threads:
     compacted run) put create-only as it is, after its footer is parsed; a kind of several (a
     live run's flushes) decoded, concatenated and encoded once by the store's own encoder
     (:func:`trackstore.store.parts.part_bytes`), put create-only under its writer's row range;
-    then a cursor file written atomically and fsynced. What it leaves out is the engine: locks,
-    the plan and its checks, the in-doubt protocol, the catalog's facts and writers in
+    then, once they are acknowledged, a cursor file written by the store's own atomic writer
+    (file and folder fsynced), all under the run's lock taken and released with the store's own
+    locks (:mod:`trackstore.store.locks`). What it leaves out is the rest of the engine: the plan
+    and its checks, the in-doubt protocol in memory, the catalog's facts and writers in
     ``run.json``, progress. Prints the runs and objects it wrote, as JSON."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -444,6 +446,8 @@ def _least_replication_of(job: tuple) -> int:
     import pyarrow.parquet as pq
     from obstore.store import S3Store
 
+    from trackstore.store import locks
+    from trackstore.store.atomic import write_json_atomic
     from trackstore.store.parts import conform, part_bytes
 
     store = S3Store(bucket, prefix=prefix, endpoint=os.environ["AWS_ENDPOINT_URL"], region=os.environ["AWS_REGION"],
@@ -453,18 +457,16 @@ def _least_replication_of(job: tuple) -> int:
     Path(cursors).mkdir(parents=True, exist_ok=True)
 
     def ship(rel: str, puts: list[tuple[str, bytes]]) -> int:
-        """A run's objects, then its cursor (written once the objects are acknowledged)."""
-        for key, data in puts:
-            obstore.put(store, key, data, mode="create")
-        cursor = Path(cursors) / (rel.replace("/", "_") + ".json")
-        tmp = cursor.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        """A run's objects under its lock, then its cursor (once the objects are acknowledged)."""
+        project, run_id = (part.split("=", 1)[1] for part in rel.split("/"))
+        lock = locks.acquire(src, locks.sync_run_lock_name("least", prefix, project, run_id))
         try:
-            os.write(fd, json.dumps({"run": rel, "objects": [k for k, _ in puts], "at": time.time()}).encode())
-            os.fsync(fd)
+            for key, data in puts:
+                obstore.put(store, key, data, mode="create")
+            write_json_atomic(Path(cursors) / f"{project}-{run_id}.json",
+                              {"run": rel, "objects": [k for k, _ in puts], "at": time.time()}, indent=None)
         finally:
-            os.close(fd)
-        os.replace(tmp, cursor)
+            lock.release()
         return len(puts)
 
     shipped = 0
