@@ -64,9 +64,33 @@ def _in_replay_order(tables: list, kind: str, need: list[str] | None, exclude: R
     table = pa.concat_tables(tables)
     if exclude:
         table = table.filter(pc.invert(exclude.mask(table)))
+    if _in_order_already(table):
+        return table
     keys = [("step", "ascending")] if "step" in table.column_names else []
     keys += [("writer", "ascending"), ("seq", "ascending")]
     return table.sort_by(keys)
+
+
+def _in_order_already(table) -> bool:
+    """Whether ``table`` is sorted ``(step, writer, seq)`` as it is: one writer's rows whose
+    ``seq`` rises and whose ``step`` never goes back, what a writer's parts read in name order
+    are (a live run's flushes, a compacted run's part). Three vectorised comparisons, where
+    sorting costs a sort on three keys and a copy of every column (a live run's 4,000 metrics
+    rows: about a third of a millisecond). Any null, or a second writer: False (sorted then)."""
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if n < 2:
+        return True
+    writer, seq = table.column("writer"), table.column("seq")
+    step = table.column("step") if "step" in table.column_names else None
+    if writer.null_count or seq.null_count or (step is not None and step.null_count):
+        return False
+    if not pc.all(pc.equal(writer, writer[0])).as_py():
+        return False
+    if not pc.all(pc.less(seq.slice(0, n - 1), seq.slice(1))).as_py():
+        return False
+    return step is None or pc.all(pc.less_equal(step.slice(0, n - 1), step.slice(1))).as_py()
 
 
 @functools.lru_cache(maxsize=64)
