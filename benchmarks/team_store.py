@@ -32,6 +32,11 @@ leaves). Measured, in one run against one server:
    figure (target: within 1.3x); the jobs ratio says what the workers buy, the last what the
    processes buy. The replica is then checked: as many metrics and samples rows as the
    source, no more.
+   Then the **least replication** (:func:`least_replication`, its own process, to a fresh
+   prefix): the same runs replicated with the replica's layout and this design's protocol (a
+   run's lock, create-only writes, a durable cursor once its objects are acknowledged) and
+   none of the rest of the engine, in the sync's shape: what the engine costs is the sync's
+   time beside this one's.
 3. **up to date**: the same command again with nothing new (median of ``--repeat``).
 4. **readers**: ``trackstore runs --root SRC`` beside what a plain reader of the replica does
    for the same list (one listing with ``pyarrow.fs.S3FileSystem``, every ``run.json`` read by
@@ -50,7 +55,8 @@ pass`` and ``trackstore --help`` (what every command pays to start), and the rep
 objects (fewer and larger than the source's files) uploaded raw from memory: what the server
 takes to store exactly what sync wrote. Beside each time, the CPU seconds of the client process
 and of the ``weed`` server over the same interval. The cursors each run leaves in the cached
-store's ``_sync/`` are removed at the end.
+store's ``_sync/``, and the guard files its locks leave in ``_locks/`` (one per run and fresh
+prefix: the store's locks never remove them), are removed at the end.
 """
 
 from __future__ import annotations
@@ -565,6 +571,8 @@ def main() -> None:
     bucket = server.bucket
     sync_dir = src / "_sync"
     cursors_before = set(sync_dir.iterdir()) if sync_dir.is_dir() else set()
+    locks_dir = src / "_locks"  # each sync to a fresh prefix leaves a lock guard file per run
+    guards_before = set(os.listdir(locks_dir)) if locks_dir.is_dir() else set()
     # (what, seconds, client CPU s, server CPU s, ratio)
     rows: list[tuple[str, float, float | None, float | None, str]] = []
     notes: list[str] = []
@@ -739,6 +747,10 @@ def main() -> None:
         if sync_dir.is_dir():  # the cached store keeps no cursors of this run's replicas
             for made in set(sync_dir.iterdir()) - cursors_before:
                 shutil.rmtree(made, ignore_errors=True)
+        if locks_dir.is_dir():  # nor their locks' guard files (every process that used them has ended)
+            for name in set(os.listdir(locks_dir)) - guards_before:
+                if name.endswith(".guard"):
+                    (locks_dir / name).unlink(missing_ok=True)
 
     load = os.getloadavg()
     print(f"\n{args.runs:,} runs ({compacted} compacted: 1 metrics + 1 samples part; {args.runs - compacted} as "
