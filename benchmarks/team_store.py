@@ -55,8 +55,8 @@ pass`` and ``trackstore --help`` (what every command pays to start), and the rep
 objects (fewer and larger than the source's files) uploaded raw from memory: what the server
 takes to store exactly what sync wrote. Beside each time, the CPU seconds of the client process
 and of the ``weed`` server over the same interval. The cursors each run leaves in the cached
-store's ``_sync/``, and the guard files its locks leave in ``_locks/`` (one per run and fresh
-prefix: the store's locks never remove them), are removed at the end.
+store's ``_sync/``, and any lock guard files left in ``_locks/`` (trackstore versions before 8
+December 2026 left one per run and fresh prefix), are removed at the end.
 """
 
 from __future__ import annotations
@@ -571,7 +571,7 @@ def main() -> None:
     bucket = server.bucket
     sync_dir = src / "_sync"
     cursors_before = set(sync_dir.iterdir()) if sync_dir.is_dir() else set()
-    locks_dir = src / "_locks"  # each sync to a fresh prefix leaves a lock guard file per run
+    locks_dir = src / "_locks"  # older versions' syncs left a lock guard file per run and prefix
     guards_before = set(os.listdir(locks_dir)) if locks_dir.is_dir() else set()
     # (what, seconds, client CPU s, server CPU s, ratio)
     rows: list[tuple[str, float, float | None, float | None, str]] = []

@@ -185,3 +185,125 @@ def test_takeover_restores_a_lock_that_replaced_the_stale_one(root):
     assert fresh.read_bytes() == fresh_bytes
     with pytest.raises(LockHeldError):
         locks.acquire(root, "swap")
+
+
+def test_a_released_lock_leaves_no_file_behind(root):
+    """A lock name used once leaves nothing in ``_locks/``: its guard goes with the lock file
+    (one lock name per run and destination synced would otherwise leave a file each for ever)."""
+    lk = locks.acquire(root, "once")
+    assert (locks.locks_dir(root) / "once.lock").exists()
+    lk.refresh()
+    lk.release()
+    assert sorted(os.listdir(locks.locks_dir(root))) == []
+    again = locks.acquire(root, "once")  # and the name works as before
+    with pytest.raises(LockHeldError):
+        locks.acquire(root, "once")
+    again.release()
+    assert sorted(os.listdir(locks.locks_dir(root))) == []
+
+
+def test_a_waiter_on_a_removed_guard_waits_on_the_new_one(root):
+    """A process that waited for a guard its holder removed holds a file nobody opens again: it
+    must see that and queue on the path's new guard, or it would be inside beside whoever
+    created that one."""
+    import threading
+
+    locks.locks_dir(root).mkdir(parents=True, exist_ok=True)
+    path = locks.lock_path(root, "contended")
+    inside: list[tuple[str, float, float]] = []
+    first_in, waiter_started = threading.Event(), threading.Event()
+
+    def hold(who: str, seconds: float, remove: bool = False, started: threading.Event | None = None) -> None:
+        if started is not None:
+            started.set()
+        with locks._guard(path, remove=remove):
+            t0 = time.monotonic()
+            if who == "first":
+                first_in.set()
+                waiter_started.wait(5)
+                time.sleep(0.3)  # the waiter is blocked on this guard's flock by now
+            else:
+                time.sleep(seconds)
+            inside.append((who, t0, time.monotonic()))
+
+    first = threading.Thread(target=hold, args=("first", 0, True))
+    first.start()
+    assert first_in.wait(5)
+    waiter = threading.Thread(target=hold, args=("waiter", 0.4), kwargs={"started": waiter_started})
+    waiter.start()
+    first.join(5)
+    # the first holder has removed its guard and let go: a newcomer creates the path's new guard
+    newcomer = threading.Thread(target=hold, args=("newcomer", 0.4))
+    newcomer.start()
+    waiter.join(10)
+    newcomer.join(10)
+    spans = sorted((t0, t1, who) for who, t0, t1 in inside if who != "first")
+    assert len(spans) == 2
+    (a0, a1, _), (b0, b1, _) = spans
+    assert a1 <= b0, f"two holders of one guard at once: {spans}"
+
+
+def test_one_holder_at_a_time_while_holders_release_and_die(root):
+    """Processes take and release one lock name over and over while some are SIGKILLed at random
+    moments, holding it or waiting for it (a stale lock is taken over by the next): never two
+    holders at once, and when the last
+    has gone, taking and releasing the name once leaves ``_locks/`` empty. Each holder marks
+    its turn with a file created with ``O_EXCL``; a mark left by a killed holder names a dead
+    pid and is cleared by the next."""
+    import random
+
+    from tests.helpers import kill9
+
+    mark = root / "inside"
+    code = textwrap.dedent(f"""
+        import os, random, sys, time
+        sys.path.insert(0, {REPO!r})
+        from trackstore.store import locks
+        mark = {str(mark)!r}
+        end = time.monotonic() + 2.0
+        print("ready", flush=True)
+        turns = 0
+        while time.monotonic() < end:
+            lk = locks.acquire({str(root)!r}, "busy", wait=True, timeout=60)
+            try:
+                fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                pid = int(open(mark).read() or 0)
+                try:
+                    os.kill(pid, 0)
+                    print(f"OVERLAP with {{pid}}", flush=True)
+                except ProcessLookupError:
+                    pass  # a holder killed in its turn
+                fd = os.open(mark, os.O_WRONLY | os.O_TRUNC)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            time.sleep(random.random() * 0.004)
+            os.unlink(mark)
+            lk.release()
+            turns += 1
+        print(f"turns {{turns}}", flush=True)
+    """)
+    rng = random.Random(7)
+    live = [python_child(code) for _ in range(4)]
+    finished = []
+    for c in live:
+        assert c.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 2.0
+    killed = 0
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.1, 0.3))
+        victim = live.pop(rng.randrange(len(live)))
+        kill9(victim)
+        killed += 1
+        live.append(python_child(code))
+        assert live[-1].stdout.readline().strip() == "ready"
+    for c in live:
+        out, err = c.communicate(timeout=60)
+        assert c.returncode == 0, err
+        finished.append(out)
+    assert killed >= 5
+    assert not any("OVERLAP" in out for out in finished), finished
+    assert sum(int(out.split("turns ")[1]) for out in finished) > 50
+    mark.unlink(missing_ok=True)  # the last killed holder's, if it was killed in its turn
+    locks.acquire(root, "busy").release()  # a stale lock left by a killed holder is taken over
+    assert os.listdir(locks.locks_dir(root)) == []

@@ -64,8 +64,8 @@ leaves them alone as it did when one lock per target covered the whole sync. The
 ``sync-<target>`` (:func:`sync_target_lock_name`) was that older whole-target lock: a sync
 treats every run as held while a live process holds it (an older trackstore syncing the same
 store). :func:`remove_stale_declarations` clears declarations left by dead syncs (their names
-are never reused, so nobody would take them over). A per-run lock leaves its ``.guard`` file
-behind, as every lock name does: one small empty file per (run, destination) ever synced.
+are never reused, so nobody would take them over). A lock's ``.guard`` file goes with it: a
+release removes both, so no file is left per (run, destination) ever synced.
 
 Deletion announcements. While gc deletes a run it names it in the maintenance lock's info,
 written durably with :func:`announce` before its last re-check; a resuming writer claims the
@@ -82,8 +82,10 @@ heartbeat_at, info}``. A lock file is *stale* when
 * it is unreadable (a holder died between create and write) and older than ``stale_after``.
 
 Taking over a stale lock is race-free: every check-and-create and every takeover runs while
-holding ``flock`` on ``<name>.guard`` (released by the kernel if the process dies), and the
-stale file is first renamed to a unique name and checked, so a fresh lock created by someone
+holding ``flock`` on ``<name>.guard`` (released by the kernel if the process dies; a release
+removes the guard while holding it, and a process that waited on a removed guard sees that the
+path no longer names the file it holds and queues on the new one), and the stale file is first
+renamed to a unique name and checked, so a fresh lock created by someone
 else in between (possible only where flock does not work) is recognised (inode, mtime, token)
 and put back instead of being deleted.
 """
@@ -203,7 +205,7 @@ def sync_session_lock_name(target: str) -> str:
 
 def declare(root: str | os.PathLike, name: str, info: dict) -> Lock:
     """Create the lock ``name`` for a name nobody else uses (:func:`sync_session_lock_name`):
-    no guard file (which would stay behind for every such name), since nobody contends for it.
+    no guard file, since nobody contends for it.
     The returned :class:`Lock` refreshes and releases like any other."""
     root = Path(root)
     path = _writable_lock_path(root, name)
@@ -221,9 +223,10 @@ def declare(root: str | os.PathLike, name: str, info: dict) -> Lock:
 
 
 def _lock_files(root: str | os.PathLike, prefix: str) -> list[Path]:
-    """The lock files whose names start with ``prefix``, in name order. The folder also holds a
-    ``.guard`` file per lock name ever used (one per run and destination synced: tens of
-    thousands in a big store), so names are filtered as strings before any path is made."""
+    """The lock files whose names start with ``prefix``, in name order. The folder may also hold
+    a ``.guard`` file per lock name ever used (left by versions before 8 December 2026: one per
+    run and destination synced, tens of thousands in a big store), so names are filtered as
+    strings before any path is made."""
     d = locks_dir(root)
     with os.scandir(d) as it:
         names = sorted(e.name for e in it if e.name.startswith(prefix) and e.name.endswith(LOCK_SUFFIX))
@@ -294,27 +297,51 @@ def run_in_use(project: str, run_id: str, named: set[str]) -> bool:
     return run_id in named or f"{project}/{run_id}" in named
 
 
+GUARD_ATTEMPTS = 100  # guards removed under a waiter, one after the other: then it goes on unguarded
+
+
 @contextmanager
-def _guard(path: Path) -> Iterator[None]:
-    """Serialise check-and-create/takeover of one lock name among processes (kernel flock)."""
+def _guard(path: Path, *, remove: bool = False) -> Iterator[None]:
+    """Serialise check-and-create/takeover of one lock name among processes (kernel flock).
+
+    The guard file may be removed by whoever holds it (``remove``: a release, which leaves no
+    file behind). A process that waited for the flock of a removed guard holds a file nobody
+    else will open again: after taking the flock it checks that the path still names the file
+    it holds (device and inode) and, when not, opens the path again and waits there."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return
-    try:
-        fd = os.open(path.with_suffix(GUARD_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield
-        return
-    try:
+    guard = path.with_suffix(GUARD_SUFFIX)
+    fd = None
+    for _ in range(GUARD_ATTEMPTS):
+        try:
+            fd = os.open(guard, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            break
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
-            pass  # filesystem without flock: O_EXCL plus the token check still protect us
+            break  # filesystem without flock: O_EXCL plus the token check still protect us
+        try:
+            held, named = os.fstat(fd), os.stat(guard)
+        except OSError:  # removed by the holder we waited for
+            named = None
+        if named is not None and (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+            break
+        os.close(fd)
+        fd = None
+    try:
         yield
+        if remove and fd is not None:
+            try:
+                guard.unlink()  # while still held: a waiter finds the path gone and opens it anew
+            except OSError:
+                pass
     finally:
-        os.close(fd)  # closing releases the flock
+        if fd is not None:
+            os.close(fd)  # closing releases the flock
 
 
 class Lock:
@@ -368,7 +395,8 @@ class Lock:
             return
         self.held = False
         try:
-            with _guard(self.path) if self.guarded else nullcontext():
+            # the guard goes with the lock file: none is left behind per lock name ever taken
+            with _guard(self.path, remove=True) if self.guarded else nullcontext():
                 current = read_json_object(self.path)
                 if current is not None and current.get("token") == self.token:
                     self.path.unlink()
