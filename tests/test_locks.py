@@ -307,3 +307,37 @@ def test_one_holder_at_a_time_while_holders_release_and_die(root):
     mark.unlink(missing_ok=True)  # the last killed holder's, if it was killed in its turn
     locks.acquire(root, "busy").release()  # a stale lock left by a killed holder is taken over
     assert os.listdir(locks.locks_dir(root)) == []
+
+
+def test_gc_removes_the_guard_files_older_versions_left(root):
+    """Guard files of names nobody holds (what versions before 8 December 2026 left for every
+    lock name ever taken) are removed by a gc pass; the guard of a held lock, and one another
+    process has flocked, stay."""
+    import subprocess
+
+    from trackstore.upkeep.gc import Policy, gc
+
+    d = locks.locks_dir(root)
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(50):  # as an older version leaves them: empty, no lock file
+        (d / f"sync-store-run-{i:024x}.guard").touch()
+    held = locks.acquire(root, "held-by-a-sync")
+    busy = d / "busy-name.guard"
+    busy.touch()
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({str(busy)!r}, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("flocked", flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "flocked"
+        gc(root, Policy(older_than_s=10 * 365 * 86400))
+        assert sorted(os.listdir(d)) == ["busy-name.guard", "held-by-a-sync.guard", "held-by-a-sync.lock"]
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    held.release()
+    gc(root, Policy(older_than_s=10 * 365 * 86400))
+    assert os.listdir(d) == []

@@ -344,6 +344,49 @@ def _guard(path: Path, *, remove: bool = False) -> Iterator[None]:
             os.close(fd)  # closing releases the flock
 
 
+def remove_idle_guards(root: str | os.PathLike) -> int:
+    """Remove the ``.guard`` files of lock names nobody holds: the ones versions before 8
+    December 2026 left for every lock name ever taken, or one a process killed in a release left.
+    Each is removed under its own flock, taken without waiting (one in use is left), and only
+    while no lock file of its name exists; a process that waited on it queues on the path's next
+    guard (:func:`_guard`). The number removed. Gc calls it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        return 0
+    d = locks_dir(root)
+    try:
+        with os.scandir(d) as it:
+            names = sorted(e.name for e in it if e.name.endswith(GUARD_SUFFIX) and not e.name.startswith("."))
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        guard = d / name
+        lock = guard.with_suffix(LOCK_SUFFIX)
+        if lock.exists():
+            continue
+        try:
+            fd = os.open(guard, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held, named = os.fstat(fd), os.stat(guard)
+            except OSError:  # in use, or removed meanwhile
+                continue
+            if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino) or lock.exists():
+                continue  # another guard by now, or the lock was taken before this flock
+            guard.unlink()
+            removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
 class Lock:
     """A held lock. Use :func:`acquire` to get one."""
 
@@ -678,6 +721,6 @@ def announce(lock: Lock, **fields: Any) -> None:
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
            "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
-           "read_json_object", "sync_target_lock_name", "sync_run_lock_name", "sync_object_lock_name",
-           "sync_session_lock_name", "declare",
+           "read_json_object", "remove_idle_guards", "sync_target_lock_name", "sync_run_lock_name",
+           "sync_object_lock_name", "sync_session_lock_name", "declare",
            "remove_stale_declarations"]
