@@ -229,11 +229,28 @@ def test_ctrl_c_while_the_processes_start_ends_them_quietly(root, tmp_path):
     rerun_is_exact(root, replica)
 
 
+def holding_a_run(root: Path, workers: list[int], timeout: float = 60) -> int:
+    """A worker process that holds a run's lock now (its pid is in the lock file): one that has
+    been handed runs, not one still starting."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for lock in (root / "_locks").glob("sync-store-run-*.lock"):
+            try:
+                pid = json.loads(lock.read_text()).get("pid")
+            except (OSError, ValueError):
+                continue
+            if pid in workers:
+                return pid
+        time.sleep(0.002)
+    raise AssertionError("no worker process took a run")
+
+
 def test_a_killed_worker_process_fails_its_runs_only_and_a_rerun_is_exact(root, tmp_path):
     big_store(root)
     replica = tmp_path / "team"
     p, workers = start_sync(root, replica, "2", "--format", "json", stdout=subprocess.PIPE)
-    os.kill(workers[0], signal.SIGKILL)
+    # the one killed has runs: under load the other may still be starting when the first part lands
+    os.kill(holding_a_run(root, workers), signal.SIGKILL)
     out, err = p.communicate(timeout=120)
     report = json.loads(out)
     lost = [r for r in report["runs"] if r["error_kind"] == "error"]
