@@ -248,8 +248,8 @@ def test_one_holder_at_a_time_while_holders_release_and_die(root):
     moments, holding it or waiting for it (a stale lock is taken over by the next): never two
     holders at once, and when the last
     has gone, taking and releasing the name once leaves ``_locks/`` empty. Each holder marks
-    its turn with a file created with ``O_EXCL``; a mark left by a killed holder names a dead
-    pid and is cleared by the next."""
+    its turn with a file that appears whole (a hard link) naming its pid; a mark left by a
+    killed holder names a dead pid and is replaced by the next."""
     import random
 
     from tests.helpers import kill9
@@ -265,18 +265,21 @@ def test_one_holder_at_a_time_while_holders_release_and_die(root):
         turns = 0
         while time.monotonic() < end:
             lk = locks.acquire({str(root)!r}, "busy", wait=True, timeout=60)
+            mine = f"{{mark}}.{{os.getpid()}}"
+            with open(mine, "w") as f:  # the mark appears whole, with its holder's pid (a link)
+                f.write(str(os.getpid()))
             try:
-                fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                os.link(mine, mark)
             except FileExistsError:
-                pid = int(open(mark).read() or 0)
+                pid = int(open(mark).read())
                 try:
                     os.kill(pid, 0)
                     print(f"OVERLAP with {{pid}}", flush=True)
                 except ProcessLookupError:
                     pass  # a holder killed in its turn
-                fd = os.open(mark, os.O_WRONLY | os.O_TRUNC)
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
+                os.replace(mine, mark)
+            else:
+                os.unlink(mine)
             time.sleep(random.random() * 0.004)
             os.unlink(mark)
             lk.release()
@@ -304,7 +307,8 @@ def test_one_holder_at_a_time_while_holders_release_and_die(root):
     assert killed >= 5
     assert not any("OVERLAP" in out for out in finished), finished
     assert sum(int(out.split("turns ")[1]) for out in finished) > 50
-    mark.unlink(missing_ok=True)  # the last killed holder's, if it was killed in its turn
+    for left in root.glob("inside*"):  # the marks of holders killed in their turn
+        left.unlink()
     locks.acquire(root, "busy").release()  # a stale lock left by a killed holder is taken over
     assert os.listdir(locks.locks_dir(root)) == []
 
@@ -341,3 +345,52 @@ def test_gc_removes_the_guard_files_older_versions_left(root):
     held.release()
     gc(root, Policy(older_than_s=10 * 365 * 86400))
     assert os.listdir(d) == []
+
+
+def test_a_holder_killed_while_taking_a_lock_leaves_no_empty_lock_file(root):
+    """A process killed while it creates a lock file (here: stopped right before the file gets
+    its name) leaves no lock at all, never an empty one that would count as held for
+    ``STALE_AFTER_S``: the name is free at once, and gc removes the half-made file once old."""
+    from tests.helpers import kill9
+    from trackstore.upkeep.gc import Policy, gc
+
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {REPO!r})
+        from trackstore.store import locks
+        def stop(src, dst):
+            print("writing", flush=True)
+            time.sleep(600)
+        os.link = stop
+        locks.acquire({str(root)!r}, "half")
+    """)
+    child = python_child(code)
+    assert child.stdout.readline().strip() == "writing"
+    kill9(child)
+    d = locks.locks_dir(root)
+    leftovers = [n for n in os.listdir(d) if n.endswith(".tmp")]
+    assert len(leftovers) == 1 and not (d / "half.lock").exists()
+    locks.acquire(root, "half").release()  # free at once
+    gc(root, Policy(older_than_s=10 * 365 * 86400))
+    assert (d / leftovers[0]).exists()  # a creation under way, as far as gc can tell
+    old = time.time() - locks.STALE_AFTER_S - 60
+    os.utime(d / leftovers[0], (old, old))
+    gc(root, Policy(older_than_s=10 * 365 * 86400))
+    assert os.listdir(d) == []
+
+
+def test_a_filesystem_without_hard_links_still_takes_locks(root, monkeypatch):
+    """Where ``link`` is refused (some FUSE and network filesystems), a lock file is created in
+    place with ``O_EXCL``, as before: one holder, the JSON whole."""
+    import errno
+
+    def refuse(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refuse)
+    lk = locks.acquire(root, "nolinks")
+    assert json.loads((locks.locks_dir(root) / "nolinks.lock").read_text())["token"] == lk.token
+    with pytest.raises(LockHeldError):
+        locks.acquire(root, "nolinks")
+    lk.release()
+    assert os.listdir(locks.locks_dir(root)) == []

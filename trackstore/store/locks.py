@@ -71,9 +71,10 @@ Deletion announcements. While gc deletes a run it names it in the maintenance lo
 written durably with :func:`announce` before its last re-check; a resuming writer claims the
 run folder and waits for gc's verdict. Both halves are :mod:`trackstore.store.run_claims`.
 
-How it works. ``<root>/_locks/<name>.lock`` is created with ``O_CREAT | O_EXCL`` (atomic on
-local filesystems and NFSv3+) and holds ``{name, host, pid, pid_start, token, created_at,
-heartbeat_at, info}``. A lock file is *stale* when
+How it works. ``<root>/_locks/<name>.lock`` is written under a temporary name and hard-linked
+to its own, which fails on an existing name atomically (on local filesystems and NFS), so it
+never exists empty (where hard links are refused: ``O_CREAT | O_EXCL``, then the write). It
+holds ``{name, host, pid, pid_start, token, created_at, heartbeat_at, info}``. A lock file is *stale* when
 
 * its host is this host and its pid is dead or was reused (start time differs) — on the same
   host the pid decides, so a live but slow holder is never robbed, or
@@ -297,6 +298,7 @@ def run_in_use(project: str, run_id: str, named: set[str]) -> bool:
     return run_id in named or f"{project}/{run_id}" in named
 
 
+TEMP_SUFFIX = ".tmp"  # a lock file being written: ``.<name>.lock.<8 hex>.tmp`` (:func:`_try_create`)
 GUARD_ATTEMPTS = 100  # guards removed under a waiter, one after the other: then it goes on unguarded
 
 
@@ -344,12 +346,14 @@ def _guard(path: Path, *, remove: bool = False) -> Iterator[None]:
             os.close(fd)  # closing releases the flock
 
 
-def remove_idle_guards(root: str | os.PathLike) -> int:
-    """Remove the ``.guard`` files of lock names nobody holds: the ones versions before 8
-    December 2026 left for every lock name ever taken, or one a process killed in a release left.
-    Each is removed under its own flock, taken without waiting (one in use is left), and only
-    while no lock file of its name exists; a process that waited on it queues on the path's next
-    guard (:func:`_guard`). The number removed. Gc calls it."""
+def remove_leftovers(root: str | os.PathLike) -> int:
+    """Remove the files in ``_locks/`` that no lock needs: the ``.guard`` files of lock names
+    nobody holds (versions before 8 December 2026 left one for every lock name ever taken; a
+    process killed in a release leaves one), and the temporary files of lock creations a killed
+    process left (:func:`_try_create`; older than :data:`STALE_AFTER_S`). A guard is removed
+    under its own flock, taken without waiting (one in use is left), and only while no lock file
+    of its name exists; a process that waited on it queues on the path's next guard
+    (:func:`_guard`). The number removed. Gc calls it."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
@@ -357,28 +361,38 @@ def remove_idle_guards(root: str | os.PathLike) -> int:
     d = locks_dir(root)
     try:
         with os.scandir(d) as it:
-            names = sorted(e.name for e in it if e.name.endswith(GUARD_SUFFIX) and not e.name.startswith("."))
+            names = sorted(e.name for e in it if e.name.endswith((GUARD_SUFFIX, TEMP_SUFFIX)))
     except OSError:
         return 0
     removed = 0
     for name in names:
-        guard = d / name
-        lock = guard.with_suffix(LOCK_SUFFIX)
+        path = d / name
+        if name.endswith(TEMP_SUFFIX):
+            try:
+                if name.startswith(".") and time.time() - path.stat().st_mtime > STALE_AFTER_S:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                pass
+            continue
+        if name.startswith("."):
+            continue
+        lock = path.with_suffix(LOCK_SUFFIX)
         if lock.exists():
             continue
         try:
-            fd = os.open(guard, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR)
         except OSError:
             continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held, named = os.fstat(fd), os.stat(guard)
+                held, named = os.fstat(fd), os.stat(path)
             except OSError:  # in use, or removed meanwhile
                 continue
             if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino) or lock.exists():
                 continue  # another guard by now, or the lock was taken before this flock
-            guard.unlink()
+            path.unlink()
             removed += 1
         except OSError:
             continue
@@ -462,14 +476,46 @@ class Lock:
 
 
 def _try_create(path: Path, data: dict) -> bool:
+    """Create the lock file holding ``data``; False when the name exists. The file appears whole:
+    written under a temporary name, then hard-linked to its own (``link`` fails on an existing
+    name, atomically, as ``O_EXCL`` does), so a holder killed at any moment leaves no empty lock
+    file, which would count as held until it is ``stale_after`` old. Where the filesystem has no
+    hard links: ``O_EXCL``, then the write. Not fsynced: a lock lives as long as its process,
+    and a power cut ends every process."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:
+        return _create_in_place(path, body)
+    try:
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links on this filesystem
+            return _create_in_place(path, body)
+        return True
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _create_in_place(path: Path, body: bytes) -> bool:
+    """:func:`_try_create` where hard links are refused (a lock file left empty by a holder
+    killed between its creation and the write is stale by its age, as any unreadable lock)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
     try:
-        # not fsynced: a lock lives as long as its process, and a power cut ends every process
-        # (a lock file left empty by one is stale by its age, as any unreadable lock)
-        os.write(fd, json.dumps(data, separators=(",", ":")).encode())
+        os.write(fd, body)
     finally:
         os.close(fd)
     return True
@@ -721,6 +767,6 @@ def announce(lock: Lock, **fields: Any) -> None:
 
 __all__ = ["acquire", "Lock", "LockState", "read_lock", "live_locks", "runs_in_use", "run_in_use",
            "STALE_AFTER_S", "lock_path", "locks_dir", "reading", "read_only_filesystem", "announce",
-           "read_json_object", "remove_idle_guards", "sync_target_lock_name", "sync_run_lock_name",
+           "read_json_object", "remove_leftovers", "sync_target_lock_name", "sync_run_lock_name",
            "sync_object_lock_name", "sync_session_lock_name", "declare",
            "remove_stale_declarations"]

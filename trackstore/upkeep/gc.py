@@ -49,8 +49,8 @@ The promises:
   ``trackstore doctor --fix`` finishes removing (:func:`clean_trash`).
 * **No lock file outlives its use.** A pass also removes the lock guard files nobody holds
   that versions before 8 December 2026 left for every lock name ever taken (one per run and
-  destination synced, kept after the run was deleted):
-  :func:`trackstore.store.locks.remove_idle_guards`.
+  destination synced, kept after the run was deleted), and the temporary files of lock
+  creations a killed process left: :func:`trackstore.store.locks.remove_leftovers`.
 * **Sync cursors are archived, not dropped.** A deleted run's cursors move to
   ``<root>/_sync/_gc/`` (invisible to sync and the ``sync_state`` view). Importing the same
   run again from a bundle restores them, so it is never uploaded twice.
@@ -630,7 +630,7 @@ def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Ca
     result = Result()
     with _locks.acquire_maintenance(root, job="gc") as lock:
         clean_trash(root)
-        _locks.remove_idle_guards(root)  # lock guard files older versions left for every name
+        _locks.remove_leftovers(root)  # lock guard files older versions left for every name
         for c in the_plan.delete:
             entry = take_out(root, lock, c)
             if entry is None:
