@@ -80,7 +80,8 @@ holds ``{name, host, pid, pid_start, token, created_at, heartbeat_at, info}``. A
   host the pid decides, so a live but slow holder is never robbed, or
 * it is from another host and its heartbeat is older than ``stale_after`` seconds
   (default :data:`STALE_AFTER_S`), or
-* it is unreadable (a holder died between create and write) and older than ``stale_after``.
+* it is unreadable (a holder died between create and write: where hard links are refused, or
+  a version before 8 December 2026) and older than ``stale_after``.
 
 Taking over a stale lock is race-free: every check-and-create and every takeover runs while
 holding ``flock`` on ``<name>.guard`` (released by the kernel if the process dies; a release
@@ -326,13 +327,9 @@ def _guard(path: Path, *, remove: bool = False) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
             break  # filesystem without flock: O_EXCL plus the token check still protect us
-        try:
-            held, named = os.fstat(fd), os.stat(guard)
-        except OSError:  # removed by the holder we waited for
-            named = None
-        if named is not None and (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+        if _still_named(guard, fd):
             break
-        os.close(fd)
+        os.close(fd)  # removed by the holder we waited for: queue on the path's new guard
         fd = None
     try:
         yield
@@ -344,6 +341,16 @@ def _guard(path: Path, *, remove: bool = False) -> Iterator[None]:
     finally:
         if fd is not None:
             os.close(fd)  # closing releases the flock
+
+
+def _still_named(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (device and inode): a guard removed
+    by its holder, or replaced since, does not."""
+    try:
+        held, named = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
 def remove_leftovers(root: str | os.PathLike) -> int:
@@ -387,11 +394,10 @@ def remove_leftovers(root: str | os.PathLike) -> int:
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held, named = os.fstat(fd), os.stat(path)
-            except OSError:  # in use, or removed meanwhile
+            except OSError:  # in use
                 continue
-            if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino) or lock.exists():
-                continue  # another guard by now, or the lock was taken before this flock
+            if not _still_named(path, fd) or lock.exists():
+                continue  # removed or replaced by now, or the lock was taken before this flock
             path.unlink()
             removed += 1
         except OSError:

@@ -630,7 +630,7 @@ def execute(root: str | Path | None, the_plan: Plan, *, on_deleted: Callable[[Ca
     result = Result()
     with _locks.acquire_maintenance(root, job="gc") as lock:
         clean_trash(root)
-        _locks.remove_leftovers(root)  # lock guard files older versions left for every name
+        _locks.remove_leftovers(root)  # idle lock guards older versions left; killed creations' temp files
         for c in the_plan.delete:
             entry = take_out(root, lock, c)
             if entry is None:
